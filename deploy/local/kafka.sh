@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# kafka.sh - a real single-node Apache Kafka broker (KRaft, broker+controller in one JVM),
+# assembled from Maven Central jars. No tarball, no Docker.
+#
+#   kafka.sh fetch    resolve the broker's jars once into the cache (needs mvn, reaches Maven Central)
+#   kafka.sh start    fetch if needed, format storage if new, start, wait until it answers ApiVersions
+#   kafka.sh stop     controlled shutdown (SIGTERM) of the broker this script started; SIGKILL after 30 s
+#   kafka.sh kill     SIGKILL the broker this script started (chaos: a crashed broker)
+#   kafka.sh restart  stop then start, keeping the data (chaos: a broker restart)
+#   kafka.sh reset    stop and delete the data (the next start is a brand-new cluster)
+#   kafka.sh status   exit 0 if the broker answers on $KAFKA_HOST:$KAFKA_PORT
+#   kafka.sh env      print the environment variables the tests read
+#
+# Version: Kafka 4.1.1. It is the newest release whose broker was researched for this setup
+# (SLF4J 1.7 + log4j 2.24.3, KRaft --standalone formatting), and Baton uses the classic group
+# protocol, whose generation is Baton's epoch source on every 4.x broker. Kafka 4.3 brings
+# KIP-1251 (per-partition assignment epochs for KIP-848 groups); override with KAFKA_VERSION=4.3.1
+# LOG4J_VERSION=2.25.5 to try the KIP-848 epoch source once it exists.
+#
+# Every setting is an environment variable (defaults below). The script only ever signals the pid
+# it recorded itself, and only if that process is still the broker it started.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+
+KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
+LOG4J_VERSION="${LOG4J_VERSION:-2.24.3}"
+BATON_STATE_DIR="${BATON_STATE_DIR:-${TMPDIR:-/tmp}/baton-local}"
+KAFKA_DIR="${KAFKA_DIR:-$BATON_STATE_DIR/kafka}"
+BATON_CACHE_DIR="${BATON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/baton}"
+KAFKA_LIBS="${KAFKA_LIBS:-$BATON_CACHE_DIR/kafka-$KAFKA_VERSION-log4j-$LOG4J_VERSION}"
+KAFKA_HOST="${KAFKA_HOST:-127.0.0.1}"
+KAFKA_PORT="${KAFKA_PORT:-19092}"
+KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
+KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
+KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-120}"
+KAFKA_LOG_LEVEL="${KAFKA_LOG_LEVEL:-INFO}"
+JAVA="${JAVA:-${JAVA_HOME:+$JAVA_HOME/bin/}java}"
+MVN="${MVN:-mvn}"
+
+CONF="$KAFKA_DIR/config"
+DATA="$KAFKA_DIR/data"
+LOGS="$KAFKA_DIR/logs"
+PIDFILE="$KAFKA_DIR/kafka.pid"
+
+log() { printf '[kafka.sh] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+need_java() {
+  command -v "$JAVA" >/dev/null 2>&1 ||
+    die "java not found. Kafka $KAFKA_VERSION needs Java 17+: on Debian 'apt-get install openjdk-17-jre-headless', or set JAVA=/path/to/java"
+  local v
+  v="$("$JAVA" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
+  [[ -z "$v" || "$v" -ge 17 ]] || die "java $v found; Kafka 4.x needs Java 17+"
+}
+
+fetch() {
+  [[ -f "$KAFKA_LIBS/.complete" ]] && return 0
+  command -v "$MVN" >/dev/null 2>&1 ||
+    die "mvn not found; it is needed once to fetch Kafka's jars from Maven Central: 'apt-get install maven', or set MVN=/path/to/mvn"
+  local tmp="$KAFKA_LIBS.partial" t0=$SECONDS
+  rm -rf "$tmp"; mkdir -p "$tmp"
+  log "fetching org.apache.kafka:kafka_2.13:$KAFKA_VERSION (+ log4j $LOG4J_VERSION) from Maven Central"
+  "$MVN" -B -q -f "$HERE/kafka/pom.xml" \
+    -Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" -Dkafka.libs.dir="$tmp" \
+    dependency:copy-dependencies >&2 || die "mvn could not fetch the broker's jars (see above)"
+  # The classic pitfalls, checked rather than discovered from a silent broker.
+  [[ -f "$tmp/kafka_2.13-$KAFKA_VERSION.jar" ]] || die "kafka_2.13-$KAFKA_VERSION.jar missing"
+  compgen -G "$tmp/log4j-slf4j-impl-*.jar" >/dev/null || die "SLF4J->log4j2 binding missing"
+  compgen -G "$tmp/slf4j-api-1.7.*.jar" >/dev/null ||
+    die "slf4j-api is not 1.7.x: this Kafka moved to SLF4J 2; the pom needs log4j-slf4j2-impl"
+  [[ $(compgen -G "$tmp/log4j-core-*.jar" | wc -l) -eq 1 ]] || die "more than one log4j-core version"
+  touch "$tmp/.complete"
+  rm -rf "$KAFKA_LIBS"; mv "$tmp" "$KAFKA_LIBS"
+  log "fetched $(compgen -G "$KAFKA_LIBS/*.jar" | wc -l) jars, $(du -sh "$KAFKA_LIBS" | cut -f1), in $((SECONDS - t0))s -> $KAFKA_LIBS"
+}
+
+write_config() {
+  mkdir -p "$CONF" "$DATA" "$LOGS" "$KAFKA_DIR/tmp"
+  cat >"$CONF/server.properties" <<EOF
+# Written by deploy/local/kafka.sh. KRaft combined mode, one node.
+process.roles=broker,controller
+node.id=1
+# Dynamic quorum (KIP-853), the 4.x default: formatted with --standalone.
+controller.quorum.bootstrap.servers=$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+controller.listener.names=CONTROLLER
+inter.broker.listener.name=PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$DATA
+# One node: every internal topic has replication factor 1 and min ISR 1.
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+default.replication.factor=1
+min.insync.replicas=1
+# Test-friendly: tests create their own topics; rebalances start at once.
+num.partitions=1
+auto.create.topics.enable=false
+group.initial.rebalance.delay.ms=0
+offsets.topic.num.partitions=1
+transaction.state.log.num.partitions=1
+# Tests use short session timeouts to make zombies quickly.
+group.min.session.timeout.ms=1000
+group.coordinator.rebalance.protocols=classic,consumer
+# A small footprint on a 2-core machine.
+log.cleaner.dedupe.buffer.size=33554432
+num.network.threads=2
+num.io.threads=4
+EOF
+  cat >"$CONF/log4j2.properties" <<EOF
+status = warn
+appender.console.type = Console
+appender.console.name = STDOUT
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = $KAFKA_LOG_LEVEL
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.request.name = kafka.request.logger
+logger.request.level = WARN
+logger.state.name = state.change.logger
+logger.state.level = WARN
+EOF
+  cat >"$CONF/tools-log4j2.properties" <<'EOF'
+status = warn
+appender.console.type = Console
+appender.console.name = STDERR
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stderr.ref = STDERR
+EOF
+}
+
+storage_tool() {
+  "$JAVA" -Xmx256m -Djava.io.tmpdir="$KAFKA_DIR/tmp" \
+    -Dlog4j2.configurationFile="$CONF/tools-log4j2.properties" \
+    -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool "$@"
+}
+
+# True once the broker answers an ApiVersions v0 request (correlation id 1). In 4.x the client
+# listener opens only after the broker is unfenced, so an answer means ready.
+api_versions_ok() {
+  # shellcheck disable=SC2016
+  timeout 3 bash -c '
+    exec 3<>"/dev/tcp/$0/$1" || exit 1
+    printf "\x00\x00\x00\x0a\x00\x12\x00\x00\x00\x00\x00\x01\xff\xff" >&3
+    r=$(head -c 8 <&3 | od -An -tx1 | tr -d " \n")
+    [ "${r:8:8}" = "00000001" ]' "$KAFKA_HOST" "$KAFKA_PORT" 2>/dev/null
+}
+
+# Prints the recorded pid if that process is alive and is the broker started with our config.
+running_pid() {
+  [[ -f "$PIDFILE" ]] || return 1
+  local pid; pid="$(cat "$PIDFILE")"
+  [[ "$pid" =~ ^[0-9]+$ ]] || return 1
+  kill -0 "$pid" 2>/dev/null || return 1
+  tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF "kafka.Kafka $CONF/server.properties" || return 1
+  echo "$pid"
+}
+
+start() {
+  local pid
+  if pid="$(running_pid)"; then log "already running (pid $pid) on $KAFKA_HOST:$KAFKA_PORT"; return 0; fi
+  rm -f "$PIDFILE"
+  need_java
+  fetch
+  if api_versions_ok; then die "something this script did not start already answers on $KAFKA_HOST:$KAFKA_PORT; set KAFKA_PORT"; fi
+  write_config
+  if [[ ! -f "$DATA/meta.properties" ]]; then
+    local cid="${KAFKA_CLUSTER_ID:-}"
+    [[ -n "$cid" ]] || cid="$(storage_tool random-uuid | tail -n1)"
+    log "formatting $DATA (cluster id $cid)"
+    storage_tool format --standalone -t "$cid" -c "$CONF/server.properties" >"$LOGS/format.out"
+  fi
+  log "starting Kafka $KAFKA_VERSION on $KAFKA_HOST:$KAFKA_PORT"
+  local t0=$SECONDS
+  # shellcheck disable=SC2086  # word splitting of KAFKA_HEAP_OPTS / KAFKA_OPTS is intended
+  nohup "$JAVA" $KAFKA_HEAP_OPTS \
+    -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
+    -XX:+ExplicitGCInvokesConcurrent -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true \
+    -Djava.io.tmpdir="$KAFKA_DIR/tmp" \
+    -Dkafka.logs.dir="$LOGS" -Dlog4j2.configurationFile="$CONF/log4j2.properties" \
+    ${KAFKA_OPTS:-} \
+    -cp "$KAFKA_LIBS/*" kafka.Kafka "$CONF/server.properties" \
+    >>"$LOGS/kafka.out" 2>&1 </dev/null &
+  pid=$!
+  echo "$pid" >"$PIDFILE"
+  until api_versions_ok; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 60 "$LOGS/kafka.out" >&2; rm -f "$PIDFILE"; die "kafka exited during start-up (log: $LOGS/kafka.out)"
+    fi
+    if (( SECONDS - t0 >= KAFKA_START_TIMEOUT )); then
+      tail -n 60 "$LOGS/kafka.out" >&2; stop || true; die "not ready after ${KAFKA_START_TIMEOUT}s"
+    fi
+    sleep 0.3
+  done
+  log "ready after $((SECONDS - t0))s (pid $pid; log $LOGS/kafka.out)"
+}
+
+stop() {
+  local pid sig="${1:-TERM}"
+  if ! pid="$(running_pid)"; then log "not running"; rm -f "$PIDFILE"; return 0; fi
+  log "stopping pid $pid (SIG$sig)"
+  kill -"$sig" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  if kill -0 "$pid" 2>/dev/null; then log "still alive after 30s, SIGKILL"; kill -KILL "$pid" 2>/dev/null || true; fi
+  while kill -0 "$pid" 2>/dev/null; do sleep 0.1; done
+  rm -f "$PIDFILE"
+}
+
+print_env() {
+  echo "export BATON_KAFKA_BROKERS=$KAFKA_HOST:$KAFKA_PORT"
+}
+
+case "${1:-start}" in
+  fetch) fetch ;;
+  start) start ;;
+  stop) stop TERM ;;
+  kill) stop KILL ;;
+  restart) stop TERM; start ;;
+  reset) stop TERM; rm -rf "$DATA" "$LOGS" ;;
+  status) if api_versions_ok; then log "up on $KAFKA_HOST:$KAFKA_PORT"; else log "down"; exit 1; fi ;;
+  env) print_env ;;
+  *) echo "usage: $0 {fetch|start|stop|kill|restart|reset|status|env}" >&2; exit 2 ;;
+esac

@@ -1,0 +1,243 @@
+package fence
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+	"unicode/utf8"
+)
+
+// NoPosition is the position of a fence that has applied nothing yet. Kafka offsets start at 0.
+const NoPosition int64 = -1
+
+// MaxIdentifierLen bounds the length of the strings in a [Key] and of keyed-fence scopes and ids.
+const MaxIdentifierLen = 1024
+
+// Key names one fence: a partition of a topic as consumed by one consumer group.
+type Key struct {
+	Group     string
+	Topic     string
+	Partition int32
+}
+
+// String formats k as "group/topic/partition".
+func (k Key) String() string {
+	return k.Group + "/" + k.Topic + "/" + strconv.FormatInt(int64(k.Partition), 10)
+}
+
+// Validate returns an error wrapping [ErrInvalid] if a name is empty, too long or not UTF-8,
+// or the partition is negative.
+func (k Key) Validate() error {
+	if err := ValidateIdentifier("group", k.Group); err != nil {
+		return err
+	}
+	if err := ValidateIdentifier("topic", k.Topic); err != nil {
+		return err
+	}
+	if k.Partition < 0 {
+		return fmt.Errorf("%w: partition %d is negative", ErrInvalid, k.Partition)
+	}
+	return nil
+}
+
+// ValidateIdentifier checks a name used as (part of) a fence key: non-empty, at most
+// [MaxIdentifierLen] bytes, valid UTF-8 without NUL bytes (PostgreSQL text cannot hold them).
+func ValidateIdentifier(what, s string) error {
+	switch {
+	case s == "":
+		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
+	case len(s) > MaxIdentifierLen:
+		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalid, what, len(s), MaxIdentifierLen)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalid, what)
+		}
+	}
+	return nil
+}
+
+// State is what a sink stores for one fence.
+type State struct {
+	Token    Token // the highest token accepted
+	Position int64 // the last applied position (offset), NoPosition if none
+}
+
+// Applied reports whether position is at or below the stored position: a record there was
+// already applied and must be skipped.
+func (s State) Applied(position int64) bool { return position <= s.Position }
+
+// Recovery records one explicit era advance made by [Sink.Recover].
+type Recovery struct {
+	Key    Key
+	From   Token // the stored token the recovery replaced
+	To     Token // the new token: era From.Era+1, the verified owner's epoch
+	Reason string
+	At     time.Time // the sink's clock; informational only, never used for safety
+}
+
+// Sink is a fenced sink: a store that keeps, per [Key], the highest accepted token and the last
+// applied position next to the data, and refuses atomically any write under a lower token.
+// Tx is the store's transaction type (pgx.Tx for PostgreSQL, *sql.Tx for SQLite).
+//
+// All methods are safe for concurrent use; concurrent writers to the same key are serialized by
+// the store, and a lower token can never commit after a higher one was accepted.
+type Sink[Tx any] interface {
+	// Claim raises the stored token to t if the stored one is lower or equal, and returns the
+	// state as it stands afterwards (its Position is where the new owner resumes). A higher
+	// stored token fails with a *StaleError (errors.Is ErrStale) and changes nothing.
+	Claim(ctx context.Context, k Key, t Token) (State, error)
+
+	// Load returns the stored state; a key never claimed has the zero token and NoPosition.
+	Load(ctx context.Context, k Key) (State, error)
+
+	// Apply runs fn in a new transaction after checking and advancing the fence to
+	// (t, position), and commits both or neither. It fails with a *StaleError if the stored
+	// token is higher than t, with ErrDuplicate if the stored position is at or beyond
+	// position, and with fn's error if fn fails; in each case nothing is committed.
+	Apply(ctx context.Context, k Key, t Token, position int64, fn func(ctx context.Context, tx Tx) error) error
+
+	// Advance is Apply's check-and-advance inside a transaction the caller holds. On error
+	// the caller must roll back. The fence row stays locked until the caller's transaction ends.
+	Advance(ctx context.Context, tx Tx, k Key, t Token, position int64) error
+
+	// Recover is the only way to accept an owner whose epoch went backwards. If the stored
+	// token equals expected it stores Token{Era: expected.Era+1, Epoch: epoch}, records a
+	// [Recovery] with reason, and returns the new token; otherwise it fails with ErrConflict.
+	// Callers must first prove that the presenting member is the current owner.
+	Recover(ctx context.Context, k Key, expected Token, epoch int64, reason string) (Token, error)
+
+	// Recoveries lists the recorded recoveries for k, oldest first.
+	Recoveries(ctx context.Context, k Key) ([]Recovery, error)
+}
+
+// Verdict is the outcome of a keyed-fence admission.
+type Verdict int
+
+const (
+	Admitted  Verdict = iota + 1 // newer than anything applied: apply it
+	Duplicate                    // same token, sequence at or below the stored one: drop
+	Stale                        // lower token than the stored one: drop
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Admitted:
+		return "admitted"
+	case Duplicate:
+		return "duplicate"
+	case Stale:
+		return "stale"
+	}
+	return "Verdict(" + strconv.Itoa(int(v)) + ")"
+}
+
+// KeyedSink keeps per-entity fences: for each (scope, id) the highest (token, sequence)
+// admitted, stored atomically with the caller's own writes. It is the building block of an
+// inbox: a receiver admits a message before applying its effect in the same transaction.
+type KeyedSink[Tx any] interface {
+	// Admit compares (t, seq) with what is stored for (scope, id) inside the caller's
+	// transaction; if higher it stores it and returns Admitted, otherwise it stores nothing and
+	// returns Stale (lower token) or Duplicate (same token, seq not higher). The entity row
+	// stays locked until the caller's transaction ends.
+	Admit(ctx context.Context, tx Tx, scope, id string, t Token, seq int64) (Verdict, error)
+}
+
+// CheckAdvance is the fence rule every store applies, written once: it returns nil if a write
+// under t up to position may advance a fence in state s, a *StaleError if t is lower than the
+// stored token, and ErrDuplicate if position is not beyond the stored position.
+func CheckAdvance(k Key, s State, t Token, position int64) error {
+	if err := CheckClaim(k, s, t); err != nil {
+		return err
+	}
+	if position <= s.Position {
+		return fmt.Errorf("%w: %s at %d, stored position %d", ErrDuplicate, k, position, s.Position)
+	}
+	return nil
+}
+
+// CheckClaim is the claim rule every store applies, written once: t may take the fence in
+// state s if it is not lower than the stored token and does not invent a later era (eras
+// advance only through Recover).
+func CheckClaim(k Key, s State, t Token) error {
+	if t.Less(s.Token) {
+		return &StaleError{Key: k, Stored: s.Token, Presented: t}
+	}
+	if t.Era > s.Token.Era {
+		return fmt.Errorf("%w: %s: token %s is of a later era than the stored %s; eras advance only through Recover", ErrInvalid, k, t, s.Token)
+	}
+	return nil
+}
+
+// CheckAdmit is the keyed-fence rule every store applies, written once.
+func CheckAdmit(storedToken Token, storedSeq int64, found bool, t Token, seq int64) Verdict {
+	if !found {
+		return Admitted
+	}
+	switch c := t.Compare(storedToken); {
+	case c < 0:
+		return Stale
+	case c == 0 && seq <= storedSeq:
+		return Duplicate
+	}
+	return Admitted
+}
+
+// ValidateClaim checks the arguments of Claim.
+func ValidateClaim(k Key, t Token) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	return t.Validate()
+}
+
+// ValidateWrite checks the arguments of Apply and Advance.
+func ValidateWrite(k Key, t Token, position int64) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if position < 0 {
+		return fmt.Errorf("%w: position %d is negative", ErrInvalid, position)
+	}
+	return nil
+}
+
+// ValidateAdmit checks the arguments of KeyedSink.Admit.
+func ValidateAdmit(scope, id string, t Token, seq int64) error {
+	if err := ValidateIdentifier("scope", scope); err != nil {
+		return err
+	}
+	if err := ValidateIdentifier("id", id); err != nil {
+		return err
+	}
+	if err := t.Validate(); err != nil {
+		return err
+	}
+	if seq < 0 {
+		return fmt.Errorf("%w: sequence %d is negative", ErrInvalid, seq)
+	}
+	return nil
+}
+
+// ValidateRecover checks the arguments of Sink.Recover.
+func ValidateRecover(k Key, expected Token, epoch int64, reason string) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	if err := expected.Validate(); err != nil {
+		return err
+	}
+	if epoch < 0 {
+		return fmt.Errorf("%w: epoch %d is negative", ErrInvalid, epoch)
+	}
+	if reason == "" {
+		return fmt.Errorf("%w: a recovery needs a reason", ErrInvalid)
+	}
+	return nil
+}
