@@ -214,7 +214,7 @@ stop() {
 }
 
 print_env() {
-  echo "export BATON_KAFKA_BROKERS=$KAFKA_HOST:$KAFKA_PORT"
+  echo "export BATON_KAFKA_BROKERS='$KAFKA_HOST:$KAFKA_PORT'"
 }
 
 case "${1:-start}" in

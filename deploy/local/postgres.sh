@@ -154,7 +154,7 @@ kill_pg() {
 }
 
 print_env() {
-  echo "export BATON_POSTGRES_URL=postgres://$PG_USER:$PG_PASSWORD@$PG_HOST:$PG_PORT/$PG_DB?sslmode=disable"
+  echo "export BATON_POSTGRES_URL='postgres://$PG_USER:$PG_PASSWORD@$PG_HOST:$PG_PORT/$PG_DB?sslmode=disable'"
 }
 
 case "${1:-start}" in

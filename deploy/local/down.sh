@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# down.sh - stop the services that up.sh started (and only those). Data is kept; 'reset' wipes it.
+set -uo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+rc=0
+"$HERE/kafka.sh" "${1:-stop}" || rc=$?
+"$HERE/postgres.sh" "${1:-stop}" || rc=$?
+exit $rc

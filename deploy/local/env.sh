@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# env.sh - print the environment variables that point tests at the services up.sh started:
+#   eval "$(deploy/local/env.sh)"
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+"$HERE/kafka.sh" env
+"$HERE/postgres.sh" env

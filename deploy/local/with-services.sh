@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# with-services.sh CMD [ARGS...] - run CMD with PostgreSQL and Kafka up and their addresses in
+# the environment (BATON_POSTGRES_URL, BATON_KAFKA_BROKERS). Services that were already running
+# are used and left running; services this script started are stopped when CMD ends, also on
+# failure or interrupt. Exits with CMD's status.
+set -euo pipefail
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+[[ $# -gt 0 ]] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
+
+started=()
+cleanup() {
+  local s
+  for s in "${started[@]}"; do "$HERE/$s.sh" stop || true; done
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+for s in postgres kafka; do
+  if ! "$HERE/$s.sh" status 2>/dev/null; then
+    started+=("$s")
+    "$HERE/$s.sh" start
+  fi
+done
+eval "$("$HERE/env.sh")"
+"$@"
