@@ -5,4 +5,5 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 rc=0
 "$HERE/kafka.sh" "${1:-stop}" || rc=$?
 "$HERE/postgres.sh" "${1:-stop}" || rc=$?
+"$HERE/redis.sh" stop || rc=$?
 exit $rc

@@ -5,3 +5,4 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/kafka.sh" env
 "$HERE/postgres.sh" env
+"$HERE/redis.sh" env

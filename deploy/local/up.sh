@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# up.sh - start every service Baton's tests need (idempotent): PostgreSQL, then Kafka.
+# up.sh - start every service Baton's tests need (idempotent): PostgreSQL, Kafka, and
+# Redis (only the chaos harness's lock baseline uses it).
 # Prints nothing on stdout; 'env.sh' prints the variables to export.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/postgres.sh" start
 "$HERE/kafka.sh" start
+"$HERE/redis.sh" start

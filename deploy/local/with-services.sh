@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# with-services.sh CMD [ARGS...] - run CMD with PostgreSQL and Kafka up and their addresses in
-# the environment (BATON_POSTGRES_URL, BATON_KAFKA_BROKERS). Services that were already running
+# with-services.sh CMD [ARGS...] - run CMD with PostgreSQL, Kafka and Redis (the chaos baseline's
+# lock) up and their addresses in the environment (BATON_POSTGRES_URL, BATON_KAFKA_BROKERS,
+# BATON_REDIS_ADDR). Services that were already running
 # are used and left running; services this script started are stopped when CMD ends, also on
 # failure or interrupt. Exits with CMD's status.
 set -euo pipefail
@@ -15,7 +16,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for s in postgres kafka; do
+for s in postgres kafka redis; do
   if ! "$HERE/$s.sh" status 2>/dev/null; then
     started+=("$s")
     "$HERE/$s.sh" start

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# redis.sh - a private Redis on 127.0.0.1, used only by the chaos harness's baseline: the naive
+# lock from the seeds (SET NX PX + compare-and-delete), so the checker can show what a lock lets
+# through. Baton itself never needs Redis.
+#
+#   redis.sh install | start | stop | kill | status | env
+set -euo pipefail
+
+BATON_STATE_DIR="${BATON_STATE_DIR:-${TMPDIR:-/tmp}/baton-local}"
+REDIS_DIR="${REDIS_DIR:-$BATON_STATE_DIR/redis}"
+REDIS_HOST="${REDIS_HOST:-127.0.0.1}"
+REDIS_PORT="${REDIS_PORT:-16379}"
+PIDFILE="$REDIS_DIR/redis.pid"
+
+log() { printf '[redis.sh] %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+install() {
+  command -v redis-server >/dev/null 2>&1 && return 0
+  command -v apt-get >/dev/null 2>&1 || die "no redis-server and no apt-get; install Redis 6+ yourself"
+  local SUDO=""; [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
+  log "installing redis-server from Debian's packages"
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 || die "apt-get update failed"
+  local policy=/usr/sbin/policy-rc.d created=""
+  if [[ ! -e "$policy" ]]; then printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null; $SUDO chmod +x "$policy"; created=1; fi
+  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server >&2 ||
+    { [[ -n "$created" ]] && $SUDO rm -f "$policy"; die "apt-get install redis-server failed"; }
+  [[ -n "$created" ]] && $SUDO rm -f "$policy"
+  command -v redis-server >/dev/null 2>&1 || die "redis-server still not found after install"
+}
+
+running_pid() {
+  [[ -f "$PIDFILE" ]] || return 1
+  local pid; pid="$(cat "$PIDFILE")"
+  [[ "$pid" =~ ^[0-9]+$ ]] && kill -0 "$pid" 2>/dev/null || return 1
+  grep -q redis-server "/proc/$pid/cmdline" 2>/dev/null || return 1
+  echo "$pid"
+}
+
+ping() { [[ "$(timeout 2 redis-cli -h "$REDIS_HOST" -p "$REDIS_PORT" ping 2>/dev/null)" == PONG ]]; }
+
+start() {
+  local pid
+  if pid="$(running_pid)"; then log "already running (pid $pid)"; return 0; fi
+  install
+  ping && die "something this script did not start answers on $REDIS_HOST:$REDIS_PORT; set REDIS_PORT"
+  mkdir -p "$REDIS_DIR"
+  redis-server --bind "$REDIS_HOST" --port "$REDIS_PORT" --daemonize yes --pidfile "$PIDFILE" \
+    --dir "$REDIS_DIR" --save '' --appendonly no --logfile "$REDIS_DIR/redis.log" --protected-mode no
+  for _ in $(seq 1 100); do ping && { log "ready on $REDIS_HOST:$REDIS_PORT"; return 0; }; sleep 0.1; done
+  die "redis did not answer (log: $REDIS_DIR/redis.log)"
+}
+
+stop() {
+  local pid sig="${1:-TERM}"
+  if ! pid="$(running_pid)"; then log "not running"; return 0; fi
+  kill -"$sig" "$pid" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  rm -f "$PIDFILE"
+}
+
+case "${1:-start}" in
+  install) install ;;
+  start) start ;;
+  stop) stop TERM ;;
+  kill) stop KILL ;;
+  status) if ping; then log "up on $REDIS_HOST:$REDIS_PORT"; else log "down"; exit 1; fi ;;
+  env) echo "export BATON_REDIS_ADDR='$REDIS_HOST:$REDIS_PORT'" ;;
+  *) echo "usage: $0 {install|start|stop|kill|status|env}" >&2; exit 2 ;;
+esac
