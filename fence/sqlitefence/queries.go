@@ -1,0 +1,68 @@
+package sqlitefence
+
+import "strings"
+
+// queries holds the store's SQL with its table names spliced in once, at construction. Every
+// value is a bound parameter; only the validated, quoted table names are spliced.
+type queries struct {
+	schema string
+
+	// Fences. A write may move the fence only within the stored era (eras advance only through
+	// Recover) and never to a lower epoch, hence "era = ? AND epoch <= ?". The insert of a
+	// missing row runs only for era 0, the era of a fence never recovered.
+	claimUpdate   string
+	claimInsert   string
+	advanceUpdate string
+	advanceInsert string
+	load          string
+
+	recoverFromZero string // CAS for an expected zero token: the row may not exist yet
+	recoverUpdate   string // CAS for any other expected token
+	recoveryInsert  string
+	recoveries      string
+
+	admit     string
+	loadKeyed string
+}
+
+func newQueries(n names) queries {
+	schema := strings.NewReplacer(
+		"{{fence}}", n.fence,
+		"{{recovery_index}}", n.recoveryIndex,
+		"{{recovery}}", n.recovery,
+		"{{recovery_table}}", n.recoveryBare, // CREATE INDEX ... ON takes an unqualified table
+		"{{keyed}}", n.keyed,
+	).Replace(schemaSQL)
+	const key = ` WHERE grp = ?1 AND topic = ?2 AND partition = ?3`
+	return queries{
+		schema: schema,
+
+		claimUpdate: `UPDATE ` + n.fence + ` SET epoch = ?5` + key +
+			` AND era = ?4 AND epoch <= ?5 RETURNING position`,
+		claimInsert: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position)` +
+			` VALUES (?1, ?2, ?3, 0, ?4, -1) ON CONFLICT DO NOTHING`,
+		advanceUpdate: `UPDATE ` + n.fence + ` SET epoch = ?5, position = ?6` + key +
+			` AND era = ?4 AND epoch <= ?5 AND position < ?6`,
+		advanceInsert: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position)` +
+			` VALUES (?1, ?2, ?3, 0, ?4, ?5) ON CONFLICT DO NOTHING`,
+		load: `SELECT era, epoch, position FROM ` + n.fence + key,
+
+		recoverFromZero: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position)` +
+			` VALUES (?1, ?2, ?3, 1, ?4, -1)` +
+			` ON CONFLICT (grp, topic, partition) DO UPDATE SET era = 1, epoch = ?4 WHERE era = 0 AND epoch = 0`,
+		recoverUpdate: `UPDATE ` + n.fence + ` SET era = ?4 + 1, epoch = ?6` + key +
+			` AND era = ?4 AND epoch = ?5`,
+		recoveryInsert: `INSERT INTO ` + n.recovery +
+			` (grp, topic, partition, from_era, from_epoch, to_era, to_epoch, reason, at_unix_ns)` +
+			` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		recoveries: `SELECT from_era, from_epoch, to_era, to_epoch, reason, at_unix_ns FROM ` + n.recovery +
+			key + ` ORDER BY seq`,
+
+		// (era, epoch, seq) compared as a row value is exactly fence.CheckAdmit: a higher token
+		// with any sequence, or the same token with a higher sequence.
+		admit: `INSERT INTO ` + n.keyed + ` (scope, id, era, epoch, seq) VALUES (?1, ?2, ?3, ?4, ?5)` +
+			` ON CONFLICT (scope, id) DO UPDATE SET era = ?3, epoch = ?4, seq = ?5` +
+			` WHERE (era, epoch, seq) < (?3, ?4, ?5)`,
+		loadKeyed: `SELECT era, epoch, seq FROM ` + n.keyed + ` WHERE scope = ?1 AND id = ?2`,
+	}
+}

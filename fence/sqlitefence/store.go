@@ -1,0 +1,269 @@
+package sqlitefence
+
+import (
+	"context"
+	"database/sql"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"modernc.org/sqlite"
+
+	"github.com/batonhq/baton/fence"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// Store is a fenced sink in one SQLite database. It implements [fence.Sink] and
+// [fence.KeyedSink] for *sql.Tx. All methods are safe for concurrent use.
+type Store struct {
+	db          *sql.DB
+	owned       bool // Close closes db: Open opened it
+	busyTimeout time.Duration
+	q           queries
+
+	// gate serializes the store's own write transactions (Claim, Apply, Recover) within the
+	// process. SQLite admits one writer at a time anyway; waiting here hands the lock over as
+	// soon as it is released instead of polling it in SQLite's busy handler.
+	gate chan struct{}
+
+	// onBusy, if set, is called before each retry after SQLITE_BUSY (a test hook).
+	onBusy func()
+}
+
+var (
+	_ fence.Sink[*sql.Tx]      = (*Store)(nil)
+	_ fence.KeyedSink[*sql.Tx] = (*Store)(nil)
+)
+
+// Open opens (creating it if needed) the SQLite database file at path with the
+// modernc.org/sqlite driver and returns a store that owns it: [Store.Close] closes it.
+//
+// Every connection is set up with journal_mode=WAL, synchronous=FULL (see [Sync]),
+// foreign_keys=ON, busy_timeout=[BusyTimeout], and begins its read-write transactions with
+// BEGIN IMMEDIATE, so a transaction holds the write lock from its start: no two writers
+// interleave a fence check and advance, and no transaction fails late upgrading a read lock.
+// Transactions the caller begins on [Store.DB] behave the same way. Open fails if the file
+// cannot be put in WAL mode (as on some network file systems). path is a file-system path, not
+// a URI; ":memory:" is refused, since every pooled connection would get its own database.
+func Open(path string, opts ...Option) (*Store, error) {
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if path == "" || path == ":memory:" {
+		return nil, fmt.Errorf("%w: Open needs a database file path, got %q", fence.ErrInvalid, path)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitefence: open %s: %w", path, err)
+	}
+	db, err := sql.Open("sqlite", dsn(abs, cfg))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitefence: open %s: %w", path, err)
+	}
+	// The DSN's settings run on every new connection; a failure to switch to WAL is silent
+	// there, so check it on the first one.
+	var mode string
+	if err := db.QueryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlitefence: open %s: %w", path, wrapBusy(err))
+	}
+	if !strings.EqualFold(mode, "wal") {
+		db.Close()
+		return nil, fmt.Errorf("sqlitefence: open %s: journal mode is %q, not WAL (is the file on a network file system?)", path, mode)
+	}
+	s, err := newStore(db, true, cfg)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlitefence: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+// dsn builds the modernc driver's connection string: a file: URI, so that no byte of the path
+// can be read as a query parameter, carrying the settings every pooled connection applies.
+func dsn(abs string, cfg config) string {
+	var b strings.Builder
+	b.WriteString("file://")
+	for i := 0; i < len(abs); i++ {
+		switch c := abs[i]; c {
+		case '%', '?', '#':
+			fmt.Fprintf(&b, "%%%02X", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	q := url.Values{}
+	q.Set("_txlock", "immediate")
+	q.Set("_busy_timeout", strconv.FormatInt(cfg.busyTimeout.Milliseconds(), 10))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", cfg.sync.String())
+	q.Set("_foreign_keys", "1")
+	b.WriteByte('?')
+	b.WriteString(q.Encode())
+	return b.String()
+}
+
+// New returns a store over db, a database the caller opened with the modernc.org/sqlite driver
+// and keeps owning: the caller's own tables live in the same file and their writes share the
+// store's transactions. [Store.Close] leaves db open. New creates the store's tables if they do
+// not exist.
+//
+// New changes none of db's settings. For the guarantees [Open] gives, open db with WAL, a
+// busy timeout and synchronous=FULL, e.g. "file:///path/x.db?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=5000&_txlock=immediate".
+// Without _txlock=immediate the store's own transactions are still safe: each starts with a
+// write, which takes the write lock before anything is read, and SQLITE_BUSY is retried
+// within [BusyTimeout]. Transactions the caller begins are the caller's: one that reads before
+// its first write may fail with SQLITE_BUSY when it upgrades to the write lock.
+func New(db *sql.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalid)
+	}
+	if _, ok := db.Driver().(*sqlite.Driver); !ok {
+		return nil, fmt.Errorf("%w: the *sql.DB uses driver %T; sqlitefence needs modernc.org/sqlite", fence.ErrInvalid, db.Driver())
+	}
+	cfg, err := newConfig(opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.syncSet {
+		return nil, fmt.Errorf("%w: the Sync option applies to Open only; New leaves the caller's settings alone", fence.ErrInvalid)
+	}
+	return newStore(db, false, cfg)
+}
+
+func newStore(db *sql.DB, owned bool, cfg config) (*Store, error) {
+	s := &Store{
+		db:          db,
+		owned:       owned,
+		busyTimeout: cfg.busyTimeout,
+		q:           newQueries(newNames(cfg.table)),
+		gate:        make(chan struct{}, 1),
+	}
+	err := s.writeTx(context.Background(), func(ctx context.Context, tx *sql.Tx, _ func()) error {
+		_, err := tx.ExecContext(ctx, s.q.schema)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlitefence: creating tables: %w", err)
+	}
+	return s, nil
+}
+
+// DB returns the database the store writes to. Use it to begin transactions for
+// [Store.Advance] and [Store.Admit] and to reach your own tables in the same file.
+func (s *Store) DB() *sql.DB { return s.db }
+
+// Close closes the database if [Open] opened it; a store made by [New] leaves the caller's
+// database open.
+func (s *Store) Close() error {
+	if !s.owned {
+		return nil
+	}
+	return s.db.Close()
+}
+
+// writeTx runs body in a new read-write transaction and commits it. While the transaction has
+// done nothing irrevocable (body calls irrevocable before it hands the transaction to code
+// that must not run twice), SQLITE_BUSY rolls it back and tries again until the busy timeout
+// has elapsed; after that point, or after the timeout, the busy error is returned wrapped in
+// [ErrBusy]. Every error leaves nothing committed.
+func (s *Store) writeTx(ctx context.Context, body func(ctx context.Context, tx *sql.Tx, irrevocable func()) error) error {
+	deadline := time.Now().Add(s.busyTimeout)
+	backoff := time.Millisecond
+	for {
+		if err := s.acquire(ctx, deadline); err != nil {
+			return err
+		}
+		err, retry := s.attempt(ctx, body)
+		<-s.gate
+		if err == nil {
+			return nil
+		}
+		if !retry {
+			return wrapBusy(err)
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return fmt.Errorf("%w: still busy after %s: %w", ErrBusy, s.busyTimeout, err)
+		}
+		if s.onBusy != nil {
+			s.onBusy()
+		}
+		wait = min(wait, backoff)
+		backoff = min(2*backoff, 50*time.Millisecond)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("sqlitefence: %w while waiting for the write lock: %w", ctx.Err(), wrapBusy(err))
+		case <-t.C:
+		}
+	}
+}
+
+// acquire takes the store's writer gate, waiting at most until deadline.
+func (s *Store) acquire(ctx context.Context, deadline time.Time) error {
+	select {
+	case s.gate <- struct{}{}:
+		return nil
+	default:
+	}
+	wait := time.Until(deadline)
+	if wait <= 0 {
+		return fmt.Errorf("%w: another write transaction of this store holds the lock", ErrBusy)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.gate <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sqlitefence: %w while waiting for the write lock", ctx.Err())
+	case <-t.C:
+		return fmt.Errorf("%w: another write transaction of this store held the lock for %s", ErrBusy, s.busyTimeout)
+	}
+}
+
+// attempt runs body once; retry reports whether the failure was SQLITE_BUSY before anything
+// irrevocable happened.
+func (s *Store) attempt(ctx context.Context, body func(context.Context, *sql.Tx, func()) error) (err error, retry bool) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err, isBusy(err)
+	}
+	irrevocable := false
+	if err := body(ctx, tx, func() { irrevocable = true }); err != nil {
+		_ = tx.Rollback() // the body's error is the one that matters; the tx is discarded either way
+		return err, !irrevocable && isBusy(err)
+	}
+	if err := tx.Commit(); err != nil {
+		return err, !irrevocable && isBusy(err)
+	}
+	return nil, false
+}
+
+// isBusy reports whether err is SQLITE_BUSY or one of its extended codes (BUSY_SNAPSHOT,
+// BUSY_RECOVERY, BUSY_TIMEOUT).
+func isBusy(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code()&0xff == sqliteBusy
+}
+
+// sqliteBusy is SQLITE_BUSY, the primary result code.
+const sqliteBusy = 5
+
+// wrapBusy wraps a busy error in ErrBusy and returns any other error unchanged.
+func wrapBusy(err error) error {
+	if err == nil || !isBusy(err) || errors.Is(err, ErrBusy) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrBusy, err)
+}
