@@ -1,0 +1,77 @@
+// Package pgfence is the fenced sink in PostgreSQL, on pgx/v5: it keeps, for each
+// (consumer group, topic, partition), the highest accepted token and the last applied
+// position in a table next to the caller's data, and checks and advances them inside the
+// transaction that writes the data. It implements fence.Sink[pgx.Tx] and
+// fence.KeyedSink[pgx.Tx] and passes the fencetest conformance suite against a real server.
+//
+// # Use
+//
+//	s, err := pgfence.New(pool)            // validates names; no I/O
+//	err = s.Migrate(ctx)                   // CREATE TABLE IF NOT EXISTS, idempotent
+//	st, err := s.Claim(ctx, key, token)    // on assignment; resume after st.Position
+//	err = s.ApplyBatch(ctx, key, token, lastOffset, func(b *pgx.Batch) error {
+//		b.Queue(`INSERT INTO kv ...`, ...) // the caller's writes, pipelined after the fence
+//		return nil
+//	})
+//
+// Migrate is explicit rather than run by New: New takes no context and does no I/O, and
+// deployments that own their migrations can take the DDL from [Store.Schema] instead. Migrate
+// may be called repeatedly and concurrently, from many processes: it holds a transaction-scoped
+// advisory lock around CREATE TABLE IF NOT EXISTS.
+//
+// # Guarantees
+//
+// The fence lives in the same database and commits in the same transaction as the data, so a
+// batch's writes and its fence advance commit together or not at all. Every fence write is
+// one conditional statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE) whose WHERE clause is
+// the shared rule of package fence (same era, epoch not lower, position beyond the stored
+// one); a refusal affects zero rows, and the stored row is then read to report a
+// *fence.StaleError, fence.ErrDuplicate or fence.ErrInvalid exactly as fence.CheckAdvance
+// would.
+//
+// Why a lower token can never commit after a higher one, under READ COMMITTED (PostgreSQL's
+// default): ON CONFLICT DO UPDATE takes the fence row's lock before it evaluates its WHERE
+// clause, and holds it until the transaction ends. A writer that arrives while another
+// transaction holds the lock waits; when that transaction commits, PostgreSQL re-evaluates
+// the waiting statement's WHERE against the newly committed row version, so a lower token (or
+// an already applied position) now matches nothing and is refused. Between a successful
+// advance and its commit no other writer of the same fence can commit. The test suite proves
+// this against the server (TestAdvanceRace: the lower writer is observed waiting in pg_locks,
+// then refused). Under REPEATABLE READ or SERIALIZABLE the same race ends in a serialization
+// failure (SQLSTATE 40001) instead of a StaleError: still safe, but retried by nobody.
+//
+// Because the refusing statement also locked the row, the read that classifies a refusal
+// sees the very version that refused. The only unlocked case is a token of a later era on a
+// fence that does not exist yet (no row to lock): if a concurrent Recover makes the read
+// admit the write, the statement is retried, at most a few times.
+//
+// Advance and AdvanceBatch work in a transaction the caller owns; Apply and ApplyBatch are
+// conveniences that begin and commit one. AdvanceBatch/ApplyBatch queue the fence statement
+// first in the same pgx.Batch as the caller's statements, so a fenced batch costs the same
+// round trips as an unfenced one (begin, one pipelined batch, commit); the caller's
+// statements execute after the fence has taken its lock and are rolled back if it refused.
+//
+// A commit that fails without an answer from the server (connection lost, context ended)
+// returns [ErrCommitUnknown]: the batch may have committed. Retrying it is safe: if it had
+// committed, the retry fails with fence.ErrDuplicate, which is the proof.
+//
+// Table names come from options and cannot be bound as parameters; they are validated
+// (internal/sqlident: [A-Za-z_][A-Za-z0-9_]*, optionally schema-qualified, at most 63 bytes
+// per part) and always quoted, so injection-shaped names fail at New with fence.ErrInvalid and
+// accepted names are case-sensitive.
+//
+// # Not covered
+//
+//   - Failover of the database itself. With asynchronous replication a promoted standby can
+//     lack the last acknowledged commits, fence advances included: the fence then regresses
+//     with the data it guards (the two stay consistent with each other), and writes that
+//     were acknowledged are lost and may be applied again. Use synchronous replication
+//     (synchronous_commit = remote_apply or on with synchronous standbys) where that matters,
+//     and make sure a demoted primary is fenced off at the infrastructure layer.
+//   - Writes that bypass the fence: statements outside a fenced transaction, or in a
+//     different database, are not protected.
+//   - Non-transactional effects inside a refused transaction (sequence values, writes
+//     through dblink or to other systems) are not rolled back.
+//   - The fence orders writers; it does not decide ownership. Tokens come from the Kafka
+//     group coordinator (see package fence).
+package pgfence
