@@ -1,0 +1,57 @@
+// Package fence is Baton's fencing contract: the rules a sink applies, atomically and next to
+// the data, so that a writer that lost ownership of a partition without knowing it (a GC pause,
+// a frozen VM, SIGSTOP, a slow network) cannot write after its successor has.
+//
+// Checking "am I still the owner?" before writing cannot do this: the pause can fall between
+// the check and the write. Only the resource can refuse the write, so every write carries a
+// [Token] and the sink keeps, per [Key] (consumer group, topic, partition), the highest token
+// it has accepted and the last position (Kafka offset) it applied, in the same transaction as
+// the data.
+//
+// # Tokens and eras
+//
+// A token is (Era, Epoch), compared lexicographically. Epoch is the consumer-group generation
+// at which the owner was assigned the partition: successive owners of a partition get strictly
+// higher generations. Generations can go backwards, though (a group deleted or expired and
+// recreated starts again at 1), and a fence that only remembers "the highest" would then refuse
+// the new, legitimate owner forever. Era is the guard for that: it is stored with the fence and
+// raised only by [Sink.Recover], so every token of a later era outranks every token of an
+// earlier one, and no writer can raise it by presenting a bigger number.
+//
+// # Invariants every Sink keeps
+//
+//   - One highest token per key. A claim or write under a lower token fails with a
+//     [*StaleError] (errors.Is [ErrStale]) and changes nothing; it is never transient. A token
+//     of a later era than the stored one is refused with [ErrInvalid]: eras advance only
+//     through Recover.
+//   - Claim: a new owner raises the fence to its token and learns the position to resume
+//     after (the sink's position is authoritative, not Kafka's committed offset).
+//   - Apply / Advance: the fence check-and-advance and the caller's writes commit together or
+//     not at all. The check is "token >= stored", not ">", because one owner writes many
+//     batches under one token; and "position > stored", so a batch at or below the stored
+//     position fails with [ErrDuplicate] and the caller skips it. A crash between the
+//     database commit and the Kafka offset commit therefore loses nothing and applies nothing
+//     twice. Stale wins over duplicate: a zombie is told to stop, not to skip and carry on.
+//   - Serialized per key: a transaction that advanced a key holds it until it ends, so a lower
+//     token can never commit after a higher one was accepted.
+//   - Regression is refused, never silently accepted: a current owner that presents a lower
+//     token than the stored one (the group was recreated) is indistinguishable from a zombie
+//     at the sink and is refused as stale. The caller, after proving with the group
+//     coordinator that the member is the current owner, reports a [*RegressionError] and may
+//     call [Sink.Recover]: a compare-and-set from the exact stored token to
+//     (stored era + 1, the owner's epoch), recorded as a [Recovery] with a reason. Losing
+//     the compare-and-set gives [ErrConflict]. The position is kept.
+//
+// # Keyed fences
+//
+// A [KeyedSink] fences per entity instead of per partition: for each (scope, id) it keeps the
+// highest (token, sequence) admitted. A receiver (an inbox) admits a message inside the
+// transaction that applies its effect: [Admitted] means apply it, [Duplicate] (same token,
+// sequence not higher) and [Stale] (lower token) mean drop it. A higher token admits any
+// sequence, since a new owner numbers its messages afresh.
+//
+// The rules themselves are written once here ([CheckClaim], [CheckAdvance], [CheckAdmit],
+// the Validate functions) and every store applies them; fence/fencetest is the conformance
+// suite each store runs. Stores: fence/pgfence (PostgreSQL), fence/sqlitefence (SQLite),
+// fence/memfence (in memory, not durable; for tests and examples).
+package fence
