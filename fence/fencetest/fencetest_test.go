@@ -11,10 +11,14 @@ import (
 	"strings"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencetest"
 	"github.com/batonhq/baton/fence/memfence"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var validTable = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
