@@ -1,0 +1,197 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/batonhq/baton/fence"
+)
+
+// Verdict is what the checker found after a run. Every count is read back from the database
+// the workers wrote to; nothing is taken from the workers' own word except the attempt log,
+// which they write outside the transaction it describes.
+type Verdict struct {
+	Expected int64 // records produced
+
+	Applied    int64 // records folded into the state (sum of per-key counts)
+	KeysWrong  int   // keys whose final state differs from the fold of their records
+	Lost       int64 // records missing from keys that have too few
+	Duplicated int64 // records applied more than once (excess on keys with too many)
+	Disorder   int64 // applies that were not the key's next sequence number
+
+	Batches         int64 // committed batches in the applied log
+	StaleCommits    int64 // committed batches whose token is lower than one committed before them on the partition
+	OverlapBatches  int64 // committed batches whose offsets overlap a batch committed before them
+	Attempts        map[string]int64
+	ZombieAttempts  int64 // attempts made by a writer that had been frozen past its session timeout
+	ZombieRefused   int64 // of those, refused by the fence as stale
+	ZombieCommitted int64 // of those, committed (a lock let a zombie write)
+}
+
+// OK reports whether every data invariant holds: nothing lost, nothing applied twice, every
+// key in order, and no stale or overlapping commit.
+func (v Verdict) OK() bool {
+	return v.KeysWrong == 0 && v.Lost == 0 && v.Duplicated == 0 && v.Disorder == 0 &&
+		v.StaleCommits == 0 && v.OverlapBatches == 0 && v.Applied == v.Expected
+}
+
+// Violations lists the broken invariants in words, empty when OK.
+func (v Verdict) Violations() []string {
+	var out []string
+	if v.Lost > 0 {
+		out = append(out, fmt.Sprintf("%d records lost", v.Lost))
+	}
+	if v.Duplicated > 0 {
+		out = append(out, fmt.Sprintf("%d records applied twice", v.Duplicated))
+	}
+	if v.Disorder > 0 {
+		out = append(out, fmt.Sprintf("%d out-of-order applies", v.Disorder))
+	}
+	if v.KeysWrong > 0 {
+		out = append(out, fmt.Sprintf("%d keys with a wrong final state", v.KeysWrong))
+	}
+	if v.StaleCommits > 0 {
+		out = append(out, fmt.Sprintf("%d batches committed under a stale token", v.StaleCommits))
+	}
+	if v.OverlapBatches > 0 {
+		out = append(out, fmt.Sprintf("%d batches re-applied offsets already applied", v.OverlapBatches))
+	}
+	if v.Applied != v.Expected && v.Lost == 0 && v.Duplicated == 0 {
+		out = append(out, fmt.Sprintf("%d records applied, %d expected", v.Applied, v.Expected))
+	}
+	return out
+}
+
+// Check reads the workload's tables and verifies the invariants for workload w.
+func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
+	v := Verdict{Expected: int64(w.Total()), Attempts: map[string]int64{}}
+	per := int64(w.PerKey)
+	wantSum := per * (per - 1) / 2
+	seen := map[string]bool{}
+	rows, err := db.Query(ctx, `SELECT k, n, last_seq, sum_seq, disorder FROM chaos_state`)
+	if err != nil {
+		return v, fmt.Errorf("chaos: check state: %w", err)
+	}
+	for rows.Next() {
+		var k string
+		var n, last, sum, disorder int64
+		if err := rows.Scan(&k, &n, &last, &sum, &disorder); err != nil {
+			rows.Close()
+			return v, err
+		}
+		seen[k] = true
+		v.Applied += n
+		v.Disorder += disorder
+		if n < per {
+			v.Lost += per - n
+		}
+		if n > per {
+			v.Duplicated += n - per
+		}
+		if n != per || sum != wantSum || last != per-1 || disorder != 0 {
+			v.KeysWrong++
+			// Equal counts with a wrong sum: as many lost as duplicated. Count the difference
+			// of sums as at least one of each, so a masked violation still shows.
+			if n == per && sum != wantSum {
+				v.Lost++
+				v.Duplicated++
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return v, err
+	}
+	for i := 0; i < w.Keys; i++ {
+		if !seen[Key(i)] {
+			v.KeysWrong++
+			v.Lost += per
+		}
+	}
+
+	type batch struct {
+		first, last int64
+		tok         fence.Token
+	}
+	byPart := map[int32][]batch{}
+	rows, err = db.Query(ctx, `SELECT part, first_off, last_off, era, epoch FROM chaos_applied ORDER BY id`)
+	if err != nil {
+		return v, fmt.Errorf("chaos: check applied log: %w", err)
+	}
+	for rows.Next() {
+		var p int32
+		var b batch
+		if err := rows.Scan(&p, &b.first, &b.last, &b.tok.Era, &b.tok.Epoch); err != nil {
+			rows.Close()
+			return v, err
+		}
+		byPart[p] = append(byPart[p], b)
+		v.Batches++
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return v, err
+	}
+	for _, bs := range byPart {
+		var maxTok fence.Token
+		maxOff := int64(-1)
+		for _, b := range bs {
+			if b.tok.Less(maxTok) {
+				v.StaleCommits++
+			}
+			if b.first <= maxOff {
+				v.OverlapBatches++
+			}
+			if maxTok.Less(b.tok) {
+				maxTok = b.tok
+			}
+			if b.last > maxOff {
+				maxOff = b.last
+			}
+		}
+	}
+
+	rows, err = db.Query(ctx, `SELECT outcome, zombie FROM chaos_attempts`)
+	if err != nil {
+		return v, fmt.Errorf("chaos: check attempts: %w", err)
+	}
+	for rows.Next() {
+		var outcome string
+		var zombie bool
+		if err := rows.Scan(&outcome, &zombie); err != nil {
+			rows.Close()
+			return v, err
+		}
+		v.Attempts[outcome]++
+		if zombie {
+			v.ZombieAttempts++
+			switch outcome {
+			case OutcomeStale:
+				v.ZombieRefused++
+			case OutcomeCommitted:
+				v.ZombieCommitted++
+			}
+		}
+	}
+	rows.Close()
+	return v, rows.Err()
+}
+
+// Attempt outcomes recorded in chaos_attempts.
+const (
+	OutcomeCommitted = "committed"
+	OutcomeStale     = "stale"
+	OutcomeDuplicate = "duplicate"
+	OutcomeError     = "error"
+)
+
+// AttemptKinds lists the outcomes in a stable order, for reports.
+func (v Verdict) AttemptKinds() []string {
+	ks := make([]string, 0, len(v.Attempts))
+	for k := range v.Attempts {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}

@@ -1,0 +1,20 @@
+// Package chaos proves Baton's claims by breaking things: it runs worker processes of a Baton
+// application against a real Kafka broker and a real database, produces a keyed stream whose
+// fold is known in advance, injects faults (frozen workers past their session timeout,
+// crashes, graceful handovers, rebalance storms, broker and database restarts, group
+// deletion), and then checks what landed:
+//
+//   - no stale write: no committed batch carries a token lower than one committed before it on
+//     its partition, and no batch re-applies offsets already applied;
+//   - no lost update and no double apply: every key's final state equals the fold of its
+//     records, in order;
+//   - the faults bit: every frozen worker's held write was attempted after its takeover and is
+//     counted by outcome (refused as stale under Baton, committed under the baselines);
+//   - liveness: after the last fault, everything produced is applied within a stated bound.
+//
+// The same workload runs in three modes: Fenced (Baton), Unfenced (Kafka's assignment alone)
+// and Lock (the seeds' naive Redis lease), so the checker is shown to fail what it should fail.
+//
+// The workers write through a deliberately naive read-modify-write (read a key's state,
+// compute, write it back): the access pattern that locks are usually asked to protect.
+package chaos

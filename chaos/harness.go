@@ -1,0 +1,572 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// FaultKind names a fault the harness injects.
+type FaultKind string
+
+const (
+	FaultFreeze        FaultKind = "freeze"         // SIGSTOP a worker at its next write, past its session timeout, then SIGCONT
+	FaultKill          FaultKind = "kill"           // SIGKILL a worker, start a replacement
+	FaultTerm          FaultKind = "term"           // SIGTERM a worker (graceful handover), start a replacement
+	FaultStorm         FaultKind = "storm"          // members join and leave repeatedly
+	FaultBrokerRestart FaultKind = "broker-restart" // stop and start the real broker
+	FaultDBRestart     FaultKind = "db-restart"     // restart PostgreSQL
+	FaultGroupDelete   FaultKind = "group-delete"   // stop every worker, delete the group, restart: the generation regresses
+)
+
+// AllFaults lists every kind, in the order a bounded run cycles through them.
+var AllFaults = []FaultKind{FaultFreeze, FaultKill, FaultTerm, FaultStorm, FaultBrokerRestart, FaultDBRestart, FaultGroupDelete}
+
+// ParseFaults parses a comma-separated list of kinds ("all" for every kind).
+func ParseFaults(s string) ([]FaultKind, error) {
+	if s == "" || s == "all" {
+		return append([]FaultKind(nil), AllFaults...), nil
+	}
+	var out []FaultKind
+	for _, f := range strings.Split(s, ",") {
+		k := FaultKind(strings.TrimSpace(f))
+		ok := false
+		for _, a := range AllFaults {
+			ok = ok || a == k
+		}
+		if !ok {
+			return nil, fmt.Errorf("chaos: unknown fault %q", f)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// Config configures a chaos run.
+type Config struct {
+	Mode       Mode
+	Workers    int   // worker processes; default 3
+	Partitions int32 // default 12
+	Workload   Workload
+	Rate       int // records produced per second; default 2000
+	Faults     []FaultKind
+	NumFaults  int           // faults to inject; default len(Faults)*3
+	Seed       int64         // picks targets and order
+	Settle     time.Duration // bound for applying everything after the last fault; default 90s
+
+	Brokers     []string
+	PostgresURL string // the workers' database (exactly one of PostgresURL, SQLitePath)
+	SQLitePath  string
+	RedisAddr   string // lock mode
+	Group       string // default: unique per run
+	Topic       string // default: unique per run; created with Partitions
+
+	// Binary is the program run as each worker with WorkerArgs; default: this executable,
+	// with the arguments "worker" and the flags cmd/baton understands.
+	Binary         string
+	SessionTimeout time.Duration // the workers'; default 3s
+	DeployDir      string        // deploy/local, for broker and database restarts
+	Progress       io.Writer     // live progress lines; nil for none
+}
+
+// Result is a chaos run's outcome.
+type Result struct {
+	Config   Config
+	Verdict  Verdict
+	Faults   []Fault
+	Started  time.Time
+	Finished time.Time
+	Settled  bool          // everything produced was applied within the Settle bound
+	SettleIn time.Duration // how long applying the backlog took after the last fault
+}
+
+// Fault is one injected fault, as logged.
+type Fault struct {
+	Kind   FaultKind
+	Target string
+	Detail string
+	Start  time.Time
+	End    time.Time
+	Bit    bool // the fault provably happened (e.g. the frozen worker's takeover was seen)
+}
+
+// OK reports whether the run passed: invariants held, the backlog was applied in time, and
+// every freeze fault bit (a zombie write was attempted and refused).
+func (r *Result) OK() bool {
+	return r.Verdict.OK() && r.Settled && r.Verdict.ZombieCommitted == 0
+}
+
+type proc struct {
+	id   string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+type harness struct {
+	cfg     Config
+	db      DB
+	rng     *rand.Rand
+	mu      sync.Mutex
+	procs   map[string]*proc
+	nextID  int
+	faults  []Fault
+	t0      time.Time
+	adm     *kadm.Client
+	workers sync.WaitGroup
+}
+
+func (c *Config) defaults() error {
+	if c.Workers <= 0 {
+		c.Workers = 3
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 12
+	}
+	if c.Rate <= 0 {
+		c.Rate = 2000
+	}
+	if c.NumFaults < 0 {
+		return errors.New("chaos: negative fault count")
+	}
+	if c.NumFaults == 0 && len(c.Faults) > 0 {
+		c.NumFaults = 3 * len(c.Faults)
+	}
+	if c.Settle <= 0 {
+		c.Settle = 90 * time.Second
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 3 * time.Second
+	}
+	if c.Mode == "" {
+		c.Mode = Fenced
+	}
+	if (c.PostgresURL == "") == (c.SQLitePath == "") {
+		return errors.New("chaos: exactly one of a PostgreSQL URL and an SQLite path")
+	}
+	if len(c.Brokers) == 0 {
+		return errors.New("chaos: no brokers")
+	}
+	if c.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		c.Binary = exe
+	}
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	if c.Group == "" {
+		c.Group = "chaos-" + string(c.Mode) + "-" + suffix
+	}
+	if c.Topic == "" {
+		c.Topic = "chaos-" + string(c.Mode) + "-" + suffix
+	}
+	for _, f := range c.Faults {
+		if (f == FaultBrokerRestart || f == FaultDBRestart) && c.DeployDir == "" {
+			return fmt.Errorf("chaos: fault %s needs DeployDir (deploy/local)", f)
+		}
+		if f == FaultDBRestart && c.PostgresURL == "" {
+			return fmt.Errorf("chaos: fault %s needs PostgreSQL", f)
+		}
+	}
+	return c.Workload.Validate()
+}
+
+// Run runs one chaos run: it creates the topic, starts the workers, produces the workload
+// while injecting faults, waits until everything produced is applied (or the Settle bound
+// passes), stops the workers and checks the invariants. db is the workers' database, already
+// migrated with [Migrate].
+func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	h := &harness{cfg: cfg, db: db, rng: rand.New(rand.NewSource(cfg.Seed)), procs: map[string]*proc{}, t0: time.Now()}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.RecordRetries(1<<30), kgo.RequestRetries(1<<20), kgo.RetryTimeout(5*time.Minute))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	h.adm = kadm.NewClient(cl)
+	if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, cfg.Topic); err != nil || resp.Err != nil {
+		return nil, fmt.Errorf("chaos: create topic %s: %w", cfg.Topic, errors.Join(err, resp.Err))
+	}
+	res := &Result{Config: cfg, Started: h.t0}
+	defer h.stopAll()
+	for i := 0; i < cfg.Workers; i++ {
+		if err := h.start(ctx); err != nil {
+			return nil, err
+		}
+	}
+
+	// Produce in the background at the configured rate while faults are injected.
+	// Produce round after round while the faults are injected, so every fault meets a
+	// stream in motion; the producer finishes its round once the faults are over.
+	type produced struct {
+		rounds int
+		err    error
+	}
+	prodDone := make(chan produced, 1)
+	stopProd := make(chan struct{})
+	pctx, cancelProd := context.WithCancel(ctx)
+	var prodWG sync.WaitGroup
+	defer func() { cancelProd(); prodWG.Wait() }()
+	prodWG.Add(1)
+	go func() {
+		defer prodWG.Done()
+		n, err := cfg.Workload.ProduceRounds(pctx, cl, cfg.Topic, cfg.Rate, cfg.Workload.PerKey, stopProd)
+		prodDone <- produced{n, err}
+	}()
+
+	h.progress("run: mode=%s workers=%d partitions=%d records=%d faults=%d seed=%d", cfg.Mode, cfg.Workers, cfg.Partitions, cfg.Workload.Total(), cfg.NumFaults, cfg.Seed)
+	time.Sleep(2 * cfg.SessionTimeout) // let the group form and start applying
+	for i := 0; i < cfg.NumFaults && ctx.Err() == nil; i++ {
+		kind := cfg.Faults[i%len(cfg.Faults)]
+		if i >= len(cfg.Faults) {
+			kind = cfg.Faults[h.rng.Intn(len(cfg.Faults))]
+		}
+		f := h.inject(ctx, kind)
+		h.faults = append(h.faults, f)
+		h.logFault(ctx, f)
+		h.progress("fault %d/%d %-14s %-10s bit=%v %s (%.1fs)", i+1, cfg.NumFaults, f.Kind, f.Target, f.Bit, f.Detail, f.End.Sub(f.Start).Seconds())
+	}
+	close(stopProd)
+	p := <-prodDone
+	if p.err != nil {
+		return nil, fmt.Errorf("chaos: produce: %w", p.err)
+	}
+	res.Config.Workload.PerKey = p.rounds
+	h.progress("produced %d rounds of %d keys: %d records", p.rounds, cfg.Workload.Keys, p.rounds*cfg.Workload.Keys)
+	settleStart := time.Now()
+	res.Settled = h.waitApplied(ctx, settleStart.Add(cfg.Settle))
+	res.SettleIn = time.Since(settleStart)
+	h.stopAll()
+	res.Faults = h.faults
+	res.Verdict, err = Check(context.WithoutCancel(ctx), db, res.Config.Workload)
+	res.Finished = time.Now()
+	return res, err
+}
+
+func (h *harness) progress(format string, args ...any) {
+	if h.cfg.Progress != nil {
+		fmt.Fprintf(h.cfg.Progress, "[%6.1fs] "+format+"\n", append([]any{time.Since(h.t0).Seconds()}, args...)...)
+	}
+}
+
+func (h *harness) logFault(ctx context.Context, f Fault) {
+	_ = h.db.Exec(context.WithoutCancel(ctx), `INSERT INTO chaos_faults (kind, target, detail, start_ms, end_ms) VALUES ($1, $2, $3, $4, $5)`,
+		string(f.Kind), f.Target, f.Detail, f.Start.UnixMilli(), f.End.UnixMilli())
+}
+
+// start launches one worker process.
+func (h *harness) start(ctx context.Context) error {
+	h.mu.Lock()
+	h.nextID++
+	id := fmt.Sprintf("w%d", h.nextID)
+	h.mu.Unlock()
+	args := []string{"worker", "-id", id, "-mode", string(h.cfg.Mode), "-brokers", strings.Join(h.cfg.Brokers, ","),
+		"-group", h.cfg.Group, "-topic", h.cfg.Topic, "-session-timeout", h.cfg.SessionTimeout.String()}
+	if h.cfg.PostgresURL != "" {
+		args = append(args, "-postgres", h.cfg.PostgresURL)
+	} else {
+		args = append(args, "-sqlite", h.cfg.SQLitePath)
+	}
+	if h.cfg.RedisAddr != "" {
+		args = append(args, "-redis", h.cfg.RedisAddr)
+	}
+	cmd := exec.Command(h.cfg.Binary, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
+	cmd.Stdout = io.Discard
+	logf, err := os.CreateTemp("", "baton-chaos-"+id+"-*.log")
+	if err == nil {
+		cmd.Stderr = logf
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("chaos: start worker: %w", err)
+	}
+	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
+	h.workers.Add(1)
+	go func() {
+		defer h.workers.Done()
+		_ = cmd.Wait()
+		if logf != nil {
+			_ = logf.Close()
+		}
+		close(p.done)
+	}()
+	h.mu.Lock()
+	h.procs[id] = p
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *harness) alive() []*proc {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*proc
+	for _, p := range h.procs {
+		select {
+		case <-p.done:
+		default:
+			out = append(out, p)
+		}
+	}
+	// Stable order for a given seed.
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && out[j].id < out[j-1].id; j-- {
+			out[j], out[j-1] = out[j-1], out[j]
+		}
+	}
+	return out
+}
+
+func (h *harness) stop(p *proc, sig syscall.Signal, wait time.Duration) {
+	_ = p.cmd.Process.Signal(syscall.SIGCONT) // a frozen process cannot handle SIGTERM
+	_ = p.cmd.Process.Signal(sig)
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	h.mu.Lock()
+	delete(h.procs, p.id)
+	h.mu.Unlock()
+}
+
+func (h *harness) stopAll() {
+	for _, p := range h.alive() {
+		h.stop(p, syscall.SIGTERM, 30*time.Second)
+	}
+	h.workers.Wait()
+}
+
+func (h *harness) pick() *proc {
+	ps := h.alive()
+	if len(ps) == 0 {
+		return nil
+	}
+	return ps[h.rng.Intn(len(ps))]
+}
+
+func (h *harness) inject(ctx context.Context, kind FaultKind) Fault {
+	f := Fault{Kind: kind, Start: time.Now()}
+	h.injectInto(ctx, &f)
+	if f.End.IsZero() {
+		f.End = time.Now()
+	}
+	return f
+}
+
+func (h *harness) injectInto(ctx context.Context, f *Fault) {
+	kind := f.Kind
+	st := h.cfg.SessionTimeout
+	switch kind {
+	case FaultFreeze:
+		h.freeze(ctx, f)
+	case FaultKill, FaultTerm:
+		p := h.pick()
+		if p == nil {
+			f.Detail = "no worker alive"
+			break
+		}
+		f.Target = p.id
+		sig := syscall.SIGKILL
+		if kind == FaultTerm {
+			sig = syscall.SIGTERM
+		}
+		h.stop(p, sig, 30*time.Second)
+		f.Bit = true
+		if err := h.start(ctx); err != nil {
+			f.Detail = err.Error()
+		}
+		sleep(ctx, st)
+	case FaultStorm:
+		f.Target = "group"
+		for i := 0; i < 3; i++ {
+			_ = h.start(ctx)
+			_ = h.start(ctx)
+			sleep(ctx, st/2)
+			ps := h.alive()
+			for _, p := range ps[len(ps)-2:] {
+				h.stop(p, syscall.SIGKILL, 5*time.Second)
+			}
+			sleep(ctx, st/4)
+		}
+		for len(h.alive()) < h.cfg.Workers {
+			_ = h.start(ctx)
+		}
+		f.Bit = true
+		f.Detail = "3 rounds of 2 joins and 2 crashes"
+		sleep(ctx, st)
+	case FaultBrokerRestart:
+		f.Target = "kafka"
+		f.Bit, f.Detail = h.script(ctx, "kafka.sh", "restart")
+		sleep(ctx, st)
+	case FaultDBRestart:
+		f.Target = "postgres"
+		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")
+		sleep(ctx, st)
+	case FaultGroupDelete:
+		f.Target = h.cfg.Group
+		n := len(h.alive())
+		for _, p := range h.alive() {
+			h.stop(p, syscall.SIGTERM, 30*time.Second)
+		}
+		// Wait for the group to be empty, then delete it: the next generation starts at 1.
+		deadline := time.Now().Add(30 * time.Second)
+		for time.Now().Before(deadline) {
+			resp, err := h.adm.DeleteGroup(ctx, h.cfg.Group)
+			if err == nil && resp.Err == nil {
+				f.Bit = true
+				break
+			}
+			sleep(ctx, 500*time.Millisecond)
+		}
+		if !f.Bit {
+			f.Detail = "group could not be deleted"
+		} else {
+			f.Detail = "all workers stopped, group deleted, workers restarted"
+		}
+		for i := 0; i < n; i++ {
+			_ = h.start(ctx)
+		}
+		sleep(ctx, 2*st)
+	}
+}
+
+// freeze arms a worker that is writing to freeze itself before its next write, waits until it
+// is stopped, waits until another member has taken over one of its partitions (a claim or a
+// write under a higher token), then continues it: its held write is now a zombie's.
+func (h *harness) freeze(ctx context.Context, f *Fault) {
+	p := h.pick()
+	if p == nil {
+		f.Detail = "no worker alive"
+		return
+	}
+	f.Target = p.id
+	since := time.Now().UnixMilli()
+	_ = p.cmd.Process.Signal(syscall.SIGUSR1)
+	var part int32
+	var era, epoch int64
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := h.db.QueryRow(ctx, `SELECT part, era, epoch FROM chaos_attempts WHERE worker = $1 AND outcome = 'frozen' AND at_ms >= $2 ORDER BY id DESC LIMIT 1`,
+			p.id, since).Scan(&part, &era, &epoch)
+		if err == nil && stopped(p.cmd.Process.Pid) {
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			f.Detail = "worker did not reach a write (no partitions?)"
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			return
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+	// Takeover: a batch of that partition committed under a higher token by someone else.
+	deadline = time.Now().Add(3*h.cfg.SessionTimeout + 30*time.Second)
+	for {
+		var n int64
+		err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_applied WHERE part = $1 AND worker <> $2 AND (era > $3 OR (era = $3 AND epoch > $4))`,
+			part, p.id, era, epoch).Scan(&n)
+		if err == nil && n > 0 {
+			f.Bit = true
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	f.Detail = fmt.Sprintf("frozen holding partition %d at token %d.%d", part, era, epoch)
+	if !f.Bit {
+		f.Detail += "; no takeover seen"
+	}
+	f.End = time.Now()
+	sleep(ctx, h.cfg.SessionTimeout)
+}
+
+// stopped reports whether the process is in the stopped state.
+func stopped(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i >= 0 && i+2 < len(s) && (s[i+2] == 'T' || s[i+2] == 't')
+}
+
+func (h *harness) script(ctx context.Context, name string, args ...string) (bool, string) {
+	cmd := exec.CommandContext(ctx, filepath.Join(h.cfg.DeployDir, name), args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return false, fmt.Sprintf("%s %s: %v: %s", name, strings.Join(args, " "), err, lastLine(out))
+	}
+	return true, lastLine(out)
+}
+
+func lastLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return s
+}
+
+// waitApplied waits until every partition's applied log reaches the partition's end.
+func (h *harness) waitApplied(ctx context.Context, deadline time.Time) bool {
+	ends, err := h.adm.ListEndOffsets(ctx, h.cfg.Topic)
+	if err != nil {
+		return false
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset - 1 })
+	for {
+		got := map[int32]int64{}
+		rows, err := h.db.Query(ctx, `SELECT part, max(last_off) FROM chaos_applied GROUP BY part`)
+		if err == nil {
+			for rows.Next() {
+				var p int32
+				var o int64
+				if rows.Scan(&p, &o) == nil {
+					got[p] = o
+				}
+			}
+			rows.Close()
+		}
+		done := true
+		for p, o := range want {
+			if o >= 0 && got[p] < o {
+				done = false
+			}
+		}
+		if done {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,299 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/consumer"
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/redislock"
+)
+
+// Mode is how a worker protects its writes.
+type Mode string
+
+const (
+	// Fenced is Baton: the consumer runtime and a fenced sink.
+	Fenced Mode = "fenced"
+	// Unfenced trusts Kafka's assignment alone: same consumer group, same writes, no fence.
+	Unfenced Mode = "unfenced"
+	// Lock is the seeds' naive lock: a Redis lease per partition checked before each write.
+	Lock Mode = "lock"
+)
+
+// ParseMode parses a mode name.
+func ParseMode(s string) (Mode, error) {
+	switch m := Mode(s); m {
+	case Fenced, Unfenced, Lock:
+		return m, nil
+	}
+	return "", fmt.Errorf("chaos: unknown mode %q (want fenced, unfenced or lock)", s)
+}
+
+// WorkerConfig configures one worker process.
+type WorkerConfig struct {
+	ID             string
+	Mode           Mode
+	Brokers        []string
+	Group, Topic   string
+	SessionTimeout time.Duration // default 3s: short, so a frozen worker becomes a zombie quickly
+	LockTTL        time.Duration // lock mode's lease; default SessionTimeout
+	RedisAddr      string        // lock mode
+	Logger         *slog.Logger
+}
+
+func (c *WorkerConfig) defaults() error {
+	if c.ID == "" || c.Group == "" || c.Topic == "" || len(c.Brokers) == 0 {
+		return errors.New("chaos: worker needs an id, a group, a topic and brokers")
+	}
+	if c.SessionTimeout <= 0 {
+		c.SessionTimeout = 3 * time.Second
+	}
+	if c.LockTTL <= 0 {
+		c.LockTTL = c.SessionTimeout
+	}
+	if c.Mode == Lock && c.RedisAddr == "" {
+		return errors.New("chaos: lock mode needs a Redis address")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	return nil
+}
+
+func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.SessionTimeout(c.SessionTimeout),
+		kgo.HeartbeatInterval(c.SessionTimeout / 10),
+		kgo.RebalanceTimeout(2 * c.SessionTimeout),
+		kgo.FetchMaxWait(250 * time.Millisecond),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	}
+}
+
+// freezer implements the harness's freeze faults inside a worker. SIGUSR1 asks the worker to
+// freeze itself at its next write, between deciding to write and reaching the database (a
+// GC pause or VM freeze at the worst moment): it logs the batch it holds, then stops itself
+// with SIGSTOP. The harness lets another member take over and then sends SIGCONT; the worker
+// resumes and makes the write it was about to make, ignoring cancellation (as a paused
+// program that has not yet looked at its context would), so the attempt reaches the database.
+type freezer struct {
+	id      string
+	db      DB
+	armed   atomic.Bool
+	stopSig chan os.Signal
+}
+
+func newFreezer(id string, db DB) *freezer {
+	f := &freezer{id: id, db: db, stopSig: make(chan os.Signal, 1)}
+	return f
+}
+
+// watch arms the freezer on SIGUSR1 until ctx ends; the caller waits for it.
+func (f *freezer) watch(ctx context.Context) {
+	signal.Notify(f.stopSig, syscall.SIGUSR1)
+	defer signal.Stop(f.stopSig)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.stopSig:
+			f.armed.Store(true)
+		}
+	}
+}
+
+// point is called before each write attempt. If armed, it freezes the process and returns
+// true after the process was continued: the attempt that follows is a zombie's.
+func (f *freezer) point(ctx context.Context, part int32, tok fence.Token, first, last int64) bool {
+	if !f.armed.CompareAndSwap(true, false) {
+		return false
+	}
+	logAttempt(ctx, f.db, f.id, part, tok, first, last, "frozen", false, "freezing before the write")
+	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	return true
+}
+
+func logAttempt(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, outcome string, zombie bool, detail string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, part, era, epoch, first_off, last_off, outcome, zombie, detail, at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, worker, part, tok.Era, tok.Epoch, first, last, outcome, zombie, detail, time.Now().UnixMilli())
+}
+
+func outcomeOf(err error) string {
+	switch {
+	case err == nil:
+		return OutcomeCommitted
+	case errors.Is(err, fence.ErrStale):
+		return OutcomeStale
+	case errors.Is(err, fence.ErrDuplicate):
+		return OutcomeDuplicate
+	}
+	return OutcomeError
+}
+
+// attemptSink wraps the fenced sink: it applies the freeze faults and logs every write attempt
+// with its outcome, outside the transaction, so refused attempts are counted too.
+type attemptSink[T any] struct {
+	fence.Sink[T]
+	f  *freezer
+	db DB
+	id string
+}
+
+func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, T) error) error {
+	const first = -1 // the sink sees only the batch's last offset; chaos_applied has the range
+	zombie := s.f.point(ctx, k.Partition, t, first, position)
+	if zombie {
+		ctx = context.WithoutCancel(ctx)
+	}
+	err := s.Sink.Apply(ctx, k, t, position, fn)
+	detail := ""
+	if err != nil {
+		detail = err.Error()
+	}
+	logAttempt(ctx, s.db, s.id, k.Partition, t, first, position, outcomeOf(err), zombie, detail)
+	return err
+}
+
+// RunFenced runs a Baton consumer as a chaos worker over sink, whose transactions adapt must
+// turn into the workload's Tx. db is the same database, used for the attempt log.
+func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T], adapt func(T) Tx, db DB) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	f := newFreezer(cfg.ID, db)
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); f.watch(wctx) }()
+
+	wrapped := &attemptSink[T]{Sink: sink, f: f, db: db, id: cfg.ID}
+	factory := func(_ context.Context, _ string, part int32, _ fence.Token) (consumer.Handler[T], error) {
+		return consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
+			return ApplyBatch(ctx, adapt(tx), part, b.Token, cfg.ID, b.Records)
+		}), nil
+	}
+	c, err := consumer.New[T](cfg.Group, []string{cfg.Topic}, fence.Sink[T](wrapped), factory,
+		consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger))
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// RunBaseline runs a worker without Baton's fence: Unfenced trusts Kafka's assignment alone,
+// Lock additionally takes the seeds' naive Redis lease per partition and checks it before each
+// write. Both apply the same batches with the same read-modify-write as the fenced worker.
+func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
+	if err := cfg.defaults(); err != nil {
+		return err
+	}
+	var locks *redislock.Client
+	if cfg.Mode == Lock {
+		var err error
+		if locks, err = redislock.Dial(ctx, cfg.RedisAddr); err != nil {
+			return err
+		}
+		defer locks.Close()
+	}
+	f := newFreezer(cfg.ID, db)
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	defer func() { cancel(); wg.Wait() }()
+	wg.Add(1)
+	go func() { defer wg.Done(); f.watch(wctx) }()
+
+	var mu sync.Mutex // guards gens: written by the rebalance callback, read by the poll loop
+	gens := map[int32]int64{}
+	opts := append(cfg.kafkaOpts(),
+		kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(cfg.Topic), kgo.DisableAutoCommit(),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()),
+		kgo.OnPartitionsAssigned(func(_ context.Context, cl *kgo.Client, m map[string][]int32) {
+			_, gen := cl.GroupMetadata()
+			mu.Lock()
+			for _, p := range m[cfg.Topic] {
+				gens[p] = int64(gen)
+			}
+			mu.Unlock()
+		}),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	lockVal := fmt.Sprintf("%s-%d", cfg.ID, time.Now().UnixNano())
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		var firstErr error
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			mu.Lock()
+			tok := fence.Token{Epoch: gens[p.Partition]}
+			mu.Unlock()
+			if locks != nil {
+				key := fmt.Sprintf("chaos-lock/%s/%d", cfg.Group, p.Partition)
+				if err := locks.Extend(ctx, key, lockVal, cfg.LockTTL); err != nil {
+					ok, err := locks.TryAcquire(ctx, key, lockVal, cfg.LockTTL)
+					if err != nil || !ok {
+						// Someone else holds it: fetch these records again later.
+						rewind(cl, cfg.Topic, p.Partition, p.Records[0].Offset)
+						return
+					}
+				}
+			}
+			first, last := p.Records[0].Offset, p.Records[len(p.Records)-1].Offset
+			zombie := f.point(ctx, p.Partition, tok, first, last)
+			actx := ctx
+			if zombie {
+				actx = context.WithoutCancel(ctx)
+			}
+			tx, commit, rollback, err := db.Begin(actx)
+			if err == nil {
+				if err = ApplyBatch(actx, tx, p.Partition, tok, cfg.ID, p.Records); err == nil {
+					err = commit(actx)
+				} else {
+					_ = rollback(actx)
+				}
+			}
+			detail := ""
+			if err != nil {
+				detail = err.Error()
+			}
+			logAttempt(actx, db, cfg.ID, p.Partition, tok, first, last, outcomeOf(err), zombie, detail)
+			if err != nil {
+				firstErr = err
+				rewind(cl, cfg.Topic, p.Partition, first) // retry the batch, as Baton would
+				return
+			}
+			_ = cl.CommitRecords(ctx, p.Records[len(p.Records)-1])
+		})
+		if firstErr != nil && ctx.Err() == nil {
+			cfg.Logger.Warn("baseline write failed", "err", firstErr)
+		}
+	}
+}
+
+// rewind makes the client fetch partition p again from offset.
+func rewind(cl *kgo.Client, topic string, p int32, offset int64) {
+	cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{topic: {p: {Epoch: -1, Offset: offset}}})
+}

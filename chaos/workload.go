@@ -1,0 +1,235 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/fence"
+)
+
+// Workload is the keyed record stream every chaos run produces: Keys keys, each with PerKey
+// records carrying the sequence numbers 0..PerKey-1 in order. Its fold is known in advance,
+// so the checker can tell a lost update from a double apply.
+type Workload struct {
+	Keys   int
+	PerKey int
+}
+
+// Total is the number of records.
+func (w Workload) Total() int { return w.Keys * w.PerKey }
+
+// Validate reports a workload that cannot run.
+func (w Workload) Validate() error {
+	if w.Keys <= 0 || w.PerKey <= 0 {
+		return fmt.Errorf("chaos: workload needs keys > 0 and records per key > 0, got %d and %d", w.Keys, w.PerKey)
+	}
+	return nil
+}
+
+// Key names key number i.
+func Key(i int) string { return fmt.Sprintf("k%05d", i) }
+
+// Record returns the i-th record of the stream: keys round-robin, so each key's sequence
+// numbers rise in production order.
+func (w Workload) Record(topic string, i int) *kgo.Record {
+	k, seq := i%w.Keys, i/w.Keys
+	return &kgo.Record{Topic: topic, Key: []byte(Key(k)), Value: strconv.AppendInt(nil, int64(seq), 10)}
+}
+
+// Produce writes records [from, to) of the stream to topic, at most rate records per second
+// (0: as fast as possible), and waits until all are acknowledged.
+func (w Workload) Produce(ctx context.Context, cl *kgo.Client, topic string, from, to int, rate int) error {
+	var firstErr error
+	errc := make(chan error, 1)
+	start := time.Now()
+	for i := from; i < to; i++ {
+		if rate > 0 {
+			due := start.Add(time.Duration(i-from) * time.Second / time.Duration(rate))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(d):
+				}
+			}
+		}
+		cl.Produce(ctx, w.Record(topic, i), func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	select {
+	case firstErr = <-errc:
+	default:
+	}
+	return firstErr
+}
+
+// ProduceRounds produces the stream round by round (one record per key per round) at about
+// rate records per second until stop is closed and at least minRounds rounds are out, always
+// finishing the round it is in, so every key ends with the same count. It returns the rounds
+// produced: the workload actually run is Workload{Keys: w.Keys, PerKey: rounds}. Only what the
+// broker acknowledged counts; an error means the stream is incomplete.
+func (w Workload) ProduceRounds(ctx context.Context, cl *kgo.Client, topic string, rate, minRounds int, stop <-chan struct{}) (int, error) {
+	rounds := 0
+	for {
+		select {
+		case <-stop:
+			if rounds >= minRounds {
+				return rounds, nil
+			}
+		default:
+		}
+		if err := w.Produce(ctx, cl, topic, rounds*w.Keys, (rounds+1)*w.Keys, rate); err != nil {
+			return rounds, err
+		}
+		rounds++
+	}
+}
+
+// Schema returns the workload's tables for a dialect: the per-key state the handler folds the
+// records into, the log of applied batches (one row per committed batch, written in the same
+// transaction), the log of write attempts (written outside it, so refused attempts are seen),
+// and the log of injected faults.
+func Schema(d Dialect) string {
+	id := "BIGSERIAL PRIMARY KEY"
+	if d == SQLite {
+		id = "INTEGER PRIMARY KEY AUTOINCREMENT"
+	}
+	return `
+CREATE TABLE IF NOT EXISTS chaos_state (
+	k TEXT PRIMARY KEY,
+	n BIGINT NOT NULL,
+	last_seq BIGINT NOT NULL,
+	sum_seq BIGINT NOT NULL,
+	disorder BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chaos_applied (
+	id ` + id + `,
+	part INTEGER NOT NULL,
+	first_off BIGINT NOT NULL,
+	last_off BIGINT NOT NULL,
+	era BIGINT NOT NULL,
+	epoch BIGINT NOT NULL,
+	worker TEXT NOT NULL,
+	at_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chaos_attempts (
+	id ` + id + `,
+	worker TEXT NOT NULL,
+	part INTEGER NOT NULL,
+	era BIGINT NOT NULL,
+	epoch BIGINT NOT NULL,
+	first_off BIGINT NOT NULL,
+	last_off BIGINT NOT NULL,
+	outcome TEXT NOT NULL,
+	zombie BOOLEAN NOT NULL,
+	detail TEXT NOT NULL,
+	at_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chaos_faults (
+	id ` + id + `,
+	kind TEXT NOT NULL,
+	target TEXT NOT NULL,
+	detail TEXT NOT NULL,
+	start_ms BIGINT NOT NULL,
+	end_ms BIGINT NOT NULL
+);`
+}
+
+// Migrate creates the workload's tables.
+func Migrate(ctx context.Context, db DB) error {
+	if db.Dialect() == SQLite {
+		// One statement per Exec: database/sql drivers differ on multi-statement strings.
+		for _, stmt := range splitStatements(Schema(SQLite)) {
+			if err := db.Exec(ctx, stmt); err != nil {
+				return fmt.Errorf("chaos: migrate: %w", err)
+			}
+		}
+		return nil
+	}
+	if err := db.Exec(ctx, Schema(Postgres)); err != nil {
+		return fmt.Errorf("chaos: migrate: %w", err)
+	}
+	return nil
+}
+
+func splitStatements(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] == ';' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}
+
+type keyState struct{ n, last, sum, disorder int64 }
+
+// errBadRecord marks a record that does not decode as a workload record.
+var errBadRecord = errors.New("chaos: record is not a workload record")
+
+// ApplyBatch folds a batch of one partition into the per-key state inside tx, as a deliberate
+// read-modify-write (read the key's state, compute, write it back): the access pattern a lock
+// is usually asked to protect, and the one that loses updates when two writers overlap. It
+// also logs the batch with the writer's token in the same transaction.
+func ApplyBatch(ctx context.Context, tx Tx, part int32, tok fence.Token, worker string, recs []*kgo.Record) error {
+	if len(recs) == 0 {
+		return nil
+	}
+	states := map[string]*keyState{}
+	order := []string{}
+	for _, r := range recs {
+		seq, err := strconv.ParseInt(string(r.Value), 10, 64)
+		if err != nil || len(r.Key) == 0 {
+			return fmt.Errorf("%w: offset %d", errBadRecord, r.Offset)
+		}
+		k := string(r.Key)
+		st, ok := states[k]
+		if !ok {
+			st = &keyState{last: -1}
+			err := tx.QueryRow(ctx, `SELECT n, last_seq, sum_seq, disorder FROM chaos_state WHERE k = $1`, k).
+				Scan(&st.n, &st.last, &st.sum, &st.disorder)
+			if err != nil && !isNoRows(err) {
+				return err
+			}
+			states[k] = st
+			order = append(order, k)
+		}
+		if seq != st.last+1 {
+			st.disorder++
+		}
+		st.n++
+		st.sum += seq
+		st.last = seq
+	}
+	for _, k := range order {
+		st := states[k]
+		err := tx.Exec(ctx, `INSERT INTO chaos_state (k, n, last_seq, sum_seq, disorder) VALUES ($1, $2, $3, $4, $5)
+ON CONFLICT (k) DO UPDATE SET n = excluded.n, last_seq = excluded.last_seq, sum_seq = excluded.sum_seq, disorder = excluded.disorder`,
+			k, st.n, st.last, st.sum, st.disorder)
+		if err != nil {
+			return err
+		}
+	}
+	return tx.Exec(ctx, `INSERT INTO chaos_applied (part, first_off, last_off, era, epoch, worker, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
+		part, recs[0].Offset, recs[len(recs)-1].Offset, tok.Era, tok.Epoch, worker, time.Now().UnixMilli())
+}
+
+func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) }

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/batonhq/baton/chaos"
+	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/fence/sqlitefence"
+)
+
+func worker(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	var (
+		cfg            chaos.WorkerConfig
+		mode, brokers  string
+		pgURL, sqlPath string
+	)
+	fs.StringVar(&cfg.ID, "id", "", "worker id")
+	fs.StringVar(&mode, "mode", "fenced", "fenced, unfenced or lock")
+	fs.StringVar(&brokers, "brokers", "", "Kafka seed brokers, comma-separated")
+	fs.StringVar(&cfg.Group, "group", "", "consumer group")
+	fs.StringVar(&cfg.Topic, "topic", "", "topic")
+	fs.StringVar(&pgURL, "postgres", "", "PostgreSQL URL")
+	fs.StringVar(&sqlPath, "sqlite", "", "SQLite file")
+	fs.StringVar(&cfg.RedisAddr, "redis", "", "Redis address (lock mode)")
+	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 3*time.Second, "Kafka session timeout")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	m, err := chaos.ParseMode(mode)
+	if err != nil {
+		return err
+	}
+	cfg.Mode = m
+	cfg.Brokers = strings.Split(brokers, ",")
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", cfg.ID)
+	switch {
+	case pgURL != "" && sqlPath == "":
+		pool, err := pgxpool.New(ctx, pgURL)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		db := chaos.PgDB(pool)
+		if m != chaos.Fenced {
+			return chaos.RunBaseline(ctx, cfg, db)
+		}
+		store, err := pgfence.New(pool)
+		if err != nil {
+			return err
+		}
+		return chaos.RunFenced[pgx.Tx](ctx, cfg, store, chaos.PgTx, db)
+	case sqlPath != "" && pgURL == "":
+		store, err := sqlitefence.Open(sqlPath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		db := chaos.SQLDB(store.DB())
+		if m != chaos.Fenced {
+			return chaos.RunBaseline(ctx, cfg, db)
+		}
+		return chaos.RunFenced[*sql.Tx](ctx, cfg, store, chaos.SQLTx, db)
+	}
+	return fmt.Errorf("give exactly one of -postgres and -sqlite")
+}
