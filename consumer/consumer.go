@@ -1,0 +1,453 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Handler applies batches of one partition inside the sink's transaction.
+// Handle is never called concurrently for the same partition.
+//
+// ctx is cancelled when this member loses the partition; tx belongs to the sink's fenced
+// transaction and commits only if Handle returns nil and the fence still accepts the token.
+// Return [Permanent] (wrapped by [Batch.Fail] to name the record) for a poison record; any
+// other error is retried with backoff, the same batch again.
+type Handler[Tx any] interface {
+	Handle(ctx context.Context, tx Tx, b *Batch) error
+}
+
+// HandlerFunc adapts a function to [Handler].
+type HandlerFunc[Tx any] func(ctx context.Context, tx Tx, b *Batch) error
+
+// Handle calls f.
+func (f HandlerFunc[Tx]) Handle(ctx context.Context, tx Tx, b *Batch) error { return f(ctx, tx, b) }
+
+// Batch is a run of consecutive records of one partition, applied in one fenced transaction.
+type Batch struct {
+	Topic     string
+	Partition int32
+	Token     fence.Token // the owner's token, checked by the sink at commit
+	Records   []*kgo.Record
+}
+
+// Fail marks r as the poison record of the batch: the consumer applies the records before it,
+// dead-letters it with err as the reason, and goes on with the records after it.
+func (b *Batch) Fail(r *kgo.Record, err error) error {
+	return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: Permanent(err)}
+}
+
+// Factory builds the handler of a partition when this member is assigned it, after the
+// partition was claimed with token t. The handler's state is owned by the partition's single
+// goroutine: it needs no locks.
+type Factory[Tx any] func(ctx context.Context, topic string, partition int32, t fence.Token) (Handler[Tx], error)
+
+// Consumer is a single-writer consumer-group member: it owns the partitions Kafka assigns it,
+// claims each in the sink, and applies their records in fenced transactions.
+type Consumer[Tx any] struct {
+	group   string
+	topics  []string
+	sink    fence.Sink[Tx]
+	factory Factory[Tx]
+	cfg     config
+	m       *meters
+	tracer  trace.Tracer
+	log     *slog.Logger
+}
+
+// New returns a consumer for group over topics, writing through sink with handlers built by
+// factory. It fails with ErrNoGroup, ErrNoTopics, ErrNilSink, ErrNilFactory, ErrNoBrokers or
+// ErrInvalidOption. It starts nothing: [Consumer.Run] does.
+func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Factory[Tx], opts ...Option) (*Consumer[Tx], error) {
+	if err := fence.ValidateIdentifier("group", group); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoGroup, err)
+	}
+	if len(topics) == 0 {
+		return nil, ErrNoTopics
+	}
+	for _, t := range topics {
+		if err := fence.ValidateIdentifier("topic", t); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoTopics, err)
+		}
+	}
+	if sink == nil {
+		return nil, ErrNilSink
+	}
+	if factory == nil {
+		return nil, ErrNilFactory
+	}
+	cfg := defaults()
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o(&cfg); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.maxInflight < cfg.maxInflightPart {
+		return nil, fmt.Errorf("%w: MaxInflight %d below MaxInflightPerPartition %d", ErrInvalidOption, cfg.maxInflight, cfg.maxInflightPart)
+	}
+	// Validate the Kafka options without starting anything that outlives New: an empty seed
+	// list first, so that only the user's SeedBrokers can make the config valid.
+	probe, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers()}, cfg.kafka...)...)
+	if err != nil {
+		// kgo has no sentinel for this configuration error.
+		if strings.Contains(err.Error(), "no seed brokers") {
+			return nil, ErrNoBrokers
+		}
+		return nil, fmt.Errorf("%w: kafka: %w", ErrInvalidOption, err)
+	}
+	probe.Close()
+	m, err := newMeters(cfg.meters)
+	if err != nil {
+		return nil, fmt.Errorf("%w: meters: %w", ErrInvalidOption, err)
+	}
+	return &Consumer[Tx]{
+		group: group, topics: append([]string(nil), topics...), sink: sink, factory: factory,
+		cfg: cfg, m: m, tracer: cfg.tracers.Tracer(instrumentation), log: cfg.logger.With("group", group),
+	}, nil
+}
+
+// Run joins the group and processes the partitions assigned to this member until ctx is
+// cancelled; then it lets every in-flight batch finish or roll back, commits the applied
+// offsets, leaves the group and returns nil. It returns an error if the Kafka client cannot
+// be created or a partition's handler factory fails. No goroutine it starts outlives it.
+func (c *Consumer[Tx]) Run(ctx context.Context) error {
+	r := &run[Tx]{c: c, workers: map[tp]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
+	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
+	defer r.cancel()
+
+	opts := append([]kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer())}, c.cfg.kafka...)
+	opts = append(opts,
+		kgo.ConsumerGroup(c.group),
+		kgo.ConsumeTopics(c.topics...),
+		kgo.AutoCommitMarks(),
+		kgo.OnPartitionsAssigned(r.assigned),
+		kgo.OnPartitionsRevoked(r.revoked),
+		kgo.OnPartitionsLost(r.lost),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("consumer: kafka client: %w", err)
+	}
+	r.cl = cl
+	err = r.poll(ctx)
+	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
+	// the workers after their in-flight batch and commits what was applied.
+	cl.Close()
+	r.stopAll(false) // anything left (e.g. after a fatal error) is stopped without a commit
+	r.wg.Wait()
+	return err
+}
+
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// run is the state of one Run: the Kafka client and the registry of partition workers. The
+// registry (not any partition's state) is shared by the poll loop and the rebalance
+// callbacks, hence mu.
+type run[Tx any] struct {
+	c      *Consumer[Tx]
+	cl     *kgo.Client
+	ctx    context.Context // parent of every worker; cancelled when Run returns
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	workers map[tp]*worker[Tx]
+
+	total atomic.Int64  // records handed to live workers and not yet done
+	space chan struct{} // poked when total drops
+	fatal chan error
+}
+
+func (r *run[Tx]) fail(err error) {
+	select {
+	case r.fatal <- err:
+	default:
+	}
+}
+
+// poll is the fetch loop: it hands each partition's records to the partition's worker and
+// applies backpressure (a global bound by not polling, a per-partition bound by pausing).
+func (r *run[Tx]) poll(ctx context.Context) error {
+	max := r.c.cfg.maxInflight
+	for {
+		for r.total.Load() >= int64(max) {
+			select {
+			case <-ctx.Done():
+				return nil
+			case err := <-r.fatal:
+				return err
+			case <-r.space:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-r.fatal:
+			return err
+		default:
+		}
+		fs := r.cl.PollRecords(ctx, max-int(r.total.Load()))
+		if fs.IsClientClosed() {
+			return nil
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.Canceled) {
+				r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+			}
+		})
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			last := p.Records[len(p.Records)-1]
+			r.c.m.lag.Record(ctx, max64(0, p.HighWatermark-last.Offset-1), partAttrs(p.Topic, p.Partition))
+			r.dispatch(ctx, tp{p.Topic, p.Partition}, p.Records)
+		})
+	}
+}
+
+func max64(a, b int64) int64 {
+	if a > b {
+		return a
+	}
+	return b
+}
+
+// dispatch hands recs to the partition's worker. Records of a partition with no live worker
+// (revoked between the fetch and now) are dropped: the next owner re-reads them from the
+// sink's position.
+func (r *run[Tx]) dispatch(ctx context.Context, k tp, recs []*kgo.Record) {
+	n := int64(len(recs))
+	r.mu.Lock()
+	w := r.workers[k]
+	if w == nil || w.removed {
+		r.mu.Unlock()
+		return
+	}
+	// Counted under mu so that removal, also under mu, accounts for everything it strands.
+	if w.inflight.Add(n) >= int64(r.c.cfg.maxInflightPart) {
+		r.setPause(w, pauseBackpressure, true)
+	}
+	r.total.Add(n)
+	r.mu.Unlock()
+	select {
+	case w.in <- recs:
+	case <-w.done:
+	case <-ctx.Done():
+	}
+}
+
+// Pause reasons; fetching of a partition is paused while any is set.
+const (
+	pauseBackpressure = 1 << iota
+	pauseClaiming
+	pauseIdle
+)
+
+// setPause sets or clears one pause reason of w and pauses or resumes fetching when the
+// partition's state changes. r.mu must be held.
+func (r *run[Tx]) setPause(w *worker[Tx], reason int, on bool) {
+	was := w.pause != 0
+	if on {
+		w.pause |= reason
+	} else {
+		w.pause &^= reason
+	}
+	w.paused.Store(w.pause != 0)
+	if w.removed {
+		return
+	}
+	m := map[string][]int32{w.topic: {w.partition}}
+	switch now := w.pause != 0; {
+	case now && !was:
+		r.cl.PauseFetchPartitions(m)
+	case !now && was:
+		r.cl.ResumeFetchPartitions(m)
+	}
+}
+
+// done releases n records of w's in-flight count and resumes a partition paused by
+// backpressure once half of its bound is free.
+func (r *run[Tx]) done(w *worker[Tx], n int64) {
+	left := w.inflight.Add(-n)
+	r.total.Add(-n)
+	select {
+	case r.space <- struct{}{}:
+	default:
+	}
+	if w.paused.Load() && left <= int64(r.c.cfg.maxInflightPart/2) {
+		r.mu.Lock()
+		if w.pause&pauseBackpressure != 0 {
+			r.setPause(w, pauseBackpressure, false)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// assigned is OnPartitionsAssigned: capture the epoch of this assignment for the newly
+// assigned partitions (retained ones keep their token), start one worker per partition, and
+// wait for their claims so that fetching starts at the sink's position.
+func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
+	if len(added) == 0 {
+		return
+	}
+	epoch, err := r.c.cfg.epochs.AssignedEpoch(cl)
+	if err != nil {
+		r.c.log.Error("no epoch for the assignment; partitions left unprocessed", "err", err)
+		r.fail(fmt.Errorf("consumer: assignment epoch: %w", err))
+		return
+	}
+	var started []*worker[Tx]
+	r.mu.Lock()
+	for topic, ps := range added {
+		for _, p := range ps {
+			k := tp{topic, p}
+			if old := r.workers[k]; old != nil { // franz-go revokes before reassigning; be safe anyway
+				r.mu.Unlock()
+				r.stop(old, false)
+				r.mu.Lock()
+			}
+			w := newWorker(r, topic, p, epoch)
+			r.workers[k] = w
+			started = append(started, w)
+			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(topic, p, "assigned"))
+		}
+	}
+	r.mu.Unlock()
+	for _, w := range started {
+		r.wg.Add(1)
+		go w.run()
+	}
+	r.c.log.Info("partitions assigned", "epoch", epoch, "partitions", added)
+
+	wait, cancel := context.WithTimeout(r.ctx, r.c.cfg.claimWait)
+	defer cancel()
+	for _, w := range started {
+		select {
+		case <-w.claimed:
+			continue
+		case <-wait.Done():
+		}
+		// The claim is slow (a database down?): let the rebalance finish but keep the
+		// partition paused; the worker seeks and resumes it when its claim completes.
+		r.mu.Lock()
+		if !w.claimDone {
+			w.late = true
+			r.setPause(w, pauseClaiming, true)
+		}
+		r.mu.Unlock()
+	}
+}
+
+// revoked is OnPartitionsRevoked: the rebalance barrier. Each revoked partition's worker is
+// cancelled and waited for (its in-flight batch commits or rolls back), then the offsets of
+// applied batches are committed.
+func (r *run[Tx]) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	r.stopPartitions(revoked, "revoked")
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		r.c.log.Warn("commit offsets on revoke", "err", err)
+	}
+}
+
+// lost is OnPartitionsLost: like revoked, without a commit (it would fail, and the sink's
+// position is authoritative anyway).
+func (r *run[Tx]) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	r.stopPartitions(lost, "lost")
+}
+
+func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
+	var ws []*worker[Tx]
+	r.mu.Lock()
+	for topic, ps := range m {
+		for _, p := range ps {
+			if w := r.workers[tp{topic, p}]; w != nil {
+				ws = append(ws, w)
+			}
+			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(topic, p, why))
+		}
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.stop(w, true) }()
+	}
+	wg.Wait()
+	if len(m) > 0 {
+		r.c.log.Info("partitions "+why, "partitions", m)
+	}
+}
+
+// stop cancels w, waits for it, and removes it from the registry, releasing what it still
+// had in flight and clearing its pause so a later assignment starts fetching normally.
+func (r *run[Tx]) stop(w *worker[Tx], _ bool) {
+	w.cancel()
+	<-w.done
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w.removed {
+		return
+	}
+	if w.pause != 0 {
+		r.setPause(w, pauseBackpressure|pauseClaiming|pauseIdle, false)
+	}
+	w.removed = true
+	if r.workers[tp{w.topic, w.partition}] == w {
+		delete(r.workers, tp{w.topic, w.partition})
+	}
+	r.total.Add(-w.inflight.Swap(0))
+	select {
+	case r.space <- struct{}{}:
+	default:
+	}
+}
+
+func (r *run[Tx]) stopAll(commit bool) {
+	r.mu.Lock()
+	var ws []*worker[Tx]
+	for _, w := range r.workers {
+		ws = append(ws, w)
+	}
+	r.mu.Unlock()
+	for _, w := range ws {
+		r.stop(w, commit)
+	}
+}
+
+// claimResolved is called by a worker once its claim is resolved. On success it moves the
+// fetch position to just after the sink's position (the sink, not Kafka's committed offset,
+// is authoritative); on failure it pauses the partition, which stays unprocessed.
+func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w.claimDone = true
+	if w.removed {
+		return
+	}
+	if ok && w.position != fence.NoPosition {
+		// Inside OnPartitionsAssigned franz-go records this seek against the offset fetch
+		// it is about to make and lets it win over the committed offset; after a late
+		// claim the partition is still paused, so nothing was fetched from elsewhere.
+		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{w.topic: {w.partition: {Epoch: -1, Offset: w.position + 1}}})
+	}
+	if !ok {
+		r.setPause(w, pauseIdle, true)
+	}
+	if w.late {
+		r.setPause(w, pauseClaiming, false)
+	}
+}

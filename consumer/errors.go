@@ -1,0 +1,62 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrNoGroup means New was given an empty consumer group name.
+	ErrNoGroup = errors.New("consumer: empty group")
+	// ErrNoTopics means New was given no topics, or an empty topic name.
+	ErrNoTopics = errors.New("consumer: no topics")
+	// ErrNilSink means New was given a nil sink.
+	ErrNilSink = errors.New("consumer: nil sink")
+	// ErrNilFactory means New was given a nil handler factory.
+	ErrNilFactory = errors.New("consumer: nil factory")
+	// ErrNoBrokers means the Kafka options passed with [Kafka] name no seed brokers.
+	ErrNoBrokers = errors.New("consumer: no seed brokers")
+	// ErrInvalidOption means an option was given an invalid value (a non-positive bound,
+	// a nil logger or provider, an invalid kgo option).
+	ErrInvalidOption = errors.New("consumer: invalid option")
+	// ErrPermanent marks a handler error that retrying cannot fix (a poison record). Wrap
+	// errors with [Permanent]; test with errors.Is.
+	ErrPermanent = errors.New("consumer: permanent error")
+)
+
+// Permanent marks err as permanent: the batch is rolled back, the records before the failing
+// one are applied, the failing record is dead-lettered and the partition goes on. Wrap the
+// result in a [*RecordError] (or use [Batch.Fail]) to name the failing record; otherwise the
+// consumer finds it by applying the batch one record at a time.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() []error {
+	return []error{ErrPermanent, e.err}
+}
+
+// IsPermanent reports whether err was marked with [Permanent].
+func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+
+// RecordError names the record of a batch that failed. Handlers return it (usually through
+// [Batch.Fail]) so the consumer can split the batch around the poison record.
+type RecordError struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("consumer: record %s/%d@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
+}
+
+// Unwrap returns the wrapped error.
+func (e *RecordError) Unwrap() error { return e.Err }

@@ -1,0 +1,196 @@
+package consumer
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Option configures a [Consumer]. Invalid values make [New] fail with [ErrInvalidOption].
+type Option func(*config) error
+
+type config struct {
+	kafka              []kgo.Opt
+	logger             *slog.Logger
+	meters             metric.MeterProvider
+	tracers            trace.TracerProvider
+	propagator         propagation.TextMapPropagator
+	maxInflightPart    int
+	maxInflight        int
+	deadLetterTopic    string
+	retryMin, retryMax time.Duration
+	recoverRegressions bool
+	epochs             EpochSource
+	claimWait          time.Duration
+}
+
+func defaults() config {
+	return config{
+		logger:             slog.Default(),
+		meters:             otel.GetMeterProvider(),
+		tracers:            otel.GetTracerProvider(),
+		propagator:         otel.GetTextMapPropagator(),
+		maxInflightPart:    1000,
+		maxInflight:        10000,
+		retryMin:           100 * time.Millisecond,
+		retryMax:           10 * time.Second,
+		recoverRegressions: true,
+		epochs:             ClassicGeneration(),
+		claimWait:          10 * time.Second,
+	}
+}
+
+// Kafka passes options straight to the franz-go client: seed brokers (required), TLS, SASL,
+// session and rebalance timeouts, fetch sizes. The consumer adds ConsumerGroup,
+// ConsumeTopics, its rebalance callbacks and AutoCommitMarks (only offsets of applied batches
+// are committed), and the cooperative-sticky balancer unless these options name
+// kgo.Balancers. Do not pass your own rebalance callbacks, AutoCommitMarks-incompatible commit
+// options, or BlockRebalanceOnPoll.
+func Kafka(opts ...kgo.Opt) Option {
+	return func(c *config) error {
+		for i, o := range opts {
+			if o == nil {
+				return fmt.Errorf("%w: Kafka option %d is nil", ErrInvalidOption, i)
+			}
+		}
+		c.kafka = append(c.kafka, opts...)
+		return nil
+	}
+}
+
+// Logger sets the structured logger. Default: slog.Default(), because stale refusals and epoch
+// regressions must never be silent.
+func Logger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("%w: nil logger", ErrInvalidOption)
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// MeterProvider sets the OpenTelemetry meter provider. Default: otel.GetMeterProvider().
+func MeterProvider(p metric.MeterProvider) Option {
+	return func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		}
+		c.meters = p
+		return nil
+	}
+}
+
+// TracerProvider sets the OpenTelemetry tracer provider. Default: otel.GetTracerProvider().
+func TracerProvider(p trace.TracerProvider) Option {
+	return func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
+		}
+		c.tracers = p
+		return nil
+	}
+}
+
+// TextMapPropagator sets the propagator that extracts producers' trace contexts from record
+// headers (to link batch spans to them). Default: otel.GetTextMapPropagator().
+func TextMapPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
+		}
+		c.propagator = p
+		return nil
+	}
+}
+
+// MaxInflightPerPartition bounds the records fetched for one partition and not yet applied;
+// past it the partition's fetching is paused until half of them are done. Default 1000.
+func MaxInflightPerPartition(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: MaxInflightPerPartition %d", ErrInvalidOption, n)
+		}
+		c.maxInflightPart = n
+		return nil
+	}
+}
+
+// MaxInflight bounds the records fetched and not yet applied over all partitions; past it the
+// consumer stops polling until some are done. Default 10000.
+func MaxInflight(n int) Option {
+	return func(c *config) error {
+		if n <= 0 {
+			return fmt.Errorf("%w: MaxInflight %d", ErrInvalidOption, n)
+		}
+		c.maxInflight = n
+		return nil
+	}
+}
+
+// DeadLetterTopic sets the topic poison records go to. Default: the source topic's name plus
+// ".dlq" (a poison record of "orders" goes to "orders.dlq"). The topic must exist (or be
+// auto-created): until the dead-letter produce succeeds, the partition retries and stalls
+// observably rather than dropping the record.
+func DeadLetterTopic(name string) Option {
+	return func(c *config) error {
+		if name == "" {
+			return fmt.Errorf("%w: empty dead-letter topic", ErrInvalidOption)
+		}
+		c.deadLetterTopic = name
+		return nil
+	}
+}
+
+// RetryBackoff sets the bounds of the exponential backoff between retries of a batch (or a
+// claim) that failed transiently. Default 100ms to 10s.
+func RetryBackoff(min, max time.Duration) Option {
+	return func(c *config) error {
+		if min <= 0 || max < min {
+			return fmt.Errorf("%w: RetryBackoff(%v, %v)", ErrInvalidOption, min, max)
+		}
+		c.retryMin, c.retryMax = min, max
+		return nil
+	}
+}
+
+// RecoverRegressions sets whether an epoch regression proven with the group coordinator is
+// recovered through [fence.Sink.Recover] (recorded, era+1). Default true: see the package
+// documentation for why. When false the partition stays unprocessed and every claim attempt
+// reports the *fence.RegressionError.
+func RecoverRegressions(on bool) Option {
+	return func(c *config) error {
+		c.recoverRegressions = on
+		return nil
+	}
+}
+
+// Epochs sets where a partition's epoch comes from. Default: [ClassicGeneration].
+func Epochs(s EpochSource) Option {
+	return func(c *config) error {
+		if s == nil {
+			return fmt.Errorf("%w: nil epoch source", ErrInvalidOption)
+		}
+		c.epochs = s
+		return nil
+	}
+}
+
+// ClaimWait bounds how long the assignment callback waits for the claims of newly assigned
+// partitions before letting the rebalance finish; partitions still claiming stay paused until
+// their claim completes. Keep it well below the rebalance timeout. Default 10s.
+func ClaimWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: ClaimWait %v", ErrInvalidOption, d)
+		}
+		c.claimWait = d
+		return nil
+	}
+}

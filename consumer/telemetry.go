@@ -1,0 +1,120 @@
+package consumer
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+const instrumentation = "github.com/batonhq/baton/consumer"
+
+type meters struct {
+	applied, duplicates, stale, claims, regressions, recoveries metric.Int64Counter
+	deadLettered, rebalances, retries, staleClaims             metric.Int64Counter
+	applyLatency                                                metric.Float64Histogram
+	lag                                                         metric.Int64Gauge
+}
+
+func newMeters(p metric.MeterProvider) (*meters, error) {
+	m := p.Meter(instrumentation)
+	var (
+		ms  meters
+		err error
+	)
+	counter := func(dst *metric.Int64Counter, name, desc string) {
+		if err != nil {
+			return
+		}
+		*dst, err = m.Int64Counter(name, metric.WithDescription(desc))
+	}
+	counter(&ms.applied, "baton.consumer.records.applied", "records applied to the sink")
+	counter(&ms.duplicates, "baton.consumer.records.duplicates_skipped", "records skipped because the sink had already applied them")
+	counter(&ms.stale, "baton.consumer.stale_refusals", "batches or claims refused by the fence because this member's token was stale")
+	counter(&ms.staleClaims, "baton.consumer.claims.stale", "claims refused as stale (the partition stays unprocessed unless a regression is recovered)")
+	counter(&ms.claims, "baton.consumer.claims", "successful fence claims on assignment")
+	counter(&ms.regressions, "baton.consumer.regressions", "epoch regressions detected (current owner presenting a lower token)")
+	counter(&ms.recoveries, "baton.consumer.recoveries", "epoch regressions recovered through Sink.Recover")
+	counter(&ms.deadLettered, "baton.consumer.records.dead_lettered", "poison records sent to the dead-letter topic")
+	counter(&ms.rebalances, "baton.consumer.rebalances", "partition assignment changes seen (assigned, revoked, lost)")
+	counter(&ms.retries, "baton.consumer.retries", "transient failures retried (a partition stalled on them)")
+	if err != nil {
+		return nil, err
+	}
+	if ms.applyLatency, err = m.Float64Histogram("baton.consumer.apply.duration", metric.WithUnit("s"),
+		metric.WithDescription("time to apply one batch in one fenced transaction")); err != nil {
+		return nil, err
+	}
+	if ms.lag, err = m.Int64Gauge("baton.consumer.lag", metric.WithDescription("records behind the partition's high watermark at the last fetch")); err != nil {
+		return nil, err
+	}
+	return &ms, nil
+}
+
+func partAttrs(topic string, partition int32) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("messaging.destination.name", topic),
+		attribute.Int("messaging.destination.partition.id", int(partition)))
+}
+
+func withOutcome(topic string, partition int32, outcome string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("messaging.destination.name", topic),
+		attribute.Int("messaging.destination.partition.id", int(partition)),
+		attribute.String("baton.outcome", outcome))
+}
+
+// headerCarrier adapts record headers to the propagator, as kotel does.
+type headerCarrier struct{ r *kgo.Record }
+
+func (c headerCarrier) Get(key string) string {
+	for _, h := range c.r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func (c headerCarrier) Set(key, value string) {
+	for i, h := range c.r.Headers {
+		if h.Key == key {
+			c.r.Headers[i].Value = []byte(value)
+			return
+		}
+	}
+	c.r.Headers = append(c.r.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
+}
+
+func (c headerCarrier) Keys() []string {
+	out := make([]string, len(c.r.Headers))
+	for i, h := range c.r.Headers {
+		out[i] = h.Key
+	}
+	return out
+}
+
+var _ propagation.TextMapCarrier = headerCarrier{}
+
+// producerLinks returns one link per distinct producer span found in the records' headers.
+func producerLinks(p propagation.TextMapPropagator, recs []*kgo.Record) []trace.Link {
+	var links []trace.Link
+	seen := map[trace.SpanID]bool{}
+	for _, r := range recs {
+		if len(r.Headers) == 0 {
+			continue
+		}
+		sc := trace.SpanContextFromContext(p.Extract(context.Background(), headerCarrier{r}))
+		if !sc.IsValid() || seen[sc.SpanID()] {
+			continue
+		}
+		seen[sc.SpanID()] = true
+		links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{
+			attribute.Int64("messaging.kafka.offset", r.Offset)}})
+	}
+	return links
+}
+
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
