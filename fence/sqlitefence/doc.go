@@ -38,6 +38,11 @@
 // call. [Store.Advance] and [Store.Admit] run in the caller's transaction and cannot retry it:
 // they return ErrBusy and the caller rolls back.
 //
+// Waiting for the lock is not fair between processes: SQLite's busy handler polls with growing
+// sleeps, so a process whose writers keep the lock busy can hold another process off, and that
+// one then sees ErrBusy. Give each fence key one writing process, as Baton's partition
+// ownership does, and treat ErrBusy as "retry later".
+//
 // # Durability
 //
 // [Open] uses journal_mode=WAL with synchronous=FULL by default: each commit fsyncs the
