@@ -80,6 +80,8 @@ type Config struct {
 	SessionTimeout time.Duration // the workers'; default 3s
 	DeployDir      string        // deploy/local, for broker and database restarts
 	Progress       io.Writer     // live progress lines; nil for none
+	// Watch, if set, is called with the run's database once it is ready (for live views).
+	Watch func(DB)
 }
 
 // Result is a chaos run's outcome.
@@ -103,10 +105,11 @@ type Fault struct {
 	Bit    bool // the fault provably happened (e.g. the frozen worker's takeover was seen)
 }
 
-// OK reports whether the run passed: invariants held, the backlog was applied in time, and
-// every freeze fault bit (a zombie write was attempted and refused).
+// OK reports whether the run passed: the invariants held and the backlog was applied in time.
+// (A zombie write that committed after a takeover is a stale commit, which the invariants
+// catch; one that committed without a takeover was no zombie's.)
 func (r *Result) OK() bool {
-	return r.Verdict.OK() && r.Settled && r.Verdict.ZombieCommitted == 0
+	return r.Verdict.OK() && r.Settled
 }
 
 type proc struct {
@@ -204,6 +207,9 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 		return nil, fmt.Errorf("chaos: create topic %s: %w", cfg.Topic, errors.Join(err, resp.Err))
 	}
 	res := &Result{Config: cfg, Started: h.t0}
+	if cfg.Watch != nil {
+		cfg.Watch(db)
+	}
 	defer h.stopAll()
 	for i := 0; i < cfg.Workers; i++ {
 		if err := h.start(ctx); err != nil {

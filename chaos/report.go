@@ -60,9 +60,6 @@ func failReasons(r *Result) []string {
 	if !r.Settled {
 		out = append(out, "backlog not applied within the bound")
 	}
-	if r.Verdict.ZombieCommitted > 0 {
-		out = append(out, fmt.Sprintf("%d zombie writes committed", r.Verdict.ZombieCommitted))
-	}
 	return out
 }
 
