@@ -65,8 +65,14 @@ func TestNewRejectsMisconfiguration(t *testing.T) {
 			_, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.RetryBackoff(time.Second, time.Millisecond))
 			return err
 		}, consumer.ErrInvalidOption},
-		{"nil logger", func() error { _, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.Logger(nil)); return err }, consumer.ErrInvalidOption},
-		{"empty dlq", func() error { _, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.DeadLetterTopic("")); return err }, consumer.ErrInvalidOption},
+		{"nil logger", func() error {
+			_, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.Logger(nil))
+			return err
+		}, consumer.ErrInvalidOption},
+		{"empty dlq", func() error {
+			_, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.DeadLetterTopic(""))
+			return err
+		}, consumer.ErrInvalidOption},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

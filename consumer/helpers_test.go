@@ -35,6 +35,12 @@ func fastKafka(brokers []string) []kgo.Opt {
 // number (1-based), so a key's state after applying all of them is count n, last n.
 func produce(t testing.TB, brokers []string, topic string, keys, n int) {
 	t.Helper()
+	produceSeq(t, brokers, topic, keys, 1, n)
+}
+
+// produceSeq writes the records of sequence numbers from..to (inclusive) for every key.
+func produceSeq(t testing.TB, brokers []string, topic string, keys, from, to int) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic),
 		kgo.ProducerLinger(5*time.Millisecond))
 	if err != nil {
@@ -47,7 +53,7 @@ func produce(t testing.TB, brokers []string, topic string, keys, n int) {
 		mu       sync.Mutex
 		firstErr error
 	)
-	for s := 1; s <= n; s++ {
+	for s := from; s <= to; s++ {
 		for k := 0; k < keys; k++ {
 			wg.Add(1)
 			cl.Produce(ctx, &kgo.Record{Key: []byte("k" + strconv.Itoa(k)), Value: []byte(strconv.Itoa(s))}, func(_ *kgo.Record, err error) {

@@ -15,7 +15,7 @@ const instrumentation = "github.com/batonhq/baton/consumer"
 
 type meters struct {
 	applied, duplicates, stale, claims, regressions, recoveries metric.Int64Counter
-	deadLettered, rebalances, retries, staleClaims             metric.Int64Counter
+	deadLettered, rebalances, retries, staleClaims              metric.Int64Counter
 	applyLatency                                                metric.Float64Histogram
 	lag                                                         metric.Int64Gauge
 }
