@@ -76,11 +76,14 @@ func (l *Lanes) Lane(key []byte) int {
 	return int(l.table[slotOf(key, laneSlots)])
 }
 
-// laneMsg is what a lane reports to Run: one record's outcome, or that the lane has finished.
+// laneMsg is what a lane reports to Run: a record's failure as soon as it happens, and when the
+// lane stops, how many of its records (a prefix of its list) completed.
 type laneMsg struct {
+	lane     int
 	rec      *kgo.Record
 	err      error
 	finished bool
+	done     int
 }
 
 // Run calls fn for every record of one batch of one partition, spread over the lanes, and
@@ -107,11 +110,14 @@ func (l *Lanes) Run(ctx context.Context, records []*kgo.Record, fn func(context.
 	if err := checkBatch(records); err != nil {
 		return None, err
 	}
-	var tr Tracker
+	tr := Tracker{pending: make([]pendingOffset, 0, len(records))}
 	for _, r := range records {
 		if err := tr.Start(r.Offset); err != nil { // checkBatch made this impossible
 			return None, err
 		}
+	}
+	if l.n == 1 {
+		return runSequential(ctx, &tr, records, fn)
 	}
 	byLane := make([][]*kgo.Record, l.n)
 	used := 0
@@ -130,41 +136,44 @@ func (l *Lanes) Run(ctx context.Context, records []*kgo.Record, fn func(context.
 	defer cancel()
 	msgs := make(chan laneMsg, l.n)
 	var wg sync.WaitGroup
-	for _, recs := range byLane {
+	for lane, recs := range byLane {
 		if len(recs) == 0 {
 			continue
 		}
 		wg.Go(func() {
-			defer func() { msgs <- laneMsg{finished: true} }()
+			done := 0
 			for _, r := range recs {
 				if lctx.Err() != nil {
-					return
+					break
 				}
-				err := fn(lctx, r)
-				msgs <- laneMsg{rec: r, err: err}
-				if err != nil {
-					return
+				if err := fn(lctx, r); err != nil {
+					msgs <- laneMsg{rec: r, err: err}
+					break
 				}
+				done++
 			}
+			msgs <- laneMsg{lane: lane, finished: true, done: done}
 		})
 	}
 
-	// This goroutine alone owns the tracker; the lanes only report to it.
+	// This goroutine alone owns the tracker; the lanes only report to it. A lane completes its
+	// records in order, so it reports how many once, at the end; a failure is reported at once
+	// so that the other lanes stop early.
 	var first error
 	for running := used; running > 0; {
 		m := <-msgs
-		switch {
-		case m.finished:
-			running--
-		case m.err != nil:
+		if !m.finished {
 			if first == nil {
 				first = recordError(m.rec, m.err)
 				cancel()
 			}
-		default:
-			// Each record is started above and reported once, so Done cannot fail; if it
-			// did, surface it rather than lose it.
-			if err := tr.Done(m.rec.Offset); err != nil && first == nil {
+			continue
+		}
+		running--
+		for _, r := range byLane[m.lane][:m.done] {
+			// Each record was started above and is reported once, so Done cannot fail;
+			// if it did, surface it rather than lose it.
+			if err := tr.Done(r.Offset); err != nil && first == nil {
 				first = err
 				cancel()
 			}

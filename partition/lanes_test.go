@@ -57,6 +57,17 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// awaitCancel blocks until ctx (the one Run passes to fn) is cancelled. Run is given a ctx that
+// is never cancelled, so only Run's own cancellation can release it; if that never comes it
+// reports the failure after a while instead of hanging.
+func awaitCancel(t *testing.T, ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(20 * time.Second):
+		t.Error("the ctx passed to fn was not cancelled after the batch failed")
+	}
+}
+
 func TestNewLanesOptions(t *testing.T) {
 	l, err := NewLanes()
 	if err != nil || l.Count() != DefaultLaneCount {
@@ -215,7 +226,7 @@ func TestRunFirstErrorStopsLanes(t *testing.T) {
 	var calls sync.Map
 	var others sync.WaitGroup
 	others.Add(3)
-	got, err := l.Run(testCtx(t), rs, func(ctx context.Context, r *kgo.Record) error {
+	got, err := l.Run(context.Background(), rs, func(ctx context.Context, r *kgo.Record) error {
 		calls.Store(r.Offset, true)
 		if r.Offset == 103 {
 			others.Wait()
@@ -224,7 +235,7 @@ func TestRunFirstErrorStopsLanes(t *testing.T) {
 		if r.Offset < 103 {
 			others.Done()
 		}
-		<-ctx.Done()
+		awaitCancel(t, ctx)
 		return nil
 	})
 	if !errors.Is(err, errBoom) {
@@ -254,7 +265,7 @@ func TestRunCommittableIsContiguousPrefix(t *testing.T) {
 	rs := batch(a, a, b, a, b, b) // 100..105
 	bRan := make(chan struct{})
 	var ran sync.Map
-	got, err := l.Run(testCtx(t), rs, func(ctx context.Context, r *kgo.Record) error {
+	got, err := l.Run(context.Background(), rs, func(ctx context.Context, r *kgo.Record) error {
 		ran.Store(r.Offset, true)
 		switch r.Offset {
 		case 102:
@@ -263,7 +274,7 @@ func TestRunCommittableIsContiguousPrefix(t *testing.T) {
 			<-bRan // fail only after lane b ran 102
 			return errBoom
 		case 104:
-			<-ctx.Done() // completes, but after the failure
+			awaitCancel(t, ctx) // completes, but after the failure
 		}
 		return nil
 	})

@@ -13,9 +13,9 @@ const DefaultSlots = 16381
 
 // MaxRingPartitions is the largest partition count routed by the consistent-hash ring; larger
 // topics are routed by jump consistent hashing. The consistent module builds its ring in time
-// quadratic in the member count (it re-sorts the ring for every member added): about 40 ms for
-// 128 partitions and 160 ms for 256 on a small machine, seconds for 1000, and that build runs on
-// the first record produced to a topic of a new partition count.
+// quadratic in the member count (it re-sorts the ring for every member added): about 10 ms for
+// 16 partitions, 25 ms for 64 and 0.2 s for 256 on a loaded 2-core machine, 5 s for 1000; the
+// build runs once per partition count, on the first record produced to a topic of that count.
 const MaxRingPartitions = 256
 
 // MaxSlots bounds [Slots].
