@@ -139,7 +139,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("consumer: kafka client: %w", err)
 	}
-	r.cl = cl
+	r.clp.CompareAndSwap(nil, cl)
 	err = r.poll(ctx)
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
 	// the workers after their in-flight batch and commits what was applied.
@@ -159,7 +159,7 @@ type tp struct {
 // callbacks, hence mu.
 type run[Tx any] struct {
 	c      *Consumer[Tx]
-	cl     *kgo.Client
+	clp    atomic.Pointer[kgo.Client] // set by Run, or by the first callback if it runs first
 	ctx    context.Context // parent of every worker; cancelled when Run returns
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -171,6 +171,10 @@ type run[Tx any] struct {
 	space chan struct{} // poked when total drops
 	fatal chan error
 }
+
+// client returns the run's Kafka client. The group can start before NewClient returns to Run,
+// so callbacks publish the client they are given too.
+func (r *run[Tx]) client() *kgo.Client { return r.clp.Load() }
 
 func (r *run[Tx]) fail(err error) {
 	select {
@@ -200,7 +204,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 			return err
 		default:
 		}
-		fs := r.cl.PollRecords(ctx, max-int(r.total.Load()))
+		fs := r.client().PollRecords(ctx, max-int(r.total.Load()))
 		if fs.IsClientClosed() {
 			return nil
 		}
@@ -274,9 +278,9 @@ func (r *run[Tx]) setPause(w *worker[Tx], reason int, on bool) {
 	m := map[string][]int32{w.topic: {w.partition}}
 	switch now := w.pause != 0; {
 	case now && !was:
-		r.cl.PauseFetchPartitions(m)
+		r.client().PauseFetchPartitions(m)
 	case !now && was:
-		r.cl.ResumeFetchPartitions(m)
+		r.client().ResumeFetchPartitions(m)
 	}
 }
 
@@ -302,6 +306,7 @@ func (r *run[Tx]) done(w *worker[Tx], n int64) {
 // assigned partitions (retained ones keep their token), start one worker per partition, and
 // wait for their claims so that fetching starts at the sink's position.
 func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
+	r.clp.CompareAndSwap(nil, cl)
 	if len(added) == 0 {
 		return
 	}
@@ -357,6 +362,7 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 // cancelled and waited for (its in-flight batch commits or rolls back), then the offsets of
 // applied batches are committed.
 func (r *run[Tx]) revoked(ctx context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	r.clp.CompareAndSwap(nil, cl)
 	r.stopPartitions(revoked, "revoked")
 	if err := cl.CommitMarkedOffsets(ctx); err != nil {
 		r.c.log.Warn("commit offsets on revoke", "err", err)
@@ -365,7 +371,8 @@ func (r *run[Tx]) revoked(ctx context.Context, cl *kgo.Client, revoked map[strin
 
 // lost is OnPartitionsLost: like revoked, without a commit (it would fail, and the sink's
 // position is authoritative anyway).
-func (r *run[Tx]) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+func (r *run[Tx]) lost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
+	r.clp.CompareAndSwap(nil, cl)
 	r.stopPartitions(lost, "lost")
 }
 
@@ -442,7 +449,7 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// Inside OnPartitionsAssigned franz-go records this seek against the offset fetch
 		// it is about to make and lets it win over the committed offset; after a late
 		// claim the partition is still paused, so nothing was fetched from elsewhere.
-		r.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{w.topic: {w.partition: {Epoch: -1, Offset: w.position + 1}}})
+		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.topic: {w.partition: {Epoch: -1, Offset: w.position + 1}}})
 	}
 	if !ok {
 		r.setPause(w, pauseIdle, true)

@@ -228,7 +228,7 @@ func outcomeOf(err error) string {
 // the next commit (for lag and tooling only; resuming trusts the sink).
 func (w *worker[Tx]) advanced(r *kgo.Record) {
 	w.position = r.Offset
-	w.r.cl.MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
+	w.r.client().MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
 		w.topic: {w.partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}},
 	})
 }
@@ -304,7 +304,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 				)}
 			// A produce failure is transient here, whatever its cause: the record must not
 			// be skipped until it is safely dead-lettered.
-			if err := w.r.cl.ProduceSync(ctx, d).FirstErr(); err != nil {
+			if err := w.r.client().ProduceSync(ctx, d).FirstErr(); err != nil {
 				return fmt.Errorf("consumer: produce to dead-letter topic %s: %w", topic, err)
 			}
 			return nil
@@ -380,7 +380,7 @@ func (w *worker[Tx]) claim() bool {
 		w.r.c.m.staleClaims.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
 		var current bool
 		if err := w.attempt("verify", func() (err error) {
-			current, err = w.r.c.cfg.epochs.VerifyCurrent(w.ctx, w.r.cl, w.epoch)
+			current, err = w.r.c.cfg.epochs.VerifyCurrent(w.ctx, w.r.client(), w.epoch)
 			return err
 		}); err != nil {
 			return false
