@@ -160,7 +160,7 @@ type tp struct {
 type run[Tx any] struct {
 	c      *Consumer[Tx]
 	clp    atomic.Pointer[kgo.Client] // set by Run, or by the first callback if it runs first
-	ctx    context.Context // parent of every worker; cancelled when Run returns
+	ctx    context.Context            // parent of every worker; cancelled when Run returns
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 

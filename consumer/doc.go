@@ -1,0 +1,92 @@
+// Package consumer is Baton's single-writer runtime: a Kafka consumer-group member (franz-go)
+// that owns the partitions the group coordinator assigns it and applies their records to a
+// fenced sink ([fence.Sink]), exactly once into the sink, one writer per partition at a time.
+//
+// # Threading contract
+//
+// Every owned partition has exactly one goroutine. Records reach it over a channel from the
+// poll loop; its handler, token and position belong to it alone (no locks around partition
+// state). [Handler.Handle] is never called concurrently for the same partition. Run owns
+// every goroutine it starts and waits for all of them before it returns.
+//
+// # Protocol
+//
+//  1. Assignment (OnPartitionsAssigned): the epoch of the newly assigned partitions is read
+//     once from the [EpochSource] (classic protocol: the group generation) and kept for as
+//     long as the partition is retained. Under cooperative rebalancing retained partitions
+//     keep their token; reading the generation at write time would let a zombie that
+//     rejoined at a higher generation pass the fence.
+//  2. Claim before the first record: token = {Era: the era stored in the sink, Epoch};
+//     Sink.Claim; then the fetch position is set to the sink's position + 1 with SetOffsets
+//     inside the assignment callback (franz-go lets that seek win over the committed offset
+//     it is fetching). With no position, Kafka's committed (or reset) offset is kept. The
+//     callback waits for the claims up to [ClaimWait]; slower claims keep the partition
+//     paused until they finish.
+//  3. A stale claim means another member holds a newer token. The member then asks the
+//     coordinator (a heartbeat with its member id and that generation) whether it is
+//     nevertheless current: if not, it is a zombie and leaves the partition alone (counted,
+//     logged). If it is, the generation went backwards (the group was deleted or expired and
+//     recreated): a *fence.RegressionError is counted and logged at ERROR with both tokens,
+//     and, with [RecoverRegressions] on, Sink.Recover advances the era (recorded, with a
+//     reason) and the claim is retried under the new era.
+//  4. Apply: per batch (what one poll delivered, coalesced with what is already queued), records
+//     at or below the sink's position are skipped (a replay), and the rest go to Sink.Apply
+//     with the handler inside the fenced transaction. Then the Kafka offset is marked and
+//     committed in the background (for lag and tooling only: resuming trusts the sink).
+//     A *fence.StaleError stops the partition at once (counted, both tokens logged, never
+//     retried). fence.ErrDuplicate (an applied batch seen again) is skipped. Other errors are
+//     transient: the same batch is retried with bounded exponential backoff ([RetryBackoff]),
+//     visible as the retries metric and WARN logs; a revoke cancels the retrying.
+//  5. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], or found
+//     by applying one record at a time) rolls the batch back; the records before it are
+//     applied, the poison record is produced to the dead-letter topic ([DeadLetterTopic],
+//     default "<topic>.dlq", headers baton.dlq.*) synchronously INSIDE a fenced transaction
+//     that advances the fence over it, and processing goes on after it. The fence check
+//     runs before the produce, so a zombie never dead-letters; a commit that fails after the
+//     produce can duplicate the dead-letter record: dead-lettering is at least once.
+//  6. Rebalance barrier: OnPartitionsRevoked cancels the partition's context, waits until its
+//     in-flight batch committed or rolled back, commits the marked offsets, and only then
+//     returns. OnPartitionsLost does the same without the commit. franz-go keeps heartbeating
+//     while a handler runs and can revoke meanwhile: the callback waits for the handler.
+//  7. Backpressure: at most [MaxInflightPerPartition] records per partition (then its fetching
+//     is paused until half are done) and [MaxInflight] overall (then polling stops). A pause
+//     is cleared when its partition is revoked or lost, so a later assignment fetches again.
+//
+// # Guarantees
+//
+// With a sink that honours the fence.Sink contract: every record of an owned partition is
+// applied to the sink exactly once, in offset order (a crash between the sink commit and the
+// Kafka commit loses and duplicates nothing); no write under a lower token commits after a
+// higher one was accepted, so a paused or partitioned member (a zombie) cannot overwrite its
+// successor's work, whatever franz-go believes; a regression is never silently accepted (the
+// member must prove it is current and the recovery is recorded) and never silently stalled
+// (ERROR log and metric, and recovery by default).
+//
+// Why RecoverRegressions defaults to on: a regression is routine (a group left empty for
+// offsets.retention.minutes, seven days by default, is deleted and restarts at generation 1),
+// and without recovery every partition of the group would stay unprocessed until an operator
+// steps in. The recovery is safe because the member first proves with the coordinator that it
+// is the current owner, the era advance is a compare-and-set on the stored token, and each
+// one is recorded (Sink.Recoveries) and counted.
+//
+// # What it does not cover
+//
+//   - Side effects outside the sink's transaction (HTTP calls, emails): use the outbox.
+//   - Dead-lettered records are at least once (see above); the dead-letter topic must exist.
+//   - A partition whose claim was refused as stale stays unprocessed while this member keeps
+//     it; the coordinator normally revokes it soon after. If the generation moved on before
+//     a regression could be verified, the partition waits for its next assignment.
+//   - franz-go does not stop a member whose session expired while it was blocked; there is no
+//     watchdog yet. The fence keeps the data correct regardless; only wasted work remains.
+//   - KIP-848 (server-side assignment) needs an [EpochSource] with per-partition assignment
+//     epochs (KIP-1251); only the classic generation source ships.
+//
+// # Observability
+//
+// Metrics (OpenTelemetry API, [MeterProvider]): baton.consumer.records.applied,
+// .records.duplicates_skipped, .stale_refusals, .claims, .claims.stale, .regressions,
+// .recoveries, .records.dead_lettered, .rebalances, .retries, .apply.duration (histogram) and
+// .lag (gauge, from the fetch's high watermark). One span per batch ([TracerProvider]) linked
+// to the producers' spans found in the records' headers, with topic, partition, token and
+// outcome. Logs go to [Logger] (default slog.Default(), so refusals are never silent).
+package consumer
