@@ -63,15 +63,24 @@
 // # Not covered
 //
 //   - Failover of the database itself. With asynchronous replication a promoted standby can
-//     lack the last acknowledged commits, fence advances included: the fence then regresses
-//     with the data it guards (the two stay consistent with each other), and writes that
-//     were acknowledged are lost and may be applied again. Use synchronous replication
-//     (synchronous_commit = remote_apply or on with synchronous standbys) where that matters,
-//     and make sure a demoted primary is fenced off at the infrastructure layer.
+//     lack the last acknowledged commits, fence advances included. The fence then regresses
+//     together with the data it guards (the two stay consistent with each other), but the
+//     acknowledged batches are lost, the owner's resume position moves back, and a zombie
+//     whose token only a lost claim or advance had outranked is accepted again until the
+//     current owner writes. A monotonic token is only as durable as the store that keeps it.
+//     Use synchronous replication (synchronous_standby_names with synchronous_commit on or
+//     remote_apply) where that matters, and fence a demoted primary off at the
+//     infrastructure layer so that nothing keeps writing to it.
 //   - Writes that bypass the fence: statements outside a fenced transaction, or in a
 //     different database, are not protected.
 //   - Non-transactional effects inside a refused transaction (sequence values, writes
 //     through dblink or to other systems) are not rolled back.
+//   - Long transactions. Every batch updates its partition's one fence row, as any hot row
+//     would be updated. A transaction left open anywhere in the same database (an idle
+//     session "idle in transaction") holds back cleanup of the row's dead versions, and each
+//     fence statement then gets slower as they accumulate. Set
+//     idle_in_transaction_session_timeout, and keep fenced transactions short: a writer
+//     that holds one open also blocks the partition's next owner (that wait is the point).
 //   - The fence orders writers; it does not decide ownership. Tokens come from the Kafka
 //     group coordinator (see package fence).
 package pgfence
