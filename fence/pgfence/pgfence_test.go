@@ -28,7 +28,14 @@ var (
 // makes a write of "fail" fail.
 func newStore(t testing.TB, opts ...Option) (*Store, *pgxpool.Pool) {
 	t.Helper()
-	pool, _ := testenv.Postgres(t)
+	s, pool, _ := newStoreSchema(t, opts...)
+	return s, pool
+}
+
+// newStoreSchema is newStore that also returns the schema.
+func newStoreSchema(t testing.TB, opts ...Option) (*Store, *pgxpool.Pool, string) {
+	t.Helper()
+	pool, schema := testenv.Postgres(t)
 	ctx := testenv.Context(t, time.Minute)
 	s, err := New(pool, opts...)
 	if err != nil {
@@ -40,7 +47,7 @@ func newStore(t testing.TB, opts ...Option) (*Store, *pgxpool.Pool) {
 	if _, err := pool.Exec(ctx, `CREATE TABLE kv (k text PRIMARY KEY, v text NOT NULL CHECK (v <> 'fail'))`); err != nil {
 		t.Fatalf("create kv: %v", err)
 	}
-	return s, pool
+	return s, pool, schema
 }
 
 const upsertKV = `INSERT INTO kv (k, v) VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET v = EXCLUDED.v`
