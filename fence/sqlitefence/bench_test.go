@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton/fence"
 )
@@ -29,58 +30,115 @@ func BenchmarkUpsert(b *testing.B) {
 	}
 }
 
-func benchUpsert(b *testing.B, sync Synchronous, n int, fenced bool) {
+// benchEnv is a store on a fresh file with a user table of n rows to rewrite.
+type benchEnv struct {
+	s    *Store
+	keys []string
+	k    fence.Key
+	t    fence.Token
+}
+
+func newBenchEnv(b *testing.B, sync Synchronous, n int) *benchEnv {
 	s, err := Open(filepath.Join(b.TempDir(), "bench.db"), Sync(sync))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer s.Close()
-	ctx := context.Background()
+	b.Cleanup(func() { s.Close() })
 	if _, err := s.DB().Exec(`CREATE TABLE kv (k TEXT PRIMARY KEY, v INTEGER NOT NULL)`); err != nil {
 		b.Fatal(err)
 	}
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = "key-" + strconv.Itoa(i)
+	e := &benchEnv{s: s, k: fence.Key{Group: "bench", Topic: "t", Partition: 0}, t: fence.Token{Epoch: 1}}
+	for i := range n {
+		e.keys = append(e.keys, "key-"+strconv.Itoa(i))
 	}
-	upsert := func(ctx context.Context, tx *sql.Tx, v int) error {
-		st, err := tx.PrepareContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		for _, k := range keys {
-			if _, err := st.ExecContext(ctx, k, v); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	k := fence.Key{Group: "bench", Topic: "t", Partition: 0}
-	t := fence.Token{Epoch: 1}
-	if _, err := s.Claim(ctx, k, t); err != nil {
+	if _, err := s.Claim(context.Background(), e.k, e.t); err != nil {
 		b.Fatal(err)
 	}
+	return e
+}
 
+// upsert writes every row with value v, through one prepared statement.
+func (e *benchEnv) upsert(ctx context.Context, tx *sql.Tx, v int) error {
+	st, err := tx.PrepareContext(ctx, `INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v`)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	for _, k := range e.keys {
+		if _, err := st.ExecContext(ctx, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// unfenced commits one batch in a plain transaction (BEGIN IMMEDIATE, as Open configures).
+func (e *benchEnv) unfenced(ctx context.Context, v int) error {
+	tx, err := e.s.DB().BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := e.upsert(ctx, tx, v); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// fenced commits one batch through Apply at position pos.
+func (e *benchEnv) fenced(ctx context.Context, pos int64, v int) error {
+	return e.s.Apply(ctx, e.k, e.t, pos, func(ctx context.Context, tx *sql.Tx) error { return e.upsert(ctx, tx, v) })
+}
+
+func benchUpsert(b *testing.B, sync Synchronous, n int, fenced bool) {
+	e := newBenchEnv(b, sync, n)
+	ctx := context.Background()
+	var err error
 	for i := 0; b.Loop(); i++ {
 		if fenced {
-			err = s.Apply(ctx, k, t, int64(i), func(ctx context.Context, tx *sql.Tx) error { return upsert(ctx, tx, i) })
+			err = e.fenced(ctx, int64(i), i)
 		} else {
-			err = func() error {
-				tx, err := s.DB().BeginTx(ctx, nil)
-				if err != nil {
-					return err
-				}
-				defer tx.Rollback()
-				if err := upsert(ctx, tx, i); err != nil {
-					return err
-				}
-				return tx.Commit()
-			}()
+			err = e.unfenced(ctx, i)
 		}
 		if err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkUpsertPaired runs the same comparison with the two kinds of transaction alternating
+// on one file within one benchmark (order swapped every iteration), timing each kind apart.
+// Load from other processes then falls on both alike, so the fenced/unfenced ratio it reports
+// is steadier than the ratio of two separate runs on a shared machine.
+func BenchmarkUpsertPaired(b *testing.B) {
+	for _, sync := range []Synchronous{SyncFull, SyncNormal} {
+		for _, n := range []int{1, 10, 100, 1000} {
+			b.Run(fmt.Sprintf("sync=%s/batch=%d", sync, n), func(b *testing.B) {
+				e := newBenchEnv(b, sync, n)
+				ctx := context.Background()
+				var tFenced, tUnfenced time.Duration
+				for i := 0; b.Loop(); i++ {
+					for j := range 2 {
+						start := time.Now()
+						if (i+j)%2 == 0 {
+							if err := e.fenced(ctx, int64(i), i); err != nil {
+								b.Fatal(err)
+							}
+							tFenced += time.Since(start)
+						} else {
+							if err := e.unfenced(ctx, i); err != nil {
+								b.Fatal(err)
+							}
+							tUnfenced += time.Since(start)
+						}
+					}
+				}
+				rows := float64(n * b.N)
+				b.ReportMetric(rows/tUnfenced.Seconds(), "unfenced-rows/s")
+				b.ReportMetric(rows/tFenced.Seconds(), "fenced-rows/s")
+				b.ReportMetric(tUnfenced.Seconds()/tFenced.Seconds(), "fenced/unfenced")
+			})
+		}
+	}
 }
