@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -33,8 +34,7 @@ func (f HandlerFunc[Tx]) Handle(ctx context.Context, tx Tx, b *Batch) error { re
 
 // Batch is a run of consecutive records of one partition, applied in one fenced transaction.
 type Batch struct {
-	Topic     string
-	Partition int32
+	Partition partition.ID
 	Token     fence.Token // the owner's token, checked by the sink at commit
 	Records   []*kgo.Record
 }
@@ -48,7 +48,7 @@ func (b *Batch) Fail(r *kgo.Record, err error) error {
 // Factory builds the handler of a partition when this member is assigned it, after the
 // partition was claimed with token t. The handler's state is owned by the partition's single
 // goroutine: it needs no locks.
-type Factory[Tx any] func(ctx context.Context, topic string, partition int32, t fence.Token) (Handler[Tx], error)
+type Factory[Tx any] func(ctx context.Context, p partition.ID, t fence.Token) (Handler[Tx], error)
 
 // Consumer is a single-writer consumer-group member: it owns the partitions Kafka assigns it,
 // claims each in the sink, and applies their records in fenced transactions.

@@ -12,6 +12,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -319,7 +320,7 @@ func TestBackpressurePauseClearedAcrossRebalance(t *testing.T) {
 	var once sync.Once
 	var blocked sync.WaitGroup
 	blocked.Add(2)
-	seen := map[int32]bool{}
+	seen := map[partition.ID]bool{}
 	var mu sync.Mutex
 	f.block = func(ctx context.Context, b *consumer.Batch) error {
 		mu.Lock()

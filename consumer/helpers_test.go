@@ -13,6 +13,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -95,10 +96,10 @@ func (f *folder) Violations() []string {
 	return append([]string(nil), f.violations...)
 }
 
-func (f *folder) factory(ctx context.Context, topic string, p int32, t fence.Token) (consumer.Handler[*memfence.Tx], error) {
+func (f *folder) factory(ctx context.Context, p partition.ID, t fence.Token) (consumer.Handler[*memfence.Tx], error) {
 	return consumer.HandlerFunc[*memfence.Tx](func(ctx context.Context, tx *memfence.Tx, b *consumer.Batch) error {
 		f.mu.Lock()
-		f.attempts[fmt.Sprint(b.Partition)]++
+		f.attempts[b.Partition.String()]++
 		f.mu.Unlock()
 		if f.block != nil {
 			if err := f.block(ctx, b); err != nil {
@@ -106,22 +107,22 @@ func (f *folder) factory(ctx context.Context, topic string, p int32, t fence.Tok
 			}
 		}
 		// Tokens never go down along a partition's positions.
-		tk := "token/" + b.Topic + "/" + strconv.Itoa(int(b.Partition))
+		tk := "token/" + b.Partition.String()
 		if v, ok := tx.Get(tk); ok {
 			prev, err := fence.ParseToken(string(v))
 			if err != nil {
 				return err
 			}
 			if b.Token.Less(prev) {
-				f.violate("partition %d: token %s after %s", b.Partition, b.Token, prev)
+				f.violate("partition %s: token %s after %s", b.Partition, b.Token, prev)
 			}
 		}
 		if err := tx.Put(tk, []byte(b.Token.String())); err != nil {
 			return err
 		}
 		for _, r := range b.Records {
-			if r.Partition != b.Partition || r.Topic != b.Topic {
-				f.violate("record of %s/%d in batch of %s/%d", r.Topic, r.Partition, b.Topic, b.Partition)
+			if partition.Of(r) != b.Partition {
+				f.violate("record of %s in batch of %s", partition.Of(r), b.Partition)
 			}
 			seq, _ := strconv.Atoi(string(r.Value))
 			count, last := readState(tx.Get("k/" + string(r.Key)))

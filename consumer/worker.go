@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -76,7 +77,7 @@ func (w *worker[Tx]) run() {
 		w.idle()
 		return
 	}
-	h, err := w.r.c.factory(w.ctx, w.topic, w.partition, w.token)
+	h, err := w.r.c.factory(w.ctx, partition.ID{Topic: w.topic, Partition: w.partition}, w.token)
 	if err != nil {
 		if w.ctx.Err() == nil {
 			w.r.c.log.Error("handler factory failed; stopping", append(w.log(), "err", err)...)
@@ -193,7 +194,7 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 			attribute.Int("messaging.batch.message_count", len(recs)),
 		))
 	defer span.End()
-	b := &Batch{Topic: w.topic, Partition: w.partition, Token: w.token, Records: recs}
+	b := &Batch{Partition: partition.ID{Topic: w.topic, Partition: w.partition}, Token: w.token, Records: recs}
 	start := time.Now()
 	err := w.r.c.sink.Apply(ctx, w.key, w.token, last.Offset, func(ctx context.Context, tx Tx) error {
 		return w.handler.Handle(ctx, tx, b)
