@@ -27,6 +27,7 @@ type Verdict struct {
 	ZombieAttempts  int64 // attempts made by a writer that had been frozen past its session timeout
 	ZombieRefused   int64 // of those, refused by the fence as stale
 	ZombieCommitted int64 // of those, committed (a lock let a zombie write)
+	Recoveries      int64 // recorded era advances after an epoch regression (fenced mode)
 }
 
 // OK reports whether every data invariant holds: nothing lost, nothing applied twice, every
@@ -152,6 +153,10 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 		}
 	}
 
+	// The fence's recovery log, when the store uses the default table name; absent otherwise.
+	if err := db.QueryRow(ctx, `SELECT count(*) FROM baton_fences_recoveries`).Scan(&v.Recoveries); err != nil {
+		v.Recoveries = 0
+	}
 	rows, err = db.Query(ctx, `SELECT outcome, zombie FROM chaos_attempts`)
 	if err != nil {
 		return v, fmt.Errorf("chaos: check attempts: %w", err)

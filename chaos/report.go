@@ -41,6 +41,7 @@ func WriteVerdict(w io.Writer, r *Result) {
 	fmt.Fprintf(tw, "zombie writes attempted\t%d\n", v.ZombieAttempts)
 	fmt.Fprintf(tw, "zombie writes refused\t%d\n", v.ZombieRefused)
 	fmt.Fprintf(tw, "zombie writes committed\t%d\n", v.ZombieCommitted)
+	fmt.Fprintf(tw, "epoch regressions recovered\t%d\n", v.Recoveries)
 	fmt.Fprintf(tw, "lost\t%d\n", v.Lost)
 	fmt.Fprintf(tw, "duplicated\t%d\n", v.Duplicated)
 	fmt.Fprintf(tw, "out of order\t%d\n", v.Disorder)

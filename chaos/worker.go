@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/redislock"
+	"github.com/batonhq/baton/partition"
 )
 
 // Mode is how a worker protects its writes.
@@ -198,9 +199,9 @@ func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T],
 	go func() { defer wg.Done(); f.watch(wctx) }()
 
 	wrapped := &attemptSink[T]{Sink: sink, f: f, db: db, id: cfg.ID}
-	factory := func(_ context.Context, _ string, part int32, _ fence.Token) (consumer.Handler[T], error) {
+	factory := func(_ context.Context, p partition.ID, _ fence.Token) (consumer.Handler[T], error) {
 		return consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
-			return ApplyBatch(ctx, adapt(tx), part, b.Token, cfg.ID, b.Records)
+			return ApplyBatch(ctx, adapt(tx), p.Partition, b.Token, cfg.ID, b.Records)
 		}), nil
 	}
 	c, err := consumer.New[T](cfg.Group, []string{cfg.Topic}, fence.Sink[T](wrapped), factory,
