@@ -1,0 +1,38 @@
+package outbox
+
+import "errors"
+
+var (
+	// ErrNoTopic means a [Message] has no destination topic. Append refuses it before writing.
+	ErrNoTopic = errors.New("outbox: message has no topic")
+
+	// ErrTooLarge means a [Message]'s key, value and headers together exceed the store's
+	// MaxMessageBytes. Append refuses it: a row the broker would reject would block its source
+	// partition's relay for ever.
+	ErrTooLarge = errors.New("outbox: message too large")
+
+	// ErrInvalidHeader means a header key is empty, not valid UTF-8, or reserved: the "baton-"
+	// prefix and the W3C "traceparent"/"tracestate" names belong to the relay.
+	ErrInvalidHeader = errors.New("outbox: invalid header")
+
+	// ErrInvalid means other bad input: an invalid topic name, source key, token, idempotency
+	// key, table name, option or a nil argument.
+	ErrInvalid = errors.New("outbox: invalid argument")
+
+	// ErrUnfenced means the fence for the source partition does not store the presented token
+	// and no higher one either: the caller never claimed or advanced the fence with this token
+	// in this transaction (a higher stored token is a *fence.StaleError instead).
+	ErrUnfenced = errors.New("outbox: the fence does not hold this token")
+
+	// ErrNotBaton means a record lacks the headers the relay writes (baton-token, baton-seq,
+	// baton-source) or carries malformed ones: it was not published by an outbox relay.
+	ErrNotBaton = errors.New("outbox: record has no valid baton headers")
+
+	// ErrNoKey means a record reached the inbox without a key: the inbox keeps one fence per
+	// record key, so keyless records cannot be deduplicated.
+	ErrNoKey = errors.New("outbox: record has no key")
+
+	// ErrNotIdempotent means the relay's client was built with kgo.DisableIdempotentWrite:
+	// without the idempotent producer a retried batch may be reordered.
+	ErrNotIdempotent = errors.New("outbox: the relay's kafka client must produce idempotently")
+)

@@ -1,0 +1,338 @@
+package pgoutbox
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/sqlident"
+	"github.com/batonhq/baton/outbox"
+)
+
+// DB is what a Store needs outside the caller's transactions: *pgxpool.Pool fits.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Defaults.
+const (
+	DefaultTable      = "baton_outbox"
+	DefaultFenceTable = "baton_fences" // pgfence.DefaultTable
+	cursorsSuffix     = "_cursors"
+)
+
+type config struct {
+	table, fences string
+	maxBytes      int
+	prop          propagation.TextMapPropagator
+}
+
+// Option configures [New].
+type Option func(*config) error
+
+// Table sets the outbox table name (default [DefaultTable]); the store also uses
+// name+"_cursors". "table" or "schema.table", validated by internal/sqlident.
+func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
+
+// FenceTable names the pgfence fence table the store checks tokens against (default
+// [DefaultFenceTable]); it must be the table given to pgfence.Table.
+func FenceTable(name string) Option { return func(c *config) error { c.fences = name; return nil } }
+
+// MaxMessageBytes bounds each message's key+value+headers at Append (default
+// outbox.DefaultMaxMessageBytes). Keep it at or below the destination topics' max.message.bytes.
+func MaxMessageBytes(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("%w: MaxMessageBytes %d", outbox.ErrInvalid, n)
+		}
+		c.maxBytes = n
+		return nil
+	}
+}
+
+// Propagator sets how Append captures the trace context from its ctx (default
+// propagation.TraceContext{}: W3C traceparent/tracestate, which the relay and inbox read).
+func Propagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) error {
+		if p == nil {
+			return fmt.Errorf("%w: nil propagator", outbox.ErrInvalid)
+		}
+		c.prop = p
+		return nil
+	}
+}
+
+// Store is a transactional outbox in PostgreSQL next to a pgfence fence table. It implements
+// [outbox.Store] for the relay. Safe for concurrent use.
+type Store struct {
+	db       DB
+	maxBytes int
+	prop     propagation.TextMapPropagator
+	lockID   int64
+	schema   string
+
+	appendSQL, staleSQL, pendingSQL, markSQL, backlogSQL, cleanupSQL string
+}
+
+var _ outbox.Store = (*Store)(nil)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// New returns a store; call [Store.Migrate] once to create its tables. The fence table is
+// pgfence's and is not created here. Invalid names fail with [outbox.ErrInvalid].
+func New(db DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil DB", outbox.ErrInvalid)
+	}
+	c := config{table: DefaultTable, fences: DefaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", outbox.ErrInvalid)
+		}
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	cursors := c.table + cursorsSuffix
+	for _, n := range []string{c.table, cursors, c.fences} {
+		if err := sqlident.Validate(n); err != nil {
+			return nil, fmt.Errorf("%w: table name: %w", outbox.ErrInvalid, err)
+		}
+	}
+	h := fnv.New64a()
+	h.Write([]byte("baton/pgoutbox/migrate/" + c.table))
+	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockID: int64(h.Sum64())}
+	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(c.fences))
+	return s, nil
+}
+
+func (s *Store) prepare(o, c, f string) {
+	r := strings.NewReplacer("{{outbox}}", o, "{{cursors}}", c, "{{fences}}", f)
+	s.schema = r.Replace(schemaSQL)
+	// Append in one statement: lock the fence row FOR SHARE only if it stores exactly the
+	// token (a concurrent Claim waits for the caller's commit; a changed token matches nothing),
+	// allocate n sequences from the cursor row (its row lock orders appenders, so sequences are
+	// gap-free in commit order), and insert the rows numbered from the allocation.
+	s.appendSQL = r.Replace(`
+WITH f AS (
+    SELECT 1 FROM {{fences}}
+    WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
+    FOR SHARE
+), c AS (
+    INSERT INTO {{cursors}} AS c (group_id, topic, partition, last_seq)
+    SELECT $1, $2, $3, $6::bigint FROM f
+    ON CONFLICT (group_id, topic, partition) DO UPDATE SET last_seq = c.last_seq + EXCLUDED.last_seq
+    RETURNING c.last_seq
+)
+INSERT INTO {{outbox}} (group_id, topic, partition, seq, era, epoch, dest_topic, msg_key, msg_value,
+                        headers, idempotency_key, traceparent, tracestate)
+SELECT $1, $2, $3, c.last_seq - $6::bigint + u.ord, $4, $5, u.t, u.k, u.v, u.h,
+       COALESCE(NULLIF(u.i, ''), $1 || '/' || $2 || '/' || $3::text || '/' || (c.last_seq - $6::bigint + u.ord)::text),
+       $12, $13
+FROM c, unnest($7::text[], $8::bytea[], $9::bytea[], $10::bytea[], $11::text[]) WITH ORDINALITY AS u(t, k, v, h, i, ord)`)
+	s.staleSQL = r.Replace(`SELECT era, epoch FROM {{fences}} WHERE group_id = $1 AND topic = $2 AND partition = $3`)
+	s.pendingSQL = r.Replace(`
+SELECT o.seq, o.era, o.epoch, o.dest_topic, o.msg_key, o.msg_value, o.headers, o.idempotency_key,
+       o.traceparent, o.tracestate, o.created_at
+FROM {{outbox}} o JOIN {{cursors}} c USING (group_id, topic, partition)
+WHERE o.group_id = $1 AND o.topic = $2 AND o.partition = $3 AND o.seq > c.delivered_seq
+  AND EXISTS (SELECT 1 FROM {{fences}} f
+              WHERE f.group_id = $1 AND f.topic = $2 AND f.partition = $3 AND f.era = $4 AND f.epoch = $5)
+ORDER BY o.seq
+LIMIT $6`)
+	// The mark is the relay's fence: FOR SHARE on the fence row, matching only the exact token,
+	// so it either commits before a takeover's Claim (which waits for it) or matches nothing.
+	s.markSQL = r.Replace(`
+WITH f AS (
+    SELECT 1 FROM {{fences}}
+    WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
+    FOR SHARE
+)
+UPDATE {{cursors}} c SET delivered_seq = GREATEST(c.delivered_seq, $6), delivered_at = now()
+FROM f
+WHERE c.group_id = $1 AND c.topic = $2 AND c.partition = $3 AND $6 <= c.last_seq
+RETURNING c.last_seq - c.delivered_seq`)
+	s.backlogSQL = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE group_id = $1 AND topic = $2 AND partition = $3`)
+	s.cleanupSQL = r.Replace(`
+DELETE FROM {{outbox}} o USING {{cursors}} c
+WHERE o.group_id = c.group_id AND o.topic = c.topic AND o.partition = c.partition
+  AND o.seq <= c.delivered_seq AND o.created_at < now() - $1::interval`)
+}
+
+// Schema returns the DDL Migrate runs, for users who manage migrations with their own tools.
+func (s *Store) Schema() string { return s.schema }
+
+// Migrate creates the outbox tables if they do not exist. Idempotent and safe to call
+// concurrently: the DDL runs under a transaction-scoped advisory lock.
+func (s *Store) Migrate(ctx context.Context) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: migrate: %w", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockID); err != nil {
+		return fmt.Errorf("pgoutbox: migrate: lock: %w", err)
+	}
+	if _, err := tx.Exec(ctx, s.schema); err != nil {
+		return fmt.Errorf("pgoutbox: migrate: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("pgoutbox: migrate: commit: %w", err)
+	}
+	return nil
+}
+
+// Append adds msgs to the outbox of source partition src inside the caller's transaction tx,
+// stamped with tok, the next sequences of src, an idempotency key and the trace context of ctx.
+// Call it after the fence Advance of the same transaction (pgfence.Store.Advance / Apply).
+//
+// Append checks the fence itself, in the same statement: unless src's fence row stores exactly
+// tok it writes nothing and fails with a *fence.StaleError (a higher token is stored: the
+// caller is a zombie) or [outbox.ErrUnfenced]. It keeps the fence row share-locked until tx
+// ends, so no takeover commits in between. Bad input fails with [outbox.ErrNoTopic],
+// [outbox.ErrTooLarge], [outbox.ErrInvalidHeader] or [outbox.ErrInvalid] before any statement
+// is sent. On any error roll tx back.
+func (s *Store) Append(ctx context.Context, tx pgx.Tx, src fence.Key, tok fence.Token, msgs ...outbox.Message) error {
+	if tx == nil {
+		return fmt.Errorf("%w: nil transaction", outbox.ErrInvalid)
+	}
+	if err := outbox.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
+		return err
+	}
+	if len(msgs) == 0 {
+		return nil
+	}
+	topics := make([]string, len(msgs))
+	keys := make([][]byte, len(msgs))
+	values := make([][]byte, len(msgs))
+	headers := make([][]byte, len(msgs))
+	ids := make([]string, len(msgs))
+	for i := range msgs {
+		topics[i], keys[i], values[i], ids[i] = msgs[i].Topic, msgs[i].Key, msgs[i].Value, msgs[i].IdempotencyKey
+		headers[i] = outbox.MarshalHeaders(msgs[i].Headers)
+	}
+	tp, ts := outbox.TraceContext(ctx, s.prop)
+	tag, err := tx.Exec(ctx, s.appendSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch,
+		int64(len(msgs)), topics, keys, values, headers, ids, tp, ts)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: append to %s: %w", src, err)
+	}
+	if tag.RowsAffected() == int64(len(msgs)) {
+		return nil
+	}
+	if err := s.check(ctx, tx, src, tok); err != nil {
+		return err
+	}
+	return fmt.Errorf("pgoutbox: append to %s wrote %d of %d rows", src, tag.RowsAffected(), len(msgs))
+}
+
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// check returns nil if src's fence stores exactly tok, and otherwise the error a fenced
+// statement that matched nothing reports.
+func (s *Store) check(ctx context.Context, q queryRower, src fence.Key, tok fence.Token) error {
+	var stored fence.Token
+	err := q.QueryRow(ctx, s.staleSQL, src.Group, src.Topic, src.Partition).Scan(&stored.Era, &stored.Epoch)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("%w: %s has no fence row; claim it first", outbox.ErrUnfenced, src)
+	case err != nil:
+		return fmt.Errorf("pgoutbox: reading the fence of %s: %w", src, err)
+	case tok.Less(stored):
+		return &fence.StaleError{Key: src, Stored: stored, Presented: tok}
+	case tok == stored:
+		return nil
+	}
+	return fmt.Errorf("%w: %s stores %s, presented %s", outbox.ErrUnfenced, src, stored, tok)
+}
+
+// Pending implements [outbox.Store].
+func (s *Store) Pending(ctx context.Context, src fence.Key, tok fence.Token, limit int) ([]outbox.Row, error) {
+	rows, err := s.db.Query(ctx, s.pendingSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: pending of %s: %w", src, err)
+	}
+	defer rows.Close()
+	var out []outbox.Row
+	for rows.Next() {
+		r := outbox.Row{Source: src}
+		var hs []byte
+		if err := rows.Scan(&r.Seq, &r.Token.Era, &r.Token.Epoch, &r.Topic, &r.Key, &r.Value, &hs,
+			&r.IdempotencyKey, &r.TraceParent, &r.TraceState, &r.CreatedAt); err != nil {
+			return nil, fmt.Errorf("pgoutbox: pending of %s: %w", src, err)
+		}
+		if r.Headers, err = outbox.UnmarshalHeaders(hs); err != nil {
+			return nil, fmt.Errorf("pgoutbox: %s seq %d: %w", src, r.Seq, err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgoutbox: pending of %s: %w", src, err)
+	}
+	if len(out) == 0 {
+		// Nothing pending, or the fence moved on: tell a zombie so.
+		if err := s.check(ctx, s.db, src, tok); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// MarkDelivered implements [outbox.Store].
+func (s *Store) MarkDelivered(ctx context.Context, src fence.Key, tok fence.Token, through int64) (int64, error) {
+	var backlog int64
+	err := s.db.QueryRow(ctx, s.markSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, through).Scan(&backlog)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := s.check(ctx, s.db, src, tok); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %s: seq %d was never allocated", outbox.ErrInvalid, src, through)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pgoutbox: marking %s delivered through %d: %w", src, through, err)
+	}
+	return backlog, nil
+}
+
+// Backlog returns how many rows of src are appended and not yet delivered.
+func (s *Store) Backlog(ctx context.Context, src fence.Key) (int64, error) {
+	var n int64
+	err := s.db.QueryRow(ctx, s.backlogSQL, src.Group, src.Topic, src.Partition).Scan(&n)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pgoutbox: backlog of %s: %w", src, err)
+	}
+	return n, nil
+}
+
+// Cleanup deletes delivered rows appended more than olderThan ago, for every source partition,
+// and returns how many it deleted. It is not fenced: deleting what was delivered changes
+// nothing any owner relies on (sequences live in the cursor table and are never reused).
+// Undelivered rows are never deleted.
+func (s *Store) Cleanup(ctx context.Context, olderThan time.Duration) (int64, error) {
+	if olderThan < 0 {
+		return 0, fmt.Errorf("%w: negative retention %s", outbox.ErrInvalid, olderThan)
+	}
+	tag, err := s.db.Exec(ctx, s.cleanupSQL, olderThan)
+	if err != nil {
+		return 0, fmt.Errorf("pgoutbox: cleanup: %w", err)
+	}
+	return tag.RowsAffected(), nil
+}

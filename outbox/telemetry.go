@@ -1,0 +1,78 @@
+package outbox
+
+import (
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/batonhq/baton/fence"
+)
+
+const instrumentation = "github.com/batonhq/baton/outbox"
+
+// telemetry holds the relay's or inbox's instruments; providers come from options and default
+// to the otel globals (no-ops unless the application installed an SDK).
+type telemetry struct {
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+
+	backlog   metric.Int64Gauge
+	delivered metric.Int64Counter
+	latency   metric.Float64Histogram
+	admitted  metric.Int64Counter
+	drops     metric.Int64Counter
+}
+
+type telemetryConfig struct {
+	meters  metric.MeterProvider
+	tracers trace.TracerProvider
+}
+
+func (c telemetryConfig) build() (*telemetry, error) {
+	mp, tp := c.meters, c.tracers
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m := mp.Meter(instrumentation)
+	t := &telemetry{tracer: tp.Tracer(instrumentation), prop: propagation.TraceContext{}}
+	var err error
+	if t.backlog, err = m.Int64Gauge("baton.outbox.backlog",
+		metric.WithDescription("Outbox rows of a source partition appended but not yet delivered, as of the last flush."),
+		metric.WithUnit("{message}")); err != nil {
+		return nil, err
+	}
+	if t.delivered, err = m.Int64Counter("baton.outbox.delivered",
+		metric.WithDescription("Outbox rows published, acknowledged and marked delivered."),
+		metric.WithUnit("{message}")); err != nil {
+		return nil, err
+	}
+	if t.latency, err = m.Float64Histogram("baton.outbox.commit_to_ack",
+		metric.WithDescription("Time from a row's append (store clock) to the broker's acknowledgement (relay clock)."),
+		metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if t.admitted, err = m.Int64Counter("baton.inbox.admitted",
+		metric.WithDescription("Records the inbox admitted."),
+		metric.WithUnit("{message}")); err != nil {
+		return nil, err
+	}
+	if t.drops, err = m.Int64Counter("baton.inbox.drops",
+		metric.WithDescription("Records the inbox dropped, by reason (duplicate, stale)."),
+		metric.WithUnit("{message}")); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func sourceAttrs(k fence.Key) metric.MeasurementOption {
+	return metric.WithAttributes(
+		attribute.String("baton.group", k.Group),
+		attribute.String("messaging.source.name", k.Topic),
+		attribute.Int("messaging.source.partition.id", int(k.Partition)),
+	)
+}
