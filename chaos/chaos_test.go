@@ -52,7 +52,7 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := testenv.Context(t, 40*time.Minute)
+	ctx := testenv.Context(t, 3*time.Hour) // a soak (BATON_CHAOS_FAULTS) runs long
 	db := chaos.PgDB(pool)
 	store, err := pgfence.New(pool)
 	if err != nil {
