@@ -2,23 +2,23 @@
 // stores without loss, reordering or double effects: a fenced transactional outbox, a fenced
 // relay and an inbox.
 //
-//	 owner of source partition p (token T)              receiver "billing"
-//	 ────────────────────────────────────              ───────────────────────────────
-//	 BEGIN                                              BEGIN
-//	   fence Advance(p, T, offset)  ── row lock         Inbox.Admit(tx, rec): KeyedSink.Admit
-//	   UPDATE accounts ...          (state change)        scope = "billing|" + baton-source
-//	   Append(tx, p, T, msgs) ── checks fence(p)==T,      id    = record key
-//	     seq := cursor(p).last_seq + 1 ...                (T, seq) > stored? Admitted
-//	     INSERT outbox rows (p, seq, T, traceparent)                 else Duplicate / Stale
-//	 COMMIT ── state + rows, or neither                 apply effect if Admitted
-//	        │                                           COMMIT ── admission + effect, or neither
-//	        ▼                                                  ▲
-//	 Relay.Flush(p, T)  (p's owner, after each batch)          │
-//	   Pending rows of p, seq order ──► kgo.Produce ──► Kafka topic ── headers: baton-token,
-//	   wait for every ack                                       baton-seq, baton-source,
-//	   MarkDelivered(p, T, last seq): UPDATE cursor             baton-idempotency-key,
-//	     only if fence(p) still stores exactly T                traceparent (continues the
-//	     (FOR SHARE: a takeover's Claim waits or wins)          state change's trace)
+//	owner of source partition p (token T)              receiver "billing"
+//	────────────────────────────────────              ───────────────────────────────
+//	BEGIN                                              BEGIN
+//	  fence Advance(p, T, offset)  ── row lock         Inbox.Admit(tx, rec): KeyedSink.Admit
+//	  UPDATE accounts ...          (state change)        scope = "billing|" + baton-source
+//	  Append(tx, p, T, msgs) ── checks fence(p)==T,      id    = record key
+//	    seq := cursor(p).last_seq + 1 ...                (T, seq) > stored? Admitted
+//	    INSERT outbox rows (p, seq, T, traceparent)                 else Duplicate / Stale
+//	COMMIT ── state + rows, or neither                 apply effect if Admitted
+//	       │                                           COMMIT ── admission + effect, or neither
+//	       ▼                                                  ▲
+//	Relay.Flush(p, T)  (p's owner, after each batch)          │
+//	  Pending rows of p, seq order ──► kgo.Produce ──► Kafka topic ── headers: baton-token,
+//	  wait for every ack                                       baton-seq, baton-source,
+//	  MarkDelivered(p, T, last seq): UPDATE cursor             baton-idempotency-key,
+//	    only if fence(p) still stores exactly T                traceparent (continues the
+//	    (FOR SHARE: a takeover's Claim waits or wins)          state change's trace)
 //
 // # Appending
 //

@@ -228,6 +228,7 @@ func TestZombieAppendIsRefusedByTheFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback(context.Background()) // a failed check must not leave the connection held
 	err = e.store.Append(e.ctx, tx, e.src, old, outbox.Message{Topic: "dest", Value: []byte("x")})
 	var se *fence.StaleError
 	if !errors.As(err, &se) || se.Stored != cur || se.Presented != old {
@@ -553,6 +554,7 @@ func TestBadInputIsRefusedBeforeAnythingIsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer tx.Rollback(context.Background()) // a failed check must not leave the connection held
 	if err := s.Append(e.ctx, tx, e.src, tok, outbox.Message{}); !errors.Is(err, outbox.ErrNoTopic) {
 		t.Fatal(err)
 	}

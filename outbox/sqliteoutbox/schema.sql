@@ -1,0 +1,29 @@
+-- sqliteoutbox schema; {{outbox}} and {{cursors}} are the validated, quoted table names. Every
+-- statement is idempotent: New applies it each time. See pgoutbox/schema.sql for the meaning
+-- of the columns; created_ns is the appending process's clock in Unix nanoseconds.
+CREATE TABLE IF NOT EXISTS {{outbox}} (
+    grp             TEXT    NOT NULL,
+    topic           TEXT    NOT NULL,
+    partition       INTEGER NOT NULL CHECK (partition >= 0),
+    seq             INTEGER NOT NULL CHECK (seq >= 1),
+    era             INTEGER NOT NULL CHECK (era >= 0),
+    epoch           INTEGER NOT NULL CHECK (epoch >= 0),
+    dest_topic      TEXT    NOT NULL CHECK (dest_topic <> ''),
+    msg_key         BLOB,
+    msg_value       BLOB,
+    headers         BLOB,
+    idempotency_key TEXT    NOT NULL,
+    traceparent     TEXT    NOT NULL,
+    tracestate      TEXT    NOT NULL,
+    created_ns      INTEGER NOT NULL,
+    PRIMARY KEY (grp, topic, partition, seq)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS {{cursors}} (
+    grp           TEXT    NOT NULL,
+    topic         TEXT    NOT NULL,
+    partition     INTEGER NOT NULL CHECK (partition >= 0),
+    last_seq      INTEGER NOT NULL CHECK (last_seq >= 0),
+    delivered_seq INTEGER NOT NULL DEFAULT 0 CHECK (delivered_seq >= 0 AND delivered_seq <= last_seq),
+    PRIMARY KEY (grp, topic, partition)
+) STRICT, WITHOUT ROWID;
