@@ -28,7 +28,11 @@
 //     logged). If it is, the generation went backwards (the group was deleted or expired and
 //     recreated): a *fence.RegressionError is counted and logged at ERROR with both tokens,
 //     and, with [RecoverRegressions] on, Sink.Recover advances the era (recorded, with a
-//     reason) and the claim is retried under the new era.
+//     reason) and the claim is retried under the new era. A stored token EQUAL to the
+//     member's that this worker did not write is treated the same way: a group recreated at
+//     exactly the stored generation would otherwise share its token with the old
+//     incarnation's zombies. (A static member restarted without a rebalance also lands here
+//     and is moved to a new era; that is safe, merely logged as a regression.)
 //  4. Apply: per batch (what one poll delivered, coalesced with what is already queued), records
 //     at or below the sink's position are skipped (a replay), and the rest go to Sink.Apply
 //     with the handler inside the fenced transaction. Then the Kafka offset is marked and

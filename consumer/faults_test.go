@@ -275,6 +275,48 @@ func TestRegressionRecovered(t *testing.T) {
 
 // With RecoverRegressions off, a regression is reported and the partition is left alone:
 // nothing applied, nothing recovered.
+// A recreated group whose generation comes back to exactly the stored epoch presents an equal
+// token. Equal tokens are how one owner writes many batches, so the sink would accept it; but
+// a zombie of the old incarnation holds the same token. The consumer must treat an equal
+// stored token it did not write as a regression and move to a new era.
+func TestRegressionAtEqualGeneration(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	const keys, n = 2, 5
+	produce(t, brokers, "orders", keys, n)
+	store := newStore(t)
+	ctx := context.Background()
+	key := fence.Key{Group: "g", Topic: "orders", Partition: 0}
+	old := fence.Token{Era: 0, Epoch: 1} // the old incarnation's single member, at generation 1
+	if _, err := store.Claim(ctx, key, old); err != nil {
+		t.Fatal(err)
+	}
+	m := newMeter()
+	f := newFolder()
+	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), consumer.MeterProvider(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := start(t, c)
+	waitFor(t, "records applied after recovery", 30*time.Second, allApplied(store, keys, n))
+	if err := mb.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkFold(t, store, keys, n)
+	recs, err := store.Recoveries(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].From != old || recs[0].To != (fence.Token{Era: 1, Epoch: 1}) {
+		t.Fatalf("recoveries %+v, want one from %s to 1.1 (the new member joined at generation 1)", recs, old)
+	}
+	// The old incarnation's zombie, holding the equal token, is now refused.
+	err = store.Apply(ctx, key, old, 1<<40, func(context.Context, *memfence.Tx) error { return nil })
+	if !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("zombie of the old incarnation with token %s: %v, want stale", old, err)
+	}
+}
+
 func TestRegressionNotRecoveredWhenOff(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
 	produce(t, brokers, "orders", 2, 5)

@@ -354,7 +354,15 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 // epoch from the assignment. A stale claim is checked with the coordinator: if this member
 // is nevertheless current the epoch source went backwards (a regression), recovered through
 // Sink.Recover when RecoverRegressions is on.
+//
+// A stored token EQUAL to ours that this worker did not write is suspect too: within one
+// incarnation of a group each generation assigns a partition to one member, so an equal
+// token from someone else means the group was recreated and its generation counter came
+// back to exactly the stored value (or a static member restarted without a rebalance).
+// Accepting it would let a zombie of the old incarnation, holding the same token, write
+// beside us; it takes the verify-and-recover path instead, which moves us to a new era.
 func (w *worker[Tx]) claim() bool {
+	var ours fence.Token // the token this worker last tried to claim or recovered to
 	for {
 		var stale *fence.StaleError
 		err := w.attempt("claim", func() error {
@@ -363,6 +371,10 @@ func (w *worker[Tx]) claim() bool {
 				return err
 			}
 			tok := fence.Token{Era: st.Token.Era, Epoch: w.epoch}
+			if st.Token == tok && tok != ours {
+				return &fence.StaleError{Key: w.key, Stored: st.Token, Presented: tok}
+			}
+			ours = tok
 			got, err := w.r.c.sink.Claim(w.ctx, w.key, tok)
 			if err != nil {
 				return err
@@ -400,7 +412,7 @@ func (w *worker[Tx]) claim() bool {
 			w.r.c.log.Error("RecoverRegressions is off: partition left unprocessed until an operator recovers the fence", append(w.log(), "err", reg)...)
 			return false
 		}
-		reason := fmt.Sprintf("consumer group %s generation went back to %d below stored %s; member verified current with the coordinator", w.key.Group, w.epoch, stale.Stored)
+		reason := fmt.Sprintf("consumer group %s generation went back to %d, not above stored %s; member verified current with the coordinator", w.key.Group, w.epoch, stale.Stored)
 		var to fence.Token
 		err = w.attempt("recover", func() (err error) {
 			to, err = w.r.c.sink.Recover(w.ctx, w.key, stale.Stored, w.epoch, reason)
@@ -408,6 +420,7 @@ func (w *worker[Tx]) claim() bool {
 		})
 		switch {
 		case err == nil:
+			ours = to
 			w.r.c.m.recoveries.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
 			w.r.c.log.Warn("epoch regression recovered", append(w.log(), "from", stale.Stored.String(), "to", to.String())...)
 		case errors.Is(err, fence.ErrConflict):
