@@ -49,9 +49,10 @@
 // overtake a newer one of the same key. Delivery is at least once; a crash between produce and
 // mark re-publishes at most one batch.
 //
-// Applications that append outside a Baton consumer run [RunRelay], which holds ownership of
-// the source partitions through its own consumer-group membership on the source topic, claims
-// their fences with its generation and flushes periodically.
+// Applications that append outside a Baton consumer must hold the source partition's fence
+// themselves: claim it (fence.Sink.Claim) with a token from their own ownership (for example
+// the generation of their own consumer-group membership on a small coordination topic) and call
+// Flush with that token. A packaged standalone relay (RunRelay) is not provided yet.
 //
 // # What is exactly once
 //

@@ -23,7 +23,7 @@ import (
 )
 
 type env struct {
-	t      *testing.T
+	t      testing.TB
 	ctx    context.Context
 	pool   *pgxpool.Pool
 	fences *pgfence.Store
@@ -31,7 +31,7 @@ type env struct {
 	src    fence.Key
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := testenv.Context(t, 2*time.Minute)
 	pool, _ := testenv.Postgres(t)
