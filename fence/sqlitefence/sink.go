@@ -108,9 +108,10 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 }
 
 // Advance implements [fence.Sink]: the check-and-advance of Apply inside tx, which the caller
-// began on this store's database and must roll back on any error. Its conditional UPDATE is
-// a write, so from here on tx holds SQLite's write lock until it ends. It fails like Apply; a
-// busy error (only possible if tx was begun DEFERRED and has already read) is wrapped in
+// began on [Store.DB] (a transaction of another *sql.DB is refused) and must roll back on any
+// error. Its conditional UPDATE is a write, so from here on tx holds SQLite's write lock until
+// it ends. It fails like Apply; a busy error (the lock was not had within the connection's
+// busy_timeout, or a DEFERRED tx that had already read could not upgrade) is wrapped in
 // [ErrBusy] and cannot be retried inside tx.
 func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, position int64) error {
 	if err := fence.ValidateWrite(k, t, position); err != nil {
@@ -123,7 +124,7 @@ func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 }
 
 func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, position int64) error {
-	res, err := tx.ExecContext(ctx, s.q.advanceUpdate, k.Group, k.Topic, k.Partition, t.Era, t.Epoch, position)
+	res, err := tx.StmtContext(ctx, s.advanceStmt).ExecContext(ctx, k.Group, k.Topic, k.Partition, t.Era, t.Epoch, position)
 	n, err := affected(res, err)
 	if err != nil || n == 1 {
 		return err
@@ -209,8 +210,8 @@ func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, 
 	return out, wrapBusy(rows.Err())
 }
 
-// Admit implements [fence.KeyedSink] inside tx, which the caller began on this store's
-// database and must roll back on error. It stores (t, seq) for (scope, id) if it is higher than
+// Admit implements [fence.KeyedSink] inside tx, which the caller began on [Store.DB] and must
+// roll back on error. It stores (t, seq) for (scope, id) if it is higher than
 // what is stored and returns [fence.Admitted]; otherwise it stores nothing and returns
 // [fence.Stale] (lower token) or [fence.Duplicate] (same token, sequence not higher).
 func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
@@ -220,7 +221,7 @@ func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence
 	if tx == nil {
 		return 0, fmt.Errorf("%w: nil transaction", fence.ErrInvalid)
 	}
-	res, err := tx.ExecContext(ctx, s.q.admit, scope, id, t.Era, t.Epoch, seq)
+	res, err := tx.StmtContext(ctx, s.admitStmt).ExecContext(ctx, scope, id, t.Era, t.Epoch, seq)
 	n, err := affected(res, err)
 	if err != nil {
 		return 0, wrapBusy(err)

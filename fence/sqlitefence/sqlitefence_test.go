@@ -502,3 +502,21 @@ func TestDurableAcrossReopen(t *testing.T) {
 		t.Errorf("stale apply after reopen: err = %v, want ErrStale", err)
 	}
 }
+
+// A transaction of another database is refused, not used to write a fence into another file.
+func TestForeignTransactionRefused(t *testing.T) {
+	s := openT(t, tempPath(t))
+	other := openPlainDB(t, tempPath(t))
+	ctx := t.Context()
+	tx, err := other.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := s.Advance(ctx, tx, key1, tok(0, 1), 0); err == nil {
+		t.Error("Advance accepted a transaction of another database")
+	}
+	if _, err := s.Admit(ctx, tx, "s", "i", tok(0, 1), 0); err == nil {
+		t.Error("Admit accepted a transaction of another database")
+	}
+}

@@ -33,6 +33,11 @@ type Store struct {
 	// soon as it is released instead of polling it in SQLite's busy handler.
 	gate chan struct{}
 
+	// The statements of the per-batch and per-message paths, prepared once: preparing the
+	// fence UPDATE costs about as much as running it. Tx.StmtContext reuses them per pooled
+	// connection, and refuses a transaction of another *sql.DB.
+	advanceStmt, admitStmt *sql.Stmt
+
 	// onBusy, if set, is called before each retry after SQLITE_BUSY (a test hook).
 	onBusy func()
 }
@@ -154,6 +159,13 @@ func newStore(db *sql.DB, owned bool, cfg config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitefence: creating tables: %w", err)
 	}
+	if s.advanceStmt, err = db.Prepare(s.q.advanceUpdate); err != nil {
+		return nil, fmt.Errorf("sqlitefence: preparing statements: %w", wrapBusy(err))
+	}
+	if s.admitStmt, err = db.Prepare(s.q.admit); err != nil {
+		s.advanceStmt.Close()
+		return nil, fmt.Errorf("sqlitefence: preparing statements: %w", wrapBusy(err))
+	}
 	return s, nil
 }
 
@@ -161,13 +173,14 @@ func newStore(db *sql.DB, owned bool, cfg config) (*Store, error) {
 // [Store.Advance] and [Store.Admit] and to reach your own tables in the same file.
 func (s *Store) DB() *sql.DB { return s.db }
 
-// Close closes the database if [Open] opened it; a store made by [New] leaves the caller's
-// database open.
+// Close releases the store's prepared statements and closes the database if [Open] opened
+// it; a store made by [New] leaves the caller's database open.
 func (s *Store) Close() error {
-	if !s.owned {
-		return nil
+	err := errors.Join(s.advanceStmt.Close(), s.admitStmt.Close())
+	if s.owned {
+		err = errors.Join(err, s.db.Close())
 	}
-	return s.db.Close()
+	return err
 }
 
 // writeTx runs body in a new read-write transaction and commits it. While the transaction has
