@@ -26,6 +26,7 @@ type Verdict struct {
 	Attempts        map[string]int64
 	ZombieAttempts  int64 // attempts made by a writer that had been frozen past its session timeout
 	ZombieRefused   int64 // of those, refused by the fence as stale
+	ZombieAborted   int64 // of those, failed otherwise (a held transaction ended by the database)
 	ZombieCommitted int64 // of those, committed (a lock let a zombie write)
 	Recoveries      int64 // recorded era advances after an epoch regression (fenced mode)
 }
@@ -176,6 +177,8 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 				v.ZombieRefused++
 			case OutcomeCommitted:
 				v.ZombieCommitted++
+			default:
+				v.ZombieAborted++
 			}
 		}
 	}

@@ -24,6 +24,7 @@ type FaultKind string
 
 const (
 	FaultFreeze        FaultKind = "freeze"         // SIGSTOP a worker at its next write, past its session timeout, then SIGCONT
+	FaultDelay         FaultKind = "delay"          // SIGSTOP a worker inside a transaction before commit (PostgreSQL only)
 	FaultKill          FaultKind = "kill"           // SIGKILL a worker, start a replacement
 	FaultTerm          FaultKind = "term"           // SIGTERM a worker (graceful handover), start a replacement
 	FaultStorm         FaultKind = "storm"          // members join and leave repeatedly
@@ -33,7 +34,7 @@ const (
 )
 
 // AllFaults lists every kind, in the order a bounded run cycles through them.
-var AllFaults = []FaultKind{FaultFreeze, FaultKill, FaultTerm, FaultStorm, FaultBrokerRestart, FaultDBRestart, FaultGroupDelete}
+var AllFaults = []FaultKind{FaultFreeze, FaultDelay, FaultKill, FaultTerm, FaultStorm, FaultBrokerRestart, FaultDBRestart, FaultGroupDelete}
 
 // ParseFaults parses a comma-separated list of kinds ("all" for every kind).
 func ParseFaults(s string) ([]FaultKind, error) {
@@ -180,7 +181,7 @@ func (c *Config) defaults() error {
 		if (f == FaultBrokerRestart || f == FaultDBRestart) && c.DeployDir == "" {
 			return fmt.Errorf("chaos: fault %s needs DeployDir (deploy/local)", f)
 		}
-		if f == FaultDBRestart && c.PostgresURL == "" {
+		if (f == FaultDBRestart || f == FaultDelay) && c.PostgresURL == "" {
 			return fmt.Errorf("chaos: fault %s needs PostgreSQL", f)
 		}
 	}
@@ -381,7 +382,9 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 	st := h.cfg.SessionTimeout
 	switch kind {
 	case FaultFreeze:
-		h.freeze(ctx, f)
+		h.freeze(ctx, f, syscall.SIGUSR1, "frozen")
+	case FaultDelay:
+		h.freeze(ctx, f, syscall.SIGUSR2, "delayed")
 	case FaultKill, FaultTerm:
 		p := h.pick()
 		if p == nil {
@@ -456,7 +459,10 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 // freeze arms a worker that is writing to freeze itself before its next write, waits until it
 // is stopped, waits until another member has taken over one of its partitions (a claim or a
 // write under a higher token), then continues it: its held write is now a zombie's.
-func (h *harness) freeze(ctx context.Context, f *Fault) {
+//
+// With SIGUSR2 and marker "delayed" the worker freezes inside its transaction instead; the
+// takeover then waits for the database to end the held transaction.
+func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, marker string) {
 	p := h.pick()
 	if p == nil {
 		f.Detail = "no worker alive"
@@ -464,13 +470,13 @@ func (h *harness) freeze(ctx context.Context, f *Fault) {
 	}
 	f.Target = p.id
 	since := time.Now().UnixMilli()
-	_ = p.cmd.Process.Signal(syscall.SIGUSR1)
+	_ = p.cmd.Process.Signal(sig)
 	var part int32
 	var era, epoch int64
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := h.db.QueryRow(ctx, `SELECT part, era, epoch FROM chaos_attempts WHERE worker = $1 AND outcome = 'frozen' AND at_ms >= $2 ORDER BY id DESC LIMIT 1`,
-			p.id, since).Scan(&part, &era, &epoch)
+		err := h.db.QueryRow(ctx, `SELECT part, era, epoch FROM chaos_attempts WHERE worker = $1 AND outcome = $3 AND at_ms >= $2 ORDER BY id DESC LIMIT 1`,
+			p.id, since, marker).Scan(&part, &era, &epoch)
 		if err == nil && stopped(p.cmd.Process.Pid) {
 			break
 		}
@@ -497,7 +503,7 @@ func (h *harness) freeze(ctx context.Context, f *Fault) {
 		sleep(ctx, 100*time.Millisecond)
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	f.Detail = fmt.Sprintf("frozen holding partition %d at token %d.%d", part, era, epoch)
+	f.Detail = fmt.Sprintf("%s holding partition %d at token %d.%d", marker, part, era, epoch)
 	if !f.Bit {
 		f.Detail += "; no takeover seen"
 	}

@@ -40,6 +40,7 @@ func WriteVerdict(w io.Writer, r *Result) {
 	}
 	fmt.Fprintf(tw, "zombie writes attempted\t%d\n", v.ZombieAttempts)
 	fmt.Fprintf(tw, "zombie writes refused\t%d\n", v.ZombieRefused)
+	fmt.Fprintf(tw, "zombie writes aborted by the database\t%d\n", v.ZombieAborted)
 	fmt.Fprintf(tw, "zombie writes committed\t%d\n", v.ZombieCommitted)
 	fmt.Fprintf(tw, "epoch regressions recovered\t%d\n", v.Recoveries)
 	fmt.Fprintf(tw, "lost\t%d\n", v.Lost)
@@ -160,7 +161,7 @@ func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 			x(b.at), y(b.part)+3, laneH-6, tokColour(b.era, b.epoch), html.EscapeString(b.worker), b.era, b.epoch)
 	}
 	for _, a := range attempts {
-		if a.outcome == "frozen" {
+		if a.outcome == "frozen" || a.outcome == "delayed" {
 			fmt.Fprintf(w, `<text x="%.1f" y="%d" fill="#333"><title>%s froze holding token %s</title>❄</text>`+"\n", x(a.at)-4, y(a.part)+15, html.EscapeString(a.worker), a.token)
 			continue
 		}

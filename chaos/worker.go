@@ -95,29 +95,43 @@ func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 // transaction would hold that transaction's locks (SQLite's single write lock, or PostgreSQL
 // row locks) and block the takeover until it resumed; that is the delayed-commit case, which
 // DESIGN.md discusses, not the paused-holder scenario this fault reproduces.
+//
+// SIGUSR2 arms the other case, the delayed commit: the worker freezes INSIDE its next
+// transaction, after its writes and before its commit, holding the transaction open across the
+// takeover. PostgreSQL's idle_in_transaction_session_timeout (which the workers set to twice
+// their session timeout, as DESIGN.md recommends) then ends the held transaction, releasing
+// the fence row to the new owner; the zombie's commit fails when it wakes.
 type freezer struct {
 	id      string
 	db      DB
 	armed   atomic.Bool
+	delay   atomic.Bool
 	gate    sync.RWMutex // writes hold it shared; a freeze holds it exclusively
 	stopSig chan os.Signal
+	cont    chan os.Signal // SIGCONT: the freeze is over
 }
 
 func newFreezer(id string, db DB) *freezer {
-	f := &freezer{id: id, db: db, stopSig: make(chan os.Signal, 1)}
+	f := &freezer{id: id, db: db, stopSig: make(chan os.Signal, 1), cont: make(chan os.Signal, 1)}
+	signal.Notify(f.cont, syscall.SIGCONT)
 	return f
 }
 
 // watch arms the freezer on SIGUSR1 until ctx ends; the caller waits for it.
 func (f *freezer) watch(ctx context.Context) {
-	signal.Notify(f.stopSig, syscall.SIGUSR1)
+	signal.Notify(f.stopSig, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(f.stopSig)
+	defer signal.Stop(f.cont)
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-f.stopSig:
-			f.armed.Store(true)
+		case sig := <-f.stopSig:
+			if sig == syscall.SIGUSR2 {
+				f.delay.Store(true)
+			} else {
+				f.armed.Store(true)
+			}
 		}
 	}
 }
@@ -131,7 +145,32 @@ func (f *freezer) point(ctx context.Context, part int32, tok fence.Token, first,
 	f.gate.Lock()
 	defer f.gate.Unlock()
 	logAttempt(ctx, f.db, f.id, part, tok, first, last, "frozen", false, "freezing before the write")
+	f.stopSelf()
+	return true
+}
+
+// stopSelf stops the whole process and returns once it was continued. A process-directed
+// SIGSTOP is not synchronous for the thread that sends it (another thread may take the group
+// stop while this one runs on for a moment), so wait for the SIGCONT that ends the freeze.
+func (f *freezer) stopSelf() {
+	for len(f.cont) > 0 {
+		<-f.cont
+	}
 	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	select {
+	case <-f.cont:
+	case <-time.After(10 * time.Minute): // the harness died without continuing us
+	}
+}
+
+// delayPoint is called inside a transaction, after its writes: if a delayed commit is armed
+// it freezes the process there and returns true once continued.
+func (f *freezer) delayPoint(ctx context.Context, part int32, tok fence.Token, last int64) bool {
+	if !f.delay.CompareAndSwap(true, false) {
+		return false
+	}
+	logAttempt(ctx, f.db, f.id, part, tok, -1, last, "delayed", false, "freezing inside the transaction, before commit")
+	f.stopSelf()
 	return true
 }
 
@@ -176,7 +215,17 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 	if zombie {
 		ctx = context.WithoutCancel(ctx)
 	}
-	err := s.f.write(func() error { return s.Sink.Apply(ctx, k, t, position, fn) })
+	delayed := false
+	err := s.f.write(func() error {
+		return s.Sink.Apply(ctx, k, t, position, func(ctx context.Context, tx T) error {
+			if err := fn(ctx, tx); err != nil {
+				return err
+			}
+			delayed = delayed || s.f.delayPoint(ctx, k.Partition, t, position)
+			return nil
+		})
+	})
+	zombie = zombie || delayed
 	detail := ""
 	if err != nil {
 		detail = err.Error()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +47,14 @@ func worker(ctx context.Context, args []string) error {
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", cfg.ID)
 	switch {
 	case pgURL != "" && sqlPath == "":
-		pool, err := pgxpool.New(ctx, pgURL)
+		pcfg, err := pgxpool.ParseConfig(pgURL)
+		if err != nil {
+			return err
+		}
+		// A transaction held open by a frozen process keeps the fence row locked and so
+		// blocks the takeover; the database ends it after this long (DESIGN.md).
+		pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt((2 * cfg.SessionTimeout).Milliseconds(), 10)
+		pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 		if err != nil {
 			return err
 		}
