@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -10,6 +11,9 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/partition"
 )
 
 // Option configures a [Consumer]. Invalid values make [New] fail with [ErrInvalidOption].
@@ -28,6 +32,8 @@ type config struct {
 	recoverRegressions bool
 	epochs             EpochSource
 	claimWait          time.Duration
+	afterCommit        AfterCommitFunc
+	afterCommitIdle    time.Duration
 }
 
 func defaults() config {
@@ -43,6 +49,7 @@ func defaults() config {
 		recoverRegressions: true,
 		epochs:             ClassicGeneration(),
 		claimWait:          10 * time.Second,
+		afterCommitIdle:    time.Second,
 	}
 }
 
@@ -191,6 +198,31 @@ func ClaimWait(d time.Duration) Option {
 			return fmt.Errorf("%w: ClaimWait %v", ErrInvalidOption, d)
 		}
 		c.claimWait = d
+		return nil
+	}
+}
+
+// AfterCommitFunc is called by a partition's own goroutine, under its ownership and token,
+// after the partition's batches commit: the place to relay that partition's outbox rows
+// (outbox.Relay.AfterCommit). It is never called concurrently for the same partition, and
+// never after the partition was revoked or lost (its ctx is the partition's). An error is
+// logged and counted; the call is made again after the next commit or within the idle
+// interval, so work it leaves (undelivered rows) is picked up later.
+type AfterCommitFunc func(ctx context.Context, p partition.ID, t fence.Token) error
+
+// AfterCommit sets fn to run in each partition's goroutine after its batches commit, and
+// every idle interval while the partition has nothing to apply (so work fn could not finish,
+// e.g. rows not relayed while Kafka was down, is retried without new records). Default: none;
+// idle interval 1s.
+func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil AfterCommit func", ErrInvalidOption)
+		}
+		if idle <= 0 {
+			return fmt.Errorf("%w: AfterCommit idle interval %v", ErrInvalidOption, idle)
+		}
+		c.afterCommit, c.afterCommitIdle = fn, idle
 		return nil
 	}
 }

@@ -111,11 +111,21 @@ func (w *worker[Tx]) idle() {
 
 func (w *worker[Tx]) loop() {
 	max := w.r.c.cfg.maxInflightPart
+	var idle <-chan time.Time
+	if w.r.c.cfg.afterCommit != nil {
+		t := time.NewTicker(w.r.c.cfg.afterCommitIdle)
+		defer t.Stop()
+		idle = t.C
+		w.afterCommit() // work left by an earlier owner (e.g. outbox rows not yet relayed)
+	}
 	for {
 		var recs []*kgo.Record
 		select {
 		case <-w.ctx.Done():
 			return
+		case <-idle:
+			w.afterCommit()
+			continue
 		case recs = <-w.in:
 		}
 		n := len(recs)
@@ -135,6 +145,21 @@ func (w *worker[Tx]) loop() {
 		if !ok {
 			return
 		}
+		if w.r.c.cfg.afterCommit != nil {
+			w.afterCommit()
+		}
+	}
+}
+
+// afterCommit runs the AfterCommit hook in the partition's goroutine, under its token.
+func (w *worker[Tx]) afterCommit() {
+	if w.ctx.Err() != nil {
+		return
+	}
+	err := w.r.c.cfg.afterCommit(w.ctx, partition.ID{Topic: w.topic, Partition: w.partition}, w.token)
+	if err != nil && w.ctx.Err() == nil {
+		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.topic, w.partition, "after-commit"))
+		w.r.c.log.Warn("after-commit hook failed; retried after the next commit or idle interval", append(w.log(), "err", err)...)
 	}
 }
 
