@@ -55,6 +55,9 @@
 //  7. Backpressure: at most [MaxInflightPerPartition] records per partition (then its fetching
 //     is paused until half are done) and [MaxInflight] overall (then polling stops). A pause
 //     is cleared when its partition is revoked or lost, so a later assignment fetches again.
+//  8. After each committed batch, and every idle interval, the partition's own goroutine runs
+//     the [AfterCommit] hook under its token: the outbox relay (outbox.Relay.AfterCommit) runs
+//     there, so relaying a partition's side effects lives exactly where its ownership does.
 //
 // # Guarantees
 //
