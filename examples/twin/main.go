@@ -1,0 +1,273 @@
+// Command twin is Baton's digital-twin pipeline as a readable program, on embedded defaults
+// (Kafka in-process with kfake, the store an SQLite file in a temporary directory):
+//
+//   - simulated devices send reported and desired temperatures, keyed by device id;
+//
+//   - a consumer group folds them into a twins table (reported, desired, version) inside
+//     the fenced transaction, and for each desired change appends a command to the outbox
+//     in the same transaction; the owner relays the outbox to the commands topic;
+//
+//   - a device gateway consumes the commands through an inbox and applies each exactly once;
+//
+//   - one member is frozen with a batch in hand past its session, the other takes over, and the
+//     frozen one's write is refused as stale when it wakes.
+//
+//     go run ./examples/twin
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/consumer"
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/sqliteoutbox"
+	"github.com/batonhq/baton/partition"
+)
+
+const (
+	updatesTopic  = "device-updates"
+	commandsTopic = "device-commands"
+	group         = "twins"
+	devices       = 8
+	perDevice     = 12 // updates per device; every third one is a desired-state change
+	desiredTotal  = devices * (perDevice / 3)
+)
+
+// update is what a device (or its app) sends.
+type update struct {
+	Device string  `json:"device"`
+	Kind   string  `json:"kind"` // "reported" or "desired"
+	Temp   float64 `json:"temp"`
+	Seq    int     `json:"seq"`
+}
+
+// command is what leaves through the outbox for the device.
+type command struct {
+	Device  string  `json:"device"`
+	SetTemp float64 `json:"set_temp"`
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "twin:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, w io.Writer) error {
+	out := &syncWriter{w: w}
+	dir, err := os.MkdirTemp("", "baton-twin-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	kafka, err := kfake.NewCluster(kfake.NumBrokers(1),
+		kfake.SeedTopics(4, updatesTopic, updatesTopic+".dlq"), kfake.SeedTopics(2, commandsTopic),
+		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "500"}))
+	if err != nil {
+		return err
+	}
+	defer kafka.Close()
+	brokers := kafka.ListenAddrs()
+	out.say("Kafka: embedded (kfake); store: SQLite in %s", dir)
+
+	// The twins, their fences and their outbox live in one SQLite file.
+	store, err := sqlitefence.Open(filepath.Join(dir, "twins.db"))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	if _, err := store.DB().ExecContext(ctx, `CREATE TABLE twins (device TEXT PRIMARY KEY,
+  reported REAL, desired REAL, version INTEGER NOT NULL, last_seq INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	ob, err := sqliteoutbox.New(ctx, store.DB())
+	if err != nil {
+		return err
+	}
+
+	gw, err := startGateway(ctx, out, brokers, filepath.Join(dir, "gateway.db"))
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
+
+	// Member A runs behind a gate (to hold one write) and a freezer (to stop its network).
+	gate, freeze := newGate[*sql.Tx](nil), newFreezer()
+	var refused atomic.Int64 // A's writes refused as stale
+	a, err := startTwinMember(ctx, out, "A", brokers, store, ob, &refused, gate, kgo.Dialer(freeze.dial))
+	if err != nil {
+		return err
+	}
+	defer func() { gate.open(); freeze.thaw(); a.stop() }() // a member stops after its in-flight batch
+	if err := produceUpdates(ctx, brokers, 1, 6); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, twinsAt(store.DB(), 6)); err != nil {
+		return fmt.Errorf("waiting for A to apply the first updates: %w", err)
+	}
+	out.say("member A folded updates 1-6 of every device")
+
+	gate.arm()
+	if err := produceUpdates(ctx, brokers, 7, 7); err != nil {
+		return err
+	}
+	select {
+	case <-gate.held:
+	case <-time.After(30 * time.Second):
+		return errors.New("member A never reached its next write")
+	}
+	freeze.freeze()
+	out.say("member A is about to write a batch of %s and freezes (no heartbeats, no fetches), like a GC pause or a stopped VM", gate.heldKey())
+
+	b, err := startTwinMember(ctx, out, "B", brokers, store, ob, new(atomic.Int64), nil)
+	if err != nil {
+		return err
+	}
+	defer b.stop()
+	if err := produceUpdates(ctx, brokers, 8, perDevice); err != nil {
+		return err
+	}
+	if err := waitFor(ctx, twinsAt(store.DB(), perDevice)); err != nil {
+		return fmt.Errorf("waiting for B to take over: %w", err)
+	}
+	out.say("member B took over after A's session expired and folded every update, A's held batch included")
+
+	out.say("member A wakes up, still believing it owns %s, and writes its held batch", gate.heldKey())
+	if err := gate.release(); errors.Is(err, fence.ErrStale) {
+		out.say("zombie write refused: stale token (%v)", err)
+	} else {
+		return fmt.Errorf("the zombie's write returned %v, want a stale refusal", err)
+	}
+	freeze.thaw()
+
+	if err := waitFor(ctx, gw.appliedAtLeast(desiredTotal)); err != nil {
+		return fmt.Errorf("waiting for the gateway to apply every command: %w", err)
+	}
+	out.say("the gateway applied %d commands", desiredTotal)
+	if err := republishOne(ctx, out, brokers, gw); err != nil {
+		return err
+	}
+
+	out.say("")
+	printTwins(ctx, out, store.DB())
+	// A may also have fetched batches of other partitions before it froze: refused alike.
+	return verdict(ctx, out, store.DB(), gw.db, int(refused.Load()))
+}
+
+// startTwinMember starts a member of the twins group. Its sink relays the outbox after every
+// committed batch and counts its writes refused as stale; gate, if not nil, wraps that sink.
+func startTwinMember(ctx context.Context, out *syncWriter, name string, brokers []string, store *sqlitefence.Store,
+	ob *sqliteoutbox.Store, refused *atomic.Int64, gate *gate[*sql.Tx], extra ...kgo.Opt) (*member, error) {
+	producer, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, extra...)...)
+	if err != nil {
+		return nil, err
+	}
+	relay, err := outbox.NewRelay(producer, ob)
+	if err != nil {
+		producer.Close()
+		return nil, err
+	}
+	var sink fence.Sink[*sql.Tx] = &relayingSink{Sink: store, relay: relay, refused: refused}
+	if gate != nil {
+		gate.Sink, sink = sink, gate
+	}
+	factory := func(ctx context.Context, p partition.ID, t fence.Token) (consumer.Handler[*sql.Tx], error) {
+		out.say("member %s owns %s with token %s", name, p, t)
+		// Relay what a previous owner committed but did not publish. A failure is not fatal:
+		// the rows stay pending and the next batch's relay publishes them.
+		_, _ = relay.Flush(ctx, fence.Key{Group: group, Topic: p.Topic, Partition: p.Partition}, t)
+		return fold(ob), nil
+	}
+	m, err := startMember(ctx, group, updatesTopic, brokers, sink, factory, extra...)
+	if err != nil {
+		producer.Close()
+		return nil, err
+	}
+	m.onStop = producer.Close
+	return m, nil
+}
+
+// fold is the twins' handler: it folds a batch into the twins table and appends a command for
+// every desired-state change to the outbox, in the fenced transaction.
+func fold(ob *sqliteoutbox.Store) consumer.Handler[*sql.Tx] {
+	return consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+		var cmds []outbox.Message
+		for _, r := range b.Records {
+			var u update
+			if err := json.Unmarshal(r.Value, &u); err != nil {
+				return b.Fail(r, err) // a poison record goes to device-updates.dlq
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO twins (device, reported, desired, version, last_seq)
+VALUES (?1, iif(?2 = 'reported', ?3, NULL), iif(?2 = 'desired', ?3, NULL), 1, ?4)
+ON CONFLICT (device) DO UPDATE SET
+  reported = iif(?2 = 'reported', ?3, reported), desired = iif(?2 = 'desired', ?3, desired),
+  version = version + 1, last_seq = ?4`, u.Device, u.Kind, u.Temp, u.Seq); err != nil {
+				return err
+			}
+			if u.Kind == "desired" {
+				v, _ := json.Marshal(command{Device: u.Device, SetTemp: u.Temp})
+				cmds = append(cmds, outbox.Message{Topic: commandsTopic, Key: r.Key, Value: v})
+			}
+		}
+		src := fence.Key{Group: group, Topic: b.Partition.Topic, Partition: b.Partition.Partition}
+		return ob.Append(ctx, tx, src, b.Token, cmds...) // checks the fence too
+	})
+}
+
+// relayingSink relays a partition's outbox right after each of its batches commits, under the
+// batch's token: only the partition's current owner can publish and mark its rows.
+type relayingSink struct {
+	fence.Sink[*sql.Tx]
+	relay   *outbox.Relay
+	refused *atomic.Int64
+}
+
+func (s *relayingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int64, fn func(context.Context, *sql.Tx) error) error {
+	if err := s.Sink.Apply(ctx, k, t, pos, fn); err != nil {
+		if errors.Is(err, fence.ErrStale) {
+			s.refused.Add(1)
+		}
+		return err
+	}
+	_, _ = s.relay.Flush(ctx, k, t) // the batch is committed; unpublished rows wait for the next Flush
+	return nil
+}
+
+// produceUpdates sends updates from..to of every device, keyed by device id.
+func produceUpdates(ctx context.Context, brokers []string, from, to int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(updatesTopic))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var recs []*kgo.Record
+	for seq := from; seq <= to; seq++ {
+		for d := range devices {
+			u := update{Device: fmt.Sprintf("d-%02d", d), Kind: "reported", Temp: 19 + float64((seq+d)%5)/2, Seq: seq}
+			if seq%3 == 0 {
+				u.Kind, u.Temp = "desired", 20+float64((seq+d)%4)/2
+			}
+			v, _ := json.Marshal(u)
+			recs = append(recs, &kgo.Record{Key: []byte(u.Device), Value: v})
+		}
+	}
+	return cl.ProduceSync(ctx, recs...).FirstErr()
+}

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// twinsAt reports whether every device's twin has folded n updates.
+func twinsAt(db *sql.DB, n int) func() bool {
+	return func() bool {
+		var k int
+		err := db.QueryRow(`SELECT count(*) FROM twins WHERE version >= ?`, n).Scan(&k)
+		return err == nil && k == devices
+	}
+}
+
+func printTwins(ctx context.Context, out *syncWriter, db *sql.DB) {
+	rows, err := db.QueryContext(ctx, `SELECT device, reported, desired, version FROM twins ORDER BY device`)
+	if err != nil {
+		return
+	}
+	defer rows.Close()
+	out.say("device  reported  desired  version")
+	for rows.Next() {
+		var d string
+		var rep, des float64
+		var v int
+		if rows.Scan(&d, &rep, &des, &v) == nil {
+			out.say("%-7s %8.1f %8.1f %8d", d, rep, des, v)
+		}
+	}
+}
+
+// verdict checks the invariants and prints one line: every twin's version equals its number of
+// updates, every command was appended once and applied once, and the zombie was refused.
+func verdict(ctx context.Context, out *syncWriter, twins, gateway *sql.DB, refused int) error {
+	var wrongVersions, appended, applied, appliedTwice int
+	err := errors.Join(
+		twins.QueryRowContext(ctx, `SELECT count(*) FROM twins WHERE version != ? OR last_seq != version`, perDevice).Scan(&wrongVersions),
+		twins.QueryRowContext(ctx, `SELECT count(*) FROM baton_outbox`).Scan(&appended),
+		gateway.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE times > 1) FROM applied`).Scan(&applied, &appliedTwice))
+	if err != nil {
+		return err
+	}
+	var bad []string
+	if wrongVersions > 0 {
+		bad = append(bad, fmt.Sprintf("%d twins with a wrong version", wrongVersions))
+	}
+	if appended != desiredTotal || applied != desiredTotal || appliedTwice > 0 {
+		bad = append(bad, fmt.Sprintf("commands: %d appended, %d applied, %d applied twice; want %d, %d, 0",
+			appended, applied, appliedTwice, desiredTotal, desiredTotal))
+	}
+	if refused < 1 {
+		bad = append(bad, "no zombie write was refused: the fault did not bite")
+	}
+	if len(bad) > 0 {
+		out.say("verdict: FAIL: %s", strings.Join(bad, "; "))
+		return errors.New("invariants violated")
+	}
+	out.say("verdict: PASS: %d twins, each at version %d = its updates; %d commands, each applied once; zombie writes refused: %d",
+		devices, perDevice, desiredTotal, refused)
+	return nil
+}
