@@ -107,7 +107,11 @@ func deposit(ctx context.Context, out *syncWriter, locks Locker, db *sql.DB, key
 		if ok {
 			break
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 	if v, held, err := locks.Get(ctx, key); err != nil || !held || v != worker { // 2. check it
 		return fmt.Errorf("%s lost the lock before writing (%v)", worker, err)

@@ -131,6 +131,8 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 	select {
 	case <-gate.held:
+	case <-ctx.Done():
+		return ctx.Err()
 	case <-time.After(30 * time.Second):
 		return errors.New("member A never reached its next write")
 	}
