@@ -507,6 +507,12 @@ func TestDurableAcrossReopen(t *testing.T) {
 func TestForeignTransactionRefused(t *testing.T) {
 	s := openT(t, tempPath(t))
 	other := openPlainDB(t, tempPath(t))
+	// The other file has the store's tables too, so only the check can refuse the write.
+	otherStore, err := New(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer otherStore.Close()
 	ctx := t.Context()
 	tx, err := other.BeginTx(ctx, nil)
 	if err != nil {
