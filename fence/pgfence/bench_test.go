@@ -23,6 +23,12 @@ var _ DB = (*pgxpool.Conn)(nil)
 // batch or COPY+merge, commit); the fenced one adds the fence statement to the batch.
 //
 //	go test -run '^$' -bench Upsert -benchtime 2s -count 3 ./fence/pgfence/
+//
+// The same rows are rewritten every iteration, so a transaction left open by any other
+// session in the same database (which holds back pruning of dead row versions) slows both
+// variants progressively; point BATON_POSTGRES_URL at a database of its own to avoid that. On
+// a shared machine compare the paired sub-benchmarks' fenced/unfenced metric, not the
+// separate runs.
 func BenchmarkUpsert(b *testing.B) {
 	pool, _ := testenv.Postgres(b)
 	ctx := context.Background()
