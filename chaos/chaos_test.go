@@ -3,6 +3,8 @@ package chaos_test
 import (
 	"bytes"
 	"context"
+	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,11 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/chaos"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/outbox/pgoutbox"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -64,6 +68,13 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 	if err := chaos.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
+	box, err := pgoutbox.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := box.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
 	sep := "?"
 	if bytes.ContainsRune([]byte(url), '?') {
 		sep = "&"
@@ -71,11 +82,15 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 	var progress bytes.Buffer
 	cfg := chaos.Config{
 		Mode: mode, Workers: 3, Partitions: 12,
-		Workload: chaos.Workload{Keys: 120, PerKey: 20}, Rate: 600,
+		Workload: chaos.Workload{Keys: 120, PerKey: 20, CommandEvery: 4}, Rate: 600,
 		Faults: faults, NumFaults: n, Seed: 42,
 		Brokers: brokers, PostgresURL: url + sep + "search_path=" + schema,
 		RedisAddr: os.Getenv("BATON_REDIS_ADDR"), Binary: binary(t), DeployDir: deploy,
 		Progress: &progress, Settle: 2 * time.Minute,
+		Receiver: func(ctx context.Context, brokers []string, group, topic string) error {
+			return chaos.RunReceiver[pgx.Tx](ctx, brokers, group, topic, store, store, chaos.PgTx,
+				slog.New(slog.NewTextHandler(io.Discard, nil)))
+		},
 	}
 	res, err := chaos.Run(ctx, cfg, db)
 	t.Logf("progress:\n%s", progress.String())

@@ -29,13 +29,20 @@ type Verdict struct {
 	ZombieAborted   int64 // of those, failed otherwise (a held transaction ended by the database)
 	ZombieCommitted int64 // of those, committed (a lock let a zombie write)
 	Recoveries      int64 // recorded era advances after an epoch regression (fenced mode)
+
+	CommandsExpected   int64 // commands the workload sent through the outbox (0: none)
+	CommandsApplied    int64 // commands the receiver applied through the inbox
+	CommandsMissing    int64 // expected commands never applied
+	CommandsDuplicated int64 // commands applied more than once
+	CommandsDisorder   int64 // commands applied after a later command of the same key
 }
 
 // OK reports whether every data invariant holds: nothing lost, nothing applied twice, every
 // key in order, and no stale or overlapping commit.
 func (v Verdict) OK() bool {
 	return v.KeysWrong == 0 && v.Lost == 0 && v.Duplicated == 0 && v.Disorder == 0 &&
-		v.StaleCommits == 0 && v.OverlapBatches == 0 && v.Applied == v.Expected
+		v.StaleCommits == 0 && v.OverlapBatches == 0 && v.Applied == v.Expected &&
+		v.CommandsMissing == 0 && v.CommandsDuplicated == 0 && v.CommandsDisorder == 0
 }
 
 // Violations lists the broken invariants in words, empty when OK.
@@ -58,6 +65,15 @@ func (v Verdict) Violations() []string {
 	}
 	if v.OverlapBatches > 0 {
 		out = append(out, fmt.Sprintf("%d batches re-applied offsets already applied", v.OverlapBatches))
+	}
+	if v.CommandsMissing > 0 {
+		out = append(out, fmt.Sprintf("%d commands never delivered", v.CommandsMissing))
+	}
+	if v.CommandsDuplicated > 0 {
+		out = append(out, fmt.Sprintf("%d commands applied twice", v.CommandsDuplicated))
+	}
+	if v.CommandsDisorder > 0 {
+		out = append(out, fmt.Sprintf("%d commands applied out of order", v.CommandsDisorder))
 	}
 	if v.Applied != v.Expected && v.Lost == 0 && v.Duplicated == 0 {
 		out = append(out, fmt.Sprintf("%d records applied, %d expected", v.Applied, v.Expected))
@@ -158,6 +174,11 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM baton_fences_recoveries`).Scan(&v.Recoveries); err != nil {
 		v.Recoveries = 0
 	}
+	if w.CommandEvery > 0 {
+		if err := checkCommands(ctx, db, w, &v); err != nil {
+			return v, err
+		}
+	}
 	rows, err = db.Query(ctx, `SELECT outcome, zombie FROM chaos_attempts`)
 	if err != nil {
 		return v, fmt.Errorf("chaos: check attempts: %w", err)
@@ -202,4 +223,47 @@ func (v Verdict) AttemptKinds() []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// checkCommands verifies the commands the receiver applied: each expected (key, seq) exactly
+// once, and per key in increasing seq order (in the order the receiver committed them).
+func checkCommands(ctx context.Context, db DB, w Workload, v *Verdict) error {
+	v.CommandsExpected = int64(w.Commands() * w.Keys)
+	seen := map[string]map[int64]int{}
+	last := map[string]int64{}
+	rows, err := db.Query(ctx, `SELECT k, seq FROM chaos_commands ORDER BY id`)
+	if err != nil {
+		return fmt.Errorf("chaos: check commands: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var seq int64
+		if err := rows.Scan(&k, &seq); err != nil {
+			return err
+		}
+		v.CommandsApplied++
+		if seen[k] == nil {
+			seen[k] = map[int64]int{}
+		}
+		seen[k][seq]++
+		if seen[k][seq] > 1 {
+			v.CommandsDuplicated++
+		}
+		if l, ok := last[k]; ok && seq <= l {
+			v.CommandsDisorder++
+		}
+		last[k] = seq
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i := 0; i < w.Keys; i++ {
+		for seq := int64(0); seq < int64(w.PerKey); seq += int64(w.CommandEvery) {
+			if seen[Key(i)][seq] == 0 {
+				v.CommandsMissing++
+			}
+		}
+	}
+	return nil
 }

@@ -83,6 +83,10 @@ type Config struct {
 	Progress       io.Writer     // live progress lines; nil for none
 	// Watch, if set, is called with the run's database once it is ready (for live views).
 	Watch func(DB)
+	// Receiver, if set (fenced mode with Workload.CommandEvery > 0), runs the device gateway
+	// that applies the workers' commands through the inbox: RunReceiver over the run's store.
+	// The harness creates the commands topic and runs Receiver until the run ends.
+	Receiver func(ctx context.Context, brokers []string, group, topic string) error
 }
 
 // Result is a chaos run's outcome.
@@ -120,16 +124,17 @@ type proc struct {
 }
 
 type harness struct {
-	cfg     Config
-	db      DB
-	rng     *rand.Rand
-	mu      sync.Mutex
-	procs   map[string]*proc
-	nextID  int
-	faults  []Fault
-	t0      time.Time
-	adm     *kadm.Client
-	workers sync.WaitGroup
+	cfg      Config
+	db       DB
+	rng      *rand.Rand
+	mu       sync.Mutex
+	procs    map[string]*proc
+	nextID   int
+	commands string // the commands topic, "" for none
+	faults   []Fault
+	t0       time.Time
+	adm      *kadm.Client
+	workers  sync.WaitGroup
 }
 
 func (c *Config) defaults() error {
@@ -156,6 +161,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Mode == "" {
 		c.Mode = Fenced
+	}
+	if c.Mode != Fenced || c.Receiver == nil {
+		c.Workload.CommandEvery = 0 // commands need the fence (outbox) and a receiver
 	}
 	if (c.PostgresURL == "") == (c.SQLitePath == "") {
 		return errors.New("chaos: exactly one of a PostgreSQL URL and an SQLite path")
@@ -207,6 +215,14 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, cfg.Topic); err != nil || resp.Err != nil {
 		return nil, fmt.Errorf("chaos: create topic %s: %w", cfg.Topic, errors.Join(err, resp.Err))
 	}
+	commands := ""
+	if cfg.Workload.CommandEvery > 0 {
+		commands = cfg.Topic + "-commands"
+		if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, commands); err != nil || resp.Err != nil {
+			return nil, fmt.Errorf("chaos: create topic %s: %w", commands, errors.Join(err, resp.Err))
+		}
+		h.commands = commands
+	}
 	res := &Result{Config: cfg, Started: h.t0}
 	if cfg.Watch != nil {
 		cfg.Watch(db)
@@ -219,6 +235,18 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	}
 
 	// Produce in the background at the configured rate while faults are injected.
+	if commands != "" {
+		rctx, stopReceiver := context.WithCancel(ctx)
+		recvDone := make(chan error, 1)
+		go func() { recvDone <- cfg.Receiver(rctx, cfg.Brokers, cfg.Group+"-gateway", commands) }()
+		defer func() {
+			stopReceiver()
+			if err := <-recvDone; err != nil {
+				h.progress("receiver: %v", err)
+			}
+		}()
+	}
+
 	// Produce round after round while the faults are injected, so every fault meets a
 	// stream in motion; the producer finishes its round once the faults are over.
 	type produced struct {
@@ -258,6 +286,9 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	h.progress("produced %d rounds of %d keys: %d records", p.rounds, cfg.Workload.Keys, p.rounds*cfg.Workload.Keys)
 	settleStart := time.Now()
 	res.Settled = h.waitApplied(ctx, settleStart.Add(cfg.Settle))
+	if res.Settled && commands != "" {
+		res.Settled = h.waitCommands(ctx, res.Config.Workload, settleStart.Add(cfg.Settle))
+	}
 	res.SettleIn = time.Since(settleStart)
 	h.stopAll()
 	res.Faults = h.faults
@@ -292,6 +323,9 @@ func (h *harness) start(ctx context.Context) error {
 	}
 	if h.cfg.RedisAddr != "" {
 		args = append(args, "-redis", h.cfg.RedisAddr)
+	}
+	if h.commands != "" {
+		args = append(args, "-commands", h.commands, "-command-every", strconv.Itoa(h.cfg.Workload.CommandEvery))
 	}
 	cmd := exec.Command(h.cfg.Binary, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
@@ -567,6 +601,21 @@ func (h *harness) waitApplied(ctx context.Context, deadline time.Time) bool {
 			}
 		}
 		if done {
+			return true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+}
+
+// waitCommands waits until the receiver applied every command the workload sends.
+func (h *harness) waitCommands(ctx context.Context, w Workload, deadline time.Time) bool {
+	want := int64(w.Commands() * w.Keys)
+	for {
+		var n int64
+		if err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_commands`).Scan(&n); err == nil && n >= want {
 			return true
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

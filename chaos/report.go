@@ -43,6 +43,10 @@ func WriteVerdict(w io.Writer, r *Result) {
 	fmt.Fprintf(tw, "zombie writes aborted by the database\t%d\n", v.ZombieAborted)
 	fmt.Fprintf(tw, "zombie writes committed\t%d\n", v.ZombieCommitted)
 	fmt.Fprintf(tw, "epoch regressions recovered\t%d\n", v.Recoveries)
+	if v.CommandsExpected > 0 {
+		fmt.Fprintf(tw, "commands via outbox: sent / applied via inbox\t%d / %d\n", v.CommandsExpected, v.CommandsApplied)
+		fmt.Fprintf(tw, "commands missing / applied twice / out of order\t%d / %d / %d\n", v.CommandsMissing, v.CommandsDuplicated, v.CommandsDisorder)
+	}
 	fmt.Fprintf(tw, "lost\t%d\n", v.Lost)
 	fmt.Fprintf(tw, "duplicated\t%d\n", v.Duplicated)
 	fmt.Fprintf(tw, "out of order\t%d\n", v.Disorder)

@@ -240,10 +240,13 @@ func TestScenario3NetworkDelay(t *testing.T) {
 		// The hold starts before A's first byte (its BEGIN), so none of A's transaction
 		// reaches the server before B's takeover: in particular not its fence advance, which
 		// would lock the fence row and make B wait (that order is variant c).
+		//
+		// A's delayed batch ends at position 2; B's first batch after the takeover ends at 1,
+		// so A's write is beyond B's position and only the token can refuse it.
 		before := proxy.counters()
 		proxy.hold()
 		done := make(chan error, 1)
-		go func() { done <- sinkA.Apply(ctx, netscKey, netscTokA, 1, netscInsert("A", netscTokA, 1, nil)) }()
+		go func() { done <- sinkA.Apply(ctx, netscKey, netscTokA, 2, netscInsert("A", netscTokA, 2, nil)) }()
 		netscWaitFor(t, "A's first bytes held", time.Minute, func() bool { return proxy.counters().held > 0 })
 
 		// A's lease expires; B claims with 0.6 over its own connection and writes.
@@ -355,7 +358,8 @@ func TestScenario3NetworkDelay(t *testing.T) {
 }
 
 // netscSink wraps the PostgreSQL store for one consumer member: it records the member's
-// successful claims and its stale refusals, and can hold one Apply at a gate.
+// successful claims and its stale refusals, and can hold one Apply at a gate (the first one,
+// of any partition or of one, after arm).
 //
 // The gate holds the Apply BEFORE it reaches the database, not inside the fenced
 // transaction: a transaction that has already advanced the fence holds the fence row until it
@@ -371,6 +375,7 @@ type netscSink struct {
 	claims []netscClaim
 	stale  []*fence.StaleError
 	armed  bool
+	armFor int32      // the partition whose Apply is held; -1 for any
 	held   netscClaim // key, token and position of the held Apply
 
 	entered  chan struct{} // closed when the held Apply reaches the gate
@@ -389,7 +394,7 @@ func netscNewSink(s fence.Sink[pgx.Tx]) *netscSink {
 	return &netscSink{Sink: s, entered: make(chan struct{}), gate: make(chan struct{}), result: make(chan error, 1)}
 }
 
-func (s *netscSink) arm() { s.mu.Lock(); s.armed = true; s.mu.Unlock() }
+func (s *netscSink) arm(p int32) { s.mu.Lock(); s.armed, s.armFor = true, p; s.mu.Unlock() }
 
 func (s *netscSink) open() { s.openOnce.Do(func() { close(s.gate) }) }
 
@@ -405,8 +410,10 @@ func (s *netscSink) Claim(ctx context.Context, k fence.Key, t fence.Token) (fenc
 
 func (s *netscSink) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int64, fn func(context.Context, pgx.Tx) error) error {
 	s.mu.Lock()
-	held := s.armed
-	s.armed = false
+	held := s.armed && (s.armFor < 0 || s.armFor == k.Partition)
+	if held {
+		s.armed = false
+	}
 	if held {
 		s.held = netscClaim{k, t, pos}
 	}
@@ -438,7 +445,7 @@ func (s *netscSink) snapshot() (claims []netscClaim, stale []*fence.StaleError, 
 }
 
 // netscClaimed returns the last claim of partition p, if any.
-func (s *netscSink) netscClaimed(p int32) (netscClaim, bool) {
+func (s *netscSink) claimed(p int32) (netscClaim, bool) {
 	claims, _, _ := s.snapshot()
 	for i := len(claims) - 1; i >= 0; i-- {
 		if claims[i].Key.Partition == p {
@@ -574,12 +581,13 @@ func (m *netscMeter) sum(t *testing.T, name, outcome string) int64 {
 var netscQuiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // Scenario 4 (session expiry during a partition): two members over the real broker and the
-// real PostgreSQL share a 2-partition topic. Member A's handler has a batch queued toward the
-// database when A's network to Kafka is cut. After the session timeout the coordinator
-// expires A's session and B takes A's partition over with a higher generation and applies
-// everything. Then A's queued write reaches the database: refused as stale, none of it
-// visible, every record applied exactly once. When the partition heals, A learns it lost the
-// partition (OnPartitionsLost) and shuts down cleanly.
+// real PostgreSQL share a 2-partition topic. Member A has a batch queued toward the database
+// when its network to Kafka is cut. After the session timeout the coordinator expires A's
+// session (A is no longer a member) and B claims A's partition with a higher generation.
+// A's queued write then reaches the database, between B's claim and B's first write, beyond
+// the stored position: the token alone refuses it, and none of it is visible. B goes on and
+// applies everything, each record exactly once. When the partition heals, A learns it lost
+// the partition (OnPartitionsLost), and its Run returns cleanly on cancel.
 func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	pool, _ := testenv.Postgres(t)
@@ -620,6 +628,7 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	runB := netscStart(t, b)
+	t.Cleanup(sinkB.open)
 	// B's claim runs in its assignment callback, after A revoked that partition (cooperative
 	// rebalancing): from then on A owns exactly the other one.
 	var bFirst netscClaim
@@ -638,7 +647,7 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	}
 
 	// A's next batch is held before it reaches the database; then A's Kafka network is cut.
-	sinkA.arm()
+	sinkA.arm(-1)
 	netscProduce(t, ctx, brokers, topic, keys, n1+1, n2)
 	select {
 	case <-sinkA.entered:
@@ -654,10 +663,14 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 		t.Fatalf("the held batch reached the database: fence %+v (before %+v), %v", st, before, err)
 	}
 
-	// The session expires; B takes A's partition over with a higher generation.
+	// The session expires; B takes A's partition over with a higher generation. B's first
+	// write there is held at its gate too, so that A's queued write arrives between B's claim
+	// and B's first write: A's batch then lies beyond the stored position, and only the token
+	// can refuse it.
+	sinkB.arm(pA)
 	var takeover netscClaim
 	netscWaitFor(t, "B takes over A's partition", 2*time.Minute, func() bool {
-		c, ok := sinkB.netscClaimed(pA)
+		c, ok := sinkB.claimed(pA)
 		takeover = c
 		return ok
 	})
@@ -678,9 +691,11 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	if g := groups[group]; g.Err != nil || len(g.Members) != 1 {
 		t.Fatalf("group %s after the takeover: %d members (%v), want only B", group, len(g.Members), g.Err)
 	}
-
-	netscProduce(t, ctx, brokers, topic, keys, n2+1, n)
-	netscWaitFor(t, "B applies everything", 2*time.Minute, func() bool { return netscApplied(t, ctx, pool) >= keys*n })
+	select {
+	case <-sinkB.entered:
+	case <-ctx.Done():
+		t.Fatal("B never started its first batch of A's partition")
+	}
 
 	// The partition is still there, but A's queued write reaches the database now.
 	sinkA.open()
@@ -689,6 +704,20 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	if !errors.As(err, &se) || se.Presented != held.Token || se.Stored != takeover.Token {
 		t.Fatalf("A's queued write returned %v; want *fence.StaleError presenting %s against B's %s", err, held.Token, takeover.Token)
 	}
+	if st, err := store.Load(ctx, keyA); err != nil || st.Token != takeover.Token || st.Position != before.Position || held.Position <= st.Position {
+		t.Fatalf("fence of %s after A's refusal: %+v, %v; want B's %s at A's last commit @%d, below A's batch end %d",
+			keyA, st, err, takeover.Token, before.Position, held.Position)
+	}
+	t.Logf("A held a batch for %s under %s up to offset %d; B took over with %s resuming @%d; A's write: %v",
+		keyA, held.Token, held.Position, takeover.Token, takeover.Position, err)
+
+	// B's held write goes on, and B applies everything.
+	sinkB.open()
+	if err := <-sinkB.result; err != nil {
+		t.Fatalf("B's first write of %s: %v", keyA, err)
+	}
+	netscProduce(t, ctx, brokers, topic, keys, n2+1, n)
+	netscWaitFor(t, "B applies everything", 2*time.Minute, func() bool { return netscApplied(t, ctx, pool) >= keys*n })
 	var zombie int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM netsc_batches WHERE partition = $1 AND era = $2 AND epoch = $3 AND last > $4`,
 		pA, held.Token.Era, held.Token.Epoch, before.Position).Scan(&zombie); err != nil {
@@ -697,8 +726,6 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	if zombie != 0 {
 		t.Fatalf("%d batches of A's token after its last legitimate position are visible", zombie)
 	}
-	t.Logf("A held a batch for %s under %s up to offset %d; B took over with %s resuming @%d; A's write: %v",
-		keyA, held.Token, held.Position, takeover.Token, takeover.Position, err)
 
 	// The partition heals: A's coordinator refuses its expired session and A reports the loss.
 	fz.thaw()
@@ -836,7 +863,8 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 	}()
 
 	// The takeover, on the primary: B claims with 0.6 and commits position 2. A is now a
-	// zombie with a batch for position 2.
+	// zombie with a batch ending at position 3: beyond B's position, so only the token can
+	// refuse it.
 	if st, err := store1.Claim(ctx, netscKey, netscTokB); err != nil || st.Position != 1 {
 		t.Fatalf("B's claim: %+v, %v", st, err)
 	}
@@ -878,7 +906,7 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 		if st := netscLoad(t, ctx, store2); st.Token != netscTokB || st.Position != 2 {
 			t.Fatalf("fence after the restart %+v, want %s @2", st, netscTokB)
 		}
-		err = store2.Apply(ctx, netscKey, netscTokA, 2, netscInsert("A", netscTokA, 2, nil))
+		err = store2.Apply(ctx, netscKey, netscTokA, 3, netscInsert("A", netscTokA, 3, nil))
 		var se *fence.StaleError
 		if !errors.As(err, &se) || se.Stored != netscTokB {
 			t.Fatalf("A's zombie write after the restart returned %v; want *fence.StaleError against %s", err, netscTokB)
@@ -896,13 +924,13 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 		if st := netscLoad(t, ctx, storeR); st.Token != netscTokA || st.Position != 1 {
 			t.Fatalf("promoted copy's fence %+v, want %s @1: the copy must predate the takeover", st, netscTokA)
 		}
-		if err := storeR.Apply(ctx, netscKey, netscTokA, 2, netscInsert("A", netscTokA, 2, nil)); err != nil {
+		if err := storeR.Apply(ctx, netscKey, netscTokA, 3, netscInsert("A", netscTokA, 3, nil)); err != nil {
 			t.Fatalf("A's zombie write on the promoted stale replica returned %v; this test documents that it is ACCEPTED", err)
 		}
 		t.Logf("documented limit (DESIGN.md, What Baton does not cover): after a failover to a replica that lost "+
 			"acknowledged commits, the zombie's write under %s was accepted; use synchronous replication for fenced data", netscTokA)
-		if got := netscRows(t, ctx, pr, "netsc_writes"); !netscSameRows(got, netscRow{1, "A", netscTokA}, netscRow{2, "A", netscTokA}) {
-			t.Fatalf("promoted writes %v, want A@1 and the zombie's A@2", got)
+		if got := netscRows(t, ctx, pr, "netsc_writes"); !netscSameRows(got, netscRow{1, "A", netscTokA}, netscRow{3, "A", netscTokA}) {
+			t.Fatalf("promoted writes %v, want A@1 and the zombie's A@3", got)
 		}
 	}) {
 		return
@@ -922,51 +950,58 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Same position, different tokens: both sides applied a batch at 2, under different
-		// owners, and the lower token is the zombie's.
-		if d.lost != netscTokB || d.promoted != netscTokA || lostPos != 2 || promotedPos != 2 {
-			t.Fatalf("fences: lost primary %s @%d, promoted copy %s @%d; want %s @2 vs %s @2",
+		// The promoted copy's fence is further on in position but lower in token than the
+		// lost primary's: no single history produces that (tokens never go down along a
+		// fence's positions), so the two histories diverged, and the lower token is the
+		// zombie's.
+		if d.lost != netscTokB || lostPos != 2 || d.promoted != netscTokA || promotedPos != 3 {
+			t.Fatalf("fences: lost primary %s @%d, promoted copy %s @%d; want %s @2 vs %s @3",
 				d.lost, lostPos, d.promoted, promotedPos, netscTokB, netscTokA)
 		}
-		// The write at each position, side by side: a row whose token is below the highest
-		// token the lost primary accepted for that position is the zombie's.
-		rows, err := admin.Query(ctx, fmt.Sprintf(`SELECT position, p.era, p.epoch, r.era, r.epoch
-			FROM %s p FULL JOIN %s r USING (position)
-			WHERE (p.era, p.epoch, p.writer) IS DISTINCT FROM (r.era, r.epoch, r.writer) ORDER BY position`,
-			pgx.Identifier{primary, "netsc_writes"}.Sanitize(), pgx.Identifier{replica, "netsc_writes"}.Sanitize()))
+		// The writes that only one side holds, with the token each was written under.
+		p, r := pgx.Identifier{primary, "netsc_writes"}.Sanitize(), pgx.Identifier{replica, "netsc_writes"}.Sanitize()
+		rows, err := admin.Query(ctx, fmt.Sprintf(`
+			SELECT 'lost', * FROM (SELECT position, writer, era, epoch FROM %[1]s EXCEPT SELECT position, writer, era, epoch FROM %[2]s) x
+			UNION ALL
+			SELECT 'promoted', * FROM (SELECT position, writer, era, epoch FROM %[2]s EXCEPT SELECT position, writer, era, epoch FROM %[1]s) y
+			ORDER BY 1, 2`, p, r))
 		if err != nil {
 			t.Fatal(err)
 		}
 		type diverged struct {
-			pos            int64
-			lost, promoted fence.Token
+			side string
+			row  netscRow
 		}
 		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (diverged, error) {
 			var x diverged
-			err := r.Scan(&x.pos, &x.lost.Era, &x.lost.Epoch, &x.promoted.Era, &x.promoted.Epoch)
+			err := r.Scan(&x.side, &x.row.Position, &x.row.Writer, &x.row.Token.Era, &x.row.Token.Epoch)
 			return x, err
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != 1 || got[0].pos != 2 || got[0].lost != netscTokB || got[0].promoted != netscTokA {
-			t.Fatalf("divergent writes %+v; want exactly position 2: %s on the lost primary vs %s on the promoted copy", got, netscTokB, netscTokA)
+		want := []diverged{{"lost", netscRow{2, "B", netscTokB}}, {"promoted", netscRow{3, "A", netscTokA}}}
+		if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+			t.Fatalf("divergent writes %+v, want %+v", got, want)
 		}
-		if !got[0].promoted.Less(d.lost) {
-			t.Fatalf("the promoted copy's write at 2 carries %s, not below the lost primary's fence %s", got[0].promoted, d.lost)
+		// The rule a reconciliation applies: a write on the promoted side under a token below
+		// the highest the lost primary accepted is a zombie's.
+		if zombie := got[1].row; !zombie.Token.Less(d.lost) {
+			t.Fatalf("the promoted copy's divergent write %s is not below the lost primary's fence %s", zombie, d.lost)
 		}
-		t.Logf("reconciliation: position 2 written under %s on the promoted copy, under %s on the lost primary: the zombie's write is identified by its token",
-			got[0].promoted, got[0].lost)
+		t.Logf("reconciliation: the promoted copy holds %s, written under %s, below the %s the lost primary had accepted (its write %s is missing from the copy)",
+			got[1].row, got[1].row.Token, d.lost, got[0].row)
 	})
 
 	t.Run("iv_window_closes_when_the_owner_writes", func(t *testing.T) {
 		// The zombie is accepted on the promoted copy only until the current owner claims
-		// there: B's claim restores 0.6 and resumes after the zombie's write (B's own batch at
-		// 2 was lost with the primary: that loss is the failover's, not the fence's).
-		if st, err := storeR.Claim(ctx, netscKey, netscTokB); err != nil || st.Position != 2 {
+		// there: B's claim restores 0.6 and resumes after the zombie's write. B's batch at 2,
+		// acknowledged by the lost primary, is gone: that loss is the failover's, and no fence
+		// can repair it.
+		if st, err := storeR.Claim(ctx, netscKey, netscTokB); err != nil || st.Position != 3 {
 			t.Fatalf("B's claim on the promoted copy: %+v, %v", st, err)
 		}
-		if err := storeR.Apply(ctx, netscKey, netscTokA, 3, netscInsert("A", netscTokA, 3, nil)); !errors.Is(err, fence.ErrStale) {
+		if err := storeR.Apply(ctx, netscKey, netscTokA, 4, netscInsert("A", netscTokA, 4, nil)); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("A's next zombie write after B's claim on the promoted copy returned %v, want stale", err)
 		}
 	})

@@ -12,14 +12,45 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/outbox"
 )
 
 // Workload is the keyed record stream every chaos run produces: Keys keys, each with PerKey
 // records carrying the sequence numbers 0..PerKey-1 in order. Its fold is known in advance,
 // so the checker can tell a lost update from a double apply.
+//
+// With CommandEvery > 0 (fenced mode only), every record whose sequence number is a multiple of
+// it also sends a command to its device through the outbox, in the same fenced transaction; a
+// receiver applies the commands through the inbox, and the checker verifies each arrived exactly
+// once, in order.
 type Workload struct {
-	Keys   int
-	PerKey int
+	Keys         int
+	PerKey       int
+	CommandEvery int
+}
+
+// Commands is the number of commands the workload sends per key.
+func (w Workload) Commands() int {
+	if w.CommandEvery <= 0 {
+		return 0
+	}
+	return (w.PerKey + w.CommandEvery - 1) / w.CommandEvery
+}
+
+// CommandsFor returns the outbox messages the records of a batch send: one per record whose
+// sequence number is a multiple of CommandEvery, to topic, keyed by the device.
+func (w Workload) CommandsFor(topic string, recs []*kgo.Record) []outbox.Message {
+	if w.CommandEvery <= 0 {
+		return nil
+	}
+	var msgs []outbox.Message
+	for _, r := range recs {
+		seq, err := strconv.ParseInt(string(r.Value), 10, 64)
+		if err == nil && seq%int64(w.CommandEvery) == 0 {
+			msgs = append(msgs, outbox.Message{Topic: topic, Key: r.Key, Value: r.Value})
+		}
+	}
+	return msgs
 }
 
 // Total is the number of records.
@@ -140,6 +171,11 @@ CREATE TABLE IF NOT EXISTS chaos_attempts (
 	zombie BOOLEAN NOT NULL,
 	detail TEXT NOT NULL,
 	at_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chaos_commands (
+	id ` + id + `,
+	k TEXT NOT NULL,
+	seq BIGINT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS chaos_faults (
 	id ` + id + `,

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/chaos"
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/outbox/pgoutbox"
 )
 
 func chaosCmd(ctx context.Context, args []string) error {
@@ -32,6 +34,7 @@ func chaosCmd(ctx context.Context, args []string) error {
 	fs.IntVar(&keys, "keys", 200, "distinct keys")
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
+	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
 	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated: "+kinds())
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")
@@ -54,7 +57,7 @@ func chaosCmd(ctx context.Context, args []string) error {
 		return err
 	}
 	cfg.Partitions = int32(partitions)
-	cfg.Workload = chaos.Workload{Keys: keys, PerKey: perKey}
+	cfg.Workload.Keys, cfg.Workload.PerKey = keys, perKey
 	if brokers == "" || pgURL == "" {
 		return errors.New("needs -brokers and -postgres (or BATON_KAFKA_BROKERS and BATON_POSTGRES_URL); 'make up' starts both")
 	}
@@ -113,19 +116,39 @@ func RunChaosPostgres(ctx context.Context, cfg chaos.Config, pgURL string) (*cha
 		return nil, nil, nil, err
 	}
 	db := chaos.PgDB(pool)
-	store, err := pgfence.New(pool)
-	if err == nil {
-		err = store.Migrate(ctx)
-	}
-	if err == nil {
-		err = chaos.Migrate(ctx, db)
-	}
+	store, err := PreparePostgres(ctx, pool)
 	if err != nil {
 		pool.Close()
 		return nil, nil, nil, err
 	}
+	cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {
+		return chaos.RunReceiver[pgx.Tx](ctx, brokers, group, topic, store, store, chaos.PgTx, quietLogger())
+	}
 	res, err := chaos.Run(ctx, cfg, db)
 	return res, db, pool.Close, err
+}
+
+// PreparePostgres creates the fence, outbox and workload tables in the pool's schema.
+func PreparePostgres(ctx context.Context, pool *pgxpool.Pool) (*pgfence.Store, error) {
+	store, err := pgfence.New(pool)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	box, err := pgoutbox.New(pool)
+	if err != nil {
+		return nil, err
+	}
+	if err := box.Migrate(ctx); err != nil {
+		return nil, err
+	}
+	return store, chaos.Migrate(ctx, chaos.PgDB(pool))
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
 func writeReport(ctx context.Context, dir string, res *chaos.Result, db chaos.DB) error {

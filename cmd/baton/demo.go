@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"flag"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/chaos"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 
 // demo runs the digital-twin demo: devices (keys) send updates; three worker processes own the
@@ -51,11 +53,12 @@ func demo(ctx context.Context, args []string) error {
 	}
 	cfg := chaos.Config{
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6,
-		Workload: chaos.Workload{Keys: devices, PerKey: updates},
+		Workload: chaos.Workload{Keys: devices, PerKey: updates, CommandEvery: 4},
 		Rate:     400, Faults: []chaos.FaultKind{chaos.FaultFreeze}, NumFaults: freezes, Seed: seed,
 		Settle: 60 * time.Second, SessionTimeout: 3 * time.Second, Progress: os.Stdout,
 	}
-	fmt.Println("Baton demo: a digital twin per device, one writer per device, and a zombie that cannot write.")
+	fmt.Println("Baton demo: a digital twin per device, one writer per device, commands to devices through")
+	fmt.Println("a fenced outbox, and a zombie that cannot write.")
 	if brokers == "" {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 		if err != nil {
@@ -101,6 +104,12 @@ func demo(ctx context.Context, args []string) error {
 		db = chaos.SQLDB(store.DB())
 		if err := chaos.Migrate(ctx, db); err != nil {
 			return err
+		}
+		if _, err := sqliteoutbox.New(ctx, store.DB()); err != nil { // creates the outbox tables
+			return err
+		}
+		cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {
+			return chaos.RunReceiver[*sql.Tx](ctx, brokers, group, topic, store, store, chaos.SQLTx, quietLogger())
 		}
 		watch(db)
 		res, err = chaos.Run(ctx, cfg, db)

@@ -17,6 +17,8 @@ import (
 	"github.com/batonhq/baton/chaos"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/outbox/pgoutbox"
+	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 
 func worker(ctx context.Context, args []string) error {
@@ -35,6 +37,8 @@ func worker(ctx context.Context, args []string) error {
 	fs.StringVar(&sqlPath, "sqlite", "", "SQLite file")
 	fs.StringVar(&cfg.RedisAddr, "redis", "", "Redis address (lock mode)")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 3*time.Second, "Kafka session timeout")
+	fs.StringVar(&cfg.CommandsTopic, "commands", "", "topic for commands sent through the outbox (fenced mode)")
+	fs.IntVar(&cfg.CommandEvery, "command-every", 0, "send a command for every record whose sequence is a multiple of this")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -67,7 +71,11 @@ func worker(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return chaos.RunFenced[pgx.Tx](ctx, cfg, store, chaos.PgTx, db)
+		box, err := pgoutbox.New(pool) // tables created by whoever started the run
+		if err != nil {
+			return err
+		}
+		return chaos.RunFenced[pgx.Tx](ctx, cfg, store, chaos.PgTx, db, box)
 	case sqlPath != "" && pgURL == "":
 		store, err := sqlitefence.Open(sqlPath)
 		if err != nil {
@@ -78,7 +86,11 @@ func worker(ctx context.Context, args []string) error {
 		if m != chaos.Fenced {
 			return chaos.RunBaseline(ctx, cfg, db)
 		}
-		return chaos.RunFenced[*sql.Tx](ctx, cfg, store, chaos.SQLTx, db)
+		box, err := sqliteoutbox.New(ctx, store.DB())
+		if err != nil {
+			return err
+		}
+		return chaos.RunFenced[*sql.Tx](ctx, cfg, store, chaos.SQLTx, db, box)
 	}
 	return fmt.Errorf("give exactly one of -postgres and -sqlite")
 }
