@@ -153,15 +153,22 @@ func (m *memLock) Release(ctx context.Context, key, value string) error {
 
 // syncWriter serializes the lines written by the program's goroutines.
 type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	quiet bool
 }
 
 func (s *syncWriter) say(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fmt.Fprintf(s.w, format+"\n", args...)
+	if !s.quiet {
+		fmt.Fprintf(s.w, format+"\n", args...)
+	}
 }
+
+// setQuiet drops (or again prints) what say writes: the members' shutdown rebalances are not
+// part of the story.
+func (s *syncWriter) setQuiet(q bool) { s.mu.Lock(); s.quiet = q; s.mu.Unlock() }
 
 // waitFor polls cond until it holds; the bound only keeps a broken run from hanging.
 func waitFor(ctx context.Context, cond func() bool) error {

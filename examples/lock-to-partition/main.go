@@ -194,6 +194,7 @@ func withBaton(ctx context.Context, out *syncWriter, path string) (int64, error)
 		return 0, err
 	}
 	defer store.Close()
+	defer out.setQuiet(false) // after the members below stopped
 
 	// The job, unchanged but for the lock: read, compute, write, inside the fenced transaction.
 	handler := func(name string) consumer.Factory[*sql.Tx] {
@@ -242,6 +243,7 @@ func withBaton(ctx context.Context, out *syncWriter, path string) (int64, error)
 		return 0, err
 	}
 	defer b.stop()
+	defer out.setQuiet(true) // the members' shutdown rebalances are not part of the story
 	if err := produce(ctx, brokers, second); err != nil {
 		return 0, err
 	}

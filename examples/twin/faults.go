@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -20,7 +22,7 @@ import (
 // gate is a fence.Sink wrapper that holds one Apply (the first after arm) before it reaches
 // the store, as if the process paused between deciding to write and writing. When released,
 // the held write goes on to the store whatever happened meanwhile: a paused process does not
-// notice that its context was cancelled either.
+// notice that its context was cancelled either. It counts the writes refused as stale.
 type gate[Tx any] struct {
 	fence.Sink[Tx]
 	mu       sync.Mutex
@@ -30,6 +32,7 @@ type gate[Tx any] struct {
 	go_      chan struct{} // closed to let it go
 	openOnce sync.Once
 	result   chan error // the held write's outcome
+	refused  atomic.Int64
 }
 
 func newGate[Tx any](s fence.Sink[Tx]) *gate[Tx] {
@@ -43,14 +46,19 @@ func (g *gate[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, pos in
 	hold := g.armed
 	g.armed = false
 	g.mu.Unlock()
-	if !hold {
-		return g.Sink.Apply(ctx, k, t, pos, fn)
+	if hold {
+		g.key = k
+		close(g.held)
+		<-g.go_
+		ctx = context.WithoutCancel(ctx)
 	}
-	g.key = k
-	close(g.held)
-	<-g.go_
-	err := g.Sink.Apply(context.WithoutCancel(ctx), k, t, pos, fn)
-	g.result <- err
+	err := g.Sink.Apply(ctx, k, t, pos, fn)
+	if errors.Is(err, fence.ErrStale) {
+		g.refused.Add(1)
+	}
+	if hold {
+		g.result <- err
+	}
 	return err
 }
 
@@ -120,15 +128,22 @@ func (c *frozenConn) Write(b []byte) (int, error) {
 
 // syncWriter serializes the lines written by the program's goroutines.
 type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	quiet bool
 }
 
 func (s *syncWriter) say(format string, args ...any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	fmt.Fprintf(s.w, format+"\n", args...)
+	if !s.quiet {
+		fmt.Fprintf(s.w, format+"\n", args...)
+	}
 }
+
+// setQuiet drops (or again prints) what say writes: the members' shutdown rebalances are not
+// part of the story.
+func (s *syncWriter) setQuiet(q bool) { s.mu.Lock(); s.quiet = q; s.mu.Unlock() }
 
 // waitFor polls cond until it holds; the bound only keeps a broken run from hanging.
 func waitFor(ctx context.Context, cond func() bool) error {
@@ -155,12 +170,13 @@ type member struct {
 // startMember starts a member of group over topic, with settings that make a frozen member's
 // session expire within a second (kfake must allow it: group.min.session.timeout.ms).
 func startMember(ctx context.Context, group, topic string, brokers []string, sink fence.Sink[*sql.Tx],
-	f consumer.Factory[*sql.Tx], extra ...kgo.Opt) (*member, error) {
+	f consumer.Factory[*sql.Tx], extra []kgo.Opt, copts ...consumer.Option) (*member, error) {
 	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(time.Second),
 		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond),
 		kgo.FetchMaxWait(100 * time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, extra...)
-	c, err := consumer.New(group, []string{topic}, sink, f, consumer.Kafka(opts...),
+	copts = append(copts, consumer.Kafka(opts...),
 		consumer.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	c, err := consumer.New(group, []string{topic}, sink, f, copts...)
 	if err != nil {
 		return nil, err
 	}

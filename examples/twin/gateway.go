@@ -24,15 +24,14 @@ type gateway struct {
 	*member
 }
 
-func startGateway(ctx context.Context, out *syncWriter, brokers []string, path string) (*gateway, error) {
+func startGateway(ctx context.Context, brokers []string, path string) (*gateway, error) {
 	store, err := sqlitefence.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	g := &gateway{store: store, db: store.DB()}
-	if _, err := g.db.ExecContext(ctx, `
-CREATE TABLE applied (command_id TEXT PRIMARY KEY, device TEXT NOT NULL, set_temp REAL, times INTEGER NOT NULL);
-CREATE TABLE dropped (command_id TEXT NOT NULL, verdict TEXT NOT NULL)`); err != nil {
+	if _, err := g.db.ExecContext(ctx, `CREATE TABLE applied
+  (command_id TEXT PRIMARY KEY, device TEXT NOT NULL, set_temp REAL, times INTEGER NOT NULL)`); err != nil {
 		store.Close()
 		return nil, err
 	}
@@ -41,39 +40,27 @@ CREATE TABLE dropped (command_id TEXT NOT NULL, verdict TEXT NOT NULL)`); err !=
 		store.Close()
 		return nil, err
 	}
-	handle := func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+	// apply sees only the records the inbox admitted, in the transaction that admitted them.
+	apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 		for _, r := range b.Records {
-			env, err := outbox.ParseEnvelope(r)
-			if err != nil {
-				return b.Fail(r, err)
-			}
-			verdict, err := inbox.Admit(ctx, tx, r)
-			if err != nil {
-				return err
-			}
-			if verdict != fence.Admitted {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO dropped VALUES (?, ?)`, env.IdempotencyKey, verdict.String()); err != nil {
-					return err
-				}
-				continue
-			}
+			env, _ := outbox.ParseEnvelope(r) // the inbox checked the headers
 			var c command
 			if err := json.Unmarshal(r.Value, &c); err != nil {
 				return b.Fail(r, err)
 			}
-			// "Apply" the command: a real gateway would talk to the device here, passing
-			// env.IdempotencyKey along; times counts applications, and must end at 1.
+			// A real gateway would send the command to the device here, with
+			// env.IdempotencyKey; times counts applications, and must end at 1.
 			if _, err := tx.ExecContext(ctx, `INSERT INTO applied VALUES (?, ?, ?, 1)
 ON CONFLICT (command_id) DO UPDATE SET times = times + 1`, env.IdempotencyKey, c.Device, c.SetTemp); err != nil {
 				return err
 			}
 		}
 		return nil
-	}
+	})
 	factory := func(context.Context, partition.ID, fence.Token) (consumer.Handler[*sql.Tx], error) {
-		return consumer.HandlerFunc[*sql.Tx](handle), nil
+		return outbox.Handler(inbox, apply), nil
 	}
-	m, err := startMember(ctx, "gateway", commandsTopic, brokers, store, factory)
+	m, err := startMember(ctx, "gateway", commandsTopic, brokers, store, factory, nil)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -91,8 +78,9 @@ func (g *gateway) appliedAtLeast(n int) func() bool {
 }
 
 // republishOne re-publishes the first command verbatim, as a relay does when it crashes
-// between the broker's acknowledgement and marking the rows delivered, and waits until the
-// gateway's inbox drops the copy.
+// between the broker's acknowledgement and marking the rows delivered, waits until the
+// gateway has consumed the copy (its fence passed the copy's offset), and checks that the
+// command was still applied only once.
 func republishOne(ctx context.Context, out *syncWriter, brokers []string, g *gateway) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(commandsTopic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -108,20 +96,28 @@ func republishOne(ctx context.Context, out *syncWriter, brokers []string, g *gat
 	if len(recs) == 0 {
 		return fmt.Errorf("no command to re-publish")
 	}
-	r := recs[0]
-	env, err := outbox.ParseEnvelope(r)
+	env, err := outbox.ParseEnvelope(recs[0])
 	if err != nil {
 		return err
 	}
-	copyRec := &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}
-	if err := cl.ProduceSync(ctx, copyRec).FirstErr(); err != nil {
+	r := recs[0]
+	copied, err := cl.ProduceSync(ctx, &kgo.Record{Topic: r.Topic, Key: r.Key, Value: r.Value, Headers: r.Headers}).First()
+	if err != nil {
 		return err
 	}
+	k := fence.Key{Group: "gateway", Topic: commandsTopic, Partition: copied.Partition}
 	if err := waitFor(ctx, func() bool {
-		var n int
-		return g.db.QueryRow(`SELECT count(*) FROM dropped WHERE command_id = ?`, env.IdempotencyKey).Scan(&n) == nil && n > 0
+		st, err := g.store.Load(ctx, k)
+		return err == nil && st.Position >= copied.Offset
 	}); err != nil {
-		return fmt.Errorf("waiting for the inbox to drop the copy: %w", err)
+		return fmt.Errorf("waiting for the gateway to consume the copy: %w", err)
+	}
+	var times int
+	if err := g.db.QueryRowContext(ctx, `SELECT times FROM applied WHERE command_id = ?`, env.IdempotencyKey).Scan(&times); err != nil {
+		return err
+	}
+	if times != 1 {
+		return fmt.Errorf("command %s applied %d times", env.IdempotencyKey, times)
 	}
 	out.say("command %s re-published (as after a relay crash): the gateway's inbox dropped the copy", env.IdempotencyKey)
 	return nil

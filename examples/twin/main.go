@@ -25,7 +25,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -103,16 +102,15 @@ func run(ctx context.Context, w io.Writer) error {
 		return err
 	}
 
-	gw, err := startGateway(ctx, out, brokers, filepath.Join(dir, "gateway.db"))
+	gw, err := startGateway(ctx, brokers, filepath.Join(dir, "gateway.db"))
 	if err != nil {
 		return err
 	}
 	defer gw.stop()
 
 	// Member A runs behind a gate (to hold one write) and a freezer (to stop its network).
-	gate, freeze := newGate[*sql.Tx](nil), newFreezer()
-	var refused atomic.Int64 // A's writes refused as stale
-	a, err := startTwinMember(ctx, out, "A", brokers, store, ob, &refused, gate, kgo.Dialer(freeze.dial))
+	gate, freeze := newGate[*sql.Tx](store), newFreezer()
+	a, err := startTwinMember(ctx, out, "A", brokers, gate, ob, kgo.Dialer(freeze.dial))
 	if err != nil {
 		return err
 	}
@@ -139,11 +137,12 @@ func run(ctx context.Context, w io.Writer) error {
 	freeze.freeze()
 	out.say("member A is about to write a batch of %s and freezes (no heartbeats, no fetches), like a GC pause or a stopped VM", gate.heldKey())
 
-	b, err := startTwinMember(ctx, out, "B", brokers, store, ob, new(atomic.Int64), nil)
+	b, err := startTwinMember(ctx, out, "B", brokers, store, ob)
 	if err != nil {
 		return err
 	}
 	defer b.stop()
+	defer out.setQuiet(true) // first of the deferred calls
 	if err := produceUpdates(ctx, brokers, 8, perDevice); err != nil {
 		return err
 	}
@@ -171,13 +170,14 @@ func run(ctx context.Context, w io.Writer) error {
 	out.say("")
 	printTwins(ctx, out, store.DB())
 	// A may also have fetched batches of other partitions before it froze: refused alike.
-	return verdict(ctx, out, store.DB(), gw.db, int(refused.Load()))
+	return verdict(ctx, out, store.DB(), gw.db, int(gate.refused.Load()))
 }
 
-// startTwinMember starts a member of the twins group. Its sink relays the outbox after every
-// committed batch and counts its writes refused as stale; gate, if not nil, wraps that sink.
-func startTwinMember(ctx context.Context, out *syncWriter, name string, brokers []string, store *sqlitefence.Store,
-	ob *sqliteoutbox.Store, refused *atomic.Int64, gate *gate[*sql.Tx], extra ...kgo.Opt) (*member, error) {
+// startTwinMember starts a member of the twins group writing through sink. After each
+// committed batch (and every second while idle) the partition's own goroutine relays the
+// partition's outbox under its token, so only the current owner publishes and marks its rows.
+func startTwinMember(ctx context.Context, out *syncWriter, name string, brokers []string, sink fence.Sink[*sql.Tx],
+	ob *sqliteoutbox.Store, extra ...kgo.Opt) (*member, error) {
 	producer, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, extra...)...)
 	if err != nil {
 		return nil, err
@@ -187,18 +187,12 @@ func startTwinMember(ctx context.Context, out *syncWriter, name string, brokers 
 		producer.Close()
 		return nil, err
 	}
-	var sink fence.Sink[*sql.Tx] = &relayingSink{Sink: store, relay: relay, refused: refused}
-	if gate != nil {
-		gate.Sink, sink = sink, gate
-	}
-	factory := func(ctx context.Context, p partition.ID, t fence.Token) (consumer.Handler[*sql.Tx], error) {
+	factory := func(_ context.Context, p partition.ID, t fence.Token) (consumer.Handler[*sql.Tx], error) {
 		out.say("member %s owns %s with token %s", name, p, t)
-		// Relay what a previous owner committed but did not publish. A failure is not fatal:
-		// the rows stay pending and the next batch's relay publishes them.
-		_, _ = relay.Flush(ctx, fence.Key{Group: group, Topic: p.Topic, Partition: p.Partition}, t)
 		return fold(ob), nil
 	}
-	m, err := startMember(ctx, group, updatesTopic, brokers, sink, factory, extra...)
+	m, err := startMember(ctx, group, updatesTopic, brokers, sink, factory, extra,
+		consumer.AfterCommit(relay.AfterCommit(group), time.Second))
 	if err != nil {
 		producer.Close()
 		return nil, err
@@ -232,25 +226,6 @@ ON CONFLICT (device) DO UPDATE SET
 		src := fence.Key{Group: group, Topic: b.Partition.Topic, Partition: b.Partition.Partition}
 		return ob.Append(ctx, tx, src, b.Token, cmds...) // checks the fence too
 	})
-}
-
-// relayingSink relays a partition's outbox right after each of its batches commits, under the
-// batch's token: only the partition's current owner can publish and mark its rows.
-type relayingSink struct {
-	fence.Sink[*sql.Tx]
-	relay   *outbox.Relay
-	refused *atomic.Int64
-}
-
-func (s *relayingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int64, fn func(context.Context, *sql.Tx) error) error {
-	if err := s.Sink.Apply(ctx, k, t, pos, fn); err != nil {
-		if errors.Is(err, fence.ErrStale) {
-			s.refused.Add(1)
-		}
-		return err
-	}
-	_, _ = s.relay.Flush(ctx, k, t) // the batch is committed; unpublished rows wait for the next Flush
-	return nil
 }
 
 // produceUpdates sends updates from..to of every device, keyed by device id.
