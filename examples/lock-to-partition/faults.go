@@ -2,12 +2,18 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 )
 
@@ -183,3 +189,27 @@ func waitFor(ctx context.Context, cond func() bool) error {
 	}
 	return nil
 }
+
+// member is one running consumer-group member; stop ends it and waits for it.
+type member struct {
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func startMember(ctx context.Context, brokers []string, sink fence.Sink[*sql.Tx], f consumer.Factory[*sql.Tx], extra ...kgo.Opt) (*member, error) {
+	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(lease), kgo.RebalanceTimeout(lease),
+		kgo.HeartbeatInterval(sessionHeartbeat), kgo.FetchMaxWait(100 * time.Millisecond),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, extra...)
+	c, err := consumer.New("lock-to-partition", []string{"deposits"}, sink, f, consumer.Kafka(opts...),
+		consumer.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	m := &member{cancel: cancel, done: make(chan error, 1)}
+	go func() { m.done <- c.Run(ctx) }()
+	return m, nil
+}
+
+func (m *member) stop() { m.once.Do(func() { m.cancel(); <-m.done }) }

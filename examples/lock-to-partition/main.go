@@ -17,12 +17,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -286,27 +284,3 @@ func produce(ctx context.Context, brokers []string, amount int64) error {
 	defer cl.Close()
 	return cl.ProduceSync(ctx, &kgo.Record{Topic: "deposits", Key: []byte(account), Value: []byte(strconv.FormatInt(amount, 10))}).FirstErr()
 }
-
-// member is one running consumer-group member; stop ends it and waits for it.
-type member struct {
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-}
-
-func startMember(ctx context.Context, brokers []string, sink fence.Sink[*sql.Tx], f consumer.Factory[*sql.Tx], extra ...kgo.Opt) (*member, error) {
-	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(lease), kgo.RebalanceTimeout(lease),
-		kgo.HeartbeatInterval(sessionHeartbeat), kgo.FetchMaxWait(100 * time.Millisecond),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, extra...)
-	c, err := consumer.New("lock-to-partition", []string{"deposits"}, sink, f, consumer.Kafka(opts...),
-		consumer.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	m := &member{cancel: cancel, done: make(chan error, 1)}
-	go func() { m.done <- c.Run(ctx) }()
-	return m, nil
-}
-
-func (m *member) stop() { m.once.Do(func() { m.cancel(); <-m.done }) }
