@@ -204,7 +204,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 			return err
 		default:
 		}
-		fs := r.client().PollRecords(ctx, max-int(r.total.Load()))
+		fs := r.client().PollFetches(ctx)
 		if fs.IsClientClosed() {
 			return nil
 		}

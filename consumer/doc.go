@@ -33,7 +33,8 @@
 //     exactly the stored generation would otherwise share its token with the old
 //     incarnation's zombies. (A static member restarted without a rebalance also lands here
 //     and is moved to a new era; that is safe, merely logged as a regression.)
-//  4. Apply: per batch (what one poll delivered, coalesced with what is already queued), records
+//  4. Apply: per batch (what one poll delivered, coalesced with what is already queued, split
+//     into runs of at most [MaxInflightPerPartition] records), records
 //     at or below the sink's position are skipped (a replay), and the rest go to Sink.Apply
 //     with the handler inside the fenced transaction. Then the Kafka offset is marked and
 //     committed in the background (for lag and tooling only: resuming trusts the sink).
@@ -53,7 +54,8 @@
 //     returns. OnPartitionsLost does the same without the commit. franz-go keeps heartbeating
 //     while a handler runs and can revoke meanwhile: the callback waits for the handler.
 //  7. Backpressure: at most [MaxInflightPerPartition] records per partition (then its fetching
-//     is paused until half are done) and [MaxInflight] overall (then polling stops). A pause
+//     is paused until half are done) and [MaxInflight] overall (then polling stops; one poll
+//     can overshoot it by what the client had buffered). A pause
 //     is cleared when its partition is revoked or lost, so a later assignment fetches again.
 //  8. After each committed batch, and every idle interval, the partition's own goroutine runs
 //     the [AfterCommit] hook under its token: the outbox relay (outbox.Relay.AfterCommit) runs

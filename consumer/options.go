@@ -118,7 +118,8 @@ func TextMapPropagator(p propagation.TextMapPropagator) Option {
 }
 
 // MaxInflightPerPartition bounds the records fetched for one partition and not yet applied;
-// past it the partition's fetching is paused until half of them are done. Default 1000.
+// past it the partition's fetching is paused until half of them are done. It also bounds a
+// batch: one transaction applies at most n records (a larger fetch is split). Default 1000.
 func MaxInflightPerPartition(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {
@@ -130,7 +131,10 @@ func MaxInflightPerPartition(n int) Option {
 }
 
 // MaxInflight bounds the records fetched and not yet applied over all partitions; past it the
-// consumer stops polling until some are done. Default 10000.
+// consumer stops polling until some are done. A poll hands every partition's buffered records
+// to its worker at once (handing over only part would starve the other partitions behind the
+// first one's backlog), so the bound is soft: it can be exceeded by what the client had
+// buffered, at most one fetch response per broker (kgo.FetchMaxBytes). Default 10000.
 func MaxInflight(n int) Option {
 	return func(c *config) error {
 		if n <= 0 {

@@ -140,10 +140,19 @@ func (w *worker[Tx]) loop() {
 				break more
 			}
 		}
-		ok := w.process(recs)
-		w.r.done(w, int64(n))
-		if !ok {
-			return
+		// A single fetch can bring far more than max records of one partition: apply them
+		// in transactions of at most max records, so one batch holds the fence (and delays
+		// a revoke) no longer than a bounded batch takes.
+		for len(recs) > 0 {
+			m := min(len(recs), max)
+			ok := w.process(recs[:m:m])
+			recs = recs[m:]
+			n -= m
+			w.r.done(w, int64(m))
+			if !ok {
+				w.r.done(w, int64(n))
+				return
+			}
 		}
 		if w.r.c.cfg.afterCommit != nil {
 			w.afterCommit()
