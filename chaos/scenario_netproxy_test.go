@@ -1,12 +1,11 @@
 package chaos_test
 
-// Network faults for the seeds' Scenarios 3 and 4: a TCP proxy whose client->server direction
-// can be held (the bytes are buffered, not forwarded, as in a congested link) and released,
-// and a kgo.Dialer whose connections can be frozen (a partitioned member). Every identifier is
-// prefixed netsc to stay clear of the other scenario files of this package.
+// Network faults for the seeds' Scenario 3: a TCP proxy whose client->server direction can be
+// held (the bytes are buffered, not forwarded, as in a congested link) and released. (Scenario
+// 4's partitioned member uses internal/netfreeze.) Every identifier is prefixed netsc to stay
+// clear of the other scenario files of this package.
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -172,71 +171,4 @@ func (p *netscProxy) close() {
 		pipe.closeBoth()
 	}
 	p.wg.Wait()
-}
-
-// netscFreezer makes a Kafka client's connections stop moving bytes, as a network partition
-// would: reads and writes block until thaw. Dialing still works; a new connection freezes on
-// its first write.
-type netscFreezer struct {
-	mu     sync.Mutex
-	frozen bool
-	thawed chan struct{}
-	frozeN int // freezes so far, for the test's record
-}
-
-func netscNewFreezer() *netscFreezer { return &netscFreezer{thawed: make(chan struct{})} }
-
-func (f *netscFreezer) freeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.frozen {
-		f.frozen = true
-		f.frozeN++
-	}
-}
-
-func (f *netscFreezer) thaw() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.frozen {
-		f.frozen = false
-		close(f.thawed)
-		f.thawed = make(chan struct{})
-	}
-}
-
-func (f *netscFreezer) wait() {
-	f.mu.Lock()
-	frozen, thawed := f.frozen, f.thawed
-	f.mu.Unlock()
-	if frozen {
-		<-thawed
-	}
-}
-
-// dial is a kgo.Dialer.
-func (f *netscFreezer) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, host)
-	if err != nil {
-		return nil, err
-	}
-	return &netscFrozenConn{Conn: c, f: f}, nil
-}
-
-type netscFrozenConn struct {
-	net.Conn
-	f *netscFreezer
-}
-
-// Read blocks after the read: bytes that arrived during the partition are delivered only
-// once it heals, like packets queued in a link.
-func (c *netscFrozenConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.f.wait()
-	return n, err
-}
-
-func (c *netscFrozenConn) Write(b []byte) (int, error) {
-	c.f.wait()
-	return c.Conn.Write(b)
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/internal/netfreeze"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/partition"
 )
@@ -606,18 +607,18 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	group := testenv.UniqueName("g")
 	const keys, n1, n2, n = 8, 3, 5, 8 // sequences 1..n1, then n1+1..n2 (A's held batch), then ..n
 
-	fz := netscNewFreezer()
+	fz := netfreeze.New()
 	sinkA, sinkB := netscNewSink(store), netscNewSink(store)
 	mA := netscNewMeter()
 	a, err := consumer.New(group, []string{topic}, fence.Sink[pgx.Tx](sinkA), netscFold,
-		consumer.Kafka(append(netscKafka(brokers), kgo.Dialer(fz.dial), kgo.RequestTimeoutOverhead(time.Second))...),
+		consumer.Kafka(append(netscKafka(brokers), kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
 		consumer.Logger(netscQuiet), consumer.MeterProvider(mA))
 	if err != nil {
 		t.Fatal(err)
 	}
 	runA := netscStart(t, a)
 	// Registered after runA's cleanup, so it runs first: a failed test never leaves A blocked.
-	t.Cleanup(func() { fz.thaw(); sinkA.open() })
+	t.Cleanup(func() { fz.Thaw(); sinkA.open() })
 
 	netscProduce(t, ctx, brokers, topic, keys, 1, n1)
 	netscWaitFor(t, "A applies the first records", 2*time.Minute, func() bool { return netscApplied(t, ctx, pool) >= keys*n1 })
@@ -654,7 +655,7 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("A never started its batch")
 	}
-	fz.freeze()
+	fz.Freeze()
 	_, _, held := sinkA.snapshot()
 	if held.Key != keyA {
 		t.Fatalf("A's held batch is for %s, want %s (B owns partition %d)", held.Key, keyA, bFirst.Key.Partition)
@@ -728,7 +729,7 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	}
 
 	// The partition heals: A's coordinator refuses its expired session and A reports the loss.
-	fz.thaw()
+	fz.Thaw()
 	netscWaitFor(t, "A sees OnPartitionsLost", 2*time.Minute, func() bool { return mA.sum(t, "baton.consumer.rebalances", "lost") >= 1 })
 	if got := mA.sum(t, "baton.consumer.stale_refusals", ""); got < 1 {
 		t.Errorf("A counted %d stale refusals, want its held write", got)

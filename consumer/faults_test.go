@@ -3,7 +3,6 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/netfreeze"
 	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -51,59 +51,6 @@ func (g *gatedSink) Apply(ctx context.Context, k fence.Key, t fence.Token, pos i
 	return err
 }
 
-// freezer makes a client's connections stop moving bytes, as SIGSTOP would.
-type freezer struct {
-	mu     sync.Mutex
-	frozen bool
-	thaw   chan struct{}
-}
-
-func newFreezer() *freezer { return &freezer{thaw: make(chan struct{})} }
-
-func (f *freezer) freeze() { f.mu.Lock(); f.frozen = true; f.mu.Unlock() }
-func (f *freezer) unfreeze() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.frozen {
-		f.frozen = false
-		close(f.thaw)
-		f.thaw = make(chan struct{})
-	}
-}
-
-func (f *freezer) wait() {
-	f.mu.Lock()
-	frozen, thaw := f.frozen, f.thaw
-	f.mu.Unlock()
-	if frozen {
-		<-thaw
-	}
-}
-
-func (f *freezer) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	c, err := (&net.Dialer{}).DialContext(ctx, network, host)
-	if err != nil {
-		return nil, err
-	}
-	return &frozenConn{Conn: c, f: f}, nil
-}
-
-type frozenConn struct {
-	net.Conn
-	f *freezer
-}
-
-func (c *frozenConn) Read(b []byte) (int, error) {
-	n, err := c.Conn.Read(b)
-	c.f.wait()
-	return n, err
-}
-
-func (c *frozenConn) Write(b []byte) (int, error) {
-	c.f.wait()
-	return c.Conn.Write(b)
-}
-
 // A zombie: member A pauses (network frozen) with a write on its way; B takes the partition
 // over and applies everything. When A resumes, its write reaches the sink and is refused as
 // stale; the test proves the write was attempted, and nothing is lost or applied twice.
@@ -111,12 +58,12 @@ func TestZombieWriteRefused(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
 	const keys, n1, n = 3, 5, 20
 	store := newStore(t)
-	fz := newFreezer()
+	fz := netfreeze.New()
 	f := newFolder()
 	gate := newGatedSink(store)
 	mA := newMeter()
 	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), f.factory,
-		consumer.Kafka(append(fastKafka(brokers), kgo.Dialer(fz.dial), kgo.RequestTimeoutOverhead(time.Second))...),
+		consumer.Kafka(append(fastKafka(brokers), kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
 		consumer.Logger(quiet), consumer.MeterProvider(mA))
 	if err != nil {
 		t.Fatal(err)
@@ -127,8 +74,8 @@ func TestZombieWriteRefused(t *testing.T) {
 	gate.arm()
 	produceSeq(t, brokers, "orders", keys, n1+1, n1+1)
 	<-gate.entered // A's worker is now between deciding to write and writing
-	fz.freeze()
-	defer fz.unfreeze()
+	fz.Freeze()
+	defer fz.Thaw()
 
 	mB := newMeter()
 	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
@@ -144,7 +91,7 @@ func TestZombieWriteRefused(t *testing.T) {
 	if err := <-gate.result; !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("the zombie's write returned %v, want a stale refusal", err)
 	}
-	fz.unfreeze()
+	fz.Thaw()
 	waitFor(t, "A counts the refusal", 30*time.Second, func() bool { return mA.sum(t, "baton.consumer.stale_refusals") >= 1 })
 	if err := ma.stop(); err != nil {
 		t.Fatalf("A: %v", err)
