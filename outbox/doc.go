@@ -49,10 +49,22 @@
 // overtake a newer one of the same key. Delivery is at least once; a crash between produce and
 // mark re-publishes at most one batch.
 //
-// Applications that append outside a Baton consumer must hold the source partition's fence
-// themselves: claim it (fence.Sink.Claim) with a token from their own ownership (for example
-// the generation of their own consumer-group membership on a small coordination topic) and call
-// Flush with that token. A packaged standalone relay (RunRelay) is not provided yet.
+// Applications that append outside a Baton consumer (an HTTP service writing state and outbox
+// rows in one transaction) use a standalone relay ([NewStandaloneRelay]): a Baton consumer group
+// on a small coordination topic of N partitions, the shards, to which nothing is produced. The
+// coordinator assigns each shard to one member, which claims [ShardKey](group, topic, shard)
+// and flushes that shard's rows on assignment and every idle interval under its token; a
+// takeover fences the old member exactly like a consumer's. The application owns nothing: it
+// appends with [AppendCurrent], which stamps the rows with the token the shard's fence stores
+// now (loaded, then checked again by Append in the same statement; a claim in between is
+// retried). A shard with no fence row refuses appends, so the application calls
+// [PrepareShards] once at startup: it claims each unclaimed shard with the zero token, which
+// any relay outranks, and rows appended under it wait for the first relay. Put all of an
+// entity's messages in one shard: order and deduplication are per (shard, record key). The
+// coordination group commits no offsets, so Kafka deletes it once it stays empty past an
+// offsets cleanup (offsets.retention.check.interval.ms, 10 minutes by default); its generation
+// then restarts at 1, and the next relay proves it is current and recovers each shard into a
+// new era (recorded, logged as a regression): expected after a long full stop, not a fault.
 //
 // # What is exactly once
 //
