@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -156,13 +155,19 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 // publish produces rows and waits for every acknowledgement. All rows are buffered before any
 // is awaited; if one fails franz-go fails the rest of its partition, so what reached the broker
 // is a prefix per destination partition and the retry re-publishes from the first pending row.
+//
+// It uses ProduceSync rather than Produce and a wait of its own: ProduceSync produces the
+// records one by one in order, exactly like Produce (so the prefix argument above is
+// unchanged), and then ends the linger of the destination partitions it produced to. The relay
+// waits for every ack of a batch before marking it, so lingering (franz-go's default is 10 ms,
+// and the relay usually shares the consumer's client, whose settings it does not own) only
+// added to every batch's commit->ack latency: at 10k msg/s over 4 source partitions the p50
+// went from 11.7 ms to 1-4 ms (outbox/pgoutbox BenchmarkRelayPaced, /tmp/relay-bench-report.md).
+// The cost: the spans end and the commit_to_ack latency is recorded when the whole batch is
+// acknowledged rather than at each record's own ack, which is also when its rows can be marked.
 func (r *Relay) publish(ctx context.Context, rows []Row) error {
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		firstErr error
-	)
-	wg.Add(len(rows))
+	recs := make([]*kgo.Record, len(rows))
+	spans := make([]trace.Span, len(rows))
 	for i := range rows {
 		row := &rows[i]
 		parent := ctx
@@ -177,25 +182,35 @@ func (r *Relay) publish(ctx context.Context, rows []Row) error {
 				attribute.String("baton.outbox.source", row.Source.String()),
 				attribute.Int64("baton.outbox.seq", row.Seq),
 			))
-		rec := r.record(pctx, row)
-		created := row.CreatedAt
-		r.client.Produce(pctx, rec, func(_ *kgo.Record, err error) {
-			defer wg.Done()
-			if err != nil {
-				span.RecordError(err)
-				span.SetStatus(codes.Error, err.Error())
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-			} else if !created.IsZero() {
-				r.tel.latency.Record(ctx, time.Since(created).Seconds())
-			}
-			span.End()
-		})
+		recs[i], spans[i] = r.record(pctx, row), span
+		// Produce keeps a record's own Context: produce hooks (kotel) see the publish span,
+		// as when each record was produced with its own ctx.
+		recs[i].Context = pctx
 	}
-	wg.Wait()
+	var (
+		firstErr error
+		failed   map[*kgo.Record]error // usually empty: no allocation
+	)
+	for _, res := range r.client.ProduceSync(ctx, recs...) {
+		if res.Err != nil {
+			if firstErr == nil {
+				firstErr = res.Err
+			}
+			if failed == nil {
+				failed = make(map[*kgo.Record]error)
+			}
+			failed[res.Record] = res.Err
+		}
+	}
+	for i, span := range spans {
+		if err := failed[recs[i]]; err != nil {
+			span.RecordError(err)
+			span.SetStatus(codes.Error, err.Error())
+		} else if created := rows[i].CreatedAt; !created.IsZero() {
+			r.tel.latency.Record(ctx, time.Since(created).Seconds())
+		}
+		span.End()
+	}
 	if firstErr != nil {
 		return fmt.Errorf("outbox: publishing %s seq %d..%d: %w", rows[0].Source, rows[0].Seq, rows[len(rows)-1].Seq, firstErr)
 	}
