@@ -112,10 +112,14 @@ RETURNING last_seq`)
 	s.insertSQL = r.Replace(`INSERT INTO {{outbox}} (grp, topic, partition, seq, era, epoch, dest_topic, msg_key, msg_value,
     headers, idempotency_key, traceparent, tracestate, created_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	s.fenceSQL = r.Replace(`SELECT era, epoch FROM {{fences}} WHERE grp = ? AND topic = ? AND partition = ?`)
+	// delivered_seq as a scalar subquery so the index range starts at the first pending row
+	// (see pgoutbox: a join walked every delivered row kept until Cleanup).
 	s.pendingSQL = r.Replace(`SELECT o.seq, o.era, o.epoch, o.dest_topic, o.msg_key, o.msg_value, o.headers,
     o.idempotency_key, o.traceparent, o.tracestate, o.created_ns
-FROM {{outbox}} o JOIN {{cursors}} c ON c.grp = o.grp AND c.topic = o.topic AND c.partition = o.partition
-WHERE o.grp = ?1 AND o.topic = ?2 AND o.partition = ?3 AND o.seq > c.delivered_seq AND ` + holds + `
+FROM {{outbox}} o
+WHERE o.grp = ?1 AND o.topic = ?2 AND o.partition = ?3
+  AND o.seq > (SELECT c.delivered_seq FROM {{cursors}} c WHERE c.grp = ?1 AND c.topic = ?2 AND c.partition = ?3)
+  AND ` + holds + `
 ORDER BY o.seq LIMIT ?6`)
 	s.markSQL = r.Replace(`UPDATE {{cursors}} SET delivered_seq = max(delivered_seq, ?6)
 WHERE grp = ?1 AND topic = ?2 AND partition = ?3 AND ?6 <= last_seq AND ` + holds + `
