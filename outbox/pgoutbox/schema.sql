@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS {{outbox}} (
     msg_key         bytea,
     msg_value       bytea,
     headers         bytea,
-    idempotency_key text        NOT NULL,
+    idempotency_key text        NOT NULL, -- '' when derived: group/topic/partition/seq
     traceparent     text        NOT NULL DEFAULT '',
     tracestate      text        NOT NULL DEFAULT '',
     created_at      timestamptz NOT NULL DEFAULT clock_timestamp(),

@@ -140,7 +140,7 @@ WITH f AS (
 INSERT INTO {{outbox}} (group_id, topic, partition, seq, era, epoch, dest_topic, msg_key, msg_value,
                         headers, idempotency_key, traceparent, tracestate)
 SELECT $1, $2, $3, c.last_seq - $6::bigint + u.ord, $4, $5, u.t, u.k, u.v, u.h,
-       COALESCE(NULLIF(u.i, ''), $1 || '/' || $2 || '/' || $3::text || '/' || (c.last_seq - $6::bigint + u.ord)::text),
+       u.i,
        $12, $13
 FROM c, unnest($7::text[], $8::bytea[], $9::bytea[], $10::bytea[], $11::text[]) WITH ORDINALITY AS u(t, k, v, h, i, ord)`)
 	s.staleSQL = r.Replace(`SELECT era, epoch FROM {{fences}} WHERE group_id = $1 AND topic = $2 AND partition = $3`)
@@ -213,11 +213,54 @@ func (s *Store) Append(ctx context.Context, tx pgx.Tx, src fence.Key, tok fence.
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", outbox.ErrInvalid)
 	}
-	if err := outbox.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
+	args, err := s.appendArgs(ctx, src, tok, msgs)
+	if err != nil || args == nil {
 		return err
 	}
-	if len(msgs) == 0 {
+	tag, err := tx.Exec(ctx, s.appendSQL, args...)
+	if err != nil {
+		return fmt.Errorf("pgoutbox: append to %s: %w", src, err)
+	}
+	if tag.RowsAffected() == int64(len(msgs)) {
 		return nil
+	}
+	if err := s.check(ctx, tx, src, tok); err != nil {
+		return err
+	}
+	return fmt.Errorf("pgoutbox: append to %s wrote %d of %d rows", src, tag.RowsAffected(), len(msgs))
+}
+
+// QueueAppend queues Append's statement on b, for pgfence.Store.ApplyBatch/AdvanceBatch: the
+// fence advance, the caller's writes and the outbox rows then travel in one round trip. Bad
+// input is refused here, before anything is queued. If the fence does not store exactly tok
+// when the statement runs, it writes nothing and the batch fails with [outbox.ErrUnfenced];
+// queued after the fence statement of the same batch, that happens only when the fence itself
+// refused, and AdvanceBatch reports that refusal (*fence.StaleError) first.
+func (s *Store) QueueAppend(ctx context.Context, b *pgx.Batch, src fence.Key, tok fence.Token, msgs ...outbox.Message) error {
+	if b == nil {
+		return fmt.Errorf("%w: nil batch", outbox.ErrInvalid)
+	}
+	args, err := s.appendArgs(ctx, src, tok, msgs)
+	if err != nil || args == nil {
+		return err
+	}
+	n := int64(len(msgs))
+	b.Queue(s.appendSQL, args...).Exec(func(tag pgconn.CommandTag) error {
+		if tag.RowsAffected() != n {
+			return fmt.Errorf("%w: append to %s wrote %d of %d rows: the fence does not store %s", outbox.ErrUnfenced, src, tag.RowsAffected(), n, tok)
+		}
+		return nil
+	})
+	return nil
+}
+
+// appendArgs validates msgs and builds the append statement's arguments; nil for no messages.
+func (s *Store) appendArgs(ctx context.Context, src fence.Key, tok fence.Token, msgs []outbox.Message) ([]any, error) {
+	if err := outbox.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return nil, nil
 	}
 	topics := make([]string, len(msgs))
 	keys := make([][]byte, len(msgs))
@@ -229,18 +272,8 @@ func (s *Store) Append(ctx context.Context, tx pgx.Tx, src fence.Key, tok fence.
 		headers[i] = outbox.MarshalHeaders(msgs[i].Headers)
 	}
 	tp, ts := outbox.TraceContext(ctx, s.prop)
-	tag, err := tx.Exec(ctx, s.appendSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch,
-		int64(len(msgs)), topics, keys, values, headers, ids, tp, ts)
-	if err != nil {
-		return fmt.Errorf("pgoutbox: append to %s: %w", src, err)
-	}
-	if tag.RowsAffected() == int64(len(msgs)) {
-		return nil
-	}
-	if err := s.check(ctx, tx, src, tok); err != nil {
-		return err
-	}
-	return fmt.Errorf("pgoutbox: append to %s wrote %d of %d rows", src, tag.RowsAffected(), len(msgs))
+	return []any{src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch,
+		int64(len(msgs)), topics, keys, values, headers, ids, tp, ts}, nil
 }
 
 type queryRower interface {
@@ -282,6 +315,10 @@ func (s *Store) Pending(ctx context.Context, src fence.Key, tok fence.Token, lim
 		}
 		if r.Headers, err = outbox.UnmarshalHeaders(hs); err != nil {
 			return nil, fmt.Errorf("pgoutbox: %s seq %d: %w", src, r.Seq, err)
+		}
+		if r.IdempotencyKey == "" {
+			// Derived, not stored: it is a function of (source, seq), which the row holds.
+			r.IdempotencyKey = outbox.IdempotencyKey(src, r.Seq)
 		}
 		out = append(out, r)
 	}
