@@ -418,13 +418,15 @@ func TestKafkaUnavailableKeepsRowsPendingThenDrains(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// A client with a dead seed: nothing is acknowledged, the bounded Flush fails.
-	dead := relay(t, client(t, []string{"127.0.0.1:1"}), e.store, outbox.BatchSize(4))
-	ctx, cancel := context.WithTimeout(e.ctx, 500*time.Millisecond)
+	// A client with a dead seed: nothing is acknowledged; the records fail after the delivery
+	// timeout, well inside the Flush's context, so the error Flush returns is the produce
+	// failure it must propagate (not its own deadline).
+	dead := relay(t, client(t, []string{"127.0.0.1:1"}, kgo.RecordDeliveryTimeout(time.Second)), e.store, outbox.BatchSize(4))
+	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	n, err := dead.Flush(ctx, e.src, tok)
 	cancel()
-	if err == nil || n != 0 {
-		t.Fatalf("Flush with Kafka down = %d, %v; want an error", n, err)
+	if err == nil || n != 0 || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Flush with Kafka down = %d, %v; want the produce error", n, err)
 	}
 	if got := e.backlog(); got != 10 {
 		t.Fatalf("backlog %d with Kafka down, want 10", got)
