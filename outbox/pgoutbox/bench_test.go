@@ -187,7 +187,7 @@ var (
 type timedStore struct {
 	outbox.Store
 	pendingCalls, pendingNanos, emptyPending atomic.Int64
-	markCalls, markNanos, markedRows         atomic.Int64
+	markCalls, markNanos                     atomic.Int64
 }
 
 func (s *timedStore) Pending(ctx context.Context, src fence.Key, tok fence.Token, limit int) ([]outbox.Row, error) {
