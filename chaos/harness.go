@@ -205,8 +205,10 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 		return nil, err
 	}
 	h := &harness{cfg: cfg, db: db, rng: rand.New(rand.NewSource(cfg.Seed)), procs: map[string]*proc{}, t0: time.Now()}
+	// AlwaysRetryEOF: a restarting broker closes connections during the handshake, which
+	// franz-go otherwise takes for a TLS/SASL misconfiguration and does not retry.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond),
-		kgo.RecordRetries(1<<30), kgo.RequestRetries(1<<20), kgo.RetryTimeout(5*time.Minute))
+		kgo.RecordRetries(1<<30), kgo.RequestRetries(1<<20), kgo.RetryTimeout(5*time.Minute), kgo.AlwaysRetryEOF())
 	if err != nil {
 		return nil, err
 	}
@@ -402,6 +404,26 @@ func (h *harness) pick() *proc {
 	return ps[h.rng.Intn(len(ps))]
 }
 
+// pickWriter picks, among the live workers that committed a write in the last few seconds,
+// one at random (a worker without partitions cannot be caught holding a write); any live
+// worker if none did.
+func (h *harness) pickWriter(ctx context.Context) *proc {
+	ps := h.alive()
+	var writers []*proc
+	since := time.Now().Add(-5 * time.Second).UnixMilli()
+	for _, p := range ps {
+		var n int64
+		err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_attempts WHERE worker = $1 AND outcome = 'committed' AND at_ms >= $2`, p.id, since).Scan(&n)
+		if err == nil && n > 0 {
+			writers = append(writers, p)
+		}
+	}
+	if len(writers) == 0 {
+		return h.pick()
+	}
+	return writers[h.rng.Intn(len(writers))]
+}
+
 func (h *harness) inject(ctx context.Context, kind FaultKind) Fault {
 	f := Fault{Kind: kind, Start: time.Now()}
 	h.injectInto(ctx, &f)
@@ -497,7 +519,7 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 // With SIGUSR2 and marker "delayed" the worker freezes inside its transaction instead; the
 // takeover then waits for the database to end the held transaction.
 func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, marker string) {
-	p := h.pick()
+	p := h.pickWriter(ctx)
 	if p == nil {
 		f.Detail = "no worker alive"
 		return

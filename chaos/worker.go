@@ -86,6 +86,7 @@ func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 		kgo.RebalanceTimeout(2 * c.SessionTimeout),
 		kgo.FetchMaxWait(250 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.AlwaysRetryEOF(), // brokers restart during chaos runs; the configuration is known good
 	}
 }
 
@@ -264,7 +265,7 @@ func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T],
 	w := Workload{CommandEvery: cfg.CommandEvery}
 	opts := []consumer.Option{consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger)}
 	if box != nil && cfg.CommandsTopic != "" && cfg.CommandEvery > 0 {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2*time.Millisecond))
+		cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2*time.Millisecond), kgo.AlwaysRetryEOF())
 		if err != nil {
 			return err
 		}
@@ -325,7 +326,7 @@ func RunReceiver[T any](ctx context.Context, brokers []string, group, topic stri
 	}
 	c, err := consumer.New[T](group, []string{topic}, sink, factory, consumer.Logger(logger),
 		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(250*time.Millisecond),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AlwaysRetryEOF()))
 	if err != nil {
 		return err
 	}
