@@ -1,0 +1,77 @@
+package consumer_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/consumer"
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/partition"
+)
+
+// A consumer that folds each device's readings into its state, one writer per partition,
+// every batch applied in one fenced transaction. Kafka is in-process here (kfake) and the
+// store is in memory; in production pass your brokers to consumer.Kafka and use pgfence.
+func ExampleNew() {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "readings"))
+	if err != nil {
+		panic(err)
+	}
+	defer cluster.Close()
+	brokers := cluster.ListenAddrs()
+
+	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		panic(err)
+	}
+	defer prod.Close()
+	for _, dev := range []string{"d1", "d2", "d1", "d3", "d1"} {
+		prod.ProduceSync(context.Background(), &kgo.Record{Topic: "readings", Key: []byte(dev), Value: []byte("21.5")})
+	}
+
+	store, err := memfence.New()
+	if err != nil {
+		panic(err)
+	}
+	applied := make(chan int, 16)
+	c, err := consumer.New("twins", []string{"readings"}, fence.Sink[*memfence.Tx](store),
+		func(_ context.Context, _ partition.ID, _ fence.Token) (consumer.Handler[*memfence.Tx], error) {
+			// State here belongs to this partition's goroutine alone: no locks.
+			return consumer.HandlerFunc[*memfence.Tx](func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+				for _, r := range b.Records {
+					if err := tx.Put("twin/"+string(r.Key), r.Value); err != nil {
+						return err
+					}
+				}
+				applied <- len(b.Records)
+				return nil
+			}), nil
+		},
+		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100*time.Millisecond),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
+		consumer.Logger(quiet))
+	if err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	for n := 0; n < 5; n += <-applied {
+	}
+	cancel()
+	fmt.Println("Run:", <-done)
+	for _, dev := range []string{"d1", "d2", "d3"} {
+		v, ok := store.Get("twin/" + dev)
+		fmt.Println(dev, string(v), ok)
+	}
+	// Output:
+	// Run: <nil>
+	// d1 21.5 true
+	// d2 21.5 true
+	// d3 21.5 true
+}
