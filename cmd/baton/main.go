@@ -1,9 +1,3 @@
-// Command baton is Baton's command line: the demo, chaos runs, and the worker process the
-// chaos harness starts.
-//
-//	baton demo     the digital-twin demo on embedded defaults (in-process Kafka, SQLite)
-//	baton chaos    a chaos run against real services, with a verdict and a timeline report
-//	baton worker   one chaos worker process (started by 'baton chaos')
 package main
 
 import (

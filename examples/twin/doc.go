@@ -1,0 +1,16 @@
+// Command twin is Baton's digital-twin pipeline as a readable program, on embedded defaults
+// (Kafka in-process with kfake, the store an SQLite file in a temporary directory):
+//
+//   - simulated devices send reported and desired temperatures, keyed by device id;
+//
+//   - a consumer group folds them into a twins table (reported, desired, version) inside
+//     the fenced transaction, and for each desired change appends a command to the outbox
+//     in the same transaction; the owner relays the outbox to the commands topic;
+//
+//   - a device gateway consumes the commands through an inbox and applies each exactly once;
+//
+//   - one member is frozen with a batch in hand past its session, the other takes over, and the
+//     frozen one's write is refused as stale when it wakes.
+//
+//     go run ./examples/twin
+package main

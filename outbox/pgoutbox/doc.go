@@ -1,0 +1,16 @@
+// Package pgoutbox is the PostgreSQL store of Baton's fenced outbox (see package outbox): the
+// outbox rows and a per-source-partition cursor, next to pgfence's fence table in the same
+// database and transaction as the caller's data.
+//
+// Append (in the caller's pgx.Tx) and QueueAppend (in the pgx.Batch of pgfence.ApplyBatch, so
+// the fence, the data and the outbox rows travel in one round trip) write the rows in one
+// statement that checks the fence stores exactly the presented token, allocates gap-free
+// sequences from the cursor row and inserts the rows: a zombie's append writes nothing and
+// fails with *fence.StaleError. Pending and MarkDelivered are the relay's fenced reads and
+// writes; Cleanup deletes delivered rows older than a given age (sequences are never reused,
+// because the cursor keeps them). Table names are validated and quoted; Migrate creates the
+// tables idempotently under an advisory lock.
+//
+// Run PostgreSQL with idle_in_transaction_session_timeout set: a transaction left open holds
+// the fence row (FOR SHARE) and delays a takeover until it ends.
+package pgoutbox
