@@ -61,6 +61,16 @@
 //     the [AfterCommit] hook under its token: the outbox relay (outbox.Relay.AfterCommit) runs
 //     there, so relaying a partition's side effects lives exactly where its ownership does.
 //
+// # Parallelism inside a partition
+//
+// A partition's batch is applied in one transaction, and a database transaction is one
+// connection: its statements cannot run in parallel. Work that is not a write to the sink
+// (decoding, enrichment, calls to other services) can be spread over per-key lanes inside
+// Handle with partition.Lanes: records of one key stay in order on one lane, different keys
+// run in parallel, every lane works under the partition's single token, and Lanes.Run returns
+// the committable offset (the lowest contiguous completed one) if a lane fails. The writes then
+// go into the transaction from the handler's goroutine.
+//
 // # Guarantees
 //
 // With a sink that honours the fence.Sink contract: every record of an owned partition is
