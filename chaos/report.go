@@ -160,9 +160,27 @@ func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 		fmt.Fprintf(w, `<text x="10" y="%d">partition %d</text>`+"\n", y(int32(p))+12, p)
 		fmt.Fprintf(w, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#ddd"/>`+"\n", left, width-20, y(int32(p))+laneH/2, y(int32(p))+laneH/2)
 	}
+	// One tick per partition per pixel column, coloured by the last token committed in it, so a
+	// soak of a million batches still draws a timeline of a few thousand ticks.
+	type bucket struct {
+		part int32
+		col  int
+	}
+	last := map[bucket]tlBatch{}
+	count := map[bucket]int{}
+	var order []bucket
 	for _, b := range batches {
-		fmt.Fprintf(w, `<rect x="%.1f" y="%d" width="2" height="%d" fill="%s"><title>%s token %d.%d</title></rect>`+"\n",
-			x(b.at), y(b.part)+3, laneH-6, tokColour(b.era, b.epoch), html.EscapeString(b.worker), b.era, b.epoch)
+		k := bucket{b.part, int(x(b.at))}
+		if _, ok := last[k]; !ok {
+			order = append(order, k)
+		}
+		last[k] = b
+		count[k]++
+	}
+	for _, k := range order {
+		b := last[k]
+		fmt.Fprintf(w, `<rect x="%d" y="%d" width="2" height="%d" fill="%s"><title>%d batches; last by %s, token %d.%d</title></rect>`+"\n",
+			k.col, y(b.part)+3, laneH-6, tokColour(b.era, b.epoch), count[k], html.EscapeString(b.worker), b.era, b.epoch)
 	}
 	for _, a := range attempts {
 		if a.outcome == "frozen" || a.outcome == "delayed" {

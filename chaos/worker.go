@@ -274,7 +274,12 @@ func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T],
 		if err != nil {
 			return err
 		}
-		opts = append(opts, consumer.AfterCommit(relay.AfterCommit(cfg.Group), 250*time.Millisecond))
+		hook := relay.AfterCommit(cfg.Group)
+		// The relay's reads and marks are writes too (SQLite: the write lock; PostgreSQL: the
+		// fence row FOR SHARE): keep freezes out of them, as out of the batch transactions.
+		opts = append(opts, consumer.AfterCommit(func(ctx context.Context, p partition.ID, t fence.Token) error {
+			return f.write(func() error { return hook(ctx, p, t) })
+		}, 250*time.Millisecond))
 	} else {
 		box = nil
 	}

@@ -48,6 +48,9 @@ func TestDemo(t *testing.T) {
 		n, _ := strconv.Atoi(m[1])
 		return n
 	}
+	if m := regexp.MustCompile(`faults: freeze\s+(\d+) injected, (\d+) proven`).FindStringSubmatch(verdict); m == nil || m[1] != m[2] || m[1] == "0" {
+		t.Errorf("not every freeze led to a takeover: %v", m)
+	}
 	if field("zombie writes refused") == 0 {
 		t.Errorf("no zombie write was refused")
 	}
