@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/internal/sqlident"
 )
 
@@ -58,7 +59,6 @@ func KeyedTable(name string) Option { return func(c *config) { c.keyed = name } 
 type Store struct {
 	db     DB
 	schema string // schema.sql with the quoted names substituted
-	lockID int64  // advisory lock serializing Migrate
 
 	sqlClaim, sqlLoad, sqlAdvance, sqlRecover, sqlRecoveries string
 	sqlAdmit, sqlLoadKeyed                                   string
@@ -104,20 +104,9 @@ func New(db DB, opts ...Option) (*Store, error) {
 	s := &Store{
 		db:     db,
 		schema: strings.NewReplacer("{{fences}}", f, "{{recoveries}}", r, "{{keyed}}", k).Replace(schemaSQL),
-		lockID: lockID(migrateLockPrefix),
 	}
 	s.prepareSQL(f, r, k)
 	return s, nil
-}
-
-// lockID hashes name (FNV-1a) into an advisory lock key.
-func lockID(name string) int64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(name); i++ {
-		h ^= uint64(name[i])
-		h *= 1099511628211
-	}
-	return int64(h)
 }
 
 // Schema returns the DDL Migrate runs, with the configured table names, for users who manage
@@ -129,22 +118,7 @@ func (s *Store) Schema() string { return s.schema }
 // transaction-scoped advisory lock, because concurrent CREATE TABLE IF NOT EXISTS of the same
 // table can otherwise fail on the catalog's unique indexes.
 func (s *Store) Migrate(ctx context.Context) error {
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("pgfence: migrate: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockID); err != nil {
-		return fmt.Errorf("pgfence: migrate: lock: %w", err)
-	}
-	// No arguments: pgx sends the script with the simple protocol, several statements at once.
-	if _, err := tx.Exec(ctx, s.schema); err != nil {
-		return fmt.Errorf("pgfence: migrate: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgfence: migrate: commit: %w", err)
-	}
-	return nil
+	return pgmigrate.Run(ctx, s.db, migrateLockPrefix, s.schema, "pgfence: migrate")
 }
 
 func (s *Store) prepareSQL(f, r, k string) {

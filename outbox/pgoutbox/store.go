@@ -5,7 +5,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
 )
@@ -80,7 +80,7 @@ type Store struct {
 	db       DB
 	maxBytes int
 	prop     propagation.TextMapPropagator
-	lockID   int64
+	lockName string // advisory lock serializing Migrate
 	schema   string
 
 	appendSQL, staleSQL, pendingSQL, markSQL, backlogSQL, cleanupSQL string
@@ -112,9 +112,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 			return nil, fmt.Errorf("%w: table name: %w", outbox.ErrInvalid, err)
 		}
 	}
-	h := fnv.New64a()
-	h.Write([]byte("baton/pgoutbox/migrate/" + c.table))
-	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockID: int64(h.Sum64())}
+	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockName: "baton/pgoutbox/migrate/" + c.table}
 	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(c.fences))
 	return s, nil
 }
@@ -182,21 +180,7 @@ func (s *Store) Schema() string { return s.schema }
 // Migrate creates the outbox tables if they do not exist. Idempotent and safe to call
 // concurrently: the DDL runs under a transaction-scoped advisory lock.
 func (s *Store) Migrate(ctx context.Context) error {
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("pgoutbox: migrate: %w", err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", s.lockID); err != nil {
-		return fmt.Errorf("pgoutbox: migrate: lock: %w", err)
-	}
-	if _, err := tx.Exec(ctx, s.schema); err != nil {
-		return fmt.Errorf("pgoutbox: migrate: %w", err)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("pgoutbox: migrate: commit: %w", err)
-	}
-	return nil
+	return pgmigrate.Run(ctx, s.db, s.lockName, s.schema, "pgoutbox: migrate")
 }
 
 // Append adds msgs to the outbox of source partition src inside the caller's transaction tx,
