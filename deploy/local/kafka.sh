@@ -2,8 +2,10 @@
 # kafka.sh - a real single-node Apache Kafka broker (KRaft, broker+controller in one JVM),
 # assembled from Maven Central jars. No tarball, no Docker.
 #
+#   kafka.sh install  install Java 17+ (and Maven, until the jars are cached) from Debian's packages
+#                     when missing; fast when they are there. BATON_DRY_RUN=1 only says what it would do
 #   kafka.sh fetch    resolve the broker's jars once into the cache (needs mvn, reaches Maven Central)
-#   kafka.sh start    fetch if needed, format storage if new, start, wait until it answers ApiVersions
+#   kafka.sh start    install and fetch if needed, format storage if new, start, wait until it answers
 #   kafka.sh stop     controlled shutdown (SIGTERM) of the broker this script started; SIGKILL after 30 s
 #   kafka.sh kill     SIGKILL the broker this script started (chaos: a crashed broker)
 #   kafka.sh restart  stop then start, keeping the data (chaos: a broker restart)
@@ -35,8 +37,13 @@ KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
 KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-120}"
 KAFKA_LOG_LEVEL="${KAFKA_LOG_LEVEL:-INFO}"
-JAVA="${JAVA:-${JAVA_HOME:+$JAVA_HOME/bin/}java}"
+# JAVA or JAVA_HOME pins the JVM; otherwise 'java' on PATH if it is 17+, else the newest Debian
+# OpenJDK 17+ under JVM_DIR.
+JAVA="${JAVA:-${JAVA_HOME:+$JAVA_HOME/bin/java}}"
+JVM_DIR="${JVM_DIR:-/usr/lib/jvm}"
 MVN="${MVN:-mvn}"
+# What to install when Java is missing: Debian 12 has openjdk-17, Debian 13 starts at 21.
+JAVA_PACKAGES="${JAVA_PACKAGES:-openjdk-17-jre-headless|openjdk-21-jre-headless|default-jre-headless}"
 
 CONF="$KAFKA_DIR/config"
 DATA="$KAFKA_DIR/data"
@@ -45,19 +52,53 @@ PIDFILE="$KAFKA_DIR/kafka.pid"
 
 log() { printf '[kafka.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=deploy/local/lib.sh
+. "$HERE/lib.sh"
 
-need_java() {
-  command -v "$JAVA" >/dev/null 2>&1 ||
-    die "java not found. Kafka $KAFKA_VERSION needs Java 17+: on Debian 'apt-get install openjdk-17-jre-headless', or set JAVA=/path/to/java"
+# java_major JAVA prints the JVM's major version ("17"), or fails if it does not run.
+java_major() {
   local v
-  v="$("$JAVA" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)"
-  [[ -z "$v" || "$v" -ge 17 ]] || die "java $v found; Kafka 4.x needs Java 17+"
+  v="$("$1" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1)" || return 1
+  [[ "$v" =~ ^[0-9]+$ ]] || return 1
+  echo "$v"
+}
+
+# find_java prints a Java 17+ to run the broker with, or fails. An explicit JAVA/JAVA_HOME is
+# never second-guessed: if it is not 17+ that is an error, not a reason to install another.
+find_java() {
+  local j v
+  if [[ -n "$JAVA" ]]; then
+    v="$(java_major "$JAVA")" || die "JAVA=$JAVA does not run"
+    [[ "$v" -ge 17 ]] || die "JAVA=$JAVA is Java $v; Kafka 4.x needs Java 17+"
+    echo "$JAVA"; return 0
+  fi
+  if j="$(command -v java)" && v="$(java_major "$j")" && [[ "$v" -ge 17 ]]; then echo "$j"; return 0; fi
+  for j in $(compgen -G "$JVM_DIR/java-*-openjdk-*/bin/java" | sort -V -r); do
+    if v="$(java_major "$j")" && [[ "$v" -ge 17 ]]; then echo "$j"; return 0; fi
+  done
+  return 1
+}
+
+jars_cached() { [[ -f "$KAFKA_LIBS/.complete" ]]; }
+
+# install makes sure Java 17+ is there, and Maven while the broker's jars are not yet cached,
+# installing what is missing from Debian's packages in one apt-get run.
+install() {
+  local missing=() what=()
+  find_java >/dev/null || { missing+=("$JAVA_PACKAGES"); what+=("Java 17+"); }
+  jars_cached || command -v "$MVN" >/dev/null 2>&1 || { missing+=(maven); what+=("Maven (to fetch Kafka's jars once)"); }
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  log "not found: ${what[*]}"
+  apt_install "install a Java 17+ runtime (and Maven 3, once, to fetch Kafka's jars) and set JAVA=/path/to/java, MVN=/path/to/mvn" "${missing[@]}"
+  [[ -n "${BATON_DRY_RUN:-}" ]] && return 0
+  find_java >/dev/null || die "installed ${missing[*]} but found no Java 17+ (on PATH or under $JVM_DIR)"
+  jars_cached || command -v "$MVN" >/dev/null 2>&1 || die "installed maven but there is still no $MVN"
 }
 
 fetch() {
-  [[ -f "$KAFKA_LIBS/.complete" ]] && return 0
-  command -v "$MVN" >/dev/null 2>&1 ||
-    die "mvn not found; it is needed once to fetch Kafka's jars from Maven Central: 'apt-get install maven', or set MVN=/path/to/mvn"
+  jars_cached && return 0
+  install
+  [[ -n "${BATON_DRY_RUN:-}" ]] && return 0
   local tmp="$KAFKA_LIBS.partial" t0=$SECONDS
   rm -rf "$tmp"; mkdir -p "$tmp"
   log "fetching org.apache.kafka:kafka_2.13:$KAFKA_VERSION (+ log4j $LOG4J_VERSION) from Maven Central"
@@ -167,7 +208,9 @@ start() {
   local pid
   if pid="$(running_pid)"; then log "already running (pid $pid) on $KAFKA_HOST:$KAFKA_PORT"; return 0; fi
   rm -f "$PIDFILE"
-  need_java
+  install
+  [[ -n "${BATON_DRY_RUN:-}" ]] && { log "dry run: would fetch, format and start with $(find_java || echo 'the Java just installed')"; return 0; }
+  JAVA="$(find_java)"
   fetch
   if api_versions_ok; then die "something this script did not start already answers on $KAFKA_HOST:$KAFKA_PORT; set KAFKA_PORT"; fi
   write_config
@@ -218,6 +261,7 @@ print_env() {
 }
 
 case "${1:-start}" in
+  install) install ;;
   fetch) fetch ;;
   start) start ;;
   stop) stop TERM ;;
@@ -226,5 +270,5 @@ case "${1:-start}" in
   reset) stop TERM; rm -rf "$DATA" "$LOGS" ;;
   status) if api_versions_ok; then log "up on $KAFKA_HOST:$KAFKA_PORT"; else log "down"; exit 1; fi ;;
   env) print_env ;;
-  *) echo "usage: $0 {fetch|start|stop|kill|restart|reset|status|env}" >&2; exit 2 ;;
+  *) echo "usage: $0 {install|fetch|start|stop|kill|restart|reset|status|env}" >&2; exit 2 ;;
 esac

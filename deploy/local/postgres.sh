@@ -2,6 +2,7 @@
 # postgres.sh - a private PostgreSQL cluster on 127.0.0.1 for Baton's tests, demo and benchmarks.
 #
 #   postgres.sh install   install PostgreSQL from Debian's packages if no server binaries are found
+#                         (BATON_DRY_RUN=1: only say what it would install)
 #   postgres.sh start     install if needed, initdb if new, start, create the role and the database
 #   postgres.sh stop      fast shutdown of this cluster (and only this one)
 #   postgres.sh restart   stop then start, keeping the data (chaos: a database restart)
@@ -30,6 +31,8 @@ LOGFILE="$PG_DIR/postgres.log"
 
 log() { printf '[postgres.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=deploy/local/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 find_bin() {
   if [[ -n "${PG_BIN:-}" ]]; then [[ -x "$PG_BIN/pg_ctl" ]] && { echo "$PG_BIN"; return 0; }; return 1; fi
@@ -41,24 +44,9 @@ find_bin() {
 
 install() {
   find_bin >/dev/null && return 0
-  command -v apt-get >/dev/null 2>&1 ||
-    die "no PostgreSQL server found and no apt-get to install one; install PostgreSQL 13+ and set PG_BIN=/path/to/bin"
-  [[ "$(id -u)" -eq 0 ]] || command -v sudo >/dev/null 2>&1 ||
-    die "installing PostgreSQL needs root (apt-get install postgresql); run as root or install it yourself"
-  local SUDO=""; [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
-  log "installing PostgreSQL from Debian's packages"
-  local t0=$SECONDS
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 || die "apt-get update failed"
-  # policy-rc.d 101 keeps the package from starting its own cluster on 5432.
-  local policy=/usr/sbin/policy-rc.d created_policy=""
-  if [[ ! -e "$policy" ]]; then
-    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null && $SUDO chmod +x "$policy" && created_policy=1
-  fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    postgresql postgresql-contrib >&2 || { [[ -n "$created_policy" ]] && $SUDO rm -f "$policy"; die "apt-get install postgresql failed"; }
-  [[ -n "$created_policy" ]] && $SUDO rm -f "$policy"
+  apt_install "install PostgreSQL 13+ yourself and set PG_BIN=/path/to/bin" postgresql postgresql-contrib
+  [[ -n "${BATON_DRY_RUN:-}" ]] && return 0
   find_bin >/dev/null || die "postgresql installed but no server binaries under /usr/lib/postgresql/*/bin"
-  log "installed in $((SECONDS - t0))s"
 }
 
 # as_pg runs a command as the cluster's owner: 'postgres' when we are root, ourselves otherwise.
@@ -89,6 +77,7 @@ psql_super() {
 
 start() {
   install
+  [[ -n "${BATON_DRY_RUN:-}" ]] && { log "dry run: would initdb and start on $PG_HOST:$PG_PORT"; return 0; }
   local bin; bin="$(find_bin)"
   if running; then log "already running on $PG_HOST:$PG_PORT ($DATA)"; return 0; fi
   if ready; then die "something this script did not start already listens on $PG_HOST:$PG_PORT; set PG_PORT"; fi

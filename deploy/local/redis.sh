@@ -14,18 +14,13 @@ PIDFILE="$REDIS_DIR/redis.pid"
 
 log() { printf '[redis.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+# shellcheck source=deploy/local/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 install() {
   command -v redis-server >/dev/null 2>&1 && return 0
-  command -v apt-get >/dev/null 2>&1 || die "no redis-server and no apt-get; install Redis 6+ yourself"
-  local SUDO=""; [[ "$(id -u)" -eq 0 ]] || SUDO="sudo"
-  log "installing redis-server from Debian's packages"
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -q >&2 || die "apt-get update failed"
-  local policy=/usr/sbin/policy-rc.d created=""
-  if [[ ! -e "$policy" ]]; then printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null; $SUDO chmod +x "$policy"; created=1; fi
-  $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends redis-server >&2 ||
-    { [[ -n "$created" ]] && $SUDO rm -f "$policy"; die "apt-get install redis-server failed"; }
-  [[ -n "$created" ]] && $SUDO rm -f "$policy"
+  apt_install "install Redis 6+ yourself (redis-server and redis-cli on PATH)" redis-server
+  [[ -n "${BATON_DRY_RUN:-}" ]] && return 0
   command -v redis-server >/dev/null 2>&1 || die "redis-server still not found after install"
 }
 
@@ -43,6 +38,7 @@ start() {
   local pid
   if pid="$(running_pid)"; then log "already running (pid $pid)"; return 0; fi
   install
+  [[ -n "${BATON_DRY_RUN:-}" ]] && { log "dry run: would start on $REDIS_HOST:$REDIS_PORT"; return 0; }
   ping && die "something this script did not start answers on $REDIS_HOST:$REDIS_PORT; set REDIS_PORT"
   mkdir -p "$REDIS_DIR"
   redis-server --bind "$REDIS_HOST" --port "$REDIS_PORT" --daemonize yes --pidfile "$PIDFILE" \

@@ -3,7 +3,8 @@
 # lock) up and their addresses in the environment (BATON_POSTGRES_URL, BATON_KAFKA_BROKERS,
 # BATON_REDIS_ADDR). Services that were already running
 # are used and left running; services this script started are stopped when CMD ends, also on
-# failure or interrupt. Exits with CMD's status.
+# failure or interrupt. Exits with CMD's status. With BATON_DRY_RUN=1 it only says what it would
+# install and run.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 [[ $# -gt 0 ]] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
@@ -22,5 +23,6 @@ for s in postgres kafka redis; do
     "$HERE/$s.sh" start
   fi
 done
+if [[ -n "${BATON_DRY_RUN:-}" ]]; then echo "[with-services.sh] dry run: would run: $*" >&2; exit 0; fi
 eval "$("$HERE/env.sh")"
 "$@"

@@ -189,7 +189,10 @@ func withBaton(ctx context.Context, out *syncWriter, path string) (int64, error)
 			out.say("[baton] member %s owns partition %d with token %s", name, p.Partition, t)
 			return consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
-					amount, _ := strconv.ParseInt(string(r.Value), 10, 64)
+					amount, err := strconv.ParseInt(string(r.Value), 10, 64)
+					if err != nil {
+						return fmt.Errorf("deposit %q at offset %d: %w", r.Value, r.Offset, err)
+					}
 					var balance int64
 					if err := tx.QueryRowContext(ctx, `SELECT balance FROM accounts WHERE id = ?`, string(r.Key)).Scan(&balance); err != nil {
 						return err
@@ -234,7 +237,7 @@ func withBaton(ctx context.Context, out *syncWriter, path string) (int64, error)
 	if err := produce(ctx, brokers, second); err != nil {
 		return 0, err
 	}
-	if err := waitFor(ctx, func() bool { n, _ := balanceOf(ctx, store.DB()); return n >= want }); err != nil {
+	if err := waitFor(ctx, func() bool { n, err := balanceOf(ctx, store.DB()); return err == nil && n >= want }); err != nil {
 		return 0, fmt.Errorf("waiting for B to take over: %w", err)
 	}
 	out.say("[baton] member A resumes, still believing it owns partition 0, and writes")

@@ -29,14 +29,14 @@ type gate[Tx any] struct {
 	armed    bool
 	held     chan struct{} // closed when the write is held
 	key      fence.Key     // the held write's partition
-	go_      chan struct{} // closed to let it go
+	proceed  chan struct{} // closed to let the held write proceed
 	openOnce sync.Once
 	result   chan error // the held write's outcome
 	refused  atomic.Int64
 }
 
 func newGate[Tx any](s fence.Sink[Tx]) *gate[Tx] {
-	return &gate[Tx]{Sink: s, held: make(chan struct{}), go_: make(chan struct{}), result: make(chan error, 1)}
+	return &gate[Tx]{Sink: s, held: make(chan struct{}), proceed: make(chan struct{}), result: make(chan error, 1)}
 }
 
 func (g *gate[Tx]) arm() { g.mu.Lock(); g.armed = true; g.mu.Unlock() }
@@ -49,7 +49,7 @@ func (g *gate[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, pos in
 	if hold {
 		g.key = k
 		close(g.held)
-		<-g.go_
+		<-g.proceed
 		ctx = context.WithoutCancel(ctx)
 	}
 	err := g.Sink.Apply(ctx, k, t, pos, fn)
@@ -66,7 +66,7 @@ func (g *gate[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, pos in
 func (g *gate[Tx]) heldKey() string { return fmt.Sprintf("%s[%d]", g.key.Topic, g.key.Partition) }
 
 // open lets the held write go, if one is held; it is safe to call more than once.
-func (g *gate[Tx]) open() { g.openOnce.Do(func() { close(g.go_) }) }
+func (g *gate[Tx]) open() { g.openOnce.Do(func() { close(g.proceed) }) }
 
 // release lets the held write go and returns its outcome.
 func (g *gate[Tx]) release() error { g.open(); return <-g.result }

@@ -43,7 +43,10 @@ func startGateway(ctx context.Context, brokers []string, path string) (*gateway,
 	// apply sees only the records the inbox admitted, in the transaction that admitted them.
 	apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 		for _, r := range b.Records {
-			env, _ := outbox.ParseEnvelope(r) // the inbox checked the headers
+			env, err := outbox.ParseEnvelope(r) // the inbox admitted it, so this does not fail
+			if err != nil {
+				return b.Fail(r, err)
+			}
 			var c command
 			if err := json.Unmarshal(r.Value, &c); err != nil {
 				return b.Fail(r, err)

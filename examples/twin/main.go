@@ -153,7 +153,9 @@ func run(ctx context.Context, w io.Writer) error {
 	}
 
 	out.say("")
-	printTwins(ctx, out, store.DB())
+	if err := printTwins(ctx, out, store.DB()); err != nil {
+		return err
+	}
 	// A may also have fetched batches of other partitions before it froze: refused alike.
 	return verdict(ctx, out, store.DB(), gw.db, int(gate.refused.Load()))
 }
@@ -204,7 +206,10 @@ ON CONFLICT (device) DO UPDATE SET
 				return err
 			}
 			if u.Kind == "desired" {
-				v, _ := json.Marshal(command{Device: u.Device, SetTemp: u.Temp})
+				v, err := json.Marshal(command{Device: u.Device, SetTemp: u.Temp})
+				if err != nil {
+					return err
+				}
 				cmds = append(cmds, outbox.Message{Topic: commandsTopic, Key: r.Key, Value: v})
 			}
 		}
@@ -227,7 +232,10 @@ func produceUpdates(ctx context.Context, brokers []string, from, to int) error {
 			if seq%3 == 0 {
 				u.Kind, u.Temp = "desired", 20+float64((seq+d)%4)/2
 			}
-			v, _ := json.Marshal(u)
+			v, err := json.Marshal(u)
+			if err != nil {
+				return err
+			}
 			recs = append(recs, &kgo.Record{Key: []byte(u.Device), Value: v})
 		}
 	}

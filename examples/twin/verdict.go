@@ -17,10 +17,11 @@ func twinsAt(db *sql.DB, n int) func() bool {
 	}
 }
 
-func printTwins(ctx context.Context, out *syncWriter, db *sql.DB) {
+// printTwins prints the twins table.
+func printTwins(ctx context.Context, out *syncWriter, db *sql.DB) error {
 	rows, err := db.QueryContext(ctx, `SELECT device, reported, desired, version FROM twins ORDER BY device`)
 	if err != nil {
-		return
+		return err
 	}
 	defer rows.Close()
 	out.say("device  reported  desired  version")
@@ -28,10 +29,12 @@ func printTwins(ctx context.Context, out *syncWriter, db *sql.DB) {
 		var d string
 		var rep, des float64
 		var v int
-		if rows.Scan(&d, &rep, &des, &v) == nil {
-			out.say("%-7s %8.1f %8.1f %8d", d, rep, des, v)
+		if err := rows.Scan(&d, &rep, &des, &v); err != nil {
+			return err
 		}
+		out.say("%-7s %8.1f %8.1f %8d", d, rep, des, v)
 	}
+	return rows.Err()
 }
 
 // verdict checks the invariants and prints one line: every twin's version equals its number of
