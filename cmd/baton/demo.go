@@ -14,8 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/batonhq/baton/chaos"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 

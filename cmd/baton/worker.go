@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/batonhq/baton/chaos"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
