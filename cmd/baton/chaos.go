@@ -5,18 +5,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/chaos"
-	"github.com/batonhq/baton/outbox/pgoutbox"
 )
 
 func chaosCmd(ctx context.Context, args []string) error {
@@ -70,7 +64,7 @@ func chaosCmd(ctx context.Context, args []string) error {
 	}
 	cfg.Progress = os.Stdout
 
-	res, db, cleanup, err := RunChaosPostgres(ctx, cfg, pgURL)
+	res, db, cleanup, err := chaos.RunPostgres(ctx, cfg, pgURL)
 	if cleanup != nil {
 		defer cleanup()
 	}
@@ -92,63 +86,6 @@ func kinds() string {
 		s = append(s, string(k))
 	}
 	return strings.Join(s, ",")
-}
-
-// RunChaosPostgres runs cfg against PostgreSQL in a fresh schema of its own.
-func RunChaosPostgres(ctx context.Context, cfg chaos.Config, pgURL string) (*chaos.Result, chaos.DB, func(), error) {
-	schema := fmt.Sprintf("chaos_%s_%d", cfg.Mode, time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, pgURL)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	admin.Close(ctx)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	sep := "?"
-	if strings.Contains(pgURL, "?") {
-		sep = "&"
-	}
-	cfg.PostgresURL = pgURL + sep + "search_path=" + schema
-	pool, err := pgxpool.New(ctx, cfg.PostgresURL)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	db := chaos.PgDB(pool)
-	store, err := PreparePostgres(ctx, pool)
-	if err != nil {
-		pool.Close()
-		return nil, nil, nil, err
-	}
-	cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {
-		return chaos.RunReceiver[pgx.Tx](ctx, brokers, group, topic, store, store, chaos.PgTx, quietLogger())
-	}
-	res, err := chaos.Run(ctx, cfg, db)
-	return res, db, pool.Close, err
-}
-
-// PreparePostgres creates the fence, outbox and workload tables in the pool's schema.
-func PreparePostgres(ctx context.Context, pool *pgxpool.Pool) (*pgfence.Store, error) {
-	store, err := pgfence.New(pool)
-	if err != nil {
-		return nil, err
-	}
-	if err := store.Migrate(ctx); err != nil {
-		return nil, err
-	}
-	box, err := pgoutbox.New(pool)
-	if err != nil {
-		return nil, err
-	}
-	if err := box.Migrate(ctx); err != nil {
-		return nil, err
-	}
-	return store, chaos.Migrate(ctx, chaos.PgDB(pool))
-}
-
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
 func writeReport(ctx context.Context, dir string, res *chaos.Result, db chaos.DB) error {

@@ -2,21 +2,19 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/chaos"
-	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 
 // demo runs the digital-twin demo: devices (keys) send updates; three worker processes own the
@@ -77,42 +75,27 @@ func demo(ctx context.Context, args []string) error {
 		db  chaos.DB
 		err error
 	)
+	// The live view runs while the harness does; it stops before the database closes.
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer close(done)
-	watch := func(db chaos.DB) {
+	stopWatch := sync.OnceFunc(func() { close(done); wg.Wait() })
+	defer stopWatch()
+	cfg.Watch = func(db chaos.DB) {
 		wg.Add(1)
-		go func() { defer wg.Done(); showOwners(ctx, db, cfg.Partitions, done) }()
+		go func() { defer wg.Done(); showOwners(ctx, db, done) }()
 	}
+	var cleanup func()
 	if pgURL != "" {
 		fmt.Println("store: PostgreSQL")
-		cfg.Watch = watch
-		var cleanup func()
-		res, db, cleanup, err = RunChaosPostgres(ctx, cfg, pgURL)
-		if cleanup != nil {
-			defer cleanup()
-		}
+		res, db, cleanup, err = chaos.RunPostgres(ctx, cfg, pgURL)
 	} else {
-		cfg.SQLitePath = filepath.Join(dir, "twins.db")
-		fmt.Printf("store: SQLite %s\n", cfg.SQLitePath)
-		store, oerr := sqlitefence.Open(cfg.SQLitePath)
-		if oerr != nil {
-			return oerr
-		}
-		defer store.Close()
-		db = chaos.SQLDB(store.DB())
-		if err := chaos.Migrate(ctx, db); err != nil {
-			return err
-		}
-		if _, err := sqliteoutbox.New(ctx, store.DB()); err != nil { // creates the outbox tables
-			return err
-		}
-		cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {
-			return chaos.RunReceiver[*sql.Tx](ctx, brokers, group, topic, store, store, chaos.SQLTx, quietLogger())
-		}
-		watch(db)
-		res, err = chaos.Run(ctx, cfg, db)
+		path := filepath.Join(dir, "twins.db")
+		fmt.Printf("store: SQLite %s\n", path)
+		res, db, cleanup, err = chaos.RunSQLite(ctx, cfg, path)
+	}
+	stopWatch()
+	if cleanup != nil {
+		defer cleanup()
 	}
 	if err != nil {
 		return err
@@ -135,7 +118,7 @@ func demo(ctx context.Context, args []string) error {
 
 // showOwners prints, every few seconds, each partition's current owner and token as the
 // database records them, and the apply rate.
-func showOwners(ctx context.Context, db chaos.DB, parts int32, done <-chan struct{}) {
+func showOwners(ctx context.Context, db chaos.DB, done <-chan struct{}) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	var lastN int64
@@ -148,37 +131,17 @@ func showOwners(ctx context.Context, db chaos.DB, parts int32, done <-chan struc
 			return
 		case <-t.C:
 		}
-		type owner struct{ worker, token string }
-		owners := map[int32]owner{}
-		rows, err := db.Query(ctx, `SELECT a.part, a.worker, a.era, a.epoch FROM chaos_applied a
-JOIN (SELECT part, max(id) AS id FROM chaos_applied GROUP BY part) m ON a.id = m.id`)
+		o, err := chaos.ReadOwnership(ctx, db)
 		if err != nil {
 			continue
 		}
-		for rows.Next() {
-			var p int32
-			var w string
-			var era, epoch int64
-			if rows.Scan(&p, &w, &era, &epoch) == nil {
-				owners[p] = owner{w, fmt.Sprintf("%d.%d", era, epoch)}
-			}
-		}
-		rows.Close()
-		var n int64
-		_ = db.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM chaos_state`).Scan(&n)
 		now := time.Now()
-		rate := float64(n-lastN) / now.Sub(last).Seconds()
-		lastN, last = n, now
+		rate := float64(o.Applied-lastN) / now.Sub(last).Seconds()
+		lastN, last = o.Applied, now
 		var b strings.Builder
-		ps := make([]int, 0, len(owners))
-		for p := range owners {
-			ps = append(ps, int(p))
+		for _, p := range slices.Sorted(maps.Keys(o.Owners)) {
+			fmt.Fprintf(&b, " p%d:%s@%s", p, o.Owners[p].Worker, o.Owners[p].Token)
 		}
-		sort.Ints(ps)
-		for _, p := range ps {
-			o := owners[int32(p)]
-			fmt.Fprintf(&b, " p%d:%s@%s", p, o.worker, o.token)
-		}
-		fmt.Printf("          owners%s | %d updates applied, %.0f/s\n", b.String(), n, rate)
+		fmt.Printf("          owners%s | %d updates applied, %.0f/s\n", b.String(), o.Applied, rate)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/batonhq/baton/internal/chaos"
 )
 
 func main() {
@@ -25,8 +27,8 @@ func run(args []string) int {
 		err = demo(ctx, args[1:])
 	case "chaos":
 		err = chaosCmd(ctx, args[1:])
-	case "worker":
-		err = worker(ctx, args[1:])
+	case chaos.WorkerCommand:
+		err = chaos.RunWorker(ctx, args[1:])
 	case "help", "-h", "--help":
 		usage()
 		return 0

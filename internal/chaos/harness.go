@@ -75,8 +75,8 @@ type Config struct {
 	Group       string // default: unique per run
 	Topic       string // default: unique per run; created with Partitions
 
-	// Binary is the program run as each worker with WorkerArgs; default: this executable,
-	// with the arguments "worker" and the flags cmd/baton understands.
+	// Binary is the program run as each worker, with the arguments WorkerCommand and the
+	// worker's flags, which it must hand to RunWorker; default: this executable.
 	Binary         string
 	SessionTimeout time.Duration // the workers'; default 3s
 	DeployDir      string        // deploy/local, for broker and database restarts
@@ -316,20 +316,15 @@ func (h *harness) start(ctx context.Context) error {
 	h.nextID++
 	id := fmt.Sprintf("w%d", h.nextID)
 	h.mu.Unlock()
-	args := []string{"worker", "-id", id, "-mode", string(h.cfg.Mode), "-brokers", strings.Join(h.cfg.Brokers, ","),
-		"-group", h.cfg.Group, "-topic", h.cfg.Topic, "-session-timeout", h.cfg.SessionTimeout.String()}
-	if h.cfg.PostgresURL != "" {
-		args = append(args, "-postgres", h.cfg.PostgresURL)
-	} else {
-		args = append(args, "-sqlite", h.cfg.SQLitePath)
-	}
-	if h.cfg.RedisAddr != "" {
-		args = append(args, "-redis", h.cfg.RedisAddr)
+	args := workerArgs{
+		ID: id, Mode: h.cfg.Mode, Brokers: h.cfg.Brokers, Group: h.cfg.Group, Topic: h.cfg.Topic,
+		SessionTimeout: h.cfg.SessionTimeout, PostgresURL: h.cfg.PostgresURL, SQLitePath: h.cfg.SQLitePath,
+		RedisAddr: h.cfg.RedisAddr,
 	}
 	if h.commands != "" {
-		args = append(args, "-commands", h.commands, "-command-every", strconv.Itoa(h.cfg.Workload.CommandEvery))
+		args.CommandsTopic, args.CommandEvery = h.commands, h.cfg.Workload.CommandEvery
 	}
-	cmd := exec.Command(h.cfg.Binary, args...)
+	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 	cmd.Stdout = io.Discard
 	logf, err := os.CreateTemp("", "baton-chaos-"+id+"-*.log")
