@@ -3,8 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +13,12 @@ import (
 	"github.com/batonhq/baton/internal/chaos"
 )
 
-func chaosCmd(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("chaos", "[flags]", `A chaos run: worker processes of a Baton application against a real Kafka and PostgreSQL
+(and Redis for -mode lock), faults injected while a keyed stream is produced, then a checker
+reads what landed. Writes a verdict table and an SVG timeline to -report; exits 1 when an
+invariant is violated.
+`, stderr)
 	var (
 		cfg                      chaos.Config
 		mode, faults, brokers    string
@@ -39,30 +43,30 @@ func chaosCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.RedisAddr, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address for -mode lock (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&deployDir, "deploy", "deploy/local", "directory of kafka.sh and postgres.sh, for restart faults")
 	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict and timeline")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	m, err := chaos.ParseMode(mode)
 	if err != nil {
-		return err
+		return usageError{err: err}
 	}
 	cfg.Mode = m
 	if cfg.Faults, err = chaos.ParseFaults(faults); err != nil {
-		return err
+		return usageError{err: err}
 	}
 	cfg.Partitions = int32(partitions)
 	cfg.Workload.Keys, cfg.Workload.PerKey = keys, perKey
 	if brokers == "" || pgURL == "" {
-		return errors.New("needs -brokers and -postgres (or BATON_KAFKA_BROKERS and BATON_POSTGRES_URL); 'make up' starts both")
+		return usageError{err: errors.New("needs -brokers and -postgres (or BATON_KAFKA_BROKERS and BATON_POSTGRES_URL); 'make up' starts both")}
 	}
 	if m == chaos.Lock && cfg.RedisAddr == "" {
-		return errors.New("-mode lock needs -redis (or BATON_REDIS_ADDR)")
+		return usageError{err: errors.New("-mode lock needs -redis (or BATON_REDIS_ADDR)")}
 	}
 	cfg.Brokers = strings.Split(brokers, ",")
 	if cfg.DeployDir, err = filepath.Abs(deployDir); err != nil {
 		return err
 	}
-	cfg.Progress = os.Stdout
+	cfg.Progress = stdout
 
 	res, db, cleanup, err := chaos.RunPostgres(ctx, cfg, pgURL)
 	if cleanup != nil {
@@ -71,7 +75,7 @@ func chaosCmd(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := writeReport(ctx, report, res, db); err != nil {
+	if err := writeReport(ctx, stdout, report, res, db); err != nil {
 		return err
 	}
 	if !res.OK() {
@@ -88,13 +92,13 @@ func kinds() string {
 	return strings.Join(s, ",")
 }
 
-func writeReport(ctx context.Context, dir string, res *chaos.Result, db chaos.DB) error {
+func writeReport(ctx context.Context, stdout io.Writer, dir string, res *chaos.Result, db chaos.DB) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var b strings.Builder
 	chaos.WriteVerdict(&b, res)
-	fmt.Print("\n" + b.String())
+	fmt.Fprint(stdout, "\n"+b.String())
 	name := filepath.Join(dir, string(res.Config.Mode)+"-verdict.txt")
 	if err := os.WriteFile(name, []byte(b.String()), 0o644); err != nil {
 		return err
@@ -111,6 +115,6 @@ func writeReport(ctx context.Context, dir string, res *chaos.Result, db chaos.DB
 	if err := f.Close(); err != nil {
 		return err
 	}
-	fmt.Printf("report: %s, %s\n", name, svg)
+	fmt.Fprintf(stdout, "report: %s, %s\n", name, svg)
 	return nil
 }

@@ -2,8 +2,8 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -22,8 +22,12 @@ import (
 // frozen past its session timeout, another takes over, and the frozen one wakes and tries to
 // write: the fence refuses it. On embedded defaults it needs nothing installed: Kafka is kfake
 // in this process, the store is an SQLite file. -brokers and -postgres run it on real services.
-func demo(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo", "[flags]", `The digital-twin demo: devices send updates; three worker processes fold them into one twin
+per device under the fence and send commands to devices through the fenced outbox; mid-run
+owners are frozen past their session timeout, taken over, and woken: their writes are refused.
+On the defaults it needs nothing installed (Kafka in this process, an SQLite file).
+`, stderr)
 	var (
 		dir, brokers, pgURL string
 		devices, updates    int
@@ -37,7 +41,7 @@ func demo(ctx context.Context, args []string) error {
 	fs.IntVar(&updates, "updates", 20, "minimum updates per device")
 	fs.IntVar(&freezes, "freezes", 2, "owners to freeze past their session timeout")
 	fs.Int64Var(&seed, "seed", 1, "random seed")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if dir == "" {
@@ -53,10 +57,10 @@ func demo(ctx context.Context, args []string) error {
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6,
 		Workload: chaos.Workload{Keys: devices, PerKey: updates, CommandEvery: 4},
 		Rate:     400, Faults: []chaos.FaultKind{chaos.FaultFreeze}, NumFaults: freezes, Seed: seed,
-		Settle: 60 * time.Second, SessionTimeout: 3 * time.Second, Progress: os.Stdout,
+		Settle: 60 * time.Second, SessionTimeout: 3 * time.Second, Progress: stdout,
 	}
-	fmt.Println("Baton demo: a digital twin per device, one writer per device, commands to devices through")
-	fmt.Println("a fenced outbox, and a zombie that cannot write.")
+	fmt.Fprintln(stdout, "Baton demo: a digital twin per device, one writer per device, commands to devices through")
+	fmt.Fprintln(stdout, "a fenced outbox, and a zombie that cannot write.")
 	if brokers == "" {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 		if err != nil {
@@ -64,10 +68,10 @@ func demo(ctx context.Context, args []string) error {
 		}
 		defer c.Close()
 		cfg.Brokers = c.ListenAddrs()
-		fmt.Printf("Kafka: embedded (kfake) on %s\n", strings.Join(cfg.Brokers, ","))
+		fmt.Fprintf(stdout, "Kafka: embedded (kfake) on %s\n", strings.Join(cfg.Brokers, ","))
 	} else {
 		cfg.Brokers = strings.Split(brokers, ",")
-		fmt.Printf("Kafka: %s\n", brokers)
+		fmt.Fprintf(stdout, "Kafka: %s\n", brokers)
 	}
 
 	var (
@@ -82,15 +86,15 @@ func demo(ctx context.Context, args []string) error {
 	defer stopWatch()
 	cfg.Watch = func(db chaos.DB) {
 		wg.Add(1)
-		go func() { defer wg.Done(); showOwners(ctx, db, done) }()
+		go func() { defer wg.Done(); showOwners(ctx, stdout, db, done) }()
 	}
 	var cleanup func()
 	if pgURL != "" {
-		fmt.Println("store: PostgreSQL")
+		fmt.Fprintln(stdout, "store: PostgreSQL")
 		res, db, cleanup, err = chaos.RunPostgres(ctx, cfg, pgURL)
 	} else {
 		path := filepath.Join(dir, "twins.db")
-		fmt.Printf("store: SQLite %s\n", path)
+		fmt.Fprintf(stdout, "store: SQLite %s\n", path)
 		res, db, cleanup, err = chaos.RunSQLite(ctx, cfg, path)
 	}
 	stopWatch()
@@ -100,11 +104,11 @@ func demo(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Println()
-	fmt.Println("What happened: each frozen owner held a batch it was about to write; Kafka gave its")
-	fmt.Println("partitions to another worker under a higher token; when the frozen one woke it tried")
-	fmt.Println("to write with its old token, and the database refused it in the same transaction.")
-	if err := writeReport(ctx, filepath.Join(dir, "report"), res, db); err != nil {
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "What happened: each frozen owner held a batch it was about to write; Kafka gave its")
+	fmt.Fprintln(stdout, "partitions to another worker under a higher token; when the frozen one woke it tried")
+	fmt.Fprintln(stdout, "to write with its old token, and the database refused it in the same transaction.")
+	if err := writeReport(ctx, stdout, filepath.Join(dir, "report"), res, db); err != nil {
 		return err
 	}
 	if !res.OK() {
@@ -118,7 +122,7 @@ func demo(ctx context.Context, args []string) error {
 
 // showOwners prints, every few seconds, each partition's current owner and token as the
 // database records them, and the apply rate.
-func showOwners(ctx context.Context, db chaos.DB, done <-chan struct{}) {
+func showOwners(ctx context.Context, stdout io.Writer, db chaos.DB, done <-chan struct{}) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	var lastN int64
@@ -142,6 +146,6 @@ func showOwners(ctx context.Context, db chaos.DB, done <-chan struct{}) {
 		for _, p := range slices.Sorted(maps.Keys(o.Owners)) {
 			fmt.Fprintf(&b, " p%d:%s@%s", p, o.Owners[p].Worker, o.Owners[p].Token)
 		}
-		fmt.Printf("          owners%s | %d updates applied, %.0f/s\n", b.String(), o.Applied, rate)
+		fmt.Fprintf(stdout, "          owners%s | %d updates applied, %.0f/s\n", b.String(), o.Applied, rate)
 	}
 }

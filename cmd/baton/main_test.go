@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,7 +17,7 @@ import (
 // re-running its own executable with the "worker" command.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		os.Exit(run(os.Args[1:]))
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -28,7 +30,7 @@ func TestDemo(t *testing.T) {
 		t.Skip("the demo takes about 20 seconds")
 	}
 	dir := t.TempDir()
-	if code := run([]string{"demo", "-dir", dir}); code != 0 {
+	if code := run([]string{"demo", "-dir", dir}, io.Discard, io.Discard); code != 0 {
 		t.Fatalf("baton demo exited %d", code)
 	}
 	b, err := os.ReadFile(filepath.Join(dir, "report", "fenced-verdict.txt"))
@@ -64,5 +66,49 @@ func TestDemo(t *testing.T) {
 	svg, err := os.ReadFile(filepath.Join(dir, "report", "fenced-timeline.svg"))
 	if err != nil || !strings.Contains(string(svg), "<svg") {
 		t.Errorf("no timeline: %v", err)
+	}
+}
+
+// TestCommandLine: help exits 0 after printing it; an unknown command or flag, a bad value or a
+// stray argument exits 2 with the usage; nothing runs in either case.
+func TestCommandLine(t *testing.T) {
+	t.Setenv("BATON_KAFKA_BROKERS", "")
+	t.Setenv("BATON_POSTGRES_URL", "")
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // in stdout+stderr
+	}{
+		{[]string{"-h"}, 0, "commands:"},
+		{[]string{"help"}, 0, "commands:"},
+		{[]string{"demo", "-h"}, 0, "-updates"},
+		{[]string{"demo", "--help"}, 0, "-devices"},
+		{[]string{"chaos", "-h"}, 0, "-num-faults"},
+		{[]string{"worker", "-h"}, 0, ""}, // the worker's flags go to the process's stderr
+		{nil, 2, "commands:"},
+		{[]string{"nope"}, 2, `unknown command "nope"`},
+		{[]string{"demo", "-nope"}, 2, "flag provided but not defined: -nope"},
+		{[]string{"demo", "-devices", "many"}, 2, "usage: baton demo"},
+		{[]string{"demo", "stray"}, 2, `unexpected arguments ["stray"]`},
+		{[]string{"chaos", "-nope"}, 2, "usage: baton chaos"},
+		{[]string{"chaos", "-mode", "optimistic"}, 2, "unknown mode"},
+		{[]string{"chaos", "-faults", "freeze,flood"}, 2, "unknown fault"},
+		{[]string{"chaos"}, 2, "needs -brokers and -postgres"},
+		{[]string{"worker", "-nope"}, 2, "bad worker command line"},
+		{[]string{"worker", "-id", "w1"}, 2, "exactly one of -postgres and -sqlite"},
+	} {
+		var out, errb bytes.Buffer
+		code := run(tc.args, &out, &errb)
+		all := out.String() + errb.String()
+		if code != tc.code {
+			t.Errorf("baton %q exited %d, want %d; output:\n%s", tc.args, code, tc.code, all)
+			continue
+		}
+		if !strings.Contains(all, tc.want) {
+			t.Errorf("baton %q: output lacks %q:\n%s", tc.args, tc.want, all)
+		}
+		if tc.code == 0 && strings.Contains(all, "baton "+tc.args[0]+": ") {
+			t.Errorf("baton %q: help reported as an error:\n%s", tc.args, all)
+		}
 	}
 }
