@@ -63,6 +63,18 @@ func TestDemo(t *testing.T) {
 	if m == nil || m[1] == "0" || m[1] != m[2] {
 		t.Errorf("commands sent and applied differ or are missing: %v", m)
 	}
+	// Errors are named: the causes listed under the error count add up to it.
+	if m := regexp.MustCompile(`(?m)^write attempts: error\s+(\d+)$`).FindStringSubmatch(verdict); m != nil {
+		want, _ := strconv.Atoi(m[1])
+		got := 0
+		for _, c := range regexp.MustCompile(`(?m)^  error: .+?\s+(\d+)  .+; e\.g\. ".+"$`).FindAllStringSubmatch(verdict, -1) {
+			n, _ := strconv.Atoi(c[1])
+			got += n
+		}
+		if got != want {
+			t.Errorf("%d write attempts failed with an error, but the causes listed account for %d", want, got)
+		}
+	}
 	svg, err := os.ReadFile(filepath.Join(dir, "report", "fenced-timeline.svg"))
 	if err != nil || !strings.Contains(string(svg), "<svg") {
 		t.Errorf("no timeline: %v", err)
