@@ -42,7 +42,7 @@ invariant is violated.
 	fs.StringVar(&pgURL, "postgres", os.Getenv("BATON_POSTGRES_URL"), "PostgreSQL URL (default $BATON_POSTGRES_URL)")
 	fs.StringVar(&cfg.RedisAddr, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address for -mode lock (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&deployDir, "deploy", "deploy/local", "directory of kafka.sh and postgres.sh, for restart faults")
-	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict and timeline")
+	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict, the timeline and the workers' logs")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -67,6 +67,10 @@ invariant is violated.
 		return err
 	}
 	cfg.Progress = stdout
+	if err := os.MkdirAll(report, 0o755); err != nil {
+		return err
+	}
+	cfg.LogDir = report // the workers' logs beside the verdict
 
 	res, db, cleanup, err := chaos.RunPostgres(ctx, cfg, pgURL)
 	if cleanup != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -27,41 +28,84 @@ func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 per device under the fence and send commands to devices through the fenced outbox; mid-run
 owners are frozen past their session timeout, taken over, and woken: their writes are refused.
 On the defaults it needs nothing installed (Kafka in this process, an SQLite file).
+
+Without -dir it works in a new temporary directory (the SQLite file, the workers' logs, the
+verdict and the timeline) and removes it at the end, unless -keep is given or the demo failed:
+a failing run always keeps its directory, as evidence.
 `, stderr)
 	var (
-		dir, brokers, pgURL string
-		devices, updates    int
-		freezes             int
-		seed                int64
+		o    demoOptions
+		dir  string
+		keep bool
 	)
-	fs.StringVar(&dir, "dir", "", "directory for the SQLite file and the report (default: a new temporary directory)")
-	fs.StringVar(&brokers, "brokers", os.Getenv("BATON_DEMO_BROKERS"), "real Kafka seed brokers instead of the embedded one")
-	fs.StringVar(&pgURL, "postgres", os.Getenv("BATON_DEMO_POSTGRES"), "a real PostgreSQL instead of the embedded SQLite file")
-	fs.IntVar(&devices, "devices", 60, "simulated devices (keys)")
-	fs.IntVar(&updates, "updates", 20, "minimum updates per device")
-	fs.IntVar(&freezes, "freezes", 2, "owners to freeze past their session timeout")
-	fs.Int64Var(&seed, "seed", 1, "random seed")
+	fs.StringVar(&dir, "dir", "", "directory for the SQLite file and the report, kept afterwards (default: a new temporary directory)")
+	fs.BoolVar(&keep, "keep", false, "keep the temporary directory after a passing run (a failing run always keeps it, as evidence; a -dir directory is never removed)")
+	fs.StringVar(&o.brokers, "brokers", os.Getenv("BATON_DEMO_BROKERS"), "real Kafka seed brokers instead of the embedded one")
+	fs.StringVar(&o.pgURL, "postgres", os.Getenv("BATON_DEMO_POSTGRES"), "a real PostgreSQL instead of the embedded SQLite file")
+	fs.IntVar(&o.devices, "devices", 60, "simulated devices (keys)")
+	fs.IntVar(&o.updates, "updates", 20, "minimum updates per device")
+	fs.IntVar(&o.freezes, "freezes", 2, "owners to freeze past their session timeout (0: none, and the demo fails: nothing was proven)")
+	fs.Int64Var(&o.seed, "seed", 1, "random seed")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if dir == "" {
-		d, err := os.MkdirTemp("", "baton-demo-")
-		if err != nil {
+	if o.devices <= 0 || o.updates <= 0 || o.freezes < 0 {
+		return usageError{err: fmt.Errorf("-devices and -updates must be positive and -freezes not negative, got %d, %d and %d", o.devices, o.updates, o.freezes)}
+	}
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return runDemo(ctx, dir, o, stdout)
+	}
+	dir, err := os.MkdirTemp("", "baton-demo-")
+	if err != nil {
 		return err
 	}
+	err = runDemo(ctx, dir, o, stdout)
+	return errors.Join(err, finishTempDir(stdout, dir, keep, err != nil))
+}
+
+// finishTempDir removes the demo's temporary directory, or keeps it if asked to or if the demo
+// failed, and says which.
+func finishTempDir(stdout io.Writer, dir string, keep, failed bool) error {
+	switch {
+	case failed:
+		fmt.Fprintf(stdout, "kept %s (the demo failed: the SQLite file and the report are the evidence)\n", dir)
+		return nil
+	case keep:
+		fmt.Fprintf(stdout, "kept %s (-keep)\n", dir)
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove the temporary directory: %w", err)
+	}
+	fmt.Fprintf(stdout, "removed %s (-keep keeps it)\n", dir)
+	return nil
+}
+
+// demoOptions are the demo's settings from its flags.
+type demoOptions struct {
+	brokers, pgURL            string
+	devices, updates, freezes int
+	seed                      int64
+}
+
+// runDemo runs the demo with its SQLite file and report in dir. Everything it started (Kafka,
+// workers, the database) is stopped and closed when it returns.
+func runDemo(ctx context.Context, dir string, o demoOptions, stdout io.Writer) error {
 	cfg := chaos.Config{
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6,
-		Workload: chaos.Workload{Keys: devices, PerKey: updates, CommandEvery: 4},
-		Rate:     400, Faults: []chaos.FaultKind{chaos.FaultFreeze}, NumFaults: freezes, Seed: seed,
-		Settle: 60 * time.Second, SessionTimeout: 3 * time.Second, Progress: stdout,
+		Workload: chaos.Workload{Keys: o.devices, PerKey: o.updates, CommandEvery: 4},
+		Rate:     400, NumFaults: o.freezes, Seed: o.seed,
+		Settle: 60 * time.Second, SessionTimeout: 3 * time.Second, Progress: stdout, LogDir: dir,
+	}
+	if o.freezes > 0 {
+		cfg.Faults = []chaos.FaultKind{chaos.FaultFreeze}
 	}
 	fmt.Fprintln(stdout, "Baton demo: a digital twin per device, one writer per device, commands to devices through")
 	fmt.Fprintln(stdout, "a fenced outbox, and a zombie that cannot write.")
-	if brokers == "" {
+	if o.brokers == "" {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 		if err != nil {
 			return fmt.Errorf("embedded Kafka: %w", err)
@@ -70,8 +114,8 @@ On the defaults it needs nothing installed (Kafka in this process, an SQLite fil
 		cfg.Brokers = c.ListenAddrs()
 		fmt.Fprintf(stdout, "Kafka: embedded (kfake) on %s\n", strings.Join(cfg.Brokers, ","))
 	} else {
-		cfg.Brokers = strings.Split(brokers, ",")
-		fmt.Fprintf(stdout, "Kafka: %s\n", brokers)
+		cfg.Brokers = strings.Split(o.brokers, ",")
+		fmt.Fprintf(stdout, "Kafka: %s\n", o.brokers)
 	}
 
 	var (
@@ -89,9 +133,9 @@ On the defaults it needs nothing installed (Kafka in this process, an SQLite fil
 		go func() { defer wg.Done(); showOwners(ctx, stdout, db, done) }()
 	}
 	var cleanup func()
-	if pgURL != "" {
+	if o.pgURL != "" {
 		fmt.Fprintln(stdout, "store: PostgreSQL")
-		res, db, cleanup, err = chaos.RunPostgres(ctx, cfg, pgURL)
+		res, db, cleanup, err = chaos.RunPostgres(ctx, cfg, o.pgURL)
 	} else {
 		path := filepath.Join(dir, "twins.db")
 		fmt.Fprintf(stdout, "store: SQLite %s\n", path)

@@ -24,18 +24,29 @@ func TestMain(m *testing.M) {
 
 // TestDemo runs the README's first command, 'baton demo', on its embedded defaults and checks
 // its verdict: every invariant held, a zombie write was attempted and refused, and every
-// command sent through the outbox was applied exactly once.
+// command sent through the outbox was applied exactly once. It then checks that the demo's
+// temporary directory is gone and the demo said so.
 func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo takes about 20 seconds")
 	}
-	dir := t.TempDir()
-	if code := run([]string{"demo", "-dir", dir}, io.Discard, io.Discard); code != 0 {
-		t.Fatalf("baton demo exited %d", code)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp) // the demo's temporary directory goes here
+	var out bytes.Buffer
+	if code := run([]string{"demo"}, &out, io.Discard); code != 0 {
+		t.Fatalf("baton demo exited %d; output:\n%s", code, out.String())
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "report", "fenced-verdict.txt"))
-	if err != nil {
-		t.Fatal(err)
+	if dirs, _ := filepath.Glob(filepath.Join(tmp, "baton-demo-*")); len(dirs) != 0 {
+		t.Errorf("the demo left its temporary directory behind: %v", dirs)
+	}
+	if !regexp.MustCompile(`(?m)^removed ` + regexp.QuoteMeta(tmp) + `/baton-demo-\S+ \(-keep keeps it\)$`).MatchString(out.String()) {
+		t.Errorf("the demo did not say it removed its directory:\n%s", out.String())
+	}
+	b := out.Bytes()
+	if i := bytes.Index(b, []byte("\nmode ")); i >= 0 {
+		b = b[i+1:]
+	} else {
+		t.Fatalf("no verdict in the output:\n%s", out.String())
 	}
 	verdict := string(b)
 	t.Logf("verdict:\n%s", verdict)
@@ -75,9 +86,74 @@ func TestDemo(t *testing.T) {
 			t.Errorf("%d write attempts failed with an error, but the causes listed account for %d", want, got)
 		}
 	}
+}
+
+// TestDemoKeepsEvidence: a demo that fails (here: no freeze, so nothing was proven) keeps its
+// temporary directory without -keep, with the database, the workers' logs, the verdict and
+// the timeline in it, and says where it is.
+func TestDemoKeepsEvidence(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the demo for about 10 seconds")
+	}
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	var out bytes.Buffer
+	var errb bytes.Buffer
+	if code := run([]string{"demo", "-freezes", "0", "-devices", "10", "-updates", "5"}, &out, &errb); code != 1 {
+		t.Fatalf("baton demo -freezes 0 exited %d, want 1; output:\n%s%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(errb.String(), "no zombie write was refused") {
+		t.Errorf("the failure is not explained: %s", errb.String())
+	}
+	dirs, _ := filepath.Glob(filepath.Join(tmp, "baton-demo-*"))
+	if len(dirs) != 1 {
+		t.Fatalf("want the demo's directory kept, found %v", dirs)
+	}
+	dir := dirs[0]
+	if !strings.Contains(out.String(), "kept "+dir+" (the demo failed") {
+		t.Errorf("the demo did not say it kept %s:\n%s", dir, out.String())
+	}
+	for _, f := range []string{"twins.db", "report/fenced-verdict.txt", "report/fenced-timeline.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("evidence missing: %v", err)
+		}
+	}
+	if logs, _ := filepath.Glob(filepath.Join(dir, "baton-chaos-w*.log")); len(logs) == 0 {
+		t.Errorf("no worker logs in %s", dir)
+	}
 	svg, err := os.ReadFile(filepath.Join(dir, "report", "fenced-timeline.svg"))
 	if err != nil || !strings.Contains(string(svg), "<svg") {
 		t.Errorf("no timeline: %v", err)
+	}
+}
+
+// TestFinishTempDir: the temporary directory is removed after a passing run, kept with -keep,
+// and kept after a failing run whatever -keep says; the demo says which.
+func TestFinishTempDir(t *testing.T) {
+	for _, tc := range []struct {
+		keep, failed, kept bool
+		says               string
+	}{
+		{false, false, false, "removed "},
+		{true, false, true, "kept "},
+		{false, true, true, "kept "},
+		{true, true, true, "kept "},
+	} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "twins.db"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var out bytes.Buffer
+		if err := finishTempDir(&out, dir, tc.keep, tc.failed); err != nil {
+			t.Fatal(err)
+		}
+		_, err := os.Stat(dir)
+		if kept := err == nil; kept != tc.kept {
+			t.Errorf("keep=%v failed=%v: kept=%v, want %v", tc.keep, tc.failed, kept, tc.kept)
+		}
+		if !strings.HasPrefix(out.String(), tc.says+dir) {
+			t.Errorf("keep=%v failed=%v: said %q, want %q...", tc.keep, tc.failed, out.String(), tc.says+dir)
+		}
 	}
 }
 
@@ -93,7 +169,8 @@ func TestCommandLine(t *testing.T) {
 	}{
 		{[]string{"-h"}, 0, "commands:"},
 		{[]string{"help"}, 0, "commands:"},
-		{[]string{"demo", "-h"}, 0, "-updates"},
+		{[]string{"demo", "-h"}, 0, "-keep"},
+		{[]string{"demo", "-freezes", "-1"}, 2, "-freezes not negative"},
 		{[]string{"demo", "--help"}, 0, "-devices"},
 		{[]string{"chaos", "-h"}, 0, "-num-faults"},
 		{[]string{"worker", "-h"}, 0, ""}, // the worker's flags go to the process's stderr

@@ -80,6 +80,7 @@ type Config struct {
 	Binary         string
 	SessionTimeout time.Duration // the workers'; default 3s
 	DeployDir      string        // deploy/local, for broker and database restarts
+	LogDir         string        // where each worker's stderr goes (baton-chaos-<id>-*.log); default os.TempDir()
 	Progress       io.Writer     // live progress lines; nil for none
 	// Watch, if set, is called with the run's database once it is ready (for live views).
 	Watch func(DB)
@@ -327,7 +328,7 @@ func (h *harness) start(ctx context.Context) error {
 	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 	cmd.Stdout = io.Discard
-	logf, err := os.CreateTemp("", "baton-chaos-"+id+"-*.log")
+	logf, err := os.CreateTemp(h.cfg.LogDir, "baton-chaos-"+id+"-*.log")
 	if err == nil {
 		cmd.Stderr = logf
 	}
