@@ -19,9 +19,9 @@ import (
 )
 
 // demo runs the digital-twin demo: devices (keys) send updates; three worker processes own the
-// partitions and fold each device's updates into its twin under the fence; mid-run one owner is
-// frozen past its session timeout, another takes over, and the frozen one wakes and tries to
-// write: the fence refuses it. On embedded defaults it needs nothing installed: Kafka is kfake
+// partitions and fold each device's updates into its twin under the fence; mid-run owners are
+// frozen past their session timeout (-freezes), another worker takes over, and each frozen one
+// wakes and tries to write: the fence refuses it. On embedded defaults it needs nothing installed: Kafka is kfake
 // in this process, the store is an SQLite file. -brokers and -postgres run it on real services.
 func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo", "[flags]", `The digital-twin demo: devices send updates; three worker processes fold them into one twin

@@ -23,7 +23,7 @@ type Verdict struct {
 	Batches         int64            // committed batches in the applied log
 	StaleCommits    int64            // committed batches whose token is lower than one committed before them on the partition
 	OverlapBatches  int64            // committed batches whose offsets overlap a batch committed before them
-	Attempts        map[string]int64 // write attempts by outcome (Outcome*, "frozen", "delayed")
+	Attempts        map[string]int64 // write attempts by outcome (the Outcome* constants)
 	Errors          []ErrorGroup     // the attempts with outcome error, by cause, most frequent first
 	ZombieAttempts  int64            // attempts made by a writer that had been frozen past its session timeout
 	ZombieRefused   int64            // of those, refused by the fence as stale
@@ -240,6 +240,10 @@ const (
 	OutcomeStale     = "stale"
 	OutcomeDuplicate = "duplicate"
 	OutcomeError     = "error"
+	// Not write outcomes but markers a freeze fault logs before the held write: the worker
+	// froze before it (frozen) or inside its transaction, before the commit (delayed).
+	OutcomeFrozen  = "frozen"
+	OutcomeDelayed = "delayed"
 )
 
 // AttemptKinds lists the outcomes in a stable order, for reports.

@@ -61,7 +61,7 @@ func TestVerdictNamesErrors(t *testing.T) {
 	logResult(ctx, db, "w2", 1, tok, -1, 12, false, context.Canceled)
 	logResult(ctx, db, "w2", 1, tok, -1, 13, false, fmt.Errorf("commit: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}))
 	logResult(ctx, db, "w3", 2, tok, -1, 14, true, fmt.Errorf("apply: %w", fence.ErrStale))
-	logAttempt(ctx, db, "w3", 2, tok, -1, 14, "frozen", false, "freezing before the write")
+	logAttempt(ctx, db, "w3", 2, tok, -1, 14, OutcomeFrozen, false, "freezing before the write")
 
 	v, err := Check(ctx, db, Workload{Keys: 1, PerKey: 1})
 	if err != nil {

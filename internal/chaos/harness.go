@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -363,11 +364,7 @@ func (h *harness) alive() []*proc {
 		}
 	}
 	// Stable order for a given seed.
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].id < out[j-1].id; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortFunc(out, func(a, b *proc) int { return strings.Compare(a.id, b.id) })
 	return out
 }
 
@@ -434,9 +431,9 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 	st := h.cfg.SessionTimeout
 	switch kind {
 	case FaultFreeze:
-		h.freeze(ctx, f, syscall.SIGUSR1, "frozen")
+		h.freeze(ctx, f, syscall.SIGUSR1, OutcomeFrozen)
 	case FaultDelay:
-		h.freeze(ctx, f, syscall.SIGUSR2, "delayed")
+		h.freeze(ctx, f, syscall.SIGUSR2, OutcomeDelayed)
 	case FaultKill, FaultTerm:
 		p := h.pick()
 		if p == nil {
@@ -512,7 +509,7 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 // is stopped, waits until another member has taken over one of its partitions (a claim or a
 // write under a higher token), then continues it: its held write is now a zombie's.
 //
-// With SIGUSR2 and marker "delayed" the worker freezes inside its transaction instead; the
+// With SIGUSR2 and marker OutcomeDelayed the worker freezes inside its transaction instead; the
 // takeover then waits for the database to end the held transaction.
 func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, marker string) {
 	p := h.pickWriter(ctx)

@@ -228,7 +228,7 @@ func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 			k.col, y(b.part)+3, laneH-6, tokColour(b.era, b.epoch), count[k], html.EscapeString(b.worker), b.era, b.epoch)
 	}
 	for _, a := range attempts {
-		if a.outcome == "frozen" || a.outcome == "delayed" {
+		if a.outcome == OutcomeFrozen || a.outcome == OutcomeDelayed {
 			fmt.Fprintf(w, `<text x="%.1f" y="%d" fill="#333"><title>%s froze holding token %s</title>❄</text>`+"\n", x(a.at)-4, y(a.part)+15, html.EscapeString(a.worker), a.token)
 			continue
 		}

@@ -127,7 +127,8 @@ func newFreezer(id string, db DB) *freezer {
 	return f
 }
 
-// watch arms the freezer on SIGUSR1 until ctx ends; the caller waits for it.
+// watch arms the freezer on SIGUSR1 (freeze before the next write) and SIGUSR2 (freeze inside
+// the next transaction) until ctx ends; the caller waits for it.
 func (f *freezer) watch(ctx context.Context) {
 	signal.Notify(f.stopSig, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(f.stopSig)
@@ -154,7 +155,7 @@ func (f *freezer) point(ctx context.Context, part int32, tok fence.Token, first,
 	}
 	f.gate.Lock()
 	defer f.gate.Unlock()
-	logAttempt(ctx, f.db, f.id, part, tok, first, last, "frozen", false, "freezing before the write")
+	logAttempt(ctx, f.db, f.id, part, tok, first, last, OutcomeFrozen, false, "freezing before the write")
 	f.stopSelf()
 	return true
 }
@@ -179,7 +180,7 @@ func (f *freezer) delayPoint(ctx context.Context, part int32, tok fence.Token, l
 	if !f.delay.CompareAndSwap(true, false) {
 		return false
 	}
-	logAttempt(ctx, f.db, f.id, part, tok, -1, last, "delayed", false, "freezing inside the transaction, before commit")
+	logAttempt(ctx, f.db, f.id, part, tok, -1, last, OutcomeDelayed, false, "freezing inside the transaction, before commit")
 	f.stopSelf()
 	return true
 }
