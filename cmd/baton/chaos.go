@@ -3,24 +3,22 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"log/slog"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/batonhq/baton/chaos"
-	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/outbox/pgoutbox"
+	"github.com/batonhq/baton/internal/chaos"
 )
 
-func chaosCmd(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("chaos", flag.ContinueOnError)
+func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("chaos", "[flags]", `A chaos run: worker processes of a Baton application against a real Kafka and PostgreSQL
+(and Redis for -mode lock), faults injected while a keyed stream is produced, then a checker
+reads what landed. Writes a verdict table and an SVG timeline to -report; exits 1 when an
+invariant is violated.
+`, stderr)
 	var (
 		cfg                      chaos.Config
 		mode, faults, brokers    string
@@ -44,40 +42,44 @@ func chaosCmd(ctx context.Context, args []string) error {
 	fs.StringVar(&pgURL, "postgres", os.Getenv("BATON_POSTGRES_URL"), "PostgreSQL URL (default $BATON_POSTGRES_URL)")
 	fs.StringVar(&cfg.RedisAddr, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address for -mode lock (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&deployDir, "deploy", "deploy/local", "directory of kafka.sh and postgres.sh, for restart faults")
-	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict and timeline")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict, the timeline and the workers' logs")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	m, err := chaos.ParseMode(mode)
 	if err != nil {
-		return err
+		return usageError{err: err}
 	}
 	cfg.Mode = m
 	if cfg.Faults, err = chaos.ParseFaults(faults); err != nil {
-		return err
+		return usageError{err: err}
 	}
 	cfg.Partitions = int32(partitions)
 	cfg.Workload.Keys, cfg.Workload.PerKey = keys, perKey
 	if brokers == "" || pgURL == "" {
-		return errors.New("needs -brokers and -postgres (or BATON_KAFKA_BROKERS and BATON_POSTGRES_URL); 'make up' starts both")
+		return usageError{err: errors.New("needs -brokers and -postgres (or BATON_KAFKA_BROKERS and BATON_POSTGRES_URL); 'make up' starts both")}
 	}
 	if m == chaos.Lock && cfg.RedisAddr == "" {
-		return errors.New("-mode lock needs -redis (or BATON_REDIS_ADDR)")
+		return usageError{err: errors.New("-mode lock needs -redis (or BATON_REDIS_ADDR)")}
 	}
 	cfg.Brokers = strings.Split(brokers, ",")
 	if cfg.DeployDir, err = filepath.Abs(deployDir); err != nil {
 		return err
 	}
-	cfg.Progress = os.Stdout
+	cfg.Progress = stdout
+	if err := os.MkdirAll(report, 0o755); err != nil {
+		return err
+	}
+	cfg.LogDir = report // the workers' logs beside the verdict
 
-	res, db, cleanup, err := RunChaosPostgres(ctx, cfg, pgURL)
+	res, db, cleanup, err := chaos.RunPostgres(ctx, cfg, pgURL)
 	if cleanup != nil {
 		defer cleanup()
 	}
 	if err != nil {
 		return err
 	}
-	if err := writeReport(ctx, report, res, db); err != nil {
+	if err := writeReport(ctx, stdout, report, res, db); err != nil {
 		return err
 	}
 	if !res.OK() {
@@ -94,70 +96,13 @@ func kinds() string {
 	return strings.Join(s, ",")
 }
 
-// RunChaosPostgres runs cfg against PostgreSQL in a fresh schema of its own.
-func RunChaosPostgres(ctx context.Context, cfg chaos.Config, pgURL string) (*chaos.Result, chaos.DB, func(), error) {
-	schema := fmt.Sprintf("chaos_%s_%d", cfg.Mode, time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, pgURL)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	_, err = admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	admin.Close(ctx)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	sep := "?"
-	if strings.Contains(pgURL, "?") {
-		sep = "&"
-	}
-	cfg.PostgresURL = pgURL + sep + "search_path=" + schema
-	pool, err := pgxpool.New(ctx, cfg.PostgresURL)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	db := chaos.PgDB(pool)
-	store, err := PreparePostgres(ctx, pool)
-	if err != nil {
-		pool.Close()
-		return nil, nil, nil, err
-	}
-	cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {
-		return chaos.RunReceiver[pgx.Tx](ctx, brokers, group, topic, store, store, chaos.PgTx, quietLogger())
-	}
-	res, err := chaos.Run(ctx, cfg, db)
-	return res, db, pool.Close, err
-}
-
-// PreparePostgres creates the fence, outbox and workload tables in the pool's schema.
-func PreparePostgres(ctx context.Context, pool *pgxpool.Pool) (*pgfence.Store, error) {
-	store, err := pgfence.New(pool)
-	if err != nil {
-		return nil, err
-	}
-	if err := store.Migrate(ctx); err != nil {
-		return nil, err
-	}
-	box, err := pgoutbox.New(pool)
-	if err != nil {
-		return nil, err
-	}
-	if err := box.Migrate(ctx); err != nil {
-		return nil, err
-	}
-	return store, chaos.Migrate(ctx, chaos.PgDB(pool))
-}
-
-func quietLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-}
-
-func writeReport(ctx context.Context, dir string, res *chaos.Result, db chaos.DB) error {
+func writeReport(ctx context.Context, stdout io.Writer, dir string, res *chaos.Result, db chaos.DB) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	var b strings.Builder
 	chaos.WriteVerdict(&b, res)
-	fmt.Print("\n" + b.String())
+	fmt.Fprint(stdout, "\n"+b.String())
 	name := filepath.Join(dir, string(res.Config.Mode)+"-verdict.txt")
 	if err := os.WriteFile(name, []byte(b.String()), 0o644); err != nil {
 		return err
@@ -174,6 +119,6 @@ func writeReport(ctx context.Context, dir string, res *chaos.Result, db chaos.DB
 	if err := f.Close(); err != nil {
 		return err
 	}
-	fmt.Printf("report: %s, %s\n", name, svg)
+	fmt.Fprintf(stdout, "report: %s, %s\n", name, svg)
 	return nil
 }

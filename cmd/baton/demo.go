@@ -2,74 +2,120 @@ package main
 
 import (
 	"context"
-	"database/sql"
-	"flag"
+	"errors"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/batonhq/baton/chaos"
-	"github.com/batonhq/baton/fence/sqlitefence"
-	"github.com/batonhq/baton/outbox/sqliteoutbox"
+	"github.com/batonhq/baton/internal/chaos"
 )
 
 // demo runs the digital-twin demo: devices (keys) send updates; three worker processes own the
-// partitions and fold each device's updates into its twin under the fence; mid-run one owner is
-// frozen past its session timeout, another takes over, and the frozen one wakes and tries to
-// write: the fence refuses it. On embedded defaults it needs nothing installed: Kafka is kfake
+// partitions and fold each device's updates into its twin under the fence; mid-run owners are
+// frozen past their session timeout (-freezes), another worker takes over, and each frozen one
+// wakes and tries to write: the fence refuses it. On embedded defaults it needs nothing installed: Kafka is kfake
 // in this process, the store is an SQLite file. -brokers and -postgres run it on real services.
-func demo(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
+func demo(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo", "[flags]", `The digital-twin demo: devices send updates; three worker processes fold them into one twin
+per device under the fence and send commands to devices through the fenced outbox; mid-run
+owners are frozen past their session timeout, taken over, and woken: their writes are refused.
+On the defaults it needs nothing installed (Kafka in this process, an SQLite file).
+
+Without -dir it works in a new temporary directory (the SQLite file, the workers' logs, the
+verdict and the timeline) and removes it at the end, unless -keep is given or the demo failed:
+a failing run always keeps its directory, as evidence.
+`, stderr)
 	var (
-		dir, brokers, pgURL string
-		devices, updates    int
-		freezes             int
-		seed                int64
+		o    demoOptions
+		dir  string
+		keep bool
 	)
-	fs.StringVar(&dir, "dir", "", "directory for the SQLite file and the report (default: a new temporary directory)")
-	fs.StringVar(&brokers, "brokers", os.Getenv("BATON_DEMO_BROKERS"), "real Kafka seed brokers instead of the embedded one")
-	fs.StringVar(&pgURL, "postgres", os.Getenv("BATON_DEMO_POSTGRES"), "a real PostgreSQL instead of the embedded SQLite file")
-	fs.IntVar(&devices, "devices", 60, "simulated devices (keys)")
-	fs.IntVar(&updates, "updates", 20, "minimum updates per device")
-	fs.IntVar(&freezes, "freezes", 2, "owners to freeze past their session timeout")
-	fs.Int64Var(&seed, "seed", 1, "random seed")
-	if err := fs.Parse(args); err != nil {
+	fs.StringVar(&dir, "dir", "", "directory for the SQLite file and the report, kept afterwards (default: a new temporary directory)")
+	fs.BoolVar(&keep, "keep", false, "keep the temporary directory after a passing run (a failing run always keeps it, as evidence; a -dir directory is never removed)")
+	fs.StringVar(&o.brokers, "brokers", os.Getenv("BATON_DEMO_BROKERS"), "real Kafka seed brokers instead of the embedded one")
+	fs.StringVar(&o.pgURL, "postgres", os.Getenv("BATON_DEMO_POSTGRES"), "a real PostgreSQL instead of the embedded SQLite file")
+	fs.IntVar(&o.devices, "devices", 60, "simulated devices (keys)")
+	fs.IntVar(&o.updates, "updates", 20, "minimum updates per device")
+	fs.IntVar(&o.freezes, "freezes", 2, "owners to freeze past their session timeout (0: none, and the demo fails: nothing was proven)")
+	fs.Int64Var(&o.seed, "seed", 1, "random seed")
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if dir == "" {
-		d, err := os.MkdirTemp("", "baton-demo-")
-		if err != nil {
+	if o.devices <= 0 || o.updates <= 0 || o.freezes < 0 {
+		return usageError{err: fmt.Errorf("-devices and -updates must be positive and -freezes not negative, got %d, %d and %d", o.devices, o.updates, o.freezes)}
+	}
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
 		}
-		dir = d
-	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return runDemo(ctx, dir, o, stdout)
+	}
+	dir, err := os.MkdirTemp("", "baton-demo-")
+	if err != nil {
 		return err
 	}
+	err = runDemo(ctx, dir, o, stdout)
+	return errors.Join(err, finishTempDir(stdout, dir, keep, err != nil))
+}
+
+// finishTempDir removes the demo's temporary directory, or keeps it if asked to or if the demo
+// failed, and says which.
+func finishTempDir(stdout io.Writer, dir string, keep, failed bool) error {
+	switch {
+	case failed:
+		fmt.Fprintf(stdout, "kept %s (the demo failed: the SQLite file and the report are the evidence)\n", dir)
+		return nil
+	case keep:
+		fmt.Fprintf(stdout, "kept %s (-keep)\n", dir)
+		return nil
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove the temporary directory: %w", err)
+	}
+	fmt.Fprintf(stdout, "removed %s (-keep keeps it)\n", dir)
+	return nil
+}
+
+// demoOptions are the demo's settings from its flags.
+type demoOptions struct {
+	brokers, pgURL            string
+	devices, updates, freezes int
+	seed                      int64
+}
+
+// runDemo runs the demo with its SQLite file and report in dir. Everything it started (Kafka,
+// workers, the database) is stopped and closed when it returns.
+func runDemo(ctx context.Context, dir string, o demoOptions, stdout io.Writer) error {
 	cfg := chaos.Config{
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6,
-		Workload: chaos.Workload{Keys: devices, PerKey: updates, CommandEvery: 4},
-		Rate:     400, Faults: []chaos.FaultKind{chaos.FaultFreeze}, NumFaults: freezes, Seed: seed,
-		Settle: 60 * time.Second, SessionTimeout: 3 * time.Second, Progress: os.Stdout,
+		Workload: chaos.Workload{Keys: o.devices, PerKey: o.updates, CommandEvery: 4},
+		Rate:     400, NumFaults: o.freezes, Seed: o.seed,
+		Settle: 60 * time.Second, SessionTimeout: 3 * time.Second, Progress: stdout, LogDir: dir,
 	}
-	fmt.Println("Baton demo: a digital twin per device, one writer per device, commands to devices through")
-	fmt.Println("a fenced outbox, and a zombie that cannot write.")
-	if brokers == "" {
+	if o.freezes > 0 {
+		cfg.Faults = []chaos.FaultKind{chaos.FaultFreeze}
+	}
+	fmt.Fprintln(stdout, "Baton demo: a digital twin per device, one writer per device, commands to devices through")
+	fmt.Fprintln(stdout, "a fenced outbox, and a zombie that cannot write.")
+	if o.brokers == "" {
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.GroupMinSessionTimeout(time.Second))
 		if err != nil {
 			return fmt.Errorf("embedded Kafka: %w", err)
 		}
 		defer c.Close()
 		cfg.Brokers = c.ListenAddrs()
-		fmt.Printf("Kafka: embedded (kfake) on %s\n", strings.Join(cfg.Brokers, ","))
+		fmt.Fprintf(stdout, "Kafka: embedded (kfake) on %s\n", strings.Join(cfg.Brokers, ","))
 	} else {
-		cfg.Brokers = strings.Split(brokers, ",")
-		fmt.Printf("Kafka: %s\n", brokers)
+		cfg.Brokers = strings.Split(o.brokers, ",")
+		fmt.Fprintf(stdout, "Kafka: %s\n", o.brokers)
 	}
 
 	var (
@@ -77,51 +123,36 @@ func demo(ctx context.Context, args []string) error {
 		db  chaos.DB
 		err error
 	)
+	// The live view runs while the harness does; it stops before the database closes.
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer close(done)
-	watch := func(db chaos.DB) {
+	stopWatch := sync.OnceFunc(func() { close(done); wg.Wait() })
+	defer stopWatch()
+	cfg.Watch = func(db chaos.DB) {
 		wg.Add(1)
-		go func() { defer wg.Done(); showOwners(ctx, db, cfg.Partitions, done) }()
+		go func() { defer wg.Done(); showOwners(ctx, stdout, db, done) }()
 	}
-	if pgURL != "" {
-		fmt.Println("store: PostgreSQL")
-		cfg.Watch = watch
-		var cleanup func()
-		res, db, cleanup, err = RunChaosPostgres(ctx, cfg, pgURL)
-		if cleanup != nil {
-			defer cleanup()
-		}
+	var cleanup func()
+	if o.pgURL != "" {
+		fmt.Fprintln(stdout, "store: PostgreSQL")
+		res, db, cleanup, err = chaos.RunPostgres(ctx, cfg, o.pgURL)
 	} else {
-		cfg.SQLitePath = filepath.Join(dir, "twins.db")
-		fmt.Printf("store: SQLite %s\n", cfg.SQLitePath)
-		store, oerr := sqlitefence.Open(cfg.SQLitePath)
-		if oerr != nil {
-			return oerr
-		}
-		defer store.Close()
-		db = chaos.SQLDB(store.DB())
-		if err := chaos.Migrate(ctx, db); err != nil {
-			return err
-		}
-		if _, err := sqliteoutbox.New(ctx, store.DB()); err != nil { // creates the outbox tables
-			return err
-		}
-		cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {
-			return chaos.RunReceiver[*sql.Tx](ctx, brokers, group, topic, store, store, chaos.SQLTx, quietLogger())
-		}
-		watch(db)
-		res, err = chaos.Run(ctx, cfg, db)
+		path := filepath.Join(dir, "twins.db")
+		fmt.Fprintf(stdout, "store: SQLite %s\n", path)
+		res, db, cleanup, err = chaos.RunSQLite(ctx, cfg, path)
+	}
+	stopWatch()
+	if cleanup != nil {
+		defer cleanup()
 	}
 	if err != nil {
 		return err
 	}
-	fmt.Println()
-	fmt.Println("What happened: each frozen owner held a batch it was about to write; Kafka gave its")
-	fmt.Println("partitions to another worker under a higher token; when the frozen one woke it tried")
-	fmt.Println("to write with its old token, and the database refused it in the same transaction.")
-	if err := writeReport(ctx, filepath.Join(dir, "report"), res, db); err != nil {
+	fmt.Fprintln(stdout)
+	fmt.Fprintln(stdout, "What happened: each frozen owner held a batch it was about to write; Kafka gave its")
+	fmt.Fprintln(stdout, "partitions to another worker under a higher token; when the frozen one woke it tried")
+	fmt.Fprintln(stdout, "to write with its old token, and the database refused it in the same transaction.")
+	if err := writeReport(ctx, stdout, filepath.Join(dir, "report"), res, db); err != nil {
 		return err
 	}
 	if !res.OK() {
@@ -135,7 +166,7 @@ func demo(ctx context.Context, args []string) error {
 
 // showOwners prints, every few seconds, each partition's current owner and token as the
 // database records them, and the apply rate.
-func showOwners(ctx context.Context, db chaos.DB, parts int32, done <-chan struct{}) {
+func showOwners(ctx context.Context, stdout io.Writer, db chaos.DB, done <-chan struct{}) {
 	t := time.NewTicker(3 * time.Second)
 	defer t.Stop()
 	var lastN int64
@@ -148,37 +179,17 @@ func showOwners(ctx context.Context, db chaos.DB, parts int32, done <-chan struc
 			return
 		case <-t.C:
 		}
-		type owner struct{ worker, token string }
-		owners := map[int32]owner{}
-		rows, err := db.Query(ctx, `SELECT a.part, a.worker, a.era, a.epoch FROM chaos_applied a
-JOIN (SELECT part, max(id) AS id FROM chaos_applied GROUP BY part) m ON a.id = m.id`)
+		o, err := chaos.ReadOwnership(ctx, db)
 		if err != nil {
 			continue
 		}
-		for rows.Next() {
-			var p int32
-			var w string
-			var era, epoch int64
-			if rows.Scan(&p, &w, &era, &epoch) == nil {
-				owners[p] = owner{w, fmt.Sprintf("%d.%d", era, epoch)}
-			}
-		}
-		rows.Close()
-		var n int64
-		_ = db.QueryRow(ctx, `SELECT coalesce(sum(n), 0) FROM chaos_state`).Scan(&n)
 		now := time.Now()
-		rate := float64(n-lastN) / now.Sub(last).Seconds()
-		lastN, last = n, now
+		rate := float64(o.Applied-lastN) / now.Sub(last).Seconds()
+		lastN, last = o.Applied, now
 		var b strings.Builder
-		ps := make([]int, 0, len(owners))
-		for p := range owners {
-			ps = append(ps, int(p))
+		for _, p := range slices.Sorted(maps.Keys(o.Owners)) {
+			fmt.Fprintf(&b, " p%d:%s@%s", p, o.Owners[p].Worker, o.Owners[p].Token)
 		}
-		sort.Ints(ps)
-		for _, p := range ps {
-			o := owners[int32(p)]
-			fmt.Fprintf(&b, " p%d:%s@%s", p, o.worker, o.token)
-		}
-		fmt.Printf("          owners%s | %d updates applied, %.0f/s\n", b.String(), n, rate)
+		fmt.Fprintf(stdout, "          owners%s | %d updates applied, %.0f/s\n", b.String(), o.Applied, rate)
 	}
 }

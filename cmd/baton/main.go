@@ -2,53 +2,124 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
+
+	"github.com/batonhq/baton/internal/chaos"
 )
 
 func main() {
-	os.Exit(run(os.Args[1:]))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string) int {
+// run runs the command line args and returns the exit status: 0 on success and after help was
+// asked for, 2 for a command line that cannot run (with the usage), 1 when the command failed.
+func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		usage()
+		usage(stderr)
 		return 2
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The demo's live view writes beside the harness's progress.
+	stdout, stderr = &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
 	var err error
 	switch args[0] {
 	case "demo":
-		err = demo(ctx, args[1:])
+		err = demo(ctx, args[1:], stdout, stderr)
 	case "chaos":
-		err = chaosCmd(ctx, args[1:])
-	case "worker":
-		err = worker(ctx, args[1:])
-	case "help", "-h", "--help":
-		usage()
+		err = chaosCmd(ctx, args[1:], stdout, stderr)
+	case chaos.WorkerCommand:
+		err = chaos.RunWorker(ctx, args[1:])
+	case "help", "-h", "-help", "--help":
+		usage(stdout)
 		return 0
 	default:
-		fmt.Fprintf(os.Stderr, "baton: unknown command %q\n", args[0])
-		usage()
+		fmt.Fprintf(stderr, "baton: unknown command %q\n", args[0])
+		usage(stderr)
 		return 2
 	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "baton %s: %v\n", args[0], err)
-		return 1
+	var ue usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		if !ue.printed {
+			fmt.Fprintf(stderr, "baton %s: %v\nRun 'baton %s -h' for its flags.\n", args[0], ue.err, args[0])
+		}
+		return 2
+	case errors.Is(err, chaos.ErrUsage):
+		fmt.Fprintf(stderr, "baton %s: %v\n", args[0], err)
+		return 2
 	}
-	return 0
+	fmt.Fprintf(stderr, "baton %s: %v\n", args[0], err)
+	return 1
 }
 
-func usage() {
-	fmt.Fprint(os.Stderr, `usage: baton <command> [flags]
+// lockedWriter serialises writes from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// usageError is a command line a command cannot run: baton exits 2.
+type usageError struct {
+	err     error
+	printed bool // the flag package already printed it, with the flags
+}
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+// newFlagSet returns a command's flag set: errors and help go to stderr, and help starts with
+// the command's synopsis and description.
+func newFlagSet(name, synopsis, about string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: baton %s %s\n\n%s\nflags:\n", name, synopsis, about)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args into fs. It returns flag.ErrHelp for -h (the flags printed), and a
+// usageError for an unknown flag, a bad value or a stray argument.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err: err, printed: true}
+	}
+	if fs.NArg() > 0 {
+		err := fmt.Errorf("unexpected arguments %q", fs.Args())
+		fmt.Fprintln(fs.Output(), err)
+		fs.Usage()
+		return usageError{err: err, printed: true}
+	}
+	return nil
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: baton <command> [flags]
 
 commands:
   demo     the digital-twin demo: a zombie owner's writes refused (embedded: nothing to install)
   chaos    a chaos run against a real Kafka and PostgreSQL, with a verdict and a timeline
-  worker   one chaos worker process (started by 'baton chaos')
+  worker   one chaos worker process (started by 'baton chaos' and 'baton demo')
 
 'baton <command> -h' lists a command's flags.
 `)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -13,10 +14,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/redislock"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/partition"
@@ -124,7 +127,8 @@ func newFreezer(id string, db DB) *freezer {
 	return f
 }
 
-// watch arms the freezer on SIGUSR1 until ctx ends; the caller waits for it.
+// watch arms the freezer on SIGUSR1 (freeze before the next write) and SIGUSR2 (freeze inside
+// the next transaction) until ctx ends; the caller waits for it.
 func (f *freezer) watch(ctx context.Context) {
 	signal.Notify(f.stopSig, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(f.stopSig)
@@ -151,7 +155,7 @@ func (f *freezer) point(ctx context.Context, part int32, tok fence.Token, first,
 	}
 	f.gate.Lock()
 	defer f.gate.Unlock()
-	logAttempt(ctx, f.db, f.id, part, tok, first, last, "frozen", false, "freezing before the write")
+	logAttempt(ctx, f.db, f.id, part, tok, first, last, OutcomeFrozen, false, "freezing before the write")
 	f.stopSelf()
 	return true
 }
@@ -176,7 +180,7 @@ func (f *freezer) delayPoint(ctx context.Context, part int32, tok fence.Token, l
 	if !f.delay.CompareAndSwap(true, false) {
 		return false
 	}
-	logAttempt(ctx, f.db, f.id, part, tok, -1, last, "delayed", false, "freezing inside the transaction, before commit")
+	logAttempt(ctx, f.db, f.id, part, tok, -1, last, OutcomeDelayed, false, "freezing inside the transaction, before commit")
 	f.stopSelf()
 	return true
 }
@@ -189,10 +193,27 @@ func (f *freezer) write(fn func() error) error {
 }
 
 func logAttempt(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, outcome string, zombie bool, detail string) {
+	logAttemptCause(ctx, db, worker, part, tok, first, last, outcome, "", zombie, detail)
+}
+
+// logResult logs a write attempt that ended with err (nil: committed): its outcome and, for an
+// error, its cause and message.
+func logResult(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, zombie bool, err error) {
+	outcome, cause, detail := outcomeOf(err), "", ""
+	if err != nil {
+		detail = err.Error()
+	}
+	if outcome == OutcomeError {
+		cause = causeOf(err)
+	}
+	logAttemptCause(ctx, db, worker, part, tok, first, last, outcome, cause, zombie, detail)
+}
+
+func logAttemptCause(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, outcome, cause string, zombie bool, detail string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, part, era, epoch, first_off, last_off, outcome, zombie, detail, at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`, worker, part, tok.Era, tok.Epoch, first, last, outcome, zombie, detail, time.Now().UnixMilli())
+	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, part, era, epoch, first_off, last_off, outcome, cause, zombie, detail, at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, worker, part, tok.Era, tok.Epoch, first, last, outcome, cause, zombie, detail, time.Now().UnixMilli())
 }
 
 func outcomeOf(err error) string {
@@ -205,6 +226,50 @@ func outcomeOf(err error) string {
 		return OutcomeDuplicate
 	}
 	return OutcomeError
+}
+
+// Causes of write attempts that failed with an error (outcome "error"), as recorded in
+// chaos_attempts.cause, so the verdict can say what the errors were. A PostgreSQL error is
+// CausePostgres followed by its SQLSTATE ("postgres 57P01").
+const (
+	CauseCanceled   = "canceled"         // the attempt's context ended: its partition was revoked, or the worker was stopping
+	CauseDeadline   = "deadline"         // the attempt's context deadline passed
+	CauseSQLiteBusy = "sqlite busy"      // SQLite's write lock stayed busy past the busy timeout
+	CausePostgres   = "postgres"         // a PostgreSQL error, with its SQLSTATE
+	CauseNetwork    = "network"          // the connection to the database failed
+	CauseRegression = "fence regression" // the fence saw an epoch regression it could not recover
+	CauseConflict   = "fence conflict"   // a concurrent recovery advanced the era first
+	CauseInvalid    = "fence invalid"    // the fence rejected an argument
+	CauseBadRecord  = "bad record"       // a record that is not the workload's
+	CauseOther      = "other"            // none of the above
+)
+
+// causeOf classifies a failed attempt's error by the errors in its chain (never by message).
+// Cancellation wins: a write cut short by a revoke often carries the database's reaction too.
+func causeOf(err error) string {
+	var pgErr *pgconn.PgError
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.Canceled):
+		return CauseCanceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return CauseDeadline
+	case errors.Is(err, sqlitefence.ErrBusy):
+		return CauseSQLiteBusy
+	case errors.As(err, &pgErr):
+		return CausePostgres + " " + pgErr.Code
+	case errors.Is(err, fence.ErrRegression):
+		return CauseRegression
+	case errors.Is(err, fence.ErrConflict):
+		return CauseConflict
+	case errors.Is(err, fence.ErrInvalid):
+		return CauseInvalid
+	case errors.Is(err, errBadRecord):
+		return CauseBadRecord
+	case errors.As(err, &netErr), pgconn.SafeToRetry(err):
+		return CauseNetwork
+	}
+	return CauseOther
 }
 
 // attemptSink wraps the fenced sink: it applies the freeze faults and logs every write attempt
@@ -233,11 +298,7 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 		})
 	})
 	zombie = zombie || delayed
-	detail := ""
-	if err != nil {
-		detail = err.Error()
-	}
-	logAttempt(ctx, s.db, s.id, k.Partition, t, first, position, outcomeOf(err), zombie, detail)
+	logResult(ctx, s.db, s.id, k.Partition, t, first, position, zombie, err)
 	return err
 }
 
@@ -421,11 +482,7 @@ func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
 				}
 				return commit(actx)
 			})
-			detail := ""
-			if err != nil {
-				detail = err.Error()
-			}
-			logAttempt(actx, db, cfg.ID, p.Partition, tok, first, last, outcomeOf(err), zombie, detail)
+			logResult(actx, db, cfg.ID, p.Partition, tok, first, last, zombie, err)
 			if err != nil {
 				firstErr = err
 				rewind(cl, cfg.Topic, p.Partition, first) // retry the batch, as Baton would

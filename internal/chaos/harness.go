@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,11 +76,12 @@ type Config struct {
 	Group       string // default: unique per run
 	Topic       string // default: unique per run; created with Partitions
 
-	// Binary is the program run as each worker with WorkerArgs; default: this executable,
-	// with the arguments "worker" and the flags cmd/baton understands.
+	// Binary is the program run as each worker, with the arguments WorkerCommand and the
+	// worker's flags, which it must hand to RunWorker; default: this executable.
 	Binary         string
 	SessionTimeout time.Duration // the workers'; default 3s
 	DeployDir      string        // deploy/local, for broker and database restarts
+	LogDir         string        // where each worker's stderr goes (baton-chaos-<id>-*.log); default os.TempDir()
 	Progress       io.Writer     // live progress lines; nil for none
 	// Watch, if set, is called with the run's database once it is ready (for live views).
 	Watch func(DB)
@@ -316,23 +318,18 @@ func (h *harness) start(ctx context.Context) error {
 	h.nextID++
 	id := fmt.Sprintf("w%d", h.nextID)
 	h.mu.Unlock()
-	args := []string{"worker", "-id", id, "-mode", string(h.cfg.Mode), "-brokers", strings.Join(h.cfg.Brokers, ","),
-		"-group", h.cfg.Group, "-topic", h.cfg.Topic, "-session-timeout", h.cfg.SessionTimeout.String()}
-	if h.cfg.PostgresURL != "" {
-		args = append(args, "-postgres", h.cfg.PostgresURL)
-	} else {
-		args = append(args, "-sqlite", h.cfg.SQLitePath)
-	}
-	if h.cfg.RedisAddr != "" {
-		args = append(args, "-redis", h.cfg.RedisAddr)
+	args := workerArgs{
+		ID: id, Mode: h.cfg.Mode, Brokers: h.cfg.Brokers, Group: h.cfg.Group, Topic: h.cfg.Topic,
+		SessionTimeout: h.cfg.SessionTimeout, PostgresURL: h.cfg.PostgresURL, SQLitePath: h.cfg.SQLitePath,
+		RedisAddr: h.cfg.RedisAddr,
 	}
 	if h.commands != "" {
-		args = append(args, "-commands", h.commands, "-command-every", strconv.Itoa(h.cfg.Workload.CommandEvery))
+		args.CommandsTopic, args.CommandEvery = h.commands, h.cfg.Workload.CommandEvery
 	}
-	cmd := exec.Command(h.cfg.Binary, args...)
+	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 	cmd.Stdout = io.Discard
-	logf, err := os.CreateTemp("", "baton-chaos-"+id+"-*.log")
+	logf, err := os.CreateTemp(h.cfg.LogDir, "baton-chaos-"+id+"-*.log")
 	if err == nil {
 		cmd.Stderr = logf
 	}
@@ -367,11 +364,7 @@ func (h *harness) alive() []*proc {
 		}
 	}
 	// Stable order for a given seed.
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j].id < out[j-1].id; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
+	slices.SortFunc(out, func(a, b *proc) int { return strings.Compare(a.id, b.id) })
 	return out
 }
 
@@ -438,9 +431,9 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 	st := h.cfg.SessionTimeout
 	switch kind {
 	case FaultFreeze:
-		h.freeze(ctx, f, syscall.SIGUSR1, "frozen")
+		h.freeze(ctx, f, syscall.SIGUSR1, OutcomeFrozen)
 	case FaultDelay:
-		h.freeze(ctx, f, syscall.SIGUSR2, "delayed")
+		h.freeze(ctx, f, syscall.SIGUSR2, OutcomeDelayed)
 	case FaultKill, FaultTerm:
 		p := h.pick()
 		if p == nil {
@@ -516,7 +509,7 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 // is stopped, waits until another member has taken over one of its partitions (a claim or a
 // write under a higher token), then continues it: its held write is now a zombie's.
 //
-// With SIGUSR2 and marker "delayed" the worker freezes inside its transaction instead; the
+// With SIGUSR2 and marker OutcomeDelayed the worker freezes inside its transaction instead; the
 // takeover then waits for the database to end the held transaction.
 func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, marker string) {
 	p := h.pickWriter(ctx)

@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
-	"github.com/batonhq/baton/chaos"
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func binary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "baton")
-	cmd := exec.Command("go", "build", "-o", bin, "../cmd/baton")
+	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/baton")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/baton: %v\n%s", err, out)
 	}
@@ -35,7 +35,7 @@ func binary(t *testing.T) string {
 }
 
 // soak returns the number of faults to inject: BATON_CHAOS_FAULTS, or def. A soak is
-// 'BATON_CHAOS_FAULTS=400 go test -run TestChaosFenced -timeout 2h ./chaos'.
+// 'BATON_CHAOS_FAULTS=400 go test -run TestChaosFenced -timeout 2h ./internal/chaos'.
 func soak(t *testing.T, def int) int {
 	if v := os.Getenv("BATON_CHAOS_FAULTS"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -52,7 +52,7 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 	brokers := testenv.KafkaBrokers(t)
 	pool, schema := testenv.Postgres(t)
 	url := testenv.PostgresURL(t)
-	deploy, err := filepath.Abs("../deploy/local")
+	deploy, err := filepath.Abs("../../deploy/local")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // WriteVerdict writes the run's verdict table.
@@ -37,6 +38,12 @@ func WriteVerdict(w io.Writer, r *Result) {
 	fmt.Fprintf(tw, "batches committed\t%d\n", v.Batches)
 	for _, k := range v.AttemptKinds() {
 		fmt.Fprintf(tw, "write attempts: %s\t%d\n", k, v.Attempts[k])
+		if k != OutcomeError {
+			continue
+		}
+		for _, g := range v.Errors {
+			fmt.Fprintf(tw, "  error: %s\t%d  %s; e.g. %q\n", g.Cause, g.Count, causeNote(g.Cause), clip(g.Example, 160))
+		}
 	}
 	fmt.Fprintf(tw, "zombie writes attempted\t%d\n", v.ZombieAttempts)
 	fmt.Fprintf(tw, "zombie writes refused\t%d\n", v.ZombieRefused)
@@ -59,6 +66,44 @@ func WriteVerdict(w io.Writer, r *Result) {
 	}
 	fmt.Fprintf(tw, "verdict\t%s\n", verdict)
 	_ = tw.Flush()
+}
+
+// causeNote says in words what an error cause means in a chaos run.
+func causeNote(cause string) string {
+	switch {
+	case cause == CauseCanceled:
+		return "the write's context ended: its partition was revoked (a rebalance) or the worker was stopping"
+	case cause == CauseDeadline:
+		return "the write's deadline passed"
+	case cause == CauseSQLiteBusy:
+		return "SQLite's write lock stayed busy past the busy timeout"
+	case cause == CausePostgres+" 25P03":
+		return "PostgreSQL ended a transaction held open too long (idle_in_transaction_session_timeout)"
+	case cause == CausePostgres+" 57P01", cause == CausePostgres+" 57P02", cause == CausePostgres+" 57P03":
+		return "PostgreSQL was shutting down or restarting"
+	case cause == CausePostgres+" 40001", cause == CausePostgres+" 40P01":
+		return "PostgreSQL aborted the transaction (serialization failure or deadlock)"
+	case strings.HasPrefix(cause, CausePostgres+" "):
+		return "a PostgreSQL error (SQLSTATE " + strings.TrimPrefix(cause, CausePostgres+" ") + ")"
+	case cause == CauseNetwork:
+		return "the connection to the database failed"
+	case cause == CauseRegression, cause == CauseConflict, cause == CauseInvalid:
+		return "the fence refused the write"
+	case cause == CauseBadRecord:
+		return "a record that is not the workload's"
+	}
+	return "unclassified"
+}
+
+// clip shortens s to at most n bytes (cut at a character boundary), marking the cut.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 func failReasons(r *Result) []string {
@@ -183,7 +228,7 @@ func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 			k.col, y(b.part)+3, laneH-6, tokColour(b.era, b.epoch), count[k], html.EscapeString(b.worker), b.era, b.epoch)
 	}
 	for _, a := range attempts {
-		if a.outcome == "frozen" || a.outcome == "delayed" {
+		if a.outcome == OutcomeFrozen || a.outcome == OutcomeDelayed {
 			fmt.Fprintf(w, `<text x="%.1f" y="%d" fill="#333"><title>%s froze holding token %s</title>❄</text>`+"\n", x(a.at)-4, y(a.part)+15, html.EscapeString(a.worker), a.token)
 			continue
 		}

@@ -20,21 +20,29 @@ type Verdict struct {
 	Duplicated int64 // records applied more than once (excess on keys with too many)
 	Disorder   int64 // applies that were not the key's next sequence number
 
-	Batches         int64 // committed batches in the applied log
-	StaleCommits    int64 // committed batches whose token is lower than one committed before them on the partition
-	OverlapBatches  int64 // committed batches whose offsets overlap a batch committed before them
-	Attempts        map[string]int64
-	ZombieAttempts  int64 // attempts made by a writer that had been frozen past its session timeout
-	ZombieRefused   int64 // of those, refused by the fence as stale
-	ZombieAborted   int64 // of those, failed otherwise (a held transaction ended by the database)
-	ZombieCommitted int64 // of those, committed (a lock let a zombie write)
-	Recoveries      int64 // recorded era advances after an epoch regression (fenced mode)
+	Batches         int64            // committed batches in the applied log
+	StaleCommits    int64            // committed batches whose token is lower than one committed before them on the partition
+	OverlapBatches  int64            // committed batches whose offsets overlap a batch committed before them
+	Attempts        map[string]int64 // write attempts by outcome (the Outcome* constants)
+	Errors          []ErrorGroup     // the attempts with outcome error, by cause, most frequent first
+	ZombieAttempts  int64            // attempts made by a writer that had been frozen past its session timeout
+	ZombieRefused   int64            // of those, refused by the fence as stale
+	ZombieAborted   int64            // of those, failed otherwise (a held transaction ended by the database)
+	ZombieCommitted int64            // of those, committed (a lock let a zombie write)
+	Recoveries      int64            // recorded era advances after an epoch regression (fenced mode)
 
 	CommandsExpected   int64 // commands the workload sent through the outbox (0: none)
 	CommandsApplied    int64 // commands the receiver applied through the inbox
 	CommandsMissing    int64 // expected commands never applied
 	CommandsDuplicated int64 // commands applied more than once
 	CommandsDisorder   int64 // commands applied after a later command of the same key
+}
+
+// ErrorGroup is the write attempts that failed with an error of one cause.
+type ErrorGroup struct {
+	Cause   string // Cause*; "postgres" with a SQLSTATE
+	Count   int64
+	Example string // one of the attempts' error messages
 }
 
 // OK reports whether every data invariant holds: nothing lost, nothing applied twice, every
@@ -179,18 +187,30 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 			return v, err
 		}
 	}
-	rows, err = db.Query(ctx, `SELECT outcome, zombie FROM chaos_attempts`)
+	rows, err = db.Query(ctx, `SELECT outcome, cause, zombie, detail FROM chaos_attempts ORDER BY id`)
 	if err != nil {
 		return v, fmt.Errorf("chaos: check attempts: %w", err)
 	}
+	errs := map[string]*ErrorGroup{}
 	for rows.Next() {
-		var outcome string
+		var outcome, cause, detail string
 		var zombie bool
-		if err := rows.Scan(&outcome, &zombie); err != nil {
+		if err := rows.Scan(&outcome, &cause, &zombie, &detail); err != nil {
 			rows.Close()
 			return v, err
 		}
 		v.Attempts[outcome]++
+		if outcome == OutcomeError {
+			if cause == "" {
+				cause = CauseOther
+			}
+			g := errs[cause]
+			if g == nil {
+				g = &ErrorGroup{Cause: cause, Example: detail}
+				errs[cause] = g
+			}
+			g.Count++
+		}
 		if zombie {
 			v.ZombieAttempts++
 			switch outcome {
@@ -204,6 +224,13 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 		}
 	}
 	rows.Close()
+	for _, g := range errs {
+		v.Errors = append(v.Errors, *g)
+	}
+	sort.Slice(v.Errors, func(i, j int) bool {
+		a, b := v.Errors[i], v.Errors[j]
+		return a.Count > b.Count || a.Count == b.Count && a.Cause < b.Cause
+	})
 	return v, rows.Err()
 }
 
@@ -213,6 +240,10 @@ const (
 	OutcomeStale     = "stale"
 	OutcomeDuplicate = "duplicate"
 	OutcomeError     = "error"
+	// Not write outcomes but markers a freeze fault logs before the held write: the worker
+	// froze before it (frozen) or inside its transaction, before the commit (delayed).
+	OutcomeFrozen  = "frozen"
+	OutcomeDelayed = "delayed"
 )
 
 // AttemptKinds lists the outcomes in a stable order, for reports.

@@ -18,10 +18,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/batonhq/baton/chaos"
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/internal/redislock"
 	"github.com/batonhq/baton/internal/testenv"
 )
@@ -79,7 +79,7 @@ func freezesBit(res *chaos.Result) int {
 func TestScenario2ClockJump(t *testing.T) {
 	t.Run("rules-read-no-clock", func(t *testing.T) {
 		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, filepath.Join("..", "fence", "fence.go"), nil, 0)
+		f, err := parser.ParseFile(fset, filepath.Join("..", "..", "fence", "fence.go"), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

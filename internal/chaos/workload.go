@@ -168,6 +168,7 @@ CREATE TABLE IF NOT EXISTS chaos_attempts (
 	first_off BIGINT NOT NULL,
 	last_off BIGINT NOT NULL,
 	outcome TEXT NOT NULL,
+	cause TEXT NOT NULL DEFAULT '',
 	zombie BOOLEAN NOT NULL,
 	detail TEXT NOT NULL,
 	at_ms BIGINT NOT NULL

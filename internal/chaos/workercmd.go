@@ -1,0 +1,170 @@
+package chaos
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/outbox/pgoutbox"
+	"github.com/batonhq/baton/outbox/sqliteoutbox"
+)
+
+// The worker process's command line is a contract between the harness, which builds it
+// (workerArgs.argv), and the worker, which parses it (workerArgs.flags): both live in this file
+// so they cannot drift, and TestWorkerArgvRoundTrip proves one parses back what the other built.
+
+// WorkerCommand is the command name under which Config.Binary runs a worker: the harness
+// starts 'Binary WorkerCommand -flag value...', and that program hands the flags to RunWorker.
+const WorkerCommand = "worker"
+
+// workerArgs is everything the harness tells a worker process.
+type workerArgs struct {
+	ID             string
+	Mode           Mode
+	Brokers        []string
+	Group, Topic   string
+	SessionTimeout time.Duration
+	PostgresURL    string // exactly one of PostgresURL and SQLitePath
+	SQLitePath     string
+	RedisAddr      string // lock mode
+	CommandsTopic  string // fenced mode: the topic commands go to through the outbox ("" for none)
+	CommandEvery   int
+}
+
+// flags defines the worker's flags on fs, parsed into a.
+func (a *workerArgs) flags(fs *flag.FlagSet) {
+	fs.StringVar(&a.ID, "id", "", "worker id")
+	fs.Func("mode", "fenced, unfenced or lock (default fenced)", func(s string) error {
+		m, err := ParseMode(s)
+		a.Mode = m
+		return err
+	})
+	fs.Func("brokers", "Kafka seed brokers, comma-separated", func(s string) error {
+		a.Brokers = strings.Split(s, ",")
+		return nil
+	})
+	fs.StringVar(&a.Group, "group", "", "consumer group")
+	fs.StringVar(&a.Topic, "topic", "", "topic")
+	fs.StringVar(&a.PostgresURL, "postgres", "", "PostgreSQL URL")
+	fs.StringVar(&a.SQLitePath, "sqlite", "", "SQLite file")
+	fs.StringVar(&a.RedisAddr, "redis", "", "Redis address (lock mode)")
+	fs.DurationVar(&a.SessionTimeout, "session-timeout", 3*time.Second, "Kafka session timeout")
+	fs.StringVar(&a.CommandsTopic, "commands", "", "topic for commands sent through the outbox (fenced mode)")
+	fs.IntVar(&a.CommandEvery, "command-every", 0, "send a command for every record whose sequence is a multiple of this")
+}
+
+// argv is the worker's command line for a, after WorkerCommand.
+func (a workerArgs) argv() []string {
+	args := []string{"-id", a.ID, "-mode", string(a.Mode), "-brokers", strings.Join(a.Brokers, ","),
+		"-group", a.Group, "-topic", a.Topic, "-session-timeout", a.SessionTimeout.String()}
+	if a.PostgresURL != "" {
+		args = append(args, "-postgres", a.PostgresURL)
+	}
+	if a.SQLitePath != "" {
+		args = append(args, "-sqlite", a.SQLitePath)
+	}
+	if a.RedisAddr != "" {
+		args = append(args, "-redis", a.RedisAddr)
+	}
+	if a.CommandsTopic != "" {
+		args = append(args, "-commands", a.CommandsTopic, "-command-every", strconv.Itoa(a.CommandEvery))
+	}
+	return args
+}
+
+// parseWorkerArgs parses a worker's command line (without WorkerCommand), printing flag errors
+// and usage to out. It returns flag.ErrHelp for -h, and errors wrapping ErrUsage otherwise.
+func parseWorkerArgs(args []string, out io.Writer) (workerArgs, error) {
+	a := workerArgs{Mode: Fenced}
+	fs := flag.NewFlagSet(WorkerCommand, flag.ContinueOnError)
+	fs.SetOutput(out)
+	a.flags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return a, err
+		}
+		return a, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return a, fmt.Errorf("%w: unexpected arguments %q", ErrUsage, fs.Args())
+	}
+	if (a.PostgresURL == "") == (a.SQLitePath == "") {
+		return a, fmt.Errorf("%w: give exactly one of -postgres and -sqlite", ErrUsage)
+	}
+	return a, nil
+}
+
+// RunWorker runs one worker process, as the harness started it: args are the flags after
+// WorkerCommand. It returns nil when ctx ends (the harness sends SIGTERM); flag.ErrHelp after
+// printing the flags to stderr for -h; and an error wrapping ErrUsage for a command line it
+// cannot run (the flag package prints its own errors with the flags).
+func RunWorker(ctx context.Context, args []string) error {
+	a, err := parseWorkerArgs(args, os.Stderr)
+	if err != nil {
+		return err
+	}
+	cfg := WorkerConfig{
+		ID: a.ID, Mode: a.Mode, Brokers: a.Brokers, Group: a.Group, Topic: a.Topic,
+		SessionTimeout: a.SessionTimeout, RedisAddr: a.RedisAddr,
+		CommandsTopic: a.CommandsTopic, CommandEvery: a.CommandEvery,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", a.ID),
+	}
+	if a.SQLitePath != "" {
+		store, err := sqlitefence.Open(a.SQLitePath)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		db := SQLDB(store.DB())
+		if cfg.Mode != Fenced {
+			return RunBaseline(ctx, cfg, db)
+		}
+		box, err := sqliteoutbox.New(ctx, store.DB())
+		if err != nil {
+			return err
+		}
+		return RunFenced[*sql.Tx](ctx, cfg, store, SQLTx, db, box)
+	}
+	pcfg, err := pgxpool.ParseConfig(a.PostgresURL)
+	if err != nil {
+		return err
+	}
+	// A transaction held open by a frozen process keeps the fence row locked and so blocks the
+	// takeover; the database ends it after this long (DESIGN.md).
+	timeout := cfg.SessionTimeout
+	if timeout <= 0 {
+		timeout = 3 * time.Second
+	}
+	pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt((2 * timeout).Milliseconds(), 10)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	db := PgDB(pool)
+	if cfg.Mode != Fenced {
+		return RunBaseline(ctx, cfg, db)
+	}
+	store, err := pgfence.New(pool)
+	if err != nil {
+		return err
+	}
+	box, err := pgoutbox.New(pool) // tables created by whoever started the run
+	if err != nil {
+		return err
+	}
+	return RunFenced[pgx.Tx](ctx, cfg, store, PgTx, db, box)
+}
