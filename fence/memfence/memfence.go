@@ -2,6 +2,7 @@ package memfence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -16,17 +17,21 @@ var (
 	_ fence.KeyedSink[*Tx] = (*Store)(nil)
 )
 
-// Option configures a [Store].
-type Option func(*Store) error
+// Option configures a [Store]. Invalid values make [New] fail.
+type Option func(*config) error
+
+type config struct {
+	now func() time.Time
+}
 
 // Clock sets the clock that stamps [fence.Recovery.At]. The default is time.Now. The time is
 // informational only; no decision of the store depends on it.
 func Clock(now func() time.Time) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if now == nil {
-			return fmt.Errorf("%w: nil clock", fence.ErrInvalid)
+			return fmt.Errorf("%w: memfence: nil clock", fence.ErrInvalid)
 		}
-		s.now = now
+		c.now = now
 		return nil
 	}
 }
@@ -59,22 +64,31 @@ type keyLock struct {
 	refs int           // holders and waiters; the entry is removed when it drops to zero
 }
 
-// New returns an empty store.
+// New returns an empty store. A nil option or an invalid value fails with an error wrapping
+// fence.ErrInvalid; every problem is reported, joined with errors.Join.
 func New(opts ...Option) (*Store, error) {
-	s := &Store{
-		now:        time.Now,
+	c := config{now: time.Now}
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: memfence: option %d is nil", fence.ErrInvalid, i))
+			continue
+		}
+		if err := o(&c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Store{
+		now:        c.now,
 		fences:     map[fence.Key]fence.State{},
 		recoveries: map[fence.Key][]fence.Recovery{},
 		entities:   map[entity]admission{},
 		data:       map[string][]byte{},
 		locks:      map[any]*keyLock{},
-	}
-	for _, o := range opts {
-		if err := o(s); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
+	}, nil
 }
 
 // acquire waits for the lock of name, or until ctx ends.

@@ -37,22 +37,24 @@ type config struct {
 	table, recoveries, keyed string
 }
 
-// Option configures a [Store].
-type Option func(*config)
+// Option configures a [Store]. Invalid values make [New] fail.
+type Option func(*config) error
 
 // Table sets the fence table, "name" or "schema.name" (default "baton_fences", resolved through
 // the connection's search_path). The recoveries and keyed tables default to this name with
 // "_recoveries" and "_keyed" appended. Names must match [A-Za-z_][A-Za-z0-9_]* per part, at
 // most 63 bytes; they are always quoted, so they are case-sensitive.
-func Table(name string) Option { return func(c *config) { c.table = name } }
+func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
 
 // RecoveriesTable sets the table recording recoveries (default: the fence table's name
 // followed by "_recoveries").
-func RecoveriesTable(name string) Option { return func(c *config) { c.recoveries = name } }
+func RecoveriesTable(name string) Option {
+	return func(c *config) error { c.recoveries = name; return nil }
+}
 
 // KeyedTable sets the table of per-entity fences used by Admit (default: the fence table's
 // name followed by "_keyed").
-func KeyedTable(name string) Option { return func(c *config) { c.keyed = name } }
+func KeyedTable(name string) Option { return func(c *config) error { c.keyed = name; return nil } }
 
 // Store is a fenced sink in PostgreSQL: a fence table next to the caller's data, checked and
 // advanced in the caller's transaction. It is safe for concurrent use when its DB is.
@@ -73,15 +75,22 @@ var (
 var schemaSQL string
 
 // New returns a Store on db. It does no I/O: call [Store.Migrate] to create the tables (or
-// create them yourself from [Store.Schema]). An invalid table name fails with an error wrapping
-// fence.ErrInvalid.
+// create them yourself from [Store.Schema]). A nil option or an invalid table name fails with
+// an error wrapping fence.ErrInvalid; every problem is reported, joined with errors.Join.
 func New(db DB, opts ...Option) (*Store, error) {
+	var errs []error
 	if db == nil {
-		return nil, fmt.Errorf("%w: pgfence: nil DB", fence.ErrInvalid)
+		errs = append(errs, fmt.Errorf("%w: pgfence: nil DB", fence.ErrInvalid))
 	}
 	c := config{table: DefaultTable}
-	for _, o := range opts {
-		o(&c)
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: pgfence: option %d is nil", fence.ErrInvalid, i))
+			continue
+		}
+		if err := o(&c); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.recoveries == "" {
 		c.recoveries = c.table + recoveriesSuffix
@@ -93,12 +102,15 @@ func New(db DB, opts ...Option) (*Store, error) {
 		{"table", c.table}, {"recoveries table", c.recoveries}, {"keyed table", c.keyed},
 	} {
 		if err := sqlident.Validate(n.name); err != nil {
-			return nil, fmt.Errorf("%w: pgfence: %s: %w", fence.ErrInvalid, n.what, err)
+			errs = append(errs, fmt.Errorf("%w: pgfence: %s: %w", fence.ErrInvalid, n.what, err))
 		}
 	}
 	if c.table == c.recoveries || c.table == c.keyed || c.recoveries == c.keyed {
-		return nil, fmt.Errorf("%w: pgfence: the fence, recoveries and keyed tables must differ (%q, %q, %q)",
-			fence.ErrInvalid, c.table, c.recoveries, c.keyed)
+		errs = append(errs, fmt.Errorf("%w: pgfence: the fence, recoveries and keyed tables must differ (%q, %q, %q)",
+			fence.ErrInvalid, c.table, c.recoveries, c.keyed))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	f, r, k := sqlident.Quote(c.table), sqlident.Quote(c.recoveries), sqlident.Quote(c.keyed)
 	s := &Store{

@@ -1,6 +1,7 @@
 package sqlitefence
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -95,13 +96,15 @@ func Sync(s Synchronous) Option {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{table: DefaultTable, busyTimeout: DefaultBusyTimeout, sync: SyncFull}
-	for _, o := range opts {
+	var errs []error
+	for i, o := range opts {
 		if o == nil {
-			return c, fmt.Errorf("%w: nil option", fence.ErrInvalid)
+			errs = append(errs, fmt.Errorf("%w: sqlitefence: option %d is nil", fence.ErrInvalid, i))
+			continue
 		}
 		if err := o(&c); err != nil {
-			return c, err
+			errs = append(errs, err)
 		}
 	}
-	return c, nil
+	return c, errors.Join(errs...)
 }

@@ -59,11 +59,11 @@ var (
 // a URI; ":memory:" is refused, since every pooled connection would get its own database.
 func Open(path string, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
+	if path == "" || path == ":memory:" {
+		err = errors.Join(fmt.Errorf("%w: Open needs a database file path, got %q", fence.ErrInvalid, path), err)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if path == "" || path == ":memory:" {
-		return nil, fmt.Errorf("%w: Open needs a database file path, got %q", fence.ErrInvalid, path)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -128,18 +128,19 @@ func dsn(abs string, cfg config) string {
 // within [BusyTimeout]. Transactions the caller begins are the caller's: one that reads before
 // its first write may fail with SQLITE_BUSY when it upgrades to the write lock.
 func New(db *sql.DB, opts ...Option) (*Store, error) {
+	var errs []error
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalid)
-	}
-	if _, ok := db.Driver().(*sqlite.Driver); !ok {
-		return nil, fmt.Errorf("%w: the *sql.DB uses driver %T; sqlitefence needs modernc.org/sqlite", fence.ErrInvalid, db.Driver())
+		errs = append(errs, fmt.Errorf("%w: sqlitefence: nil *sql.DB", fence.ErrInvalid))
+	} else if _, ok := db.Driver().(*sqlite.Driver); !ok {
+		errs = append(errs, fmt.Errorf("%w: the *sql.DB uses driver %T; sqlitefence needs modernc.org/sqlite", fence.ErrInvalid, db.Driver()))
 	}
 	cfg, err := newConfig(opts)
-	if err != nil {
-		return nil, err
-	}
+	errs = append(errs, err)
 	if cfg.syncSet {
-		return nil, fmt.Errorf("%w: the Sync option applies to Open only; New leaves the caller's settings alone", fence.ErrInvalid)
+		errs = append(errs, fmt.Errorf("%w: the Sync option applies to Open only; New leaves the caller's settings alone", fence.ErrInvalid))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return newStore(db, false, cfg)
 }

@@ -94,23 +94,28 @@ var schemaSQL string
 // New returns a store; call [Store.Migrate] once to create its tables. The fence table is
 // pgfence's and is not created here. Invalid names fail with [outbox.ErrInvalid].
 func New(db DB, opts ...Option) (*Store, error) {
+	var errs []error
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil DB", outbox.ErrInvalid)
+		errs = append(errs, fmt.Errorf("%w: pgoutbox: nil DB", outbox.ErrInvalid))
 	}
 	c := config{table: DefaultTable, fences: DefaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", outbox.ErrInvalid)
+			errs = append(errs, fmt.Errorf("%w: pgoutbox: option %d is nil", outbox.ErrInvalid, i))
+			continue
 		}
 		if err := o(&c); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 	}
 	cursors := c.table + cursorsSuffix
 	for _, n := range []string{c.table, cursors, c.fences} {
 		if err := sqlident.Validate(n); err != nil {
-			return nil, fmt.Errorf("%w: table name: %w", outbox.ErrInvalid, err)
+			errs = append(errs, fmt.Errorf("%w: pgoutbox: table name: %w", outbox.ErrInvalid, err))
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockName: "baton/pgoutbox/migrate/" + c.table}
 	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(c.fences))

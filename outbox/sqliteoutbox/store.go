@@ -78,23 +78,28 @@ var schemaSQL string
 // New returns a store over db (opened with modernc.org/sqlite, e.g. sqlitefence.Store.DB())
 // and creates its tables if they do not exist.
 func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
+	var errs []error
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil DB", outbox.ErrInvalid)
+		errs = append(errs, fmt.Errorf("%w: sqliteoutbox: nil DB", outbox.ErrInvalid))
 	}
 	c := config{table: DefaultTable, fences: DefaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", outbox.ErrInvalid)
+			errs = append(errs, fmt.Errorf("%w: sqliteoutbox: option %d is nil", outbox.ErrInvalid, i))
+			continue
 		}
 		if err := o(&c); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 	}
 	cursors := c.table + cursorsSuffix
 	for _, n := range []string{c.table, cursors, c.fences} {
 		if err := sqlident.Validate(n); err != nil {
-			return nil, fmt.Errorf("%w: table name: %w", outbox.ErrInvalid, err)
+			errs = append(errs, fmt.Errorf("%w: sqliteoutbox: table name: %w", outbox.ErrInvalid, err))
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	r := strings.NewReplacer("{{outbox}}", sqlident.Quote(c.table), "{{cursors}}", sqlident.Quote(cursors), "{{fences}}", sqlident.Quote(c.fences))
 	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop}
