@@ -73,7 +73,7 @@
 //
 // # Tables
 //
-// [Table] names the fence table (default "baton_fence"); the store also creates
-// name_recovery, name_recovery_idx and name_keyed. The schema (schema.sql, embedded) is created
+// [Table] names the fence table (default "baton_fences", as in pgfence); the store also creates
+// name_recoveries, name_recoveries_idx and name_keyed (pgfence's names, plus the index). The schema (schema.sql, embedded) is created
 // with IF NOT EXISTS at every [Open] and [New].
 package sqlitefence

@@ -151,8 +151,8 @@ func TestTableNames(t *testing.T) {
 	for _, name := range []string{
 		``, `x"; DROP TABLE victim; --`, `victim; DROP TABLE victim`, `a b`, `1abc`, `a-b`, `a.b.c`,
 		`"quoted"`, `tab` + "\x00", `naïve`, `main.`, `.t`,
-		// 51 bytes: the name fits, but name+"_recovery_idx" is 64 bytes.
-		"a123456789012345678901234567890123456789012345678901"[:51],
+		// 49 bytes: the name fits, but name+"_recoveries_idx" is 64 bytes.
+		"a123456789012345678901234567890123456789012345678901"[:49],
 	} {
 		if _, err := New(db, Table(name)); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("Table(%q): err = %v, want ErrInvalid", name, err)
@@ -165,7 +165,7 @@ func TestTableNames(t *testing.T) {
 	// Valid names, reserved words and mixed case included, are quoted and kept apart.
 	ctx := t.Context()
 	stores := map[string]*Store{}
-	for i, name := range []string{"select", "Mixed_Case", "main.qualified", "a12345678901234567890123456789012345678901234567890"[:50]} {
+	for i, name := range []string{"select", "Mixed_Case", "main.qualified", "a12345678901234567890123456789012345678901234567890"[:48]} {
 		s, err := New(db, Table(name))
 		if err != nil {
 			t.Fatalf("Table(%q): %v", name, err)
@@ -176,7 +176,7 @@ func TestTableNames(t *testing.T) {
 		stores[name] = s
 	}
 	got := tableNames(t, db)
-	for _, want := range []string{"select", "select_recovery", "select_recovery_idx", "select_keyed", "Mixed_Case", "qualified", "qualified_recovery_idx"} {
+	for _, want := range []string{"select", "select_recoveries", "select_recoveries_idx", "select_keyed", "Mixed_Case", "qualified", "qualified_recoveries_idx"} {
 		if !got[want] {
 			t.Errorf("table or index %q missing; have %v", want, got)
 		}

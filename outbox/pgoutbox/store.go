@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
@@ -29,7 +30,7 @@ type DB interface {
 // Defaults.
 const (
 	DefaultTable      = "baton_outbox"
-	DefaultFenceTable = "baton_fences" // pgfence.DefaultTable
+	DefaultFenceTable = pgfence.DefaultTable
 	cursorsSuffix     = "_cursors"
 )
 

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
 )
@@ -19,7 +20,7 @@ import (
 // Defaults.
 const (
 	DefaultTable      = "baton_outbox"
-	DefaultFenceTable = "baton_fence" // sqlitefence.DefaultTable
+	DefaultFenceTable = sqlitefence.DefaultTable
 	cursorsSuffix     = "_cursors"
 )
 
