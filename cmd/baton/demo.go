@@ -105,7 +105,9 @@ func demo(ctx context.Context, args []string) error {
 		if err := chaos.Migrate(ctx, db); err != nil {
 			return err
 		}
-		if _, err := sqliteoutbox.New(ctx, store.DB()); err != nil { // creates the outbox tables
+		if box, err := sqliteoutbox.New(store.DB()); err != nil {
+			return err
+		} else if err := box.Migrate(ctx); err != nil { // creates the outbox tables
 			return err
 		}
 		cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {

@@ -86,7 +86,10 @@ func worker(ctx context.Context, args []string) error {
 		if m != chaos.Fenced {
 			return chaos.RunBaseline(ctx, cfg, db)
 		}
-		box, err := sqliteoutbox.New(ctx, store.DB())
+		box, err := sqliteoutbox.New(store.DB())
+		if err == nil {
+			err = box.Migrate(ctx)
+		}
 		if err != nil {
 			return err
 		}

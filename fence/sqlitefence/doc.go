@@ -74,6 +74,10 @@
 // # Tables
 //
 // [Table] names the fence table (default "baton_fences", as in pgfence); the store also creates
-// name_recoveries, name_recoveries_idx and name_keyed (pgfence's names, plus the index). The schema (schema.sql, embedded) is created
-// with IF NOT EXISTS at every [Open] and [New].
+// name_recoveries, name_recoveries_idx and name_keyed (pgfence's names, plus the index).
+//
+// As in pgfence, [New] does no I/O: [Store.Migrate] creates the tables (CREATE ... IF NOT
+// EXISTS, idempotent, in one write transaction), and [Store.Schema] returns the same DDL for
+// deployments that own their migrations. [Open], which opens a file the store owns, runs
+// Migrate itself.
 package sqlitefence

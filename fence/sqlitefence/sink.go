@@ -108,7 +108,8 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 }
 
 // Advance implements [fence.Sink]: the check-and-advance of Apply inside tx, which the caller
-// began on [Store.DB] (a transaction of another *sql.DB is refused) and must roll back on any
+// began on [Store.DB] (a transaction of another *sql.DB is refused once the store's statements
+// are prepared, as they are after [Store.Migrate]) and must roll back on any
 // error. Its conditional UPDATE is a write, so from here on tx holds SQLite's write lock until
 // it ends. It fails like Apply; a busy error (the lock was not had within the connection's
 // busy_timeout, or a DEFERRED tx that had already read could not upgrade) is wrapped in
@@ -124,7 +125,8 @@ func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 }
 
 func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, position int64) error {
-	res, err := tx.StmtContext(ctx, s.advanceStmt).ExecContext(ctx, k.Group, k.Topic, k.Partition, t.Era, t.Epoch, position)
+	res, err := s.stmts.exec(ctx, s.db, s.q, tx, func(p *preparedStmts) *sql.Stmt { return p.advance }, s.q.advanceUpdate,
+		k.Group, k.Topic, k.Partition, t.Era, t.Epoch, position)
 	n, err := affected(res, err)
 	if err != nil || n == 1 {
 		return err
@@ -221,7 +223,8 @@ func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence
 	if tx == nil {
 		return 0, fmt.Errorf("%w: nil transaction", fence.ErrInvalid)
 	}
-	res, err := tx.StmtContext(ctx, s.admitStmt).ExecContext(ctx, scope, id, t.Era, t.Epoch, seq)
+	res, err := s.stmts.exec(ctx, s.db, s.q, tx, func(p *preparedStmts) *sql.Stmt { return p.admit }, s.q.admit,
+		scope, id, t.Era, t.Epoch, seq)
 	n, err := affected(res, err)
 	if err != nil {
 		return 0, wrapBusy(err)

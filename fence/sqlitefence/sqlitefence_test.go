@@ -170,6 +170,9 @@ func TestTableNames(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Table(%q): %v", name, err)
 		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("Table(%q): migrate: %v", name, err)
+		}
 		if _, err := s.Claim(ctx, key1, tok(0, int64(i+1))); err != nil {
 			t.Fatalf("Table(%q): claim: %v", name, err)
 		}
@@ -514,6 +517,9 @@ func TestForeignTransactionRefused(t *testing.T) {
 	}
 	defer otherStore.Close()
 	ctx := t.Context()
+	if err := otherStore.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := other.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,7 @@ type Store struct {
 	db       *sql.DB
 	maxBytes int
 	prop     propagation.TextMapPropagator
+	schema   string
 
 	allocSQL, insertSQL, fenceSQL, pendingSQL, markSQL, backlogSQL, cleanupSQL string
 }
@@ -76,9 +77,12 @@ var _ outbox.Store = (*Store)(nil)
 //go:embed schema.sql
 var schemaSQL string
 
-// New returns a store over db (opened with modernc.org/sqlite, e.g. sqlitefence.Store.DB())
-// and creates its tables if they do not exist.
-func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
+// New returns a store over db (opened with modernc.org/sqlite, e.g. sqlitefence.Store.DB()).
+// It does no I/O: call [Store.Migrate] to create the tables (or create them yourself from
+// [Store.Schema]). The fence table is sqlitefence's and is not created here. A nil option or an
+// invalid value fails with [outbox.ErrInvalid]; every problem is reported, joined with
+// errors.Join.
+func New(db *sql.DB, opts ...Option) (*Store, error) {
 	var errs []error
 	if db == nil {
 		errs = append(errs, fmt.Errorf("%w: sqliteoutbox: nil DB", outbox.ErrInvalid))
@@ -103,7 +107,7 @@ func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	r := strings.NewReplacer("{{outbox}}", sqlident.Quote(c.table), "{{cursors}}", sqlident.Quote(cursors), "{{fences}}", sqlident.Quote(c.fences))
-	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop}
+	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, schema: r.Replace(schemaSQL)}
 	const holds = `EXISTS (SELECT 1 FROM {{fences}} f WHERE f.grp = ?1 AND f.topic = ?2 AND f.partition = ?3 AND f.era = ?4 AND f.epoch = ?5)`
 	s.allocSQL = r.Replace(`INSERT INTO {{cursors}} AS c (grp, topic, partition, last_seq)
 SELECT ?1, ?2, ?3, ?6 WHERE ` + holds + `
@@ -127,10 +131,29 @@ RETURNING last_seq - delivered_seq`)
 	s.backlogSQL = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE grp = ? AND topic = ? AND partition = ?`)
 	s.cleanupSQL = r.Replace(`DELETE FROM {{outbox}} WHERE created_ns < ?1 AND seq <= (SELECT c.delivered_seq FROM {{cursors}} c
     WHERE c.grp = {{outbox}}.grp AND c.topic = {{outbox}}.topic AND c.partition = {{outbox}}.partition)`)
-	if _, err := db.ExecContext(ctx, r.Replace(schemaSQL)); err != nil {
-		return nil, fmt.Errorf("sqliteoutbox: creating tables: %w", err)
-	}
 	return s, nil
+}
+
+// Schema returns the DDL Migrate runs, with the configured table names, for users who manage
+// migrations with their own tools.
+func (s *Store) Schema() string { return s.schema }
+
+// Migrate creates the outbox tables if they do not exist. It is idempotent and safe to call
+// concurrently, from several processes too: the DDL runs in one write transaction, which
+// SQLite serializes under its write lock.
+func (s *Store) Migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqliteoutbox: migrate: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after a commit
+	if _, err := tx.ExecContext(ctx, s.schema); err != nil {
+		return fmt.Errorf("sqliteoutbox: migrate: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqliteoutbox: migrate: commit: %w", err)
+	}
+	return nil
 }
 
 // Append adds msgs to src's outbox inside the caller's transaction tx, after the fence Advance
