@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/fencestore"
 )
 
 var (
@@ -147,13 +148,13 @@ func (s *Store) withKey(ctx context.Context, k fence.Key, fn func() error) error
 
 // Claim implements [fence.Sink.Claim]. It waits for a transaction that holds k.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	if err := fence.ValidateClaim(k, t); err != nil {
+	if err := fencestore.ValidateClaim(k, t); err != nil {
 		return fence.State{}, err
 	}
 	var st fence.State
 	err := s.withKey(ctx, k, func() error {
 		st = s.state(k)
-		if err := fence.CheckClaim(k, st, t); err != nil {
+		if err := fencestore.CheckClaim(k, st, t); err != nil {
 			return err
 		}
 		st.Token = t
@@ -202,7 +203,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 	if err := s.checkTx(tx); err != nil {
 		return err
 	}
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	if err := tx.lock(ctx, k); err != nil {
@@ -214,7 +215,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 		st = s.state(k)
 		s.mu.Unlock()
 	}
-	if err := fence.CheckAdvance(k, st, t, position); err != nil {
+	if err := fencestore.CheckAdvance(k, st, t, position); err != nil {
 		return err
 	}
 	tx.fences[k] = fence.State{Token: t, Position: position}
@@ -223,7 +224,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 
 // Recover implements [fence.Sink.Recover].
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
-	if err := fence.ValidateRecover(k, expected, epoch, reason); err != nil {
+	if err := fencestore.ValidateRecover(k, expected, epoch, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -262,7 +263,7 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 	if err := s.checkTx(tx); err != nil {
 		return 0, err
 	}
-	if err := fence.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	e := entity{scope, id}
@@ -275,7 +276,7 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 		a, found = s.entities[e]
 		s.mu.Unlock()
 	}
-	v := fence.CheckAdmit(a.token, a.seq, found, t, seq)
+	v := fencestore.CheckAdmit(a.token, a.seq, found, t, seq)
 	if v == fence.Admitted {
 		tx.admits[e] = admission{token: t, seq: seq}
 	}

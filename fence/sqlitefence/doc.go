@@ -10,10 +10,10 @@
 // transaction as the caller's writes, so a write under a lower token can never commit after a
 // higher one was accepted, and the data never gets ahead of or behind its fence. When the
 // conditional write matches no row, the store reads the row inside the same transaction and
-// classifies the refusal with the shared rules ([fence.CheckClaim], [fence.CheckAdvance],
-// [fence.CheckAdmit]), so SQLite agrees with every other sink about what is stale, duplicate
-// or invalid. [Store.Recover] is a compare-and-set recorded in a recoveries table in the same
-// transaction.
+// classifies the refusal with the shared rules ([fencestore.CheckClaim],
+// [fencestore.CheckAdvance], [fencestore.CheckAdmit]), so SQLite agrees with every other sink
+// about what is stale, duplicate or invalid. [Store.Recover] is a compare-and-set recorded in
+// a recoveries table in the same transaction.
 //
 // # One writer at a time
 //

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/fencestore"
 )
 
 // errBroken reports a fence row that changed between a failed conditional write and the read
@@ -20,7 +21,7 @@ var errBroken = errors.New("sqlitefence: conditional write affected no row, yet 
 // higher, with [fence.ErrInvalid] if t is of a later era than the stored token, and with
 // [ErrBusy] if the write lock stayed busy past the busy timeout.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	if err := fence.ValidateClaim(k, t); err != nil {
+	if err := fencestore.ValidateClaim(k, t); err != nil {
 		return fence.State{}, err
 	}
 	var st fence.State
@@ -56,7 +57,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Toke
 	if err != nil {
 		return fence.State{}, err
 	}
-	if err := fence.CheckClaim(k, cur, t); err != nil {
+	if err := fencestore.CheckClaim(k, cur, t); err != nil {
 		return fence.State{}, err
 	}
 	return fence.State{}, fmt.Errorf("%w: claim %s with %s, stored %s", errBroken, k, t, cur.Token)
@@ -92,7 +93,7 @@ func (s *Store) loadTx(ctx context.Context, q querier, k fence.Key) (fence.State
 // with fn's error, or with [ErrBusy]; in each case nothing is committed. SQLITE_BUSY before fn
 // runs is retried within the busy timeout; fn is never run twice by one Apply.
 func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -115,7 +116,7 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 // busy_timeout, or a DEFERRED tx that had already read could not upgrade) is wrapped in
 // [ErrBusy] and cannot be retried inside tx.
 func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, position int64) error {
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	if tx == nil {
@@ -142,7 +143,7 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 	if err != nil {
 		return err
 	}
-	if err := fence.CheckAdvance(k, cur, t, position); err != nil {
+	if err := fencestore.CheckAdvance(k, cur, t, position); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: advance %s to %s at %d, stored %s at %d", errBroken, k, t, position, cur.Token, cur.Position)
@@ -153,7 +154,7 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 // [fence.Recovery] in the same transaction and returns the new token. Otherwise it fails with
 // [fence.ErrConflict] and changes nothing.
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
-	if err := fence.ValidateRecover(k, expected, epoch, reason); err != nil {
+	if err := fencestore.ValidateRecover(k, expected, epoch, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -217,7 +218,7 @@ func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, 
 // what is stored and returns [fence.Admitted]; otherwise it stores nothing and returns
 // [fence.Stale] (lower token) or [fence.Duplicate] (same token, sequence not higher).
 func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	if err := fence.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	if tx == nil {
@@ -238,7 +239,7 @@ func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence
 	if err != nil {
 		return 0, wrapBusy(err)
 	}
-	v := fence.CheckAdmit(stored, storedSeq, true, t, seq)
+	v := fencestore.CheckAdmit(stored, storedSeq, true, t, seq)
 	if v == fence.Admitted {
 		return 0, fmt.Errorf("%w: admit %s/%s at %s/%d, stored %s/%d", errBroken, scope, id, t, seq, stored, storedSeq)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxstore"
 )
 
 // DB is what a Store needs outside the caller's transactions: *pgxpool.Pool fits.
@@ -246,7 +247,7 @@ func (s *Store) QueueAppend(ctx context.Context, b *pgx.Batch, src fence.Key, to
 
 // appendArgs validates msgs and builds the append statement's arguments; nil for no messages.
 func (s *Store) appendArgs(ctx context.Context, src fence.Key, tok fence.Token, msgs []outbox.Message) ([]any, error) {
-	if err := outbox.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
+	if err := outboxstore.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
 		return nil, err
 	}
 	if len(msgs) == 0 {
@@ -259,9 +260,9 @@ func (s *Store) appendArgs(ctx context.Context, src fence.Key, tok fence.Token, 
 	ids := make([]string, len(msgs))
 	for i := range msgs {
 		topics[i], keys[i], values[i], ids[i] = msgs[i].Topic, msgs[i].Key, msgs[i].Value, msgs[i].IdempotencyKey
-		headers[i] = outbox.MarshalHeaders(msgs[i].Headers)
+		headers[i] = outboxstore.MarshalHeaders(msgs[i].Headers)
 	}
-	tp, ts := outbox.TraceContext(ctx, s.prop)
+	tp, ts := outboxstore.TraceContext(ctx, s.prop)
 	return []any{src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch,
 		int64(len(msgs)), topics, keys, values, headers, ids, tp, ts}, nil
 }
@@ -303,7 +304,7 @@ func (s *Store) Pending(ctx context.Context, src fence.Key, tok fence.Token, lim
 			&r.IdempotencyKey, &r.TraceParent, &r.TraceState, &r.CreatedAt); err != nil {
 			return nil, fmt.Errorf("pgoutbox: pending of %s: %w", src, err)
 		}
-		if r.Headers, err = outbox.UnmarshalHeaders(hs); err != nil {
+		if r.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
 			return nil, fmt.Errorf("pgoutbox: %s seq %d: %w", src, r.Seq, err)
 		}
 		if r.IdempotencyKey == "" {

@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxstore"
 )
 
 // Defaults.
@@ -164,7 +165,7 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", outbox.ErrInvalid)
 	}
-	if err := outbox.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
+	if err := outboxstore.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
 		return err
 	}
 	if len(msgs) == 0 {
@@ -186,7 +187,7 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 		return fmt.Errorf("sqliteoutbox: append to %s: %w", src, err)
 	}
 	defer stmt.Close()
-	tp, ts := outbox.TraceContext(ctx, s.prop)
+	tp, ts := outboxstore.TraceContext(ctx, s.prop)
 	now := time.Now().UnixNano()
 	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
@@ -196,7 +197,7 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 			ik = outbox.IdempotencyKey(src, seq)
 		}
 		if _, err := stmt.ExecContext(ctx, src.Group, src.Topic, src.Partition, seq, tok.Era, tok.Epoch,
-			m.Topic, m.Key, m.Value, outbox.MarshalHeaders(m.Headers), ik, tp, ts, now); err != nil {
+			m.Topic, m.Key, m.Value, outboxstore.MarshalHeaders(m.Headers), ik, tp, ts, now); err != nil {
 			return fmt.Errorf("sqliteoutbox: append to %s: %w", src, err)
 		}
 	}
@@ -241,7 +242,7 @@ func (s *Store) Pending(ctx context.Context, src fence.Key, tok fence.Token, lim
 			return nil, fmt.Errorf("sqliteoutbox: pending of %s: %w", src, err)
 		}
 		r.CreatedAt = time.Unix(0, ns)
-		if r.Headers, err = outbox.UnmarshalHeaders(hs); err != nil {
+		if r.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
 			return nil, fmt.Errorf("sqliteoutbox: %s seq %d: %w", src, r.Seq, err)
 		}
 		out = append(out, r)
