@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/fencestore"
 	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
@@ -67,14 +68,14 @@ type Consumer[Tx any] struct {
 // factory. It fails with ErrNoGroup, ErrNoTopics, ErrNilSink, ErrNilFactory, ErrNoBrokers or
 // ErrInvalidOption. It starts nothing: [Consumer.Run] does.
 func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Factory[Tx], opts ...Option) (*Consumer[Tx], error) {
-	if err := fence.ValidateIdentifier("group", group); err != nil {
+	if err := fencestore.ValidateIdentifier("group", group); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNoGroup, err)
 	}
 	if len(topics) == 0 {
 		return nil, ErrNoTopics
 	}
 	for _, t := range topics {
-		if err := fence.ValidateIdentifier("topic", t); err != nil {
+		if err := fencestore.ValidateIdentifier("topic", t); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNoTopics, err)
 		}
 	}

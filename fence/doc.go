@@ -50,8 +50,10 @@
 // sequence not higher) and [Stale] (lower token) mean drop it. A higher token admits any
 // sequence, since a new owner numbers its messages afresh.
 //
-// The rules themselves are written once here ([CheckClaim], [CheckAdvance], [CheckAdmit],
-// the Validate functions) and every store applies them; fence/fencetest is the conformance
-// suite each store runs. Stores: fence/pgfence (PostgreSQL), fence/sqlitefence (SQLite),
-// fence/memfence (in memory, not durable; for tests and examples).
+// The rules themselves are written once, in fence/fencestore (CheckClaim, CheckAdvance,
+// CheckAdmit and the Validate functions: the helpers for authors of a Sink), and every store
+// applies them; fence/fencetest is the conformance suite each store runs. Users of a store need
+// neither. Stores: fence/pgfence (PostgreSQL), fence/sqlitefence (SQLite), fence/memfence (in
+// memory, not durable; for tests and examples). This package imports only the standard
+// library.
 package fence

@@ -29,10 +29,10 @@ func (k Key) String() string {
 // Validate returns an error wrapping [ErrInvalid] if a name is empty, too long or not UTF-8,
 // or the partition is negative.
 func (k Key) Validate() error {
-	if err := ValidateIdentifier("group", k.Group); err != nil {
+	if err := validateIdentifier("group", k.Group); err != nil {
 		return err
 	}
-	if err := ValidateIdentifier("topic", k.Topic); err != nil {
+	if err := validateIdentifier("topic", k.Topic); err != nil {
 		return err
 	}
 	if k.Partition < 0 {
@@ -41,9 +41,10 @@ func (k Key) Validate() error {
 	return nil
 }
 
-// ValidateIdentifier checks a name used as (part of) a fence key: non-empty, at most
+// validateIdentifier checks a name used as (part of) a fence key: non-empty, at most
 // [MaxIdentifierLen] bytes, valid UTF-8 without NUL bytes (PostgreSQL text cannot hold them).
-func ValidateIdentifier(what, s string) error {
+// fencestore.ValidateIdentifier applies the same rule for stores; a test keeps them equal.
+func validateIdentifier(what, s string) error {
 	switch {
 	case s == "":
 		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
@@ -144,100 +145,4 @@ type KeyedSink[Tx any] interface {
 	// returns Stale (lower token) or Duplicate (same token, seq not higher). The entity row
 	// stays locked until the caller's transaction ends.
 	Admit(ctx context.Context, tx Tx, scope, id string, t Token, seq int64) (Verdict, error)
-}
-
-// CheckAdvance is the fence rule every store applies, written once: it returns nil if a write
-// under t up to position may advance a fence in state s, a *StaleError if t is lower than the
-// stored token, and ErrDuplicate if position is not beyond the stored position.
-func CheckAdvance(k Key, s State, t Token, position int64) error {
-	if err := CheckClaim(k, s, t); err != nil {
-		return err
-	}
-	if position <= s.Position {
-		return fmt.Errorf("%w: %s at %d, stored position %d", ErrDuplicate, k, position, s.Position)
-	}
-	return nil
-}
-
-// CheckClaim is the claim rule every store applies, written once: t may take the fence in
-// state s if it is not lower than the stored token and does not invent a later era (eras
-// advance only through Recover).
-func CheckClaim(k Key, s State, t Token) error {
-	if t.Less(s.Token) {
-		return &StaleError{Key: k, Stored: s.Token, Presented: t}
-	}
-	if t.Era > s.Token.Era {
-		return fmt.Errorf("%w: %s: token %s is of a later era than the stored %s; eras advance only through Recover", ErrInvalid, k, t, s.Token)
-	}
-	return nil
-}
-
-// CheckAdmit is the keyed-fence rule every store applies, written once.
-func CheckAdmit(storedToken Token, storedSeq int64, found bool, t Token, seq int64) Verdict {
-	if !found {
-		return Admitted
-	}
-	switch c := t.Compare(storedToken); {
-	case c < 0:
-		return Stale
-	case c == 0 && seq <= storedSeq:
-		return Duplicate
-	}
-	return Admitted
-}
-
-// ValidateClaim checks the arguments of Claim.
-func ValidateClaim(k Key, t Token) error {
-	if err := k.Validate(); err != nil {
-		return err
-	}
-	return t.Validate()
-}
-
-// ValidateWrite checks the arguments of Apply and Advance.
-func ValidateWrite(k Key, t Token, position int64) error {
-	if err := k.Validate(); err != nil {
-		return err
-	}
-	if err := t.Validate(); err != nil {
-		return err
-	}
-	if position < 0 {
-		return fmt.Errorf("%w: position %d is negative", ErrInvalid, position)
-	}
-	return nil
-}
-
-// ValidateAdmit checks the arguments of KeyedSink.Admit.
-func ValidateAdmit(scope, id string, t Token, seq int64) error {
-	if err := ValidateIdentifier("scope", scope); err != nil {
-		return err
-	}
-	if err := ValidateIdentifier("id", id); err != nil {
-		return err
-	}
-	if err := t.Validate(); err != nil {
-		return err
-	}
-	if seq < 0 {
-		return fmt.Errorf("%w: sequence %d is negative", ErrInvalid, seq)
-	}
-	return nil
-}
-
-// ValidateRecover checks the arguments of Sink.Recover.
-func ValidateRecover(k Key, expected Token, epoch int64, reason string) error {
-	if err := k.Validate(); err != nil {
-		return err
-	}
-	if err := expected.Validate(); err != nil {
-		return err
-	}
-	if epoch < 0 {
-		return fmt.Errorf("%w: epoch %d is negative", ErrInvalid, epoch)
-	}
-	if reason == "" {
-		return fmt.Errorf("%w: a recovery needs a reason", ErrInvalid)
-	}
-	return nil
 }

@@ -34,6 +34,10 @@
 // [ErrInvalidHeader], [ErrInvalid]) is refused before any statement: a row the broker would
 // refuse for ever would block its partition's relay.
 //
+// Authors of a store: outbox/outboxstore holds the checks and encodings every store shares
+// (ValidateAppend, MarshalHeaders, UnmarshalHeaders, TraceContext), and outbox/outboxtest is
+// the conformance suite that proves the rules above.
+//
 // # Relaying
 //
 // The relay of source partition p runs under p's ownership: the owner's worker calls

@@ -44,7 +44,10 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sendFence.Close()
-	box, err := sqliteoutbox.New(ctx, sendFence.DB())
+	box, err := sqliteoutbox.New(sendFence.DB())
+	if err == nil {
+		err = box.Migrate(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,10 @@ func sqliteApp(t *testing.T, ctx context.Context) appSide[*sql.Tx] {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { app.Close() })
-	box, err := sqliteoutbox.New(ctx, app.DB())
+	box, err := sqliteoutbox.New(app.DB())
+	if err == nil {
+		err = box.Migrate(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -499,7 +502,10 @@ func TestAppendCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer app.Close()
-	box, err := sqliteoutbox.New(ctx, app.DB())
+	box, err := sqliteoutbox.New(app.DB())
+	if err == nil {
+		err = box.Migrate(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +591,10 @@ func TestNewStandaloneRelayInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer app.Close()
-	box, err := sqliteoutbox.New(ctx, app.DB())
+	box, err := sqliteoutbox.New(app.DB())
+	if err == nil {
+		err = box.Migrate(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,10 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fences.Close()
-	box, err := sqliteoutbox.New(ctx, fences.DB())
+	box, err := sqliteoutbox.New(fences.DB())
+	if err == nil {
+		err = box.Migrate(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,10 @@ func run(ctx context.Context, w io.Writer) error {
   reported REAL, desired REAL, version INTEGER NOT NULL, last_seq INTEGER NOT NULL)`); err != nil {
 		return err
 	}
-	ob, err := sqliteoutbox.New(ctx, store.DB())
+	ob, err := sqliteoutbox.New(store.DB())
+	if err == nil {
+		err = ob.Migrate(ctx)
+	}
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,8 @@ type Env[Tx any] struct {
 	// Begin starts a transaction the caller holds, the way a user of [fence.Sink.Advance]
 	// does, and returns functions that commit or roll it back. Nil skips the Advance cases;
 	// the keyed cases then run their transactions through Apply on scratch fence keys.
+	// Rollback after commit must be harmless, and rollback must not depend on ctx: the suite
+	// rolls back every transaction still open in t.Cleanup, after the case's context ended.
 	Begin func(ctx context.Context) (tx Tx, commit func() error, rollback func() error, err error)
 }
 
@@ -87,13 +89,37 @@ type suite[Tx any] struct {
 
 var errRollback = errors.New("fencetest: deliberate rollback")
 
+// Timeout bounds each call the suite makes: a store that blocks (a lock never released, a
+// transaction left open) fails the case with a deadline error instead of hanging the binary.
+const Timeout = 10 * time.Second
+
+// deadline returns a context that ends with t or after [Timeout], whichever comes first.
+func deadline(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// begin starts a transaction with env.Begin and rolls it back when t ends if it is still
+// open, so that a failed case leaves no transaction for the store's own cleanup (a pool's
+// Close, which waits for every connection) to wait on.
+func begin[Tx any](t *testing.T, env Env[Tx], ctx context.Context) (Tx, func() error, func() error) {
+	t.Helper()
+	tx, commit, rollback, err := env.Begin(ctx)
+	if err != nil {
+		t.Fatalf("begin: %v", err)
+	}
+	t.Cleanup(func() { _ = rollback() })
+	return tx, commit, rollback
+}
+
 func tok(era, epoch int64) fence.Token { return fence.Token{Era: era, Epoch: epoch} }
 
 func key(topic string) fence.Key { return fence.Key{Group: "fencetest", Topic: topic, Partition: 3} }
 
 func claim[Tx any](t *testing.T, env Env[Tx], k fence.Key, tk fence.Token) fence.State {
 	t.Helper()
-	st, err := env.Sink.Claim(t.Context(), k, tk)
+	st, err := env.Sink.Claim(deadline(t), k, tk)
 	if err != nil {
 		t.Fatalf("Claim(%s, %s): %v", k, tk, err)
 	}
@@ -102,7 +128,7 @@ func claim[Tx any](t *testing.T, env Env[Tx], k fence.Key, tk fence.Token) fence
 
 func load[Tx any](t *testing.T, env Env[Tx], k fence.Key) fence.State {
 	t.Helper()
-	st, err := env.Sink.Load(t.Context(), k)
+	st, err := env.Sink.Load(deadline(t), k)
 	if err != nil {
 		t.Fatalf("Load(%s): %v", k, err)
 	}
@@ -119,7 +145,7 @@ func wantState[Tx any](t *testing.T, env Env[Tx], k fence.Key, want fence.State)
 // apply runs Apply with fn writing each key of writes to its value, in order.
 func apply[Tx any](t *testing.T, env Env[Tx], k fence.Key, tk fence.Token, pos int64, writes ...string) error {
 	t.Helper()
-	return env.Sink.Apply(t.Context(), k, tk, pos, func(ctx context.Context, tx Tx) error {
+	return env.Sink.Apply(deadline(t), k, tk, pos, func(ctx context.Context, tx Tx) error {
 		for i := 0; i+1 < len(writes); i += 2 {
 			if err := env.Write(ctx, tx, writes[i], writes[i+1]); err != nil {
 				return err
@@ -138,7 +164,7 @@ func mustApply[Tx any](t *testing.T, env Env[Tx], k fence.Key, tk fence.Token, p
 
 func read[Tx any](t *testing.T, env Env[Tx], key string) (string, bool) {
 	t.Helper()
-	v, ok, err := env.Read(t.Context(), key)
+	v, ok, err := env.Read(deadline(t), key)
 	if err != nil {
 		t.Fatalf("Read(%q): %v", key, err)
 	}
@@ -190,8 +216,8 @@ func (s suite[Tx]) inTx(ctx context.Context, env Env[Tx], fn func(ctx context.Co
 		if err != nil {
 			return fmt.Errorf("begin: %w", err)
 		}
+		defer func() { _ = rollback() }() // also when fn stops the test; harmless after commit
 		if err := fn(ctx, tx); err != nil {
-			_ = rollback()
 			return err
 		}
 		return commit()
@@ -243,7 +269,7 @@ func (s suite[Tx]) lowerTokenRefused(t *testing.T) {
 	mustApply(t, env, k, tok(0, 5), 10, "lower/a", "owner")
 	want := fence.State{Token: tok(0, 5), Position: 10}
 
-	_, err := env.Sink.Claim(t.Context(), k, tok(0, 4))
+	_, err := env.Sink.Claim(deadline(t), k, tok(0, 4))
 	wantStale(t, err, k, tok(0, 5), tok(0, 4))
 	wantState(t, env, k, want)
 
@@ -254,7 +280,7 @@ func (s suite[Tx]) lowerTokenRefused(t *testing.T) {
 	wantAbsent(t, env, "lower/b")
 
 	// The zero token (no owner) is lower than any owner's.
-	_, err = env.Sink.Claim(t.Context(), k, fence.Token{})
+	_, err = env.Sink.Claim(deadline(t), k, fence.Token{})
 	wantStale(t, err, k, tok(0, 5), fence.Token{})
 	wantState(t, env, k, want)
 }
@@ -262,7 +288,7 @@ func (s suite[Tx]) lowerTokenRefused(t *testing.T) {
 func (s suite[Tx]) laterEraNotInvented(t *testing.T) {
 	env := s.open(t)
 	k := key("era")
-	_, err := env.Sink.Claim(t.Context(), k, tok(1, 0))
+	_, err := env.Sink.Claim(deadline(t), k, tok(1, 0))
 	wantIs(t, "Claim of era 1 on a fresh fence", err, fence.ErrInvalid)
 	wantState(t, env, k, fence.State{Position: fence.NoPosition})
 
@@ -272,14 +298,14 @@ func (s suite[Tx]) laterEraNotInvented(t *testing.T) {
 	wantAbsent(t, env, "era/x")
 	wantState(t, env, k, fence.State{Token: tok(0, 3), Position: fence.NoPosition})
 
-	nt, err := env.Sink.Recover(t.Context(), k, tok(0, 3), 1, "test: era advance")
+	nt, err := env.Sink.Recover(deadline(t), k, tok(0, 3), 1, "test: era advance")
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
 	if nt != tok(1, 1) {
 		t.Fatalf("Recover = %s, want 1.1", nt)
 	}
-	_, err = env.Sink.Claim(t.Context(), k, tok(2, 0))
+	_, err = env.Sink.Claim(deadline(t), k, tok(2, 0))
 	wantIs(t, "Claim of era 2 over era 1", err, fence.ErrInvalid)
 	wantState(t, env, k, fence.State{Token: tok(1, 1), Position: fence.NoPosition})
 }
@@ -362,7 +388,7 @@ func (s suite[Tx]) raceHighestTokenWins(t *testing.T) {
 		turn[i] = make(chan struct{})
 	}
 	allClaimed := turn[owners]
-	ctx := t.Context()
+	ctx := deadline(t)
 	for i := range owners {
 		wg.Go(func() {
 			tk := tok(0, int64(10+i))
@@ -488,7 +514,7 @@ func (s suite[Tx]) atomicFnError(t *testing.T) {
 	env := s.open(t)
 	k := key("atomic-fn")
 	claim(t, env, k, tok(0, 2))
-	err := env.Sink.Apply(t.Context(), k, tok(0, 2), 0, func(ctx context.Context, tx Tx) error {
+	err := env.Sink.Apply(deadline(t), k, tok(0, 2), 0, func(ctx context.Context, tx Tx) error {
 		if err := env.Write(ctx, tx, "af/x", "v"); err != nil {
 			return err
 		}
@@ -504,7 +530,7 @@ func (s suite[Tx]) atomicStaleWriteInvisible(t *testing.T) {
 	k := key("atomic-stale")
 	claim(t, env, k, tok(0, 9))
 	// A store may check before or after running fn; either way nothing may become visible.
-	err := env.Sink.Apply(t.Context(), k, tok(0, 8), 0, func(ctx context.Context, tx Tx) error {
+	err := env.Sink.Apply(deadline(t), k, tok(0, 8), 0, func(ctx context.Context, tx Tx) error {
 		return env.Write(ctx, tx, "as/x", "zombie")
 	})
 	wantStale(t, err, k, tok(0, 9), tok(0, 8))
@@ -523,15 +549,12 @@ func (s suite[Tx]) needBegin(t *testing.T) Env[Tx] {
 
 func (s suite[Tx]) advanceInCallerTx(t *testing.T) {
 	env := s.needBegin(t)
-	ctx := t.Context()
+	ctx := deadline(t)
 	k := key("advance")
 	claim(t, env, k, tok(0, 5))
 
 	// Stale: refused, and the caller rolls back.
-	tx, _, rollback, err := env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, _, rollback := begin(t, env, ctx)
 	wantStale(t, env.Sink.Advance(ctx, tx, k, tok(0, 4), 0), k, tok(0, 5), tok(0, 4))
 	if err := rollback(); err != nil {
 		t.Fatalf("rollback: %v", err)
@@ -539,10 +562,7 @@ func (s suite[Tx]) advanceInCallerTx(t *testing.T) {
 	wantState(t, env, k, fence.State{Token: tok(0, 5), Position: fence.NoPosition})
 
 	// Rolled back: neither the advance nor the user write happened.
-	tx, _, rollback, err = env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, _, rollback = begin(t, env, ctx)
 	if err := env.Sink.Advance(ctx, tx, k, tok(0, 6), 3); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
@@ -556,10 +576,7 @@ func (s suite[Tx]) advanceInCallerTx(t *testing.T) {
 	wantAbsent(t, env, "adv/rolled")
 
 	// Committed: two advances in one transaction, then visible together with the user write.
-	tx, commit, _, err := env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, commit, _ := begin(t, env, ctx)
 	for _, p := range []int64{3, 4} {
 		if err := env.Sink.Advance(ctx, tx, k, tok(0, 6), p); err != nil {
 			t.Fatalf("Advance to %d: %v", p, err)
@@ -575,19 +592,13 @@ func (s suite[Tx]) advanceInCallerTx(t *testing.T) {
 	wantValue(t, env, "adv/committed", "v")
 
 	// A duplicate through Advance.
-	tx, _, rollback, err = env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, _, rollback = begin(t, env, ctx)
 	wantIs(t, "Advance to 4 again", env.Sink.Advance(ctx, tx, k, tok(0, 6), 4), fence.ErrDuplicate)
 	_ = rollback()
 	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 4})
 
 	// Invalid input through Advance.
-	tx, _, rollback, err = env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, _, rollback = begin(t, env, ctx)
 	wantIs(t, "Advance to a negative position", env.Sink.Advance(ctx, tx, k, tok(0, 6), -1), fence.ErrInvalid)
 	_ = rollback()
 	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 4})
@@ -598,15 +609,12 @@ func (s suite[Tx]) advanceInCallerTx(t *testing.T) {
 // That is what stops a delayed write that began before a takeover from committing after it.
 func (s suite[Tx]) advanceHoldsKey(t *testing.T) {
 	env := s.needBegin(t)
-	ctx := t.Context()
+	ctx := deadline(t)
 	k := key("held")
 	claim(t, env, k, tok(0, 5))
 
 	// The old owner advanced and still holds its transaction; the new owner claims meanwhile.
-	tx, commit, _, err := env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, commit, _ := begin(t, env, ctx)
 	if err := env.Sink.Advance(ctx, tx, k, tok(0, 5), 10); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
@@ -641,10 +649,7 @@ func (s suite[Tx]) advanceHoldsKey(t *testing.T) {
 
 	// The other way round: the new owner's advance is open, a zombie's Apply must wait and
 	// then be refused.
-	tx, commit, _, err = env.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx, commit, _ = begin(t, env, ctx)
 	if err := env.Sink.Advance(ctx, tx, k, tok(0, 7), 11); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
@@ -668,7 +673,7 @@ func (s suite[Tx]) durability(t *testing.T) {
 	if env.Reopen == nil {
 		t.Skip("Env.Reopen is nil: the store is not durable")
 	}
-	ctx := t.Context()
+	ctx := deadline(t)
 	k, k2 := key("durable"), key("durable-2")
 	claim(t, env, k, tok(0, 3))
 	mustApply(t, env, k, tok(0, 3), 7, "dur/7", "v7")
@@ -720,7 +725,7 @@ func (s suite[Tx]) durability(t *testing.T) {
 
 func (s suite[Tx]) regressionAndRecover(t *testing.T) {
 	env := s.open(t)
-	ctx := t.Context()
+	ctx := deadline(t)
 	k := key("regress")
 	claim(t, env, k, tok(0, 10))
 	mustApply(t, env, k, tok(0, 10), 5, "reg/5", "v")
@@ -788,7 +793,7 @@ func (s suite[Tx]) regressionAndRecover(t *testing.T) {
 
 func (s suite[Tx]) recoverConcurrent(t *testing.T) {
 	env := s.open(t)
-	ctx := t.Context()
+	ctx := deadline(t)
 	k := key("recover-race")
 	claim(t, env, k, tok(0, 10))
 	const n = 6
@@ -838,7 +843,7 @@ func (s suite[Tx]) needKeyed(t *testing.T) Env[Tx] {
 func (s suite[Tx]) admit(t *testing.T, env Env[Tx], scope, id string, tk fence.Token, seq int64) fence.Verdict {
 	t.Helper()
 	var v fence.Verdict
-	err := s.inTx(t.Context(), env, func(ctx context.Context, tx Tx) (err error) {
+	err := s.inTx(deadline(t), env, func(ctx context.Context, tx Tx) (err error) {
 		v, err = env.Keyed.Admit(ctx, tx, scope, id, tk, seq)
 		return err
 	})
@@ -892,7 +897,7 @@ func (s suite[Tx]) keyedIsolation(t *testing.T) {
 
 func (s suite[Tx]) keyedAtomicity(t *testing.T) {
 	env := s.needKeyed(t)
-	ctx := t.Context()
+	ctx := deadline(t)
 	err := s.inTx(ctx, env, func(ctx context.Context, tx Tx) error {
 		v, err := env.Keyed.Admit(ctx, tx, "inbox", "m", tok(0, 1), 1)
 		if err != nil {
@@ -930,7 +935,7 @@ func (s suite[Tx]) keyedAtomicity(t *testing.T) {
 
 func (s suite[Tx]) keyedConcurrent(t *testing.T) {
 	env := s.needKeyed(t)
-	ctx := t.Context()
+	ctx := deadline(t)
 	const n = 8
 	verdicts := make([]fence.Verdict, n)
 	errs := make([]error, n)
@@ -981,7 +986,7 @@ func invalidKeys() map[string]fence.Key {
 
 func (s suite[Tx]) badInput(t *testing.T) {
 	env := s.open(t)
-	ctx := t.Context()
+	ctx := deadline(t)
 	for name, k := range invalidKeys() {
 		_, err := env.Sink.Claim(ctx, k, tok(0, 1))
 		wantIs(t, "Claim with "+name, err, fence.ErrInvalid)
@@ -993,10 +998,7 @@ func (s suite[Tx]) badInput(t *testing.T) {
 		_, err = env.Sink.Recoveries(ctx, k)
 		wantIs(t, "Recoveries with "+name, err, fence.ErrInvalid)
 		if env.Begin != nil {
-			tx, _, rollback, err := env.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			tx, _, rollback := begin(t, env, ctx)
 			wantIs(t, "Advance with "+name, env.Sink.Advance(ctx, tx, k, tok(0, 1), 0), fence.ErrInvalid)
 			_ = rollback()
 		}
@@ -1032,7 +1034,7 @@ func (s suite[Tx]) badInput(t *testing.T) {
 
 func (s suite[Tx]) keyedBadInput(t *testing.T) {
 	env := s.needKeyed(t)
-	ctx := t.Context()
+	ctx := deadline(t)
 	cases := []struct {
 		name, scope, id string
 		tk              fence.Token

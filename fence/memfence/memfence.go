@@ -2,6 +2,7 @@ package memfence
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/fencestore"
 )
 
 var (
@@ -16,17 +18,21 @@ var (
 	_ fence.KeyedSink[*Tx] = (*Store)(nil)
 )
 
-// Option configures a [Store].
-type Option func(*Store) error
+// Option configures a [Store]. Invalid values make [New] fail.
+type Option func(*config) error
+
+type config struct {
+	now func() time.Time
+}
 
 // Clock sets the clock that stamps [fence.Recovery.At]. The default is time.Now. The time is
 // informational only; no decision of the store depends on it.
 func Clock(now func() time.Time) Option {
-	return func(s *Store) error {
+	return func(c *config) error {
 		if now == nil {
-			return fmt.Errorf("%w: nil clock", fence.ErrInvalid)
+			return fmt.Errorf("%w: memfence: nil clock", fence.ErrInvalid)
 		}
-		s.now = now
+		c.now = now
 		return nil
 	}
 }
@@ -59,22 +65,31 @@ type keyLock struct {
 	refs int           // holders and waiters; the entry is removed when it drops to zero
 }
 
-// New returns an empty store.
+// New returns an empty store. A nil option or an invalid value fails with an error wrapping
+// fence.ErrInvalid; every problem is reported, joined with errors.Join.
 func New(opts ...Option) (*Store, error) {
-	s := &Store{
-		now:        time.Now,
+	c := config{now: time.Now}
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: memfence: option %d is nil", fence.ErrInvalid, i))
+			continue
+		}
+		if err := o(&c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return &Store{
+		now:        c.now,
 		fences:     map[fence.Key]fence.State{},
 		recoveries: map[fence.Key][]fence.Recovery{},
 		entities:   map[entity]admission{},
 		data:       map[string][]byte{},
 		locks:      map[any]*keyLock{},
-	}
-	for _, o := range opts {
-		if err := o(s); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
+	}, nil
 }
 
 // acquire waits for the lock of name, or until ctx ends.
@@ -133,13 +148,13 @@ func (s *Store) withKey(ctx context.Context, k fence.Key, fn func() error) error
 
 // Claim implements [fence.Sink.Claim]. It waits for a transaction that holds k.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	if err := fence.ValidateClaim(k, t); err != nil {
+	if err := fencestore.ValidateClaim(k, t); err != nil {
 		return fence.State{}, err
 	}
 	var st fence.State
 	err := s.withKey(ctx, k, func() error {
 		st = s.state(k)
-		if err := fence.CheckClaim(k, st, t); err != nil {
+		if err := fencestore.CheckClaim(k, st, t); err != nil {
 			return err
 		}
 		st.Token = t
@@ -188,7 +203,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 	if err := s.checkTx(tx); err != nil {
 		return err
 	}
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	if err := tx.lock(ctx, k); err != nil {
@@ -200,7 +215,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 		st = s.state(k)
 		s.mu.Unlock()
 	}
-	if err := fence.CheckAdvance(k, st, t, position); err != nil {
+	if err := fencestore.CheckAdvance(k, st, t, position); err != nil {
 		return err
 	}
 	tx.fences[k] = fence.State{Token: t, Position: position}
@@ -209,7 +224,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 
 // Recover implements [fence.Sink.Recover].
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
-	if err := fence.ValidateRecover(k, expected, epoch, reason); err != nil {
+	if err := fencestore.ValidateRecover(k, expected, epoch, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -248,7 +263,7 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 	if err := s.checkTx(tx); err != nil {
 		return 0, err
 	}
-	if err := fence.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	e := entity{scope, id}
@@ -261,7 +276,7 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 		a, found = s.entities[e]
 		s.mu.Unlock()
 	}
-	v := fence.CheckAdmit(a.token, a.seq, found, t, seq)
+	v := fencestore.CheckAdmit(a.token, a.seq, found, t, seq)
 	if v == fence.Admitted {
 		tx.admits[e] = admission{token: t, seq: seq}
 	}

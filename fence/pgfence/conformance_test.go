@@ -72,7 +72,13 @@ func conformanceEnv(t testing.TB, s *Store, pool *pgxpool.Pool, schema string) f
 			if err != nil {
 				return nil, nil, nil, err
 			}
-			return tx, func() error { return tx.Commit(ctx) }, func() error { return tx.Rollback(ctx) }, nil
+			rollback := func() error {
+				// Not ctx: the suite rolls back in t.Cleanup, after the case's context ended.
+				rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				return tx.Rollback(rctx)
+			}
+			return tx, func() error { return tx.Commit(ctx) }, rollback, nil
 		},
 	}
 }

@@ -26,7 +26,7 @@
 // one conditional statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE) whose WHERE clause is
 // the shared rule of package fence (same era, epoch not lower, position beyond the stored
 // one); a refusal affects zero rows, and the stored row is then read to report a
-// *fence.StaleError, fence.ErrDuplicate or fence.ErrInvalid exactly as fence.CheckAdvance
+// *fence.StaleError, fence.ErrDuplicate or fence.ErrInvalid exactly as fencestore.CheckAdvance
 // would.
 //
 // Why a lower token can never commit after a higher one, under READ COMMITTED (PostgreSQL's

@@ -361,7 +361,8 @@ func TestApplyBatchPipelined(t *testing.T) {
 func TestAdvanceRace(t *testing.T) {
 	for _, pipelined := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
-			ctx := testenv.Context(t, time.Minute)
+			// Seconds, not minutes: a writer that never blocks or never wakes fails fast.
+			ctx := testenv.Context(t, 15*time.Second)
 			s, pool := newStore(t)
 			k := fence.Key{Group: "g", Topic: "t", Partition: 0}
 			low, high := fence.Token{Epoch: 1}, fence.Token{Epoch: 2}
@@ -548,10 +549,11 @@ func TestAdmit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := s.Admit(ctx, tx, "s", "c", fence.Token{Epoch: 1}, 1); err != nil || v != fence.Admitted {
+	v, err := s.Admit(ctx, tx, "s", "c", fence.Token{Epoch: 1}, 1)
+	_ = tx.Rollback(ctx) // before any Fatal: an open transaction would hold the pool's Close
+	if err != nil || v != fence.Admitted {
 		t.Fatalf("Admit = %s, %v", v, err)
 	}
-	_ = tx.Rollback(ctx)
 	if v := admit("s", "c", fence.Token{Epoch: 1}, 1); v != fence.Admitted {
 		t.Fatalf("after rollback: %s, want admitted", v)
 	}

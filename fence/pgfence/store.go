@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/fencestore"
 	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/internal/sqlident"
 )
@@ -37,22 +38,24 @@ type config struct {
 	table, recoveries, keyed string
 }
 
-// Option configures a [Store].
-type Option func(*config)
+// Option configures a [Store]. Invalid values make [New] fail.
+type Option func(*config) error
 
 // Table sets the fence table, "name" or "schema.name" (default "baton_fences", resolved through
 // the connection's search_path). The recoveries and keyed tables default to this name with
 // "_recoveries" and "_keyed" appended. Names must match [A-Za-z_][A-Za-z0-9_]* per part, at
 // most 63 bytes; they are always quoted, so they are case-sensitive.
-func Table(name string) Option { return func(c *config) { c.table = name } }
+func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
 
 // RecoveriesTable sets the table recording recoveries (default: the fence table's name
 // followed by "_recoveries").
-func RecoveriesTable(name string) Option { return func(c *config) { c.recoveries = name } }
+func RecoveriesTable(name string) Option {
+	return func(c *config) error { c.recoveries = name; return nil }
+}
 
 // KeyedTable sets the table of per-entity fences used by Admit (default: the fence table's
 // name followed by "_keyed").
-func KeyedTable(name string) Option { return func(c *config) { c.keyed = name } }
+func KeyedTable(name string) Option { return func(c *config) error { c.keyed = name; return nil } }
 
 // Store is a fenced sink in PostgreSQL: a fence table next to the caller's data, checked and
 // advanced in the caller's transaction. It is safe for concurrent use when its DB is.
@@ -73,15 +76,22 @@ var (
 var schemaSQL string
 
 // New returns a Store on db. It does no I/O: call [Store.Migrate] to create the tables (or
-// create them yourself from [Store.Schema]). An invalid table name fails with an error wrapping
-// fence.ErrInvalid.
+// create them yourself from [Store.Schema]). A nil option or an invalid table name fails with
+// an error wrapping fence.ErrInvalid; every problem is reported, joined with errors.Join.
 func New(db DB, opts ...Option) (*Store, error) {
+	var errs []error
 	if db == nil {
-		return nil, fmt.Errorf("%w: pgfence: nil DB", fence.ErrInvalid)
+		errs = append(errs, fmt.Errorf("%w: pgfence: nil DB", fence.ErrInvalid))
 	}
 	c := config{table: DefaultTable}
-	for _, o := range opts {
-		o(&c)
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: pgfence: option %d is nil", fence.ErrInvalid, i))
+			continue
+		}
+		if err := o(&c); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if c.recoveries == "" {
 		c.recoveries = c.table + recoveriesSuffix
@@ -93,12 +103,15 @@ func New(db DB, opts ...Option) (*Store, error) {
 		{"table", c.table}, {"recoveries table", c.recoveries}, {"keyed table", c.keyed},
 	} {
 		if err := sqlident.Validate(n.name); err != nil {
-			return nil, fmt.Errorf("%w: pgfence: %s: %w", fence.ErrInvalid, n.what, err)
+			errs = append(errs, fmt.Errorf("%w: pgfence: %s: %w", fence.ErrInvalid, n.what, err))
 		}
 	}
 	if c.table == c.recoveries || c.table == c.keyed || c.recoveries == c.keyed {
-		return nil, fmt.Errorf("%w: pgfence: the fence, recoveries and keyed tables must differ (%q, %q, %q)",
-			fence.ErrInvalid, c.table, c.recoveries, c.keyed)
+		errs = append(errs, fmt.Errorf("%w: pgfence: the fence, recoveries and keyed tables must differ (%q, %q, %q)",
+			fence.ErrInvalid, c.table, c.recoveries, c.keyed))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	f, r, k := sqlident.Quote(c.table), sqlident.Quote(c.recoveries), sqlident.Quote(c.keyed)
 	s := &Store{
@@ -180,7 +193,7 @@ const maxAttempts = 3
 // Claim raises the fence to t if the stored token is not higher and of the same era, and
 // returns the state afterwards. See fence.Sink.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	if err := fence.ValidateClaim(k, t); err != nil {
+	if err := fencestore.ValidateClaim(k, t); err != nil {
 		return fence.State{}, err
 	}
 	for range maxAttempts {
@@ -197,7 +210,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.St
 		if err != nil {
 			return fence.State{}, fmt.Errorf("pgfence: claim %s: %w", k, err)
 		}
-		if err := fence.CheckClaim(k, stored, t); err != nil {
+		if err := fencestore.CheckClaim(k, stored, t); err != nil {
 			return fence.State{}, err
 		}
 	}
@@ -239,7 +252,7 @@ func (s *Store) advanceArgs(k fence.Key, t fence.Token, position int64) []any {
 // never reached. On success the fence row stays locked until tx ends, so no other writer of k
 // can commit in between; on any error the caller must roll tx back.
 func (s *Store) Advance(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, position int64) error {
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	args := s.advanceArgs(k, t, position)
@@ -269,7 +282,7 @@ func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.
 	if err != nil {
 		return fmt.Errorf("pgfence: advance %s: read refused fence: %w", k, err)
 	}
-	if err := fence.CheckAdvance(k, stored, t, position); err != nil {
+	if err := fencestore.CheckAdvance(k, stored, t, position); err != nil {
 		return err
 	}
 	return errAdmits
@@ -279,7 +292,7 @@ func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.
 // fence.Sink. A commit whose outcome is unknown fails with [ErrCommitUnknown]. For batches of
 // statements prefer [Store.ApplyBatch], which saves the fence's round trip.
 func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	tx, err := s.db.Begin(ctx)
@@ -307,7 +320,7 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 // The errors are those of Advance, or the first error of the caller's statements; on any error
 // the caller must roll back.
 func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, position int64, fn func(b *pgx.Batch) error) error {
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
@@ -344,7 +357,7 @@ func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fenc
 // the fence statement and the statements fn queues, commit. It costs the same round trips as
 // the same batch without a fence.
 func (s *Store) ApplyBatch(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(b *pgx.Batch) error) error {
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	tx, err := s.db.Begin(ctx)
@@ -376,7 +389,7 @@ func commit(ctx context.Context, tx pgx.Tx, k fence.Key) error {
 // the recovery, in one statement. It fails with fence.ErrConflict if the stored token is not
 // expected (a fence never claimed stores the zero token). See fence.Sink.
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
-	if err := fence.ValidateRecover(k, expected, epoch, reason); err != nil {
+	if err := fencestore.ValidateRecover(k, expected, epoch, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == 1<<63-1 {
@@ -420,7 +433,7 @@ func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, 
 // Admit compares (t, seq) with what is stored for (scope, id) inside tx, with one statement,
 // and stores it if higher. See fence.KeyedSink. The entity row stays locked until tx ends.
 func (s *Store) Admit(ctx context.Context, tx pgx.Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	if err := fence.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	tag, err := tx.Exec(ctx, s.sqlAdmit, scope, id, t.Era, t.Epoch, seq)
@@ -436,7 +449,7 @@ func (s *Store) Admit(ctx context.Context, tx pgx.Tx, scope, id string, t fence.
 	if err := tx.QueryRow(ctx, s.sqlLoadKeyed, scope, id).Scan(&stored.Era, &stored.Epoch, &storedSeq); err != nil {
 		return 0, fmt.Errorf("pgfence: admit %s/%s: read refused fence: %w", scope, id, err)
 	}
-	v := fence.CheckAdmit(stored, storedSeq, true, t, seq)
+	v := fencestore.CheckAdmit(stored, storedSeq, true, t, seq)
 	if v == fence.Admitted {
 		return 0, fmt.Errorf("pgfence: admit %s/%s: refused though stored %s/%d admits %s/%d", scope, id, stored, storedSeq, t, seq)
 	}

@@ -96,6 +96,9 @@ func TestConformanceNew(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if err := s.Migrate(t.Context()); err != nil {
+				t.Fatal(err)
+			}
 			return s
 		}
 		return envFor(t, open(t), open)

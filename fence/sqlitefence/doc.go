@@ -10,10 +10,10 @@
 // transaction as the caller's writes, so a write under a lower token can never commit after a
 // higher one was accepted, and the data never gets ahead of or behind its fence. When the
 // conditional write matches no row, the store reads the row inside the same transaction and
-// classifies the refusal with the shared rules ([fence.CheckClaim], [fence.CheckAdvance],
-// [fence.CheckAdmit]), so SQLite agrees with every other sink about what is stale, duplicate
-// or invalid. [Store.Recover] is a compare-and-set recorded in a recoveries table in the same
-// transaction.
+// classifies the refusal with the shared rules ([fencestore.CheckClaim],
+// [fencestore.CheckAdvance], [fencestore.CheckAdmit]), so SQLite agrees with every other sink
+// about what is stale, duplicate or invalid. [Store.Recover] is a compare-and-set recorded in
+// a recoveries table in the same transaction.
 //
 // # One writer at a time
 //
@@ -73,7 +73,11 @@
 //
 // # Tables
 //
-// [Table] names the fence table (default "baton_fence"); the store also creates
-// name_recovery, name_recovery_idx and name_keyed. The schema (schema.sql, embedded) is created
-// with IF NOT EXISTS at every [Open] and [New].
+// [Table] names the fence table (default "baton_fences", as in pgfence); the store also creates
+// name_recoveries, name_recoveries_idx and name_keyed (pgfence's names, plus the index).
+//
+// As in pgfence, [New] does no I/O: [Store.Migrate] creates the tables (CREATE ... IF NOT
+// EXISTS, idempotent, in one write transaction), and [Store.Schema] returns the same DDL for
+// deployments that own their migrations. [Open], which opens a file the store owns, runs
+// Migrate itself.
 package sqlitefence

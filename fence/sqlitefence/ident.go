@@ -10,8 +10,8 @@ import (
 
 // Suffixes of the companion tables derived from the fence table's name.
 const (
-	suffixRecovery      = "_recovery"
-	suffixRecoveryIndex = "_recovery_idx"
+	suffixRecovery      = "_recoveries"
+	suffixRecoveryIndex = "_recoveries_idx"
 	suffixKeyed         = "_keyed"
 )
 

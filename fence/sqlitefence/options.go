@@ -1,14 +1,16 @@
 package sqlitefence
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/batonhq/baton/fence"
 )
 
-// DefaultTable is the table name used when no [Table] option is given.
-const DefaultTable = "baton_fence"
+// DefaultTable is the table name used when no [Table] option is given: the same as
+// pgfence.DefaultTable, so that a deployment's tables are named alike in either store.
+const DefaultTable = "baton_fences"
 
 // DefaultBusyTimeout is the busy timeout used when no [BusyTimeout] option is given.
 const DefaultBusyTimeout = 5 * time.Second
@@ -52,7 +54,7 @@ type config struct {
 type Option func(*config) error
 
 // Table sets the name of the fence table (default [DefaultTable]). The store also creates
-// name+"_recovery" (the Recover audit trail), name+"_recovery_idx" (its index) and name+"_keyed"
+// name+"_recoveries" (the Recover audit trail), name+"_recoveries_idx" (its index) and name+"_keyed"
 // (keyed fences). The name is "table" or "schema.table" (schema being an attached database,
 // such as "main"), each part matching [A-Za-z_][A-Za-z0-9_]* and, with the suffixes, at most
 // 63 bytes; anything else fails with [fence.ErrInvalid].
@@ -95,13 +97,15 @@ func Sync(s Synchronous) Option {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{table: DefaultTable, busyTimeout: DefaultBusyTimeout, sync: SyncFull}
-	for _, o := range opts {
+	var errs []error
+	for i, o := range opts {
 		if o == nil {
-			return c, fmt.Errorf("%w: nil option", fence.ErrInvalid)
+			errs = append(errs, fmt.Errorf("%w: sqlitefence: option %d is nil", fence.ErrInvalid, i))
+			continue
 		}
 		if err := o(&c); err != nil {
-			return c, err
+			errs = append(errs, err)
 		}
 	}
-	return c, nil
+	return c, errors.Join(errs...)
 }

@@ -58,7 +58,7 @@ func newQueries(n names) queries {
 		recoveries: `SELECT from_era, from_epoch, to_era, to_epoch, reason, at_unix_ns FROM ` + n.recovery +
 			key + ` ORDER BY seq`,
 
-		// (era, epoch, seq) compared as a row value is exactly fence.CheckAdmit: a higher token
+		// (era, epoch, seq) compared as a row value is exactly fencestore.CheckAdmit: a higher token
 		// with any sequence, or the same token with a higher sequence.
 		admit: `INSERT INTO ` + n.keyed + ` (scope, id, era, epoch, seq) VALUES (?1, ?2, ?3, ?4, ?5)` +
 			` ON CONFLICT (scope, id) DO UPDATE SET era = ?3, epoch = ?4, seq = ?5` +

@@ -1,6 +1,6 @@
 -- Schema of a sqlitefence store. The {{...}} placeholders are replaced with the
--- quoted table names derived from the Table option. Every statement is idempotent: the schema
--- is applied on each New and Open.
+-- quoted table names derived from the Table option. Every statement is idempotent: Migrate
+-- runs the whole script in one write transaction (Open runs Migrate), and Schema returns it.
 --
 -- STRICT makes SQLite enforce the column types; the CHECK constraints keep hand-edited rows
 -- from holding tokens or positions the fence rules could never produce.

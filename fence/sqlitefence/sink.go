@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/fencestore"
 )
 
 // errBroken reports a fence row that changed between a failed conditional write and the read
@@ -20,7 +21,7 @@ var errBroken = errors.New("sqlitefence: conditional write affected no row, yet 
 // higher, with [fence.ErrInvalid] if t is of a later era than the stored token, and with
 // [ErrBusy] if the write lock stayed busy past the busy timeout.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	if err := fence.ValidateClaim(k, t); err != nil {
+	if err := fencestore.ValidateClaim(k, t); err != nil {
 		return fence.State{}, err
 	}
 	var st fence.State
@@ -56,7 +57,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Toke
 	if err != nil {
 		return fence.State{}, err
 	}
-	if err := fence.CheckClaim(k, cur, t); err != nil {
+	if err := fencestore.CheckClaim(k, cur, t); err != nil {
 		return fence.State{}, err
 	}
 	return fence.State{}, fmt.Errorf("%w: claim %s with %s, stored %s", errBroken, k, t, cur.Token)
@@ -92,7 +93,7 @@ func (s *Store) loadTx(ctx context.Context, q querier, k fence.Key) (fence.State
 // with fn's error, or with [ErrBusy]; in each case nothing is committed. SQLITE_BUSY before fn
 // runs is retried within the busy timeout; fn is never run twice by one Apply.
 func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -108,13 +109,14 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 }
 
 // Advance implements [fence.Sink]: the check-and-advance of Apply inside tx, which the caller
-// began on [Store.DB] (a transaction of another *sql.DB is refused) and must roll back on any
+// began on [Store.DB] (a transaction of another *sql.DB is refused once the store's statements
+// are prepared, as they are after [Store.Migrate]) and must roll back on any
 // error. Its conditional UPDATE is a write, so from here on tx holds SQLite's write lock until
 // it ends. It fails like Apply; a busy error (the lock was not had within the connection's
 // busy_timeout, or a DEFERRED tx that had already read could not upgrade) is wrapped in
 // [ErrBusy] and cannot be retried inside tx.
 func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, position int64) error {
-	if err := fence.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, position); err != nil {
 		return err
 	}
 	if tx == nil {
@@ -124,7 +126,8 @@ func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 }
 
 func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, position int64) error {
-	res, err := tx.StmtContext(ctx, s.advanceStmt).ExecContext(ctx, k.Group, k.Topic, k.Partition, t.Era, t.Epoch, position)
+	res, err := s.stmts.exec(ctx, s.db, s.q, tx, func(p *preparedStmts) *sql.Stmt { return p.advance }, s.q.advanceUpdate,
+		k.Group, k.Topic, k.Partition, t.Era, t.Epoch, position)
 	n, err := affected(res, err)
 	if err != nil || n == 1 {
 		return err
@@ -140,7 +143,7 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 	if err != nil {
 		return err
 	}
-	if err := fence.CheckAdvance(k, cur, t, position); err != nil {
+	if err := fencestore.CheckAdvance(k, cur, t, position); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: advance %s to %s at %d, stored %s at %d", errBroken, k, t, position, cur.Token, cur.Position)
@@ -151,7 +154,7 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 // [fence.Recovery] in the same transaction and returns the new token. Otherwise it fails with
 // [fence.ErrConflict] and changes nothing.
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
-	if err := fence.ValidateRecover(k, expected, epoch, reason); err != nil {
+	if err := fencestore.ValidateRecover(k, expected, epoch, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -215,13 +218,14 @@ func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, 
 // what is stored and returns [fence.Admitted]; otherwise it stores nothing and returns
 // [fence.Stale] (lower token) or [fence.Duplicate] (same token, sequence not higher).
 func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	if err := fence.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	if tx == nil {
 		return 0, fmt.Errorf("%w: nil transaction", fence.ErrInvalid)
 	}
-	res, err := tx.StmtContext(ctx, s.admitStmt).ExecContext(ctx, scope, id, t.Era, t.Epoch, seq)
+	res, err := s.stmts.exec(ctx, s.db, s.q, tx, func(p *preparedStmts) *sql.Stmt { return p.admit }, s.q.admit,
+		scope, id, t.Era, t.Epoch, seq)
 	n, err := affected(res, err)
 	if err != nil {
 		return 0, wrapBusy(err)
@@ -235,7 +239,7 @@ func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence
 	if err != nil {
 		return 0, wrapBusy(err)
 	}
-	v := fence.CheckAdmit(stored, storedSeq, true, t, seq)
+	v := fencestore.CheckAdmit(stored, storedSeq, true, t, seq)
 	if v == fence.Admitted {
 		return 0, fmt.Errorf("%w: admit %s/%s at %s/%d, stored %s/%d", errBroken, scope, id, t, seq, stored, storedSeq)
 	}

@@ -151,8 +151,8 @@ func TestTableNames(t *testing.T) {
 	for _, name := range []string{
 		``, `x"; DROP TABLE victim; --`, `victim; DROP TABLE victim`, `a b`, `1abc`, `a-b`, `a.b.c`,
 		`"quoted"`, `tab` + "\x00", `naïve`, `main.`, `.t`,
-		// 51 bytes: the name fits, but name+"_recovery_idx" is 64 bytes.
-		"a123456789012345678901234567890123456789012345678901"[:51],
+		// 49 bytes: the name fits, but name+"_recoveries_idx" is 64 bytes.
+		"a123456789012345678901234567890123456789012345678901"[:49],
 	} {
 		if _, err := New(db, Table(name)); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("Table(%q): err = %v, want ErrInvalid", name, err)
@@ -165,10 +165,13 @@ func TestTableNames(t *testing.T) {
 	// Valid names, reserved words and mixed case included, are quoted and kept apart.
 	ctx := t.Context()
 	stores := map[string]*Store{}
-	for i, name := range []string{"select", "Mixed_Case", "main.qualified", "a12345678901234567890123456789012345678901234567890"[:50]} {
+	for i, name := range []string{"select", "Mixed_Case", "main.qualified", "a12345678901234567890123456789012345678901234567890"[:48]} {
 		s, err := New(db, Table(name))
 		if err != nil {
 			t.Fatalf("Table(%q): %v", name, err)
+		}
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("Table(%q): migrate: %v", name, err)
 		}
 		if _, err := s.Claim(ctx, key1, tok(0, int64(i+1))); err != nil {
 			t.Fatalf("Table(%q): claim: %v", name, err)
@@ -176,7 +179,7 @@ func TestTableNames(t *testing.T) {
 		stores[name] = s
 	}
 	got := tableNames(t, db)
-	for _, want := range []string{"select", "select_recovery", "select_recovery_idx", "select_keyed", "Mixed_Case", "qualified", "qualified_recovery_idx"} {
+	for _, want := range []string{"select", "select_recoveries", "select_recoveries_idx", "select_keyed", "Mixed_Case", "qualified", "qualified_recoveries_idx"} {
 		if !got[want] {
 			t.Errorf("table or index %q missing; have %v", want, got)
 		}
@@ -314,13 +317,17 @@ func TestBusyWaitCancelled(t *testing.T) {
 // trying, as zombies do. Every position is applied exactly once, every success is committed,
 // and no write under the old epoch lands after one under the new.
 func TestTwoHandlesRace(t *testing.T) {
+	const raceTimeout = 15 * time.Second
 	// Each epoch must commit this many positions: the takeover happens after the first
 	// epoch's, and the run ends after the second's once a zombie write has been refused.
 	const perOwner = 40
 	path := tempPath(t)
 	a := openT(t, path)
 	b := openT(t, path)
-	ctx := t.Context()
+	// A store that never refuses the zombie, or a writer that fails, must end the race: the
+	// writers stop at the deadline or at the first error, and the test fails instead of hanging.
+	ctx, cancel := context.WithTimeout(t.Context(), raceTimeout)
+	defer cancel()
 	if _, err := a.DB().Exec(`CREATE TABLE log (position INTEGER NOT NULL, epoch INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
@@ -332,14 +339,25 @@ func TestTwoHandlesRace(t *testing.T) {
 	var refused atomic.Int64    // stale writes refused
 	takeover, done := make(chan struct{}), make(chan struct{})
 	var takeoverOnce, doneOnce sync.Once
-	writer := func(s *Store, epoch int64) error {
+	stop := func() { doneOnce.Do(func() { close(done) }) }
+	writer := func(s *Store, epoch int64) (err error) {
+		defer func() {
+			if err != nil {
+				stop()
+			}
+		}()
 		for {
 			select {
 			case <-done:
 				return nil
+			case <-ctx.Done():
+				return nil // reported after Wait
 			default:
 			}
 			st, err := s.Load(ctx, key1)
+			if ctx.Err() != nil {
+				return nil
+			}
 			if err != nil {
 				return err
 			}
@@ -355,6 +373,8 @@ func TestTwoHandlesRace(t *testing.T) {
 				// Deposed. A consumer would stop; a zombie keeps trying, and must keep failing.
 				refused.Add(1)
 			case errors.Is(err, fence.ErrDuplicate), errors.Is(err, ErrBusy):
+			case ctx.Err() != nil:
+				return nil
 			default:
 				return err
 			}
@@ -362,7 +382,7 @@ func TestTwoHandlesRace(t *testing.T) {
 				takeoverOnce.Do(func() { close(takeover) })
 			}
 			if applied[2].Load() >= perOwner && refused.Load() > 0 {
-				doneOnce.Do(func() { close(done) })
+				stop()
 			}
 		}
 	}
@@ -373,6 +393,8 @@ func TestTwoHandlesRace(t *testing.T) {
 		wg.Go(func() {
 			select {
 			case <-takeover:
+			case <-done:
+				return
 			case <-ctx.Done():
 				return
 			}
@@ -383,7 +405,11 @@ func TestTwoHandlesRace(t *testing.T) {
 				if err == nil {
 					break
 				}
+				if ctx.Err() != nil {
+					return
+				}
 				if !errors.Is(err, ErrBusy) {
+					stop()
 					errs <- err
 					return
 				}
@@ -397,6 +423,10 @@ func TestTwoHandlesRace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("the race did not finish within %s: %d writes under the old epoch, %d under the new, %d stale writes refused (want %d, %d, > 0)",
+			raceTimeout, applied[1].Load(), applied[2].Load(), refused.Load(), perOwner, perOwner)
 	}
 
 	rows, err := a.DB().Query(`SELECT position, epoch FROM log ORDER BY rowid`)
@@ -514,6 +544,9 @@ func TestForeignTransactionRefused(t *testing.T) {
 	}
 	defer otherStore.Close()
 	ctx := t.Context()
+	if err := otherStore.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
 	tx, err := other.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)

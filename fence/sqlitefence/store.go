@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -33,10 +34,11 @@ type Store struct {
 	// soon as it is released instead of polling it in SQLite's busy handler.
 	gate chan struct{}
 
-	// The statements of the per-batch and per-message paths, prepared once: preparing the
-	// fence UPDATE costs about as much as running it. Tx.StmtContext reuses them per pooled
-	// connection, and refuses a transaction of another *sql.DB.
-	advanceStmt, admitStmt *sql.Stmt
+	// The statements of the per-batch and per-message paths, prepared once the tables exist
+	// (by Migrate, or by the first Apply or Recover): preparing the fence UPDATE costs about as
+	// much as running it. Tx.StmtContext reuses them per pooled connection, and refuses a
+	// transaction of another *sql.DB. Until they are prepared the same SQL runs unprepared.
+	stmts preparedStmts
 
 	// onBusy, if set, is called before each retry after SQLITE_BUSY (a test hook).
 	onBusy func()
@@ -48,7 +50,9 @@ var (
 )
 
 // Open opens (creating it if needed) the SQLite database file at path with the
-// modernc.org/sqlite driver and returns a store that owns it: [Store.Close] closes it.
+// modernc.org/sqlite driver and returns a store that owns it: [Store.Close] closes it. Unlike
+// [New], Open does I/O: it checks the journal mode and runs [Store.Migrate], so the store is
+// ready to use.
 //
 // Every connection is set up with journal_mode=WAL, synchronous=FULL (see [Sync]),
 // foreign_keys=ON, busy_timeout=[BusyTimeout], and begins its read-write transactions with
@@ -59,11 +63,11 @@ var (
 // a URI; ":memory:" is refused, since every pooled connection would get its own database.
 func Open(path string, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
+	if path == "" || path == ":memory:" {
+		err = errors.Join(fmt.Errorf("%w: Open needs a database file path, got %q", fence.ErrInvalid, path), err)
+	}
 	if err != nil {
 		return nil, err
-	}
-	if path == "" || path == ":memory:" {
-		return nil, fmt.Errorf("%w: Open needs a database file path, got %q", fence.ErrInvalid, path)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -84,9 +88,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlitefence: open %s: journal mode is %q, not WAL (is the file on a network file system?)", path, mode)
 	}
-	s, err := newStore(db, true, cfg)
-	if err != nil {
-		db.Close()
+	s := newStore(db, true, cfg)
+	if err := s.Migrate(context.Background()); err != nil {
+		s.Close()
 		return nil, fmt.Errorf("sqlitefence: open %s: %w", path, err)
 	}
 	return s, nil
@@ -118,8 +122,10 @@ func dsn(abs string, cfg config) string {
 
 // New returns a store over db, a database the caller opened with the modernc.org/sqlite driver
 // and keeps owning: the caller's own tables live in the same file and their writes share the
-// store's transactions. [Store.Close] leaves db open. New creates the store's tables if they do
-// not exist.
+// store's transactions. [Store.Close] leaves db open. New does no I/O: call [Store.Migrate]
+// to create the tables (or create them yourself from [Store.Schema]). A nil option, an invalid
+// value or a database of another driver fails with an error wrapping fence.ErrInvalid; every
+// problem is reported, joined with errors.Join.
 //
 // New changes none of db's settings. For the guarantees [Open] gives, open db with WAL, a
 // busy timeout and synchronous=FULL, e.g. "file:///path/x.db?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=5000&_txlock=immediate".
@@ -128,45 +134,113 @@ func dsn(abs string, cfg config) string {
 // within [BusyTimeout]. Transactions the caller begins are the caller's: one that reads before
 // its first write may fail with SQLITE_BUSY when it upgrades to the write lock.
 func New(db *sql.DB, opts ...Option) (*Store, error) {
+	var errs []error
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalid)
-	}
-	if _, ok := db.Driver().(*sqlite.Driver); !ok {
-		return nil, fmt.Errorf("%w: the *sql.DB uses driver %T; sqlitefence needs modernc.org/sqlite", fence.ErrInvalid, db.Driver())
+		errs = append(errs, fmt.Errorf("%w: sqlitefence: nil *sql.DB", fence.ErrInvalid))
+	} else if _, ok := db.Driver().(*sqlite.Driver); !ok {
+		errs = append(errs, fmt.Errorf("%w: the *sql.DB uses driver %T; sqlitefence needs modernc.org/sqlite", fence.ErrInvalid, db.Driver()))
 	}
 	cfg, err := newConfig(opts)
-	if err != nil {
+	errs = append(errs, err)
+	if cfg.syncSet {
+		errs = append(errs, fmt.Errorf("%w: the Sync option applies to Open only; New leaves the caller's settings alone", fence.ErrInvalid))
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	if cfg.syncSet {
-		return nil, fmt.Errorf("%w: the Sync option applies to Open only; New leaves the caller's settings alone", fence.ErrInvalid)
-	}
-	return newStore(db, false, cfg)
+	return newStore(db, false, cfg), nil
 }
 
-func newStore(db *sql.DB, owned bool, cfg config) (*Store, error) {
-	s := &Store{
+func newStore(db *sql.DB, owned bool, cfg config) *Store {
+	return &Store{
 		db:          db,
 		owned:       owned,
 		busyTimeout: cfg.busyTimeout,
 		q:           newQueries(newNames(cfg.table)),
 		gate:        make(chan struct{}, 1),
 	}
-	err := s.writeTx(context.Background(), func(ctx context.Context, tx *sql.Tx, _ func()) error {
+}
+
+// Schema returns the DDL Migrate runs, with the configured table names, for users who manage
+// migrations with their own tools.
+func (s *Store) Schema() string { return s.q.schema }
+
+// Migrate creates the tables if they do not exist, in one write transaction (so it waits for
+// the write lock like any other write, up to [BusyTimeout], and fails with [ErrBusy] past it),
+// and prepares the statements of the per-batch paths. It is idempotent and safe to call
+// concurrently, from several processes too: SQLite serializes the DDL under its write lock.
+func (s *Store) Migrate(ctx context.Context) error {
+	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx, _ func()) error {
 		_, err := tx.ExecContext(ctx, s.q.schema)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sqlitefence: creating tables: %w", err)
+		return fmt.Errorf("sqlitefence: migrate: %w", err)
 	}
-	if s.advanceStmt, err = db.Prepare(s.q.advanceUpdate); err != nil {
-		return nil, fmt.Errorf("sqlitefence: preparing statements: %w", wrapBusy(err))
+	if err := s.stmts.prepare(ctx, s.db, s.q); err != nil {
+		return fmt.Errorf("sqlitefence: migrate: preparing statements: %w", wrapBusy(err))
 	}
-	if s.admitStmt, err = db.Prepare(s.q.admit); err != nil {
-		s.advanceStmt.Close()
-		return nil, fmt.Errorf("sqlitefence: preparing statements: %w", wrapBusy(err))
+	return nil
+}
+
+// preparedStmts holds the prepared statements of Advance and Admit once the tables exist.
+type preparedStmts struct {
+	mu             sync.Mutex
+	closed         bool
+	advance, admit *sql.Stmt
+}
+
+// prepare prepares the statements if they are not yet. It must not be called while the caller
+// holds one of db's connections in a transaction: with a pool of one it would wait for ever.
+func (p *preparedStmts) prepare(ctx context.Context, db *sql.DB, q queries) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || p.advance != nil {
+		return nil
 	}
-	return s, nil
+	advance, err := db.PrepareContext(ctx, q.advanceUpdate)
+	if err != nil {
+		return err
+	}
+	admit, err := db.PrepareContext(ctx, q.admit)
+	if err != nil {
+		advance.Close()
+		return err
+	}
+	p.advance, p.admit = advance, admit
+	return nil
+}
+
+// exec runs the prepared statement pick selects inside tx, the caller's transaction on db. If
+// the statements are not prepared yet it prepares them when db's pool has a connection to
+// spare (the caller holds one: with a pool of one, preparing would wait for ever), and
+// otherwise runs query unprepared.
+func (p *preparedStmts) exec(ctx context.Context, db *sql.DB, q queries, tx *sql.Tx, pick func(*preparedStmts) *sql.Stmt, query string, args ...any) (sql.Result, error) {
+	p.mu.Lock()
+	st := pick(p)
+	p.mu.Unlock()
+	if st == nil {
+		if stats := db.Stats(); stats.MaxOpenConnections == 0 || stats.InUse < stats.MaxOpenConnections {
+			_ = p.prepare(ctx, db, q) // on failure the unprepared statement reports the cause
+			p.mu.Lock()
+			st = pick(p)
+			p.mu.Unlock()
+		}
+	}
+	if st == nil {
+		return tx.ExecContext(ctx, query, args...)
+	}
+	return tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+}
+
+func (p *preparedStmts) close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	if p.advance == nil {
+		return nil
+	}
+	return errors.Join(p.advance.Close(), p.admit.Close())
 }
 
 // DB returns the database the store writes to. Use it to begin transactions for
@@ -176,7 +250,7 @@ func (s *Store) DB() *sql.DB { return s.db }
 // Close releases the store's prepared statements and closes the database if [Open] opened
 // it; a store made by [New] leaves the caller's database open.
 func (s *Store) Close() error {
-	err := errors.Join(s.advanceStmt.Close(), s.admitStmt.Close())
+	err := s.stmts.close()
 	if s.owned {
 		err = errors.Join(err, s.db.Close())
 	}
@@ -189,6 +263,8 @@ func (s *Store) Close() error {
 // has elapsed; after that point, or after the timeout, the busy error is returned wrapped in
 // [ErrBusy]. Every error leaves nothing committed.
 func (s *Store) writeTx(ctx context.Context, body func(ctx context.Context, tx *sql.Tx, irrevocable func()) error) error {
+	// Before any connection is held; on failure (no tables yet) the statements run unprepared.
+	_ = s.stmts.prepare(ctx, s.db, s.q)
 	deadline := time.Now().Add(s.busyTimeout)
 	backoff := time.Millisecond
 	for {

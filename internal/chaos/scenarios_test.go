@@ -79,7 +79,7 @@ func freezesBit(res *chaos.Result) int {
 func TestScenario2ClockJump(t *testing.T) {
 	t.Run("rules-read-no-clock", func(t *testing.T) {
 		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, filepath.Join("..", "..", "fence", "fence.go"), nil, 0)
+		f, err := parser.ParseFile(fset, filepath.Join("..", "..", "fence", "fencestore", "fencestore.go"), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +104,7 @@ func TestScenario2ClockJump(t *testing.T) {
 		}
 		for name, found := range rules {
 			if !found {
-				t.Errorf("rule %s not found in fence/fence.go", name)
+				t.Errorf("rule %s not found in fence/fencestore/fencestore.go", name)
 			}
 		}
 	})

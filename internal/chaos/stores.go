@@ -88,7 +88,9 @@ func RunSQLite(ctx context.Context, cfg Config, path string) (*Result, DB, func(
 	if err := Migrate(ctx, db); err != nil {
 		return nil, db, cleanup, err
 	}
-	if _, err := sqliteoutbox.New(ctx, store.DB()); err != nil { // creates the outbox tables
+	if box, err := sqliteoutbox.New(store.DB()); err != nil {
+		return nil, db, cleanup, err
+	} else if err := box.Migrate(ctx); err != nil { // creates the outbox tables
 		return nil, db, cleanup, err
 	}
 	cfg.SQLitePath, cfg.PostgresURL = path, ""

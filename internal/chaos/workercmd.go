@@ -132,7 +132,10 @@ func RunWorker(ctx context.Context, args []string) error {
 		if cfg.Mode != Fenced {
 			return RunBaseline(ctx, cfg, db)
 		}
-		box, err := sqliteoutbox.New(ctx, store.DB())
+		box, err := sqliteoutbox.New(store.DB())
+		if err == nil {
+			err = box.Migrate(ctx)
+		}
 		if err != nil {
 			return err
 		}

@@ -8,8 +8,11 @@
 // sequences from the cursor row and inserts the rows: a zombie's append writes nothing and
 // fails with *fence.StaleError. Pending and MarkDelivered are the relay's fenced reads and
 // writes; Cleanup deletes delivered rows older than a given age (sequences are never reused,
-// because the cursor keeps them). Table names are validated and quoted; Migrate creates the
-// tables idempotently under an advisory lock.
+// because the cursor keeps them). Table names are validated and quoted; New does no I/O, and
+// Migrate creates the tables idempotently under an advisory lock (Schema returns the same DDL).
+// The default tables are baton_outbox and baton_outbox_cursors, checked against pgfence's
+// baton_fences ([DefaultFenceTable] is pgfence.DefaultTable); sqliteoutbox uses the same names.
+// The store passes the outbox/outboxtest conformance suite against a real server.
 //
 // Run PostgreSQL with idle_in_transaction_session_timeout set: a transaction left open holds
 // the fence row (FOR SHARE) and delays a takeover until it ends.

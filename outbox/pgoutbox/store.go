@@ -13,9 +13,11 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxstore"
 )
 
 // DB is what a Store needs outside the caller's transactions: *pgxpool.Pool fits.
@@ -29,7 +31,7 @@ type DB interface {
 // Defaults.
 const (
 	DefaultTable      = "baton_outbox"
-	DefaultFenceTable = "baton_fences" // pgfence.DefaultTable
+	DefaultFenceTable = pgfence.DefaultTable
 	cursorsSuffix     = "_cursors"
 )
 
@@ -94,23 +96,28 @@ var schemaSQL string
 // New returns a store; call [Store.Migrate] once to create its tables. The fence table is
 // pgfence's and is not created here. Invalid names fail with [outbox.ErrInvalid].
 func New(db DB, opts ...Option) (*Store, error) {
+	var errs []error
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil DB", outbox.ErrInvalid)
+		errs = append(errs, fmt.Errorf("%w: pgoutbox: nil DB", outbox.ErrInvalid))
 	}
 	c := config{table: DefaultTable, fences: DefaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", outbox.ErrInvalid)
+			errs = append(errs, fmt.Errorf("%w: pgoutbox: option %d is nil", outbox.ErrInvalid, i))
+			continue
 		}
 		if err := o(&c); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 	}
 	cursors := c.table + cursorsSuffix
 	for _, n := range []string{c.table, cursors, c.fences} {
 		if err := sqlident.Validate(n); err != nil {
-			return nil, fmt.Errorf("%w: table name: %w", outbox.ErrInvalid, err)
+			errs = append(errs, fmt.Errorf("%w: pgoutbox: table name: %w", outbox.ErrInvalid, err))
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockName: "baton/pgoutbox/migrate/" + c.table}
 	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(c.fences))
@@ -240,7 +247,7 @@ func (s *Store) QueueAppend(ctx context.Context, b *pgx.Batch, src fence.Key, to
 
 // appendArgs validates msgs and builds the append statement's arguments; nil for no messages.
 func (s *Store) appendArgs(ctx context.Context, src fence.Key, tok fence.Token, msgs []outbox.Message) ([]any, error) {
-	if err := outbox.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
+	if err := outboxstore.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
 		return nil, err
 	}
 	if len(msgs) == 0 {
@@ -253,9 +260,9 @@ func (s *Store) appendArgs(ctx context.Context, src fence.Key, tok fence.Token, 
 	ids := make([]string, len(msgs))
 	for i := range msgs {
 		topics[i], keys[i], values[i], ids[i] = msgs[i].Topic, msgs[i].Key, msgs[i].Value, msgs[i].IdempotencyKey
-		headers[i] = outbox.MarshalHeaders(msgs[i].Headers)
+		headers[i] = outboxstore.MarshalHeaders(msgs[i].Headers)
 	}
-	tp, ts := outbox.TraceContext(ctx, s.prop)
+	tp, ts := outboxstore.TraceContext(ctx, s.prop)
 	return []any{src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch,
 		int64(len(msgs)), topics, keys, values, headers, ids, tp, ts}, nil
 }
@@ -297,7 +304,7 @@ func (s *Store) Pending(ctx context.Context, src fence.Key, tok fence.Token, lim
 			&r.IdempotencyKey, &r.TraceParent, &r.TraceState, &r.CreatedAt); err != nil {
 			return nil, fmt.Errorf("pgoutbox: pending of %s: %w", src, err)
 		}
-		if r.Headers, err = outbox.UnmarshalHeaders(hs); err != nil {
+		if r.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
 			return nil, fmt.Errorf("pgoutbox: %s seq %d: %w", src, r.Seq, err)
 		}
 		if r.IdempotencyKey == "" {

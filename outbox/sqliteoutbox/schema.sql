@@ -1,5 +1,5 @@
 -- sqliteoutbox schema; {{outbox}} and {{cursors}} are the validated, quoted table names. Every
--- statement is idempotent: New applies it each time. See pgoutbox/schema.sql for the meaning
+-- statement is idempotent: Migrate runs the script in one transaction; Schema returns it. See pgoutbox/schema.sql for the meaning
 -- of the columns; created_ns is the appending process's clock in Unix nanoseconds.
 CREATE TABLE IF NOT EXISTS {{outbox}} (
     grp             TEXT    NOT NULL,

@@ -32,7 +32,10 @@ func open(t *testing.T) (context.Context, *sqlitefence.Store, *sqliteoutbox.Stor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fences.Close() })
-	store, err := sqliteoutbox.New(ctx, fences.DB())
+	store, err := sqliteoutbox.New(fences.DB())
+	if err == nil {
+		err = store.Migrate(ctx)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

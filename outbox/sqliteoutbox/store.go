@@ -12,14 +12,16 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxstore"
 )
 
 // Defaults.
 const (
 	DefaultTable      = "baton_outbox"
-	DefaultFenceTable = "baton_fence" // sqlitefence.DefaultTable
+	DefaultFenceTable = sqlitefence.DefaultTable
 	cursorsSuffix     = "_cursors"
 )
 
@@ -66,6 +68,7 @@ type Store struct {
 	db       *sql.DB
 	maxBytes int
 	prop     propagation.TextMapPropagator
+	schema   string
 
 	allocSQL, insertSQL, fenceSQL, pendingSQL, markSQL, backlogSQL, cleanupSQL string
 }
@@ -75,29 +78,37 @@ var _ outbox.Store = (*Store)(nil)
 //go:embed schema.sql
 var schemaSQL string
 
-// New returns a store over db (opened with modernc.org/sqlite, e.g. sqlitefence.Store.DB())
-// and creates its tables if they do not exist.
-func New(ctx context.Context, db *sql.DB, opts ...Option) (*Store, error) {
+// New returns a store over db (opened with modernc.org/sqlite, e.g. sqlitefence.Store.DB()).
+// It does no I/O: call [Store.Migrate] to create the tables (or create them yourself from
+// [Store.Schema]). The fence table is sqlitefence's and is not created here. A nil option or an
+// invalid value fails with [outbox.ErrInvalid]; every problem is reported, joined with
+// errors.Join.
+func New(db *sql.DB, opts ...Option) (*Store, error) {
+	var errs []error
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil DB", outbox.ErrInvalid)
+		errs = append(errs, fmt.Errorf("%w: sqliteoutbox: nil DB", outbox.ErrInvalid))
 	}
 	c := config{table: DefaultTable, fences: DefaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", outbox.ErrInvalid)
+			errs = append(errs, fmt.Errorf("%w: sqliteoutbox: option %d is nil", outbox.ErrInvalid, i))
+			continue
 		}
 		if err := o(&c); err != nil {
-			return nil, err
+			errs = append(errs, err)
 		}
 	}
 	cursors := c.table + cursorsSuffix
 	for _, n := range []string{c.table, cursors, c.fences} {
 		if err := sqlident.Validate(n); err != nil {
-			return nil, fmt.Errorf("%w: table name: %w", outbox.ErrInvalid, err)
+			errs = append(errs, fmt.Errorf("%w: sqliteoutbox: table name: %w", outbox.ErrInvalid, err))
 		}
 	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
 	r := strings.NewReplacer("{{outbox}}", sqlident.Quote(c.table), "{{cursors}}", sqlident.Quote(cursors), "{{fences}}", sqlident.Quote(c.fences))
-	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop}
+	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, schema: r.Replace(schemaSQL)}
 	const holds = `EXISTS (SELECT 1 FROM {{fences}} f WHERE f.grp = ?1 AND f.topic = ?2 AND f.partition = ?3 AND f.era = ?4 AND f.epoch = ?5)`
 	s.allocSQL = r.Replace(`INSERT INTO {{cursors}} AS c (grp, topic, partition, last_seq)
 SELECT ?1, ?2, ?3, ?6 WHERE ` + holds + `
@@ -121,10 +132,29 @@ RETURNING last_seq - delivered_seq`)
 	s.backlogSQL = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE grp = ? AND topic = ? AND partition = ?`)
 	s.cleanupSQL = r.Replace(`DELETE FROM {{outbox}} WHERE created_ns < ?1 AND seq <= (SELECT c.delivered_seq FROM {{cursors}} c
     WHERE c.grp = {{outbox}}.grp AND c.topic = {{outbox}}.topic AND c.partition = {{outbox}}.partition)`)
-	if _, err := db.ExecContext(ctx, r.Replace(schemaSQL)); err != nil {
-		return nil, fmt.Errorf("sqliteoutbox: creating tables: %w", err)
-	}
 	return s, nil
+}
+
+// Schema returns the DDL Migrate runs, with the configured table names, for users who manage
+// migrations with their own tools.
+func (s *Store) Schema() string { return s.schema }
+
+// Migrate creates the outbox tables if they do not exist. It is idempotent and safe to call
+// concurrently, from several processes too: the DDL runs in one write transaction, which
+// SQLite serializes under its write lock.
+func (s *Store) Migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqliteoutbox: migrate: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after a commit
+	if _, err := tx.ExecContext(ctx, s.schema); err != nil {
+		return fmt.Errorf("sqliteoutbox: migrate: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqliteoutbox: migrate: commit: %w", err)
+	}
+	return nil
 }
 
 // Append adds msgs to src's outbox inside the caller's transaction tx, after the fence Advance
@@ -135,7 +165,7 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", outbox.ErrInvalid)
 	}
-	if err := outbox.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
+	if err := outboxstore.ValidateAppend(src, tok, msgs, s.maxBytes); err != nil {
 		return err
 	}
 	if len(msgs) == 0 {
@@ -157,7 +187,7 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 		return fmt.Errorf("sqliteoutbox: append to %s: %w", src, err)
 	}
 	defer stmt.Close()
-	tp, ts := outbox.TraceContext(ctx, s.prop)
+	tp, ts := outboxstore.TraceContext(ctx, s.prop)
 	now := time.Now().UnixNano()
 	first := last - int64(len(msgs)) + 1
 	for i, m := range msgs {
@@ -167,7 +197,7 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 			ik = outbox.IdempotencyKey(src, seq)
 		}
 		if _, err := stmt.ExecContext(ctx, src.Group, src.Topic, src.Partition, seq, tok.Era, tok.Epoch,
-			m.Topic, m.Key, m.Value, outbox.MarshalHeaders(m.Headers), ik, tp, ts, now); err != nil {
+			m.Topic, m.Key, m.Value, outboxstore.MarshalHeaders(m.Headers), ik, tp, ts, now); err != nil {
 			return fmt.Errorf("sqliteoutbox: append to %s: %w", src, err)
 		}
 	}
@@ -212,7 +242,7 @@ func (s *Store) Pending(ctx context.Context, src fence.Key, tok fence.Token, lim
 			return nil, fmt.Errorf("sqliteoutbox: pending of %s: %w", src, err)
 		}
 		r.CreatedAt = time.Unix(0, ns)
-		if r.Headers, err = outbox.UnmarshalHeaders(hs); err != nil {
+		if r.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
 			return nil, fmt.Errorf("sqliteoutbox: %s seq %d: %w", src, r.Seq, err)
 		}
 		out = append(out, r)

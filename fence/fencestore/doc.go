@@ -1,0 +1,16 @@
+// Package fencestore is for authors of fence.Sink (and fence.KeyedSink) implementations: the
+// fence rules written once, so that every store agrees about what is stale, duplicate or
+// invalid. Users of a store never need it.
+//
+// A store validates its arguments before any I/O ([ValidateClaim], [ValidateWrite],
+// [ValidateAdmit], [ValidateRecover], [ValidateIdentifier]; each fails with an error wrapping
+// fence.ErrInvalid), applies its conditional write, and, when the write matched nothing,
+// classifies the refusal from the state it stored with [CheckClaim], [CheckAdvance] or
+// [CheckAdmit]: a *fence.StaleError for a lower token, fence.ErrDuplicate for a position
+// already applied, fence.ErrInvalid for a token of an era the fence never reached. A store whose
+// conditional write is this rule in SQL (as pgfence's and sqlitefence's WHERE clauses are) and
+// that classifies with these functions reports exactly what memfence reports; the conformance
+// suite fence/fencetest checks it.
+//
+// The package depends only on package fence and the standard library.
+package fencestore

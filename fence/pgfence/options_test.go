@@ -1,0 +1,22 @@
+package pgfence
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/batonhq/baton/fence"
+)
+
+// TestNewJoinsOptionErrors: New reports every problem at once, not only the first.
+func TestNewJoinsOptionErrors(t *testing.T) {
+	_, err := New(nil, nil, Table("bad name"))
+	if !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("New = %v, want fence.ErrInvalid", err)
+	}
+	for _, want := range []string{"nil DB", "option 0 is nil", "table"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("New = %q, want it to mention %q", err, want)
+		}
+	}
+}

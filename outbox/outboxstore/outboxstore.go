@@ -1,0 +1,154 @@
+package outboxstore
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/outbox"
+)
+
+// ValidateAppend checks Append's arguments before anything is written: the source key, the
+// token and every message. maxBytes bounds key+value+headers of each message. Store
+// implementations call it first.
+func ValidateAppend(src fence.Key, tok fence.Token, msgs []outbox.Message, maxBytes int) error {
+	if err := src.Validate(); err != nil {
+		return fmt.Errorf("%w: source: %w", outbox.ErrInvalid, err)
+	}
+	if err := tok.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+	}
+	for i := range msgs {
+		if err := validateMessage(&msgs[i], maxBytes); err != nil {
+			return fmt.Errorf("message %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func validateMessage(m *outbox.Message, maxBytes int) error {
+	if m.Topic == "" {
+		return outbox.ErrNoTopic
+	}
+	if err := validateTopic(m.Topic); err != nil {
+		return err
+	}
+	size := len(m.Key) + len(m.Value)
+	for _, h := range m.Headers {
+		if err := validateHeaderKey(h.Key); err != nil {
+			return err
+		}
+		size += len(h.Key) + len(h.Value)
+	}
+	if size > maxBytes {
+		return fmt.Errorf("%w: %d bytes, limit %d", outbox.ErrTooLarge, size, maxBytes)
+	}
+	if m.IdempotencyKey != "" {
+		if len(m.IdempotencyKey) > outbox.MaxIdempotencyKeyLen || !utf8.ValidString(m.IdempotencyKey) {
+			return fmt.Errorf("%w: idempotency key is longer than %d bytes or not UTF-8", outbox.ErrInvalid, outbox.MaxIdempotencyKeyLen)
+		}
+	}
+	return nil
+}
+
+// validateTopic applies Kafka's topic-name rule, so that a row is never stored that the broker
+// would refuse for ever.
+func validateTopic(t string) error {
+	if len(t) > 249 || t == "." || t == ".." {
+		return fmt.Errorf("%w: topic %q is not a legal kafka topic name", outbox.ErrInvalid, t)
+	}
+	for i := 0; i < len(t); i++ {
+		switch c := t[i]; {
+		case c == '.', c == '_', c == '-', 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		default:
+			return fmt.Errorf("%w: topic %q has byte %q; kafka allows [a-zA-Z0-9._-]", outbox.ErrInvalid, t, c)
+		}
+	}
+	return nil
+}
+
+func validateHeaderKey(k string) error {
+	switch {
+	case k == "":
+		return fmt.Errorf("%w: empty key", outbox.ErrInvalidHeader)
+	case !utf8.ValidString(k):
+		return fmt.Errorf("%w: key %q is not UTF-8", outbox.ErrInvalidHeader, k)
+	case len(k) >= 6 && strings.EqualFold(k[:6], "baton-"),
+		strings.EqualFold(k, outbox.HeaderTraceParent), strings.EqualFold(k, outbox.HeaderTraceState):
+		return fmt.Errorf("%w: key %q is reserved for the relay", outbox.ErrInvalidHeader, k)
+	}
+	return nil
+}
+
+// TraceContext returns the W3C traceparent and tracestate of the span in ctx, as p writes them
+// ("" if ctx carries no span). Stores call it at Append to link the outbox row to the state
+// change's trace; the relay continues that trace when it publishes the row.
+func TraceContext(ctx context.Context, p propagation.TextMapPropagator) (traceparent, tracestate string) {
+	c := propagation.MapCarrier{}
+	p.Inject(ctx, c)
+	return c[outbox.HeaderTraceParent], c[outbox.HeaderTraceState]
+}
+
+// MarshalHeaders encodes message headers for storage: a uvarint count, then per header a
+// uvarint key length, the key, a varint value length (-1 for a nil value) and the value.
+// It returns nil for no headers.
+func MarshalHeaders(hs []kgo.RecordHeader) []byte {
+	if len(hs) == 0 {
+		return nil
+	}
+	b := binary.AppendUvarint(nil, uint64(len(hs)))
+	for _, h := range hs {
+		b = binary.AppendUvarint(b, uint64(len(h.Key)))
+		b = append(b, h.Key...)
+		if h.Value == nil {
+			b = binary.AppendVarint(b, -1)
+			continue
+		}
+		b = binary.AppendVarint(b, int64(len(h.Value)))
+		b = append(b, h.Value...)
+	}
+	return b
+}
+
+// UnmarshalHeaders decodes what [MarshalHeaders] wrote.
+func UnmarshalHeaders(b []byte) ([]kgo.RecordHeader, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	bad := func(what string) error { return fmt.Errorf("%w: stored headers: %s", outbox.ErrInvalid, what) }
+	n, k := binary.Uvarint(b)
+	if k <= 0 || n > uint64(len(b)) { // every header takes at least two bytes
+		return nil, bad("bad count")
+	}
+	b = b[k:]
+	hs := make([]kgo.RecordHeader, 0, n)
+	for range n {
+		kl, k := binary.Uvarint(b)
+		if k <= 0 || kl > uint64(len(b)-k) {
+			return nil, bad("bad key length")
+		}
+		key := string(b[k : k+int(kl)])
+		b = b[k+int(kl):]
+		vl, k := binary.Varint(b)
+		if k <= 0 || vl < -1 || vl > int64(len(b)-k) {
+			return nil, bad("bad value length")
+		}
+		b = b[k:]
+		var val []byte
+		if vl >= 0 {
+			val = append([]byte{}, b[:vl]...)
+			b = b[vl:]
+		}
+		hs = append(hs, kgo.RecordHeader{Key: key, Value: val})
+	}
+	if len(b) != 0 {
+		return nil, bad("trailing bytes")
+	}
+	return hs, nil
+}

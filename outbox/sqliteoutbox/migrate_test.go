@@ -1,0 +1,86 @@
+package sqliteoutbox_test
+
+import (
+	"database/sql"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/batonhq/baton/outbox/sqliteoutbox"
+)
+
+// New does no I/O: it succeeds on a closed database and Migrate reports the closing.
+func TestNewDoesNoIO(t *testing.T) {
+	db, err := sql.Open("sqlite", "file://"+filepath.Join(t.TempDir(), "x.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := sqliteoutbox.New(db)
+	if err != nil {
+		t.Fatalf("New on a closed *sql.DB: %v", err)
+	}
+	if err := s.Migrate(t.Context()); err == nil {
+		t.Fatal("Migrate on a closed *sql.DB succeeded")
+	}
+}
+
+// Migrate is idempotent (over data too), and Schema is exactly what it runs.
+func TestMigrateAndSchema(t *testing.T) {
+	ctx, _, store := open(t) // migrated once
+	migrated := store
+	for range 2 {
+		if err := migrated.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dbOf := func(name string) *sql.DB {
+		db, err := sql.Open("sqlite", "file://"+filepath.Join(t.TempDir(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { db.Close() })
+		return db
+	}
+	a, b := dbOf("a.db"), dbOf("b.db")
+	sa, err := sqliteoutbox.New(a, sqliteoutbox.Table("main.ob"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := sa.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.ExecContext(ctx, sa.Schema()); err != nil {
+		t.Fatal(err)
+	}
+	got, want := objects(t, b), objects(t, a)
+	if len(want) != 2 || !slices.Equal(got, want) {
+		t.Errorf("Schema() created %q\nMigrate created %q", got, want)
+	}
+}
+
+func objects(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	rows, err := db.Query(`SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_master
+		WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
