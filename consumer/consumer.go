@@ -34,9 +34,9 @@ func (f HandlerFunc[Tx]) Handle(ctx context.Context, tx Tx, b *Batch) error { re
 
 // Batch is a run of consecutive records of one partition, applied in one fenced transaction.
 type Batch struct {
-	Partition partition.ID
-	Token     fence.Token // the owner's token, checked by the sink at commit
-	Records   []*kgo.Record
+	Key     fence.Key   // the partition's fence key: group, topic, partition
+	Token   fence.Token // the owner's token, checked by the sink at commit
+	Records []*kgo.Record
 }
 
 // Fail marks r as the poison record of the batch: the consumer applies the records before it,
@@ -46,9 +46,9 @@ func (b *Batch) Fail(r *kgo.Record, err error) error {
 }
 
 // Factory builds the handler of a partition when this member is assigned it, after the
-// partition was claimed with token t. The handler's state is owned by the partition's single
-// goroutine: it needs no locks.
-type Factory[Tx any] func(ctx context.Context, p partition.ID, t fence.Token) (Handler[Tx], error)
+// partition's fence key k was claimed with token t. The handler's state is owned by the
+// partition's single goroutine: it needs no locks.
+type Factory[Tx any] func(ctx context.Context, k fence.Key, t fence.Token) (Handler[Tx], error)
 
 // Consumer is a single-writer consumer-group member: it owns the partitions Kafka assigns it,
 // claims each in the sink, and applies their records in fenced transactions.
@@ -122,7 +122,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 // offsets, leaves the group and returns nil. It returns an error if the Kafka client cannot
 // be created or a partition's handler factory fails. No goroutine it starts outlives it.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
-	r := &run[Tx]{c: c, workers: map[tp]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
+	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
 
@@ -149,11 +149,6 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	return err
 }
 
-type tp struct {
-	topic     string
-	partition int32
-}
-
 // run is the state of one Run: the Kafka client and the registry of partition workers. The
 // registry (not any partition's state) is shared by the poll loop and the rebalance
 // callbacks, hence mu.
@@ -165,7 +160,7 @@ type run[Tx any] struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	workers map[tp]*worker[Tx]
+	workers map[partition.ID]*worker[Tx]
 
 	total atomic.Int64  // records handed to live workers and not yet done
 	space chan struct{} // poked when total drops
@@ -186,9 +181,9 @@ func (r *run[Tx]) fail(err error) {
 // poll is the fetch loop: it hands each partition's records to the partition's worker and
 // applies backpressure (a global bound by not polling, a per-partition bound by pausing).
 func (r *run[Tx]) poll(ctx context.Context) error {
-	max := r.c.cfg.maxInflight
+	limit := r.c.cfg.maxInflight
 	for {
-		for r.total.Load() >= int64(max) {
+		for r.total.Load() >= int64(limit) {
 			select {
 			case <-ctx.Done():
 				return nil
@@ -218,23 +213,17 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				return
 			}
 			last := p.Records[len(p.Records)-1]
-			r.c.m.lag.Record(ctx, max64(0, p.HighWatermark-last.Offset-1), partAttrs(p.Topic, p.Partition))
-			r.dispatch(ctx, tp{p.Topic, p.Partition}, p.Records)
+			id := partition.ID{Topic: p.Topic, Partition: p.Partition}
+			r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
+			r.dispatch(ctx, id, p.Records)
 		})
 	}
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // dispatch hands recs to the partition's worker. Records of a partition with no live worker
 // (revoked between the fetch and now) are dropped: the next owner re-reads them from the
 // sink's position.
-func (r *run[Tx]) dispatch(ctx context.Context, k tp, recs []*kgo.Record) {
+func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record) {
 	n := int64(len(recs))
 	r.mu.Lock()
 	w := r.workers[k]
@@ -275,7 +264,7 @@ func (r *run[Tx]) setPause(w *worker[Tx], reason int, on bool) {
 	if w.removed {
 		return
 	}
-	m := map[string][]int32{w.topic: {w.partition}}
+	m := map[string][]int32{w.id.Topic: {w.id.Partition}}
 	switch now := w.pause != 0; {
 	case now && !was:
 		r.client().PauseFetchPartitions(m)
@@ -320,16 +309,16 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 	r.mu.Lock()
 	for topic, ps := range added {
 		for _, p := range ps {
-			k := tp{topic, p}
+			k := partition.ID{Topic: topic, Partition: p}
 			if old := r.workers[k]; old != nil { // franz-go revokes before reassigning; be safe anyway
 				r.mu.Unlock()
 				r.stop(old, false)
 				r.mu.Lock()
 			}
-			w := newWorker(r, topic, p, epoch)
+			w := newWorker(r, k, epoch)
 			r.workers[k] = w
 			started = append(started, w)
-			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(topic, p, "assigned"))
+			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, "assigned"))
 		}
 	}
 	r.mu.Unlock()
@@ -381,10 +370,11 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 	r.mu.Lock()
 	for topic, ps := range m {
 		for _, p := range ps {
-			if w := r.workers[tp{topic, p}]; w != nil {
+			k := partition.ID{Topic: topic, Partition: p}
+			if w := r.workers[k]; w != nil {
 				ws = append(ws, w)
 			}
-			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(topic, p, why))
+			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, why))
 		}
 	}
 	r.mu.Unlock()
@@ -413,8 +403,8 @@ func (r *run[Tx]) stop(w *worker[Tx], _ bool) {
 		r.setPause(w, pauseBackpressure|pauseClaiming|pauseIdle, false)
 	}
 	w.removed = true
-	if r.workers[tp{w.topic, w.partition}] == w {
-		delete(r.workers, tp{w.topic, w.partition})
+	if r.workers[w.id] == w {
+		delete(r.workers, w.id)
 	}
 	r.total.Add(-w.inflight.Swap(0))
 	select {
@@ -449,7 +439,7 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// Inside OnPartitionsAssigned franz-go records this seek against the offset fetch
 		// it is about to make and lets it win over the committed offset; after a late
 		// claim the partition is still paused, so nothing was fetched from elsewhere.
-		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.topic: {w.partition: {Epoch: -1, Offset: w.position + 1}}})
+		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: w.position + 1}}})
 	}
 	if !ok {
 		r.setPause(w, pauseIdle, true)

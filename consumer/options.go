@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/partition"
 )
 
 // Option configures a [Consumer]. Invalid values make [New] fail with [ErrInvalidOption].
@@ -212,7 +211,7 @@ func ClaimWait(d time.Duration) Option {
 // never after the partition was revoked or lost (its ctx is the partition's). An error is
 // logged and counted; the call is made again after the next commit or within the idle
 // interval, so work it leaves (undelivered rows) is picked up later.
-type AfterCommitFunc func(ctx context.Context, p partition.ID, t fence.Token) error
+type AfterCommitFunc func(ctx context.Context, k fence.Key, t fence.Token) error
 
 // AfterCommit sets fn to run in each partition's goroutine after its batches commit, and
 // every idle interval while the partition has nothing to apply (so work fn could not finish,

@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/batonhq/baton/partition"
 )
 
 const instrumentation = "github.com/batonhq/baton/consumer"
@@ -55,14 +57,14 @@ func newMeters(p metric.MeterProvider) (*meters, error) {
 	return &ms, nil
 }
 
-func partAttrs(topic string, partition int32) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("messaging.destination.name", topic),
-		attribute.Int("messaging.destination.partition.id", int(partition)))
+func partAttrs(id partition.ID) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("messaging.destination.name", id.Topic),
+		attribute.Int("messaging.destination.partition.id", int(id.Partition)))
 }
 
-func withOutcome(topic string, partition int32, outcome string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("messaging.destination.name", topic),
-		attribute.Int("messaging.destination.partition.id", int(partition)),
+func withOutcome(id partition.ID, outcome string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("messaging.destination.name", id.Topic),
+		attribute.Int("messaging.destination.partition.id", int(id.Partition)),
 		attribute.String("baton.outcome", outcome))
 }
 

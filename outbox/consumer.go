@@ -6,23 +6,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/partition"
 )
-
-// AfterCommit returns the hook that makes a Baton consumer of group relay each partition's
-// outbox rows from the partition's own goroutine, under its token, after every committed batch
-// and every idle interval:
-//
-//	consumer.New(group, topics, sink, factory, consumer.AfterCommit(relay.AfterCommit(group), time.Second))
-//
-// So the relay of source partition p runs exactly where p's ownership lives, and stops the
-// moment p is revoked or lost.
-func (r *Relay) AfterCommit(group string) consumer.AfterCommitFunc {
-	return func(ctx context.Context, p partition.ID, t fence.Token) error {
-		_, err := r.Flush(ctx, p.Key(group), t)
-		return err
-	}
-}
 
 // Handler wraps a Baton consumer's handler with the inbox: each record of a batch is admitted
 // inside the batch's fenced transaction, and only admitted records reach h (duplicates and

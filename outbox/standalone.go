@@ -8,7 +8,6 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/partition"
 )
 
 // AppendAttempts bounds how many times [AppendCurrent] loads a shard's token and appends: one
@@ -47,8 +46,8 @@ func NewStandaloneRelay[Tx any](group, coordTopic string, sink fence.Sink[Tx], r
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	noop := consumer.HandlerFunc[Tx](func(context.Context, Tx, *consumer.Batch) error { return nil })
-	factory := func(context.Context, partition.ID, fence.Token) (consumer.Handler[Tx], error) { return noop, nil }
-	all := append(opts[:len(opts):len(opts)], consumer.AfterCommit(relay.AfterCommit(group), interval))
+	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[Tx], error) { return noop, nil }
+	all := append(opts[:len(opts):len(opts)], consumer.AfterCommit(relay.AfterCommit(), interval))
 	return consumer.New(group, []string{coordTopic}, sink, factory, all...)
 }
 

@@ -25,7 +25,6 @@ import (
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
-	"github.com/batonhq/baton/partition"
 )
 
 const (
@@ -233,7 +232,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	receiver, err := consumer.New("billing", []string{"commands"}, fence.Sink[*sql.Tx](recv),
-		func(context.Context, partition.ID, fence.Token) (consumer.Handler[*sql.Tx], error) {
+		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
 			apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					res, err := tx.ExecContext(ctx, `INSERT INTO applied (k, v) VALUES (?, ?) ON CONFLICT DO NOTHING`, string(r.Key), string(r.Value))
