@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/redislock"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
 
 // Mode is how a worker protects its writes.
@@ -326,7 +327,7 @@ func RunReceiver[T any](ctx context.Context, brokers []string, group, topic stri
 		return nil
 	})
 	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[T], error) {
-		return outbox.Handler(inbox, apply), nil
+		return outboxconsumer.Handler(inbox, apply), nil
 	}
 	c, err := consumer.New[T](group, []string{topic}, sink, factory, consumer.Logger(logger),
 		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(250*time.Millisecond),

@@ -1,4 +1,4 @@
-package outbox_test
+package outboxconsumer_test
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxconsumer"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 
@@ -101,7 +102,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 				mu.Unlock()
 				return nil
 			})
-			return outbox.Handler(inbox, apply), nil
+			return outboxconsumer.Handler(inbox, apply), nil
 		},
 		consumer.Kafka(kopts...), consumer.Logger(quiet()))
 	if err != nil {
