@@ -40,9 +40,10 @@ type Batch struct {
 }
 
 // Fail marks r as the poison record of the batch: the consumer applies the records before it,
-// dead-letters it with err as the reason, and goes on with the records after it.
-func (b *Batch) Fail(r *kgo.Record, err error) error {
-	return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: Permanent(err)}
+// dead-letters it with err as the reason, and goes on with the records after it. Return the
+// result from Handle: a *partition.RecordError naming r and wrapping Permanent(err).
+func (b *Batch) Fail(r *kgo.Record, err error) *partition.RecordError {
+	return &partition.RecordError{ID: partition.Of(r), Offset: r.Offset, Key: r.Key, Err: Permanent(err)}
 }
 
 // Factory builds the handler of a partition when this member is assigned it, after the
@@ -144,7 +145,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
 	// the workers after their in-flight batch and commits what was applied.
 	cl.Close()
-	r.stopAll(false) // anything left (e.g. after a fatal error) is stopped without a commit
+	r.stopAll() // anything left (e.g. after a fatal error) is stopped; nothing commits it
 	r.wg.Wait()
 	return err
 }
@@ -312,7 +313,7 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 			k := partition.ID{Topic: topic, Partition: p}
 			if old := r.workers[k]; old != nil { // franz-go revokes before reassigning; be safe anyway
 				r.mu.Unlock()
-				r.stop(old, false)
+				r.stop(old)
 				r.mu.Lock()
 			}
 			w := newWorker(r, k, epoch)
@@ -381,7 +382,7 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.stop(w, true) }()
+		go func() { defer wg.Done(); r.stop(w) }()
 	}
 	wg.Wait()
 	if len(m) > 0 {
@@ -391,7 +392,7 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 
 // stop cancels w, waits for it, and removes it from the registry, releasing what it still
 // had in flight and clearing its pause so a later assignment starts fetching normally.
-func (r *run[Tx]) stop(w *worker[Tx], _ bool) {
+func (r *run[Tx]) stop(w *worker[Tx]) {
 	w.cancel()
 	<-w.done
 	r.mu.Lock()
@@ -413,7 +414,7 @@ func (r *run[Tx]) stop(w *worker[Tx], _ bool) {
 	}
 }
 
-func (r *run[Tx]) stopAll(commit bool) {
+func (r *run[Tx]) stopAll() {
 	r.mu.Lock()
 	var ws []*worker[Tx]
 	for _, w := range r.workers {
@@ -421,7 +422,7 @@ func (r *run[Tx]) stopAll(commit bool) {
 	}
 	r.mu.Unlock()
 	for _, w := range ws {
-		r.stop(w, commit)
+		r.stop(w)
 	}
 }
 

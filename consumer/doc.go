@@ -2,6 +2,13 @@
 // that owns the partitions the group coordinator assigns it and applies their records to a
 // fenced sink ([fence.Sink]), exactly once into the sink, one writer per partition at a time.
 //
+// # Identity
+//
+// A partition is named by one type throughout: its fence key (fence.Key: group, topic,
+// partition) reaches user code as [Batch.Key], and as the key argument of the [Factory] and of
+// the [AfterCommitFunc]; it is the key the sink fences and the outbox appends under. Inside,
+// the registry of workers is keyed by partition.ID.
+//
 // # Threading contract
 //
 // Every owned partition has exactly one goroutine. Records reach it over a channel from the
@@ -42,8 +49,8 @@
 //     retried). fence.ErrDuplicate (an applied batch seen again) is skipped. Other errors are
 //     transient: the same batch is retried with bounded exponential backoff ([RetryBackoff]),
 //     visible as the retries metric and WARN logs; a revoke cancels the retrying.
-//  5. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], or found
-//     by applying one record at a time) rolls the batch back; the records before it are
+//  5. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], which
+//     returns a *partition.RecordError, or found by applying one record at a time) rolls the batch back; the records before it are
 //     applied, the poison record is produced to the dead-letter topic ([DeadLetterTopic],
 //     default "<topic>.dlq", headers baton.dlq.*) synchronously INSIDE a fenced transaction
 //     that advances the fence over it, and processing goes on after it. The fence check
@@ -58,17 +65,19 @@
 //     can overshoot it by what the client had buffered). A pause
 //     is cleared when its partition is revoked or lost, so a later assignment fetches again.
 //  8. After each committed batch, and every idle interval, the partition's own goroutine runs
-//     the [AfterCommit] hook under its token: the outbox relay (outbox.Relay.AfterCommit) runs
-//     there, so relaying a partition's side effects lives exactly where its ownership does.
+//     the [AfterCommit] hook with the partition's fence key and token ([AfterCommitFunc]): the
+//     outbox relay runs there (consumer.AfterCommit(relay.AfterCommit(), time.Second); the
+//     relay's hook is a plain func, so package outbox does not import this one), and relaying a
+//     partition's side effects lives exactly where its ownership does.
 //
 // # Parallelism inside a partition
 //
 // A partition's batch is applied in one transaction, and a database transaction is one
 // connection: its statements cannot run in parallel. Work that is not a write to the sink
 // (decoding, enrichment, calls to other services) can be spread over per-key lanes inside
-// Handle with partition.Lanes: records of one key stay in order on one lane, different keys
-// run in parallel, every lane works under the partition's single token, and Lanes.Run returns
-// the committable offset (the lowest contiguous completed one) if a lane fails. The writes then
+// Handle with lanes.Lanes (package partition/lanes): records of one key stay in order on one
+// lane, different keys run in parallel, every lane works under the partition's single token, and
+// Lanes.Run returns the committable offset (the lowest contiguous completed one) if a lane fails. The writes then
 // go into the transaction from the handler's goroutine.
 //
 // # Guarantees

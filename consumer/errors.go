@@ -1,9 +1,6 @@
 package consumer
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 var (
 	// ErrNoGroup means New was given an empty consumer group name.
@@ -26,8 +23,8 @@ var (
 
 // Permanent marks err as permanent: the batch is rolled back, the records before the failing
 // one are applied, the failing record is dead-lettered and the partition goes on. Wrap the
-// result in a [*RecordError] (or use [Batch.Fail]) to name the failing record; otherwise the
-// consumer finds it by applying the batch one record at a time.
+// result in a *partition.RecordError (or use [Batch.Fail]) to name the failing record;
+// otherwise the consumer finds it by applying the batch one record at a time.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -44,19 +41,3 @@ func (e *permanentError) Unwrap() []error {
 
 // IsPermanent reports whether err was marked with [Permanent].
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
-
-// RecordError names the record of a batch that failed. Handlers return it (usually through
-// [Batch.Fail]) so the consumer can split the batch around the poison record.
-type RecordError struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Err       error
-}
-
-func (e *RecordError) Error() string {
-	return fmt.Sprintf("consumer: record %s/%d@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
-}
-
-// Unwrap returns the wrapped error.
-func (e *RecordError) Unwrap() error { return e.Err }

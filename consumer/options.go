@@ -159,13 +159,14 @@ func DeadLetterTopic(name string) Option {
 }
 
 // RetryBackoff sets the bounds of the exponential backoff between retries of a batch (or a
-// claim) that failed transiently. Default 100ms to 10s.
-func RetryBackoff(min, max time.Duration) Option {
+// claim) that failed transiently: the first wait is first, each next one doubles, up to limit.
+// Default 100ms to 10s.
+func RetryBackoff(first, limit time.Duration) Option {
 	return func(c *config) error {
-		if min <= 0 || max < min {
-			return fmt.Errorf("%w: RetryBackoff(%v, %v)", ErrInvalidOption, min, max)
+		if first <= 0 || limit < first {
+			return fmt.Errorf("%w: RetryBackoff(%v, %v): want 0 < first <= limit", ErrInvalidOption, first, limit)
 		}
-		c.retryMin, c.retryMax = min, max
+		c.retryMin, c.retryMax = first, limit
 		return nil
 	}
 }

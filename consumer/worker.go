@@ -205,12 +205,12 @@ func (w *worker[Tx]) apply(recs []*kgo.Record) bool {
 	case errors.Is(err, fence.ErrStale):
 		w.refused(err)
 		return false
-	case w.ctx.Err() != nil:
-		return false
-	case IsPermanent(err):
+	case IsPermanent(err) && w.ctx.Err() == nil:
 		return w.poison(recs, err)
+	default:
+		// Cancelled (revoked or lost): attempt returns nothing else.
+		return false
 	}
-	return false // unreachable: attempt returns only the cases above
 }
 
 func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
@@ -281,8 +281,8 @@ func (w *worker[Tx]) refused(err error) {
 // poison handles a permanent failure of recs: apply what precedes the poison record,
 // dead-letter it, go on with what follows. Without a named record, one record at a time.
 func (w *worker[Tx]) poison(recs []*kgo.Record, cause error) bool {
-	var re *RecordError
-	if errors.As(cause, &re) {
+	var re *partition.RecordError
+	if errors.As(cause, &re) && re.ID == w.id {
 		for i, r := range recs {
 			if r.Offset != re.Offset {
 				continue
