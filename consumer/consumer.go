@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -65,49 +64,49 @@ type Consumer[Tx any] struct {
 }
 
 // New returns a consumer for group over topics, writing through sink with handlers built by
-// factory. It fails with ErrNoGroup, ErrNoTopics, ErrNilSink, ErrNilFactory, ErrNoBrokers or
-// ErrInvalidOption. It starts nothing: [Consumer.Run] does.
+// factory. It validates everything and reports every problem at once (errors.Join), each
+// matching its sentinel with errors.Is: ErrNoGroup (empty or invalid group), ErrNoTopics (no
+// topics, or an empty name), ErrInvalidTopic (a name Kafka refuses: longer than 249
+// characters, "." or "..", or a character outside [a-zA-Z0-9._-]), ErrNilSink (nil, or a typed
+// nil such as a nil *pgfence.Store), ErrNilFactory, ErrNoBrokers (no kgo.SeedBrokers among the
+// [Kafka] options) and ErrInvalidOption (a nil or invalid option, a Kafka option franz-go
+// refuses, or one Baton owns, which also matches ErrOwnedOption and names the option).
+//
+// New has no side effect: it creates no Kafka client and starts nothing (the Kafka options
+// are checked with kgo.ValidateOpts); [Consumer.Run] does.
 func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Factory[Tx], opts ...Option) (*Consumer[Tx], error) {
-	if err := fence.ValidateIdentifier("group", group); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoGroup, err)
+	var errs []error
+	// The group's rules are the fence key's: it is stored with every fence.
+	if err := (fence.Key{Group: group, Topic: probeTopic}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrNoGroup, err))
 	}
 	if len(topics) == 0 {
-		return nil, ErrNoTopics
+		errs = append(errs, ErrNoTopics)
 	}
 	for _, t := range topics {
-		if err := fence.ValidateIdentifier("topic", t); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrNoTopics, err)
-		}
+		errs = append(errs, validTopic(t))
 	}
-	if sink == nil {
-		return nil, ErrNilSink
+	if isNil(sink) {
+		errs = append(errs, ErrNilSink)
 	}
 	if factory == nil {
-		return nil, ErrNilFactory
+		errs = append(errs, ErrNilFactory)
 	}
 	cfg := defaults()
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+			errs = append(errs, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i))
+			continue
 		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+		errs = append(errs, o(&cfg))
 	}
 	if cfg.maxInflight < cfg.maxInflightPart {
-		return nil, fmt.Errorf("%w: MaxInflight %d below MaxInflightPerPartition %d", ErrInvalidOption, cfg.maxInflight, cfg.maxInflightPart)
+		errs = append(errs, fmt.Errorf("%w: MaxInflight %d below MaxInflightPerPartition %d", ErrInvalidOption, cfg.maxInflight, cfg.maxInflightPart))
 	}
-	// Validate the Kafka options without starting anything that outlives New: an empty seed
-	// list first, so that only the user's SeedBrokers can make the config valid.
-	probe, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers()}, cfg.kafka...)...)
-	if err != nil {
-		// kgo has no sentinel for this configuration error.
-		if strings.Contains(err.Error(), "no seed brokers") {
-			return nil, ErrNoBrokers
-		}
-		return nil, fmt.Errorf("%w: kafka: %w", ErrInvalidOption, err)
+	errs = append(errs, checkKafka(cfg.kafka)...)
+	if err := joinAll(errs); err != nil {
+		return nil, err
 	}
-	probe.Close()
 	m, err := newMeters(cfg.meters)
 	if err != nil {
 		return nil, fmt.Errorf("%w: meters: %w", ErrInvalidOption, err)
@@ -123,6 +122,9 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 // offsets, leaves the group and returns nil. It returns an error if the Kafka client cannot
 // be created or a partition's handler factory fails. No goroutine it starts outlives it.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
+	if err := ownedAtRun(c.cfg.kafka); err != nil {
+		return err
+	}
 	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()

@@ -7,15 +7,23 @@ var (
 	ErrNoGroup = errors.New("consumer: empty group")
 	// ErrNoTopics means New was given no topics, or an empty topic name.
 	ErrNoTopics = errors.New("consumer: no topics")
-	// ErrNilSink means New was given a nil sink.
+	// ErrInvalidTopic means a topic name Kafka refuses: empty, longer than 249 characters,
+	// "." or "..", or with a character outside [a-zA-Z0-9._-].
+	ErrInvalidTopic = errors.New("consumer: invalid topic name")
+	// ErrNilSink means New was given a nil sink, or a typed nil (a nil pointer, map, func or
+	// chan in the interface).
 	ErrNilSink = errors.New("consumer: nil sink")
 	// ErrNilFactory means New was given a nil handler factory.
 	ErrNilFactory = errors.New("consumer: nil factory")
 	// ErrNoBrokers means the Kafka options passed with [Kafka] name no seed brokers.
 	ErrNoBrokers = errors.New("consumer: no seed brokers")
 	// ErrInvalidOption means an option was given an invalid value (a non-positive bound,
-	// a nil logger or provider, an invalid kgo option).
+	// a nil logger or provider, an invalid kgo option, a kgo option Baton owns).
 	ErrInvalidOption = errors.New("consumer: invalid option")
+	// ErrOwnedOption means the [Kafka] options hold one Baton sets itself (ConsumerGroup,
+	// ConsumeTopics' alternatives, the rebalance callbacks, the auto-commit modes and callback,
+	// BlockRebalanceOnPoll); the error names it and says why. It comes with ErrInvalidOption.
+	ErrOwnedOption = errors.New("consumer: kafka option owned by Baton")
 	// ErrPermanent marks a handler error that retrying cannot fix (a poison record). Wrap
 	// errors with [Permanent]; test with errors.Is.
 	ErrPermanent = errors.New("consumer: permanent error")

@@ -56,8 +56,14 @@ func defaults() config {
 // session and rebalance timeouts, fetch sizes. The consumer adds ConsumerGroup,
 // ConsumeTopics, its rebalance callbacks and AutoCommitMarks (only offsets of applied batches
 // are committed), and the cooperative-sticky balancer unless these options name
-// kgo.Balancers. Do not pass your own rebalance callbacks, AutoCommitMarks-incompatible commit
-// options, or BlockRebalanceOnPoll.
+// kgo.Balancers.
+//
+// The options Baton owns are refused with [ErrOwnedOption], naming the option: ConsumerGroup,
+// ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
+// OnPartitionsLost, DisableAutoCommit, AutoCommitMarks, GreedyAutoCommit and
+// AutoCommitCallback by [New]; BlockRebalanceOnPoll by [Consumer.Run], before it joins the
+// group (franz-go's validation, the only look at options it offers without a client, does not
+// reveal it). A ConsumeTopics among them is replaced by New's topics.
 func Kafka(opts ...kgo.Opt) Option {
 	return func(c *config) error {
 		for i, o := range opts {
@@ -150,8 +156,8 @@ func MaxInflight(n int) Option {
 // observably rather than dropping the record.
 func DeadLetterTopic(name string) Option {
 	return func(c *config) error {
-		if name == "" {
-			return fmt.Errorf("%w: empty dead-letter topic", ErrInvalidOption)
+		if err := validTopic(name); err != nil {
+			return fmt.Errorf("%w: dead-letter topic: %w", ErrInvalidOption, err)
 		}
 		c.deadLetterTopic = name
 		return nil
