@@ -119,13 +119,20 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 
 // Run joins the group and processes the partitions assigned to this member until ctx is
 // cancelled; then it lets every in-flight batch finish or roll back, commits the applied
-// offsets, leaves the group and returns nil. It returns an error if the Kafka client cannot
-// be created or a partition's handler factory fails. No goroutine it starts outlives it.
+// offsets, leaves the group and returns nil. No goroutine it starts outlives it.
+//
+// It returns an error if the Kafka client cannot be created, the Kafka options hold
+// kgo.BlockRebalanceOnPoll ([ErrOwnedOption]), a partition's handler factory fails, or ctx
+// ended before this member ever joined the group ([ErrNotJoined], with the last cause: the
+// cluster unreachable, authentication failed, the group not joinable). While the client
+// cannot connect or join, the cause is logged at ERROR (at most every 10s while it lasts) and
+// counted (baton.consumer.client_errors); Run keeps trying until ctx ends.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err := ownedAtRun(c.cfg.kafka); err != nil {
 		return err
 	}
-	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
+	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1),
+		health: &health{log: c.log, errs: c.m.clientErrors}}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
 
@@ -137,6 +144,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
+		kgo.WithHooks(r.health),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -146,9 +154,14 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	err = r.poll(ctx)
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
 	// the workers after their in-flight batch and commits what was applied.
+	r.health.closing.Store(true)
 	cl.Close()
 	r.stopAll() // anything left (e.g. after a fatal error) is stopped; nothing commits it
 	r.wg.Wait()
+	if err == nil && !r.health.joined.Load() {
+		// A run that never joined did no work: never report it as a clean one.
+		return r.health.neverJoined(c.group)
+	}
 	return err
 }
 
@@ -168,6 +181,8 @@ type run[Tx any] struct {
 	total atomic.Int64  // records handed to live workers and not yet done
 	space chan struct{} // poked when total drops
 	fatal chan error
+
+	health *health // client errors, and whether the member ever joined
 }
 
 // client returns the run's Kafka client. The group can start before NewClient returns to Run,
@@ -207,9 +222,16 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 			return nil
 		}
 		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+			if errors.Is(err, context.Canceled) {
+				return
 			}
+			if topic == "" {
+				// Not a partition's error: the client could not load metadata (e.g. SASL
+				// failed); franz-go injects those into the poll.
+				r.health.failed("fetch", err)
+				return
+			}
+			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 {
@@ -299,6 +321,7 @@ func (r *run[Tx]) done(w *worker[Tx], n int64) {
 // wait for their claims so that fetching starts at the sink's position.
 func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
 	r.clp.CompareAndSwap(nil, cl)
+	r.health.joined.Store(true) // franz-go calls this after every join and sync, even with nothing added
 	if len(added) == 0 {
 		return
 	}

@@ -16,6 +16,28 @@
 // state). [Handler.Handle] is never called concurrently for the same partition. Run owns
 // every goroutine it starts and waits for all of them before it returns.
 //
+// # Configuration and startup
+//
+// [New] validates everything and starts nothing: no Kafka client, no goroutine. It reports
+// every problem at once (errors.Join), each matching its sentinel: [ErrNoGroup], [ErrNoTopics],
+// [ErrInvalidTopic] (Kafka's rules: [a-zA-Z0-9._-], at most 249 characters, not "." or ".."),
+// [ErrNilSink] (a typed nil such as a nil *pgfence.Store included), [ErrNilFactory],
+// [ErrNoBrokers] and [ErrInvalidOption]. The franz-go options go through kgo.ValidateOpts; the
+// ones Baton sets itself (ConsumerGroup, ShareGroup, ConsumeRegex, ConsumePartitions, the
+// rebalance callbacks, the auto-commit modes and AutoCommitCallback) are refused with
+// [ErrOwnedOption] naming the option and why. franz-go offers no look at an option's value
+// without a client, so they are recognised by how its validation reacts to probe options;
+// BlockRebalanceOnPoll leaves no trace there and is refused by Run before it joins (read with
+// OptValue from a client that has no group, topics or partitions, so it connects nowhere). A
+// ConsumeTopics among the options is not detectable either; New's topics replace it.
+//
+// [Consumer.Run] never reports success for a run that never ran. While the cluster is
+// unreachable, authentication fails or the group cannot be joined, the cause is logged at
+// ERROR (at once, then at most every 10s while it lasts) and counted
+// (baton.consumer.client_errors); if ctx ends before the member ever joined the group (franz-go
+// never called OnPartitionsAssigned, which it does after every successful join and sync), Run
+// returns [ErrNotJoined] wrapping the last cause.
+//
 // # Protocol
 //
 //  1. Assignment (OnPartitionsAssigned): the epoch of the newly assigned partitions is read
@@ -113,7 +135,8 @@
 //
 // Metrics (OpenTelemetry API, [MeterProvider]): baton.consumer.records.applied,
 // .records.duplicates_skipped, .stale_refusals, .claims, .claims.stale, .regressions,
-// .recoveries, .records.dead_lettered, .rebalances, .retries, .apply.duration (histogram) and
+// .recoveries, .records.dead_lettered, .rebalances, .retries, .client_errors (by
+// baton.error.kind: connect, group, fetch), .apply.duration (histogram) and
 // .lag (gauge, from the fetch's high watermark). One span per batch ([TracerProvider]) linked
 // to the producers' spans found in the records' headers, with topic, partition, token and
 // outcome. Logs go to [Logger] (default slog.Default(), so refusals are never silent).

@@ -24,6 +24,10 @@ var (
 	// ConsumeTopics' alternatives, the rebalance callbacks, the auto-commit modes and callback,
 	// BlockRebalanceOnPoll); the error names it and says why. It comes with ErrInvalidOption.
 	ErrOwnedOption = errors.New("consumer: kafka option owned by Baton")
+	// ErrNotJoined means Run ended (its ctx was done) before this member ever joined the
+	// group: the cluster was unreachable, authentication failed or the group could not be
+	// joined. The error carries the last cause franz-go reported.
+	ErrNotJoined = errors.New("consumer: never joined the group")
 	// ErrPermanent marks a handler error that retrying cannot fix (a poison record). Wrap
 	// errors with [Permanent]; test with errors.Is.
 	ErrPermanent = errors.New("consumer: permanent error")
