@@ -19,7 +19,6 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/testenv"
-	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -358,7 +357,7 @@ func queueUpserts(bt *pgx.Batch, recs []*kgo.Record) error {
 	return nil
 }
 
-func upserter(context.Context, partition.ID, fence.Token) (consumer.Handler[pgx.Tx], error) {
+func upserter(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
 	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		var bt pgx.Batch
 		if err := queueUpserts(&bt, b.Records); err != nil {

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
 	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
@@ -35,21 +33,22 @@ func (f HandlerFunc[Tx]) Handle(ctx context.Context, tx Tx, b *Batch) error { re
 
 // Batch is a run of consecutive records of one partition, applied in one fenced transaction.
 type Batch struct {
-	Partition partition.ID
-	Token     fence.Token // the owner's token, checked by the sink at commit
-	Records   []*kgo.Record
+	Key     fence.Key   // the partition's fence key: group, topic, partition
+	Token   fence.Token // the owner's token, checked by the sink at commit
+	Records []*kgo.Record
 }
 
 // Fail marks r as the poison record of the batch: the consumer applies the records before it,
-// dead-letters it with err as the reason, and goes on with the records after it.
-func (b *Batch) Fail(r *kgo.Record, err error) error {
-	return &RecordError{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Err: Permanent(err)}
+// dead-letters it with err as the reason, and goes on with the records after it. Return the
+// result from Handle: a *partition.RecordError naming r and wrapping Permanent(err).
+func (b *Batch) Fail(r *kgo.Record, err error) *partition.RecordError {
+	return &partition.RecordError{ID: partition.Of(r), Offset: r.Offset, Key: r.Key, Err: Permanent(err)}
 }
 
 // Factory builds the handler of a partition when this member is assigned it, after the
-// partition was claimed with token t. The handler's state is owned by the partition's single
-// goroutine: it needs no locks.
-type Factory[Tx any] func(ctx context.Context, p partition.ID, t fence.Token) (Handler[Tx], error)
+// partition's fence key k was claimed with token t. The handler's state is owned by the
+// partition's single goroutine: it needs no locks.
+type Factory[Tx any] func(ctx context.Context, k fence.Key, t fence.Token) (Handler[Tx], error)
 
 // Consumer is a single-writer consumer-group member: it owns the partitions Kafka assigns it,
 // claims each in the sink, and applies their records in fenced transactions.
@@ -65,49 +64,49 @@ type Consumer[Tx any] struct {
 }
 
 // New returns a consumer for group over topics, writing through sink with handlers built by
-// factory. It fails with ErrNoGroup, ErrNoTopics, ErrNilSink, ErrNilFactory, ErrNoBrokers or
-// ErrInvalidOption. It starts nothing: [Consumer.Run] does.
+// factory. It validates everything and reports every problem at once (errors.Join), each
+// matching its sentinel with errors.Is: ErrNoGroup (empty or invalid group), ErrNoTopics (no
+// topics, or an empty name), ErrInvalidTopic (a name Kafka refuses: longer than 249
+// characters, "." or "..", or a character outside [a-zA-Z0-9._-]), ErrNilSink (nil, or a typed
+// nil such as a nil *pgfence.Store), ErrNilFactory, ErrNoBrokers (no kgo.SeedBrokers among the
+// [Kafka] options) and ErrInvalidOption (a nil or invalid option, a Kafka option franz-go
+// refuses, or one Baton owns, which also matches ErrOwnedOption and names the option).
+//
+// New has no side effect: it creates no Kafka client and starts nothing (the Kafka options
+// are checked with kgo.ValidateOpts); [Consumer.Run] does.
 func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Factory[Tx], opts ...Option) (*Consumer[Tx], error) {
-	if err := fencestore.ValidateIdentifier("group", group); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoGroup, err)
+	var errs []error
+	// The group's rules are the fence key's: it is stored with every fence.
+	if err := (fence.Key{Group: group, Topic: probeTopic}).Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ErrNoGroup, err))
 	}
 	if len(topics) == 0 {
-		return nil, ErrNoTopics
+		errs = append(errs, ErrNoTopics)
 	}
 	for _, t := range topics {
-		if err := fencestore.ValidateIdentifier("topic", t); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrNoTopics, err)
-		}
+		errs = append(errs, validTopic(t))
 	}
-	if sink == nil {
-		return nil, ErrNilSink
+	if isNil(sink) {
+		errs = append(errs, ErrNilSink)
 	}
 	if factory == nil {
-		return nil, ErrNilFactory
+		errs = append(errs, ErrNilFactory)
 	}
 	cfg := defaults()
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+			errs = append(errs, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i))
+			continue
 		}
-		if err := o(&cfg); err != nil {
-			return nil, err
-		}
+		errs = append(errs, o(&cfg))
 	}
 	if cfg.maxInflight < cfg.maxInflightPart {
-		return nil, fmt.Errorf("%w: MaxInflight %d below MaxInflightPerPartition %d", ErrInvalidOption, cfg.maxInflight, cfg.maxInflightPart)
+		errs = append(errs, fmt.Errorf("%w: MaxInflight %d below MaxInflightPerPartition %d", ErrInvalidOption, cfg.maxInflight, cfg.maxInflightPart))
 	}
-	// Validate the Kafka options without starting anything that outlives New: an empty seed
-	// list first, so that only the user's SeedBrokers can make the config valid.
-	probe, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers()}, cfg.kafka...)...)
-	if err != nil {
-		// kgo has no sentinel for this configuration error.
-		if strings.Contains(err.Error(), "no seed brokers") {
-			return nil, ErrNoBrokers
-		}
-		return nil, fmt.Errorf("%w: kafka: %w", ErrInvalidOption, err)
+	errs = append(errs, checkKafka(cfg.kafka)...)
+	if err := joinAll(errs); err != nil {
+		return nil, err
 	}
-	probe.Close()
 	m, err := newMeters(cfg.meters)
 	if err != nil {
 		return nil, fmt.Errorf("%w: meters: %w", ErrInvalidOption, err)
@@ -120,10 +119,20 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 
 // Run joins the group and processes the partitions assigned to this member until ctx is
 // cancelled; then it lets every in-flight batch finish or roll back, commits the applied
-// offsets, leaves the group and returns nil. It returns an error if the Kafka client cannot
-// be created or a partition's handler factory fails. No goroutine it starts outlives it.
+// offsets, leaves the group and returns nil. No goroutine it starts outlives it.
+//
+// It returns an error if the Kafka client cannot be created, the Kafka options hold
+// kgo.BlockRebalanceOnPoll ([ErrOwnedOption]), a partition's handler factory fails, or ctx
+// ended before this member ever joined the group ([ErrNotJoined], with the last cause: the
+// cluster unreachable, authentication failed, the group not joinable). While the client
+// cannot connect or join, the cause is logged at ERROR (at most every 10s while it lasts) and
+// counted (baton.consumer.client_errors); Run keeps trying until ctx ends.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
-	r := &run[Tx]{c: c, workers: map[tp]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
+	if err := ownedAtRun(c.cfg.kafka); err != nil {
+		return err
+	}
+	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1),
+		health: &health{log: c.log, errs: c.m.clientErrors}}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
 
@@ -135,6 +144,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
+		kgo.WithHooks(r.health),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -144,15 +154,15 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	err = r.poll(ctx)
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
 	// the workers after their in-flight batch and commits what was applied.
+	r.health.closing.Store(true)
 	cl.Close()
-	r.stopAll(false) // anything left (e.g. after a fatal error) is stopped without a commit
+	r.stopAll() // anything left (e.g. after a fatal error) is stopped; nothing commits it
 	r.wg.Wait()
+	if err == nil && !r.health.joined.Load() {
+		// A run that never joined did no work: never report it as a clean one.
+		return r.health.neverJoined(c.group)
+	}
 	return err
-}
-
-type tp struct {
-	topic     string
-	partition int32
 }
 
 // run is the state of one Run: the Kafka client and the registry of partition workers. The
@@ -166,11 +176,13 @@ type run[Tx any] struct {
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	workers map[tp]*worker[Tx]
+	workers map[partition.ID]*worker[Tx]
 
 	total atomic.Int64  // records handed to live workers and not yet done
 	space chan struct{} // poked when total drops
 	fatal chan error
+
+	health *health // client errors, and whether the member ever joined
 }
 
 // client returns the run's Kafka client. The group can start before NewClient returns to Run,
@@ -187,9 +199,9 @@ func (r *run[Tx]) fail(err error) {
 // poll is the fetch loop: it hands each partition's records to the partition's worker and
 // applies backpressure (a global bound by not polling, a per-partition bound by pausing).
 func (r *run[Tx]) poll(ctx context.Context) error {
-	max := r.c.cfg.maxInflight
+	limit := r.c.cfg.maxInflight
 	for {
-		for r.total.Load() >= int64(max) {
+		for r.total.Load() >= int64(limit) {
 			select {
 			case <-ctx.Done():
 				return nil
@@ -210,32 +222,33 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 			return nil
 		}
 		fs.EachError(func(topic string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) {
-				r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+			if errors.Is(err, context.Canceled) {
+				return
 			}
+			if topic == "" {
+				// Not a partition's error: the client could not load metadata (e.g. SASL
+				// failed); franz-go injects those into the poll.
+				r.health.failed("fetch", err)
+				return
+			}
+			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {
 			if len(p.Records) == 0 {
 				return
 			}
 			last := p.Records[len(p.Records)-1]
-			r.c.m.lag.Record(ctx, max64(0, p.HighWatermark-last.Offset-1), partAttrs(p.Topic, p.Partition))
-			r.dispatch(ctx, tp{p.Topic, p.Partition}, p.Records)
+			id := partition.ID{Topic: p.Topic, Partition: p.Partition}
+			r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
+			r.dispatch(ctx, id, p.Records)
 		})
 	}
-}
-
-func max64(a, b int64) int64 {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 // dispatch hands recs to the partition's worker. Records of a partition with no live worker
 // (revoked between the fetch and now) are dropped: the next owner re-reads them from the
 // sink's position.
-func (r *run[Tx]) dispatch(ctx context.Context, k tp, recs []*kgo.Record) {
+func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record) {
 	n := int64(len(recs))
 	r.mu.Lock()
 	w := r.workers[k]
@@ -276,7 +289,7 @@ func (r *run[Tx]) setPause(w *worker[Tx], reason int, on bool) {
 	if w.removed {
 		return
 	}
-	m := map[string][]int32{w.topic: {w.partition}}
+	m := map[string][]int32{w.id.Topic: {w.id.Partition}}
 	switch now := w.pause != 0; {
 	case now && !was:
 		r.client().PauseFetchPartitions(m)
@@ -308,6 +321,7 @@ func (r *run[Tx]) done(w *worker[Tx], n int64) {
 // wait for their claims so that fetching starts at the sink's position.
 func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
 	r.clp.CompareAndSwap(nil, cl)
+	r.health.joined.Store(true) // franz-go calls this after every join and sync, even with nothing added
 	if len(added) == 0 {
 		return
 	}
@@ -321,16 +335,16 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 	r.mu.Lock()
 	for topic, ps := range added {
 		for _, p := range ps {
-			k := tp{topic, p}
+			k := partition.ID{Topic: topic, Partition: p}
 			if old := r.workers[k]; old != nil { // franz-go revokes before reassigning; be safe anyway
 				r.mu.Unlock()
-				r.stop(old, false)
+				r.stop(old)
 				r.mu.Lock()
 			}
-			w := newWorker(r, topic, p, epoch)
+			w := newWorker(r, k, epoch)
 			r.workers[k] = w
 			started = append(started, w)
-			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(topic, p, "assigned"))
+			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, "assigned"))
 		}
 	}
 	r.mu.Unlock()
@@ -382,17 +396,18 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 	r.mu.Lock()
 	for topic, ps := range m {
 		for _, p := range ps {
-			if w := r.workers[tp{topic, p}]; w != nil {
+			k := partition.ID{Topic: topic, Partition: p}
+			if w := r.workers[k]; w != nil {
 				ws = append(ws, w)
 			}
-			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(topic, p, why))
+			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, why))
 		}
 	}
 	r.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, w := range ws {
 		wg.Add(1)
-		go func() { defer wg.Done(); r.stop(w, true) }()
+		go func() { defer wg.Done(); r.stop(w) }()
 	}
 	wg.Wait()
 	if len(m) > 0 {
@@ -402,7 +417,7 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 
 // stop cancels w, waits for it, and removes it from the registry, releasing what it still
 // had in flight and clearing its pause so a later assignment starts fetching normally.
-func (r *run[Tx]) stop(w *worker[Tx], _ bool) {
+func (r *run[Tx]) stop(w *worker[Tx]) {
 	w.cancel()
 	<-w.done
 	r.mu.Lock()
@@ -414,8 +429,8 @@ func (r *run[Tx]) stop(w *worker[Tx], _ bool) {
 		r.setPause(w, pauseBackpressure|pauseClaiming|pauseIdle, false)
 	}
 	w.removed = true
-	if r.workers[tp{w.topic, w.partition}] == w {
-		delete(r.workers, tp{w.topic, w.partition})
+	if r.workers[w.id] == w {
+		delete(r.workers, w.id)
 	}
 	r.total.Add(-w.inflight.Swap(0))
 	select {
@@ -424,7 +439,7 @@ func (r *run[Tx]) stop(w *worker[Tx], _ bool) {
 	}
 }
 
-func (r *run[Tx]) stopAll(commit bool) {
+func (r *run[Tx]) stopAll() {
 	r.mu.Lock()
 	var ws []*worker[Tx]
 	for _, w := range r.workers {
@@ -432,7 +447,7 @@ func (r *run[Tx]) stopAll(commit bool) {
 	}
 	r.mu.Unlock()
 	for _, w := range ws {
-		r.stop(w, commit)
+		r.stop(w)
 	}
 }
 
@@ -450,7 +465,7 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// Inside OnPartitionsAssigned franz-go records this seek against the offset fetch
 		// it is about to make and lets it win over the committed offset; after a late
 		// claim the partition is still paused, so nothing was fetched from elsewhere.
-		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.topic: {w.partition: {Epoch: -1, Offset: w.position + 1}}})
+		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: w.position + 1}}})
 	}
 	if !ok {
 		r.setPause(w, pauseIdle, true)

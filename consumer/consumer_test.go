@@ -147,9 +147,9 @@ func TestRebalancesKeepExactlyOnce(t *testing.T) {
 	const keys, n = 24, 60
 	s := newStore(t)
 	f := newFolder()
-	newMember := func() *consumer.Consumer[*memfence.Tx] {
-		c, err := consumer.New("g", []string{"orders"}, s, f.factory, consumer.Kafka(fastKafka(brokers)...),
-			consumer.Logger(quiet), consumer.MaxInflightPerPartition(20), consumer.MaxInflight(60))
+	newMember := func(opts ...consumer.Option) *consumer.Consumer[*memfence.Tx] {
+		c, err := consumer.New("g", []string{"orders"}, s, f.factory, append([]consumer.Option{consumer.Kafka(fastKafka(brokers)...),
+			consumer.Logger(quiet), consumer.MaxInflightPerPartition(20), consumer.MaxInflight(60)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -163,9 +163,12 @@ func TestRebalancesKeepExactlyOnce(t *testing.T) {
 	if err := a.stop(); err != nil {
 		t.Fatalf("a: %v", err)
 	}
-	c := start(t, newMember())
+	cm := newMeter()
+	c := start(t, newMember(consumer.MeterProvider(cm)))
 	<-done
 	waitFor(t, "all records applied", 60*time.Second, allApplied(s, keys, n))
+	// Stopped before it joined, c would rightly report ErrNotJoined.
+	waitFor(t, "c to join", 30*time.Second, func() bool { return cm.sum(t, "baton.consumer.rebalances") > 0 })
 	for _, m := range []*member{b, c} {
 		if err := m.stop(); err != nil {
 			t.Fatalf("Run: %v", err)

@@ -2,12 +2,41 @@
 // that owns the partitions the group coordinator assigns it and applies their records to a
 // fenced sink ([fence.Sink]), exactly once into the sink, one writer per partition at a time.
 //
+// # Identity
+//
+// A partition is named by one type throughout: its fence key (fence.Key: group, topic,
+// partition) reaches user code as [Batch.Key], and as the key argument of the [Factory] and of
+// the [AfterCommitFunc]; it is the key the sink fences and the outbox appends under. Inside,
+// the registry of workers is keyed by partition.ID.
+//
 // # Threading contract
 //
 // Every owned partition has exactly one goroutine. Records reach it over a channel from the
 // poll loop; its handler, token and position belong to it alone (no locks around partition
 // state). [Handler.Handle] is never called concurrently for the same partition. Run owns
 // every goroutine it starts and waits for all of them before it returns.
+//
+// # Configuration and startup
+//
+// [New] validates everything and starts nothing: no Kafka client, no goroutine. It reports
+// every problem at once (errors.Join), each matching its sentinel: [ErrNoGroup], [ErrNoTopics],
+// [ErrInvalidTopic] (Kafka's rules: [a-zA-Z0-9._-], at most 249 characters, not "." or ".."),
+// [ErrNilSink] (a typed nil such as a nil *pgfence.Store included), [ErrNilFactory],
+// [ErrNoBrokers] and [ErrInvalidOption]. The franz-go options go through kgo.ValidateOpts; the
+// ones Baton sets itself (ConsumerGroup, ShareGroup, ConsumeRegex, ConsumePartitions, the
+// rebalance callbacks, the auto-commit modes and AutoCommitCallback) are refused with
+// [ErrOwnedOption] naming the option and why. franz-go offers no look at an option's value
+// without a client, so they are recognised by how its validation reacts to probe options;
+// BlockRebalanceOnPoll leaves no trace there and is refused by Run before it joins (read with
+// OptValue from a client that has no group, topics or partitions, so it connects nowhere). A
+// ConsumeTopics among the options is not detectable either; New's topics replace it.
+//
+// [Consumer.Run] never reports success for a run that never ran. While the cluster is
+// unreachable, authentication fails or the group cannot be joined, the cause is logged at
+// ERROR (at once, then at most every 10s while it lasts) and counted
+// (baton.consumer.client_errors); if ctx ends before the member ever joined the group (franz-go
+// never called OnPartitionsAssigned, which it does after every successful join and sync), Run
+// returns [ErrNotJoined] wrapping the last cause.
 //
 // # Protocol
 //
@@ -42,8 +71,8 @@
 //     retried). fence.ErrDuplicate (an applied batch seen again) is skipped. Other errors are
 //     transient: the same batch is retried with bounded exponential backoff ([RetryBackoff]),
 //     visible as the retries metric and WARN logs; a revoke cancels the retrying.
-//  5. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], or found
-//     by applying one record at a time) rolls the batch back; the records before it are
+//  5. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], which
+//     returns a *partition.RecordError, or found by applying one record at a time) rolls the batch back; the records before it are
 //     applied, the poison record is produced to the dead-letter topic ([DeadLetterTopic],
 //     default "<topic>.dlq", headers baton.dlq.*) synchronously INSIDE a fenced transaction
 //     that advances the fence over it, and processing goes on after it. The fence check
@@ -58,17 +87,19 @@
 //     can overshoot it by what the client had buffered). A pause
 //     is cleared when its partition is revoked or lost, so a later assignment fetches again.
 //  8. After each committed batch, and every idle interval, the partition's own goroutine runs
-//     the [AfterCommit] hook under its token: the outbox relay (outbox.Relay.AfterCommit) runs
-//     there, so relaying a partition's side effects lives exactly where its ownership does.
+//     the [AfterCommit] hook with the partition's fence key and token ([AfterCommitFunc]): the
+//     outbox relay runs there (consumer.AfterCommit(relay.AfterCommit(), time.Second); the
+//     relay's hook is a plain func, so package outbox does not import this one), and relaying a
+//     partition's side effects lives exactly where its ownership does.
 //
 // # Parallelism inside a partition
 //
 // A partition's batch is applied in one transaction, and a database transaction is one
 // connection: its statements cannot run in parallel. Work that is not a write to the sink
 // (decoding, enrichment, calls to other services) can be spread over per-key lanes inside
-// Handle with partition.Lanes: records of one key stay in order on one lane, different keys
-// run in parallel, every lane works under the partition's single token, and Lanes.Run returns
-// the committable offset (the lowest contiguous completed one) if a lane fails. The writes then
+// Handle with lanes.Lanes (package partition/lanes): records of one key stay in order on one
+// lane, different keys run in parallel, every lane works under the partition's single token, and
+// Lanes.Run returns the committable offset (the lowest contiguous completed one) if a lane fails. The writes then
 // go into the transaction from the handler's goroutine.
 //
 // # Guarantees
@@ -104,7 +135,8 @@
 //
 // Metrics (OpenTelemetry API, [MeterProvider]): baton.consumer.records.applied,
 // .records.duplicates_skipped, .stale_refusals, .claims, .claims.stale, .regressions,
-// .recoveries, .records.dead_lettered, .rebalances, .retries, .apply.duration (histogram) and
+// .recoveries, .records.dead_lettered, .rebalances, .retries, .client_errors (by
+// baton.error.kind: connect, group, fetch), .apply.duration (histogram) and
 // .lag (gauge, from the fetch's high watermark). One span per batch ([TracerProvider]) linked
 // to the producers' spans found in the records' headers, with topic, partition, token and
 // outcome. Logs go to [Logger] (default slog.Default(), so refusals are never silent).

@@ -1,24 +1,33 @@
 package consumer
 
-import (
-	"errors"
-	"fmt"
-)
+import "errors"
 
 var (
 	// ErrNoGroup means New was given an empty consumer group name.
 	ErrNoGroup = errors.New("consumer: empty group")
 	// ErrNoTopics means New was given no topics, or an empty topic name.
 	ErrNoTopics = errors.New("consumer: no topics")
-	// ErrNilSink means New was given a nil sink.
+	// ErrInvalidTopic means a topic name Kafka refuses: empty, longer than 249 characters,
+	// "." or "..", or with a character outside [a-zA-Z0-9._-].
+	ErrInvalidTopic = errors.New("consumer: invalid topic name")
+	// ErrNilSink means New was given a nil sink, or a typed nil (a nil pointer, map, func or
+	// chan in the interface).
 	ErrNilSink = errors.New("consumer: nil sink")
 	// ErrNilFactory means New was given a nil handler factory.
 	ErrNilFactory = errors.New("consumer: nil factory")
 	// ErrNoBrokers means the Kafka options passed with [Kafka] name no seed brokers.
 	ErrNoBrokers = errors.New("consumer: no seed brokers")
 	// ErrInvalidOption means an option was given an invalid value (a non-positive bound,
-	// a nil logger or provider, an invalid kgo option).
+	// a nil logger or provider, an invalid kgo option, a kgo option Baton owns).
 	ErrInvalidOption = errors.New("consumer: invalid option")
+	// ErrOwnedOption means the [Kafka] options hold one Baton sets itself (ConsumerGroup,
+	// ConsumeTopics' alternatives, the rebalance callbacks, the auto-commit modes and callback,
+	// BlockRebalanceOnPoll); the error names it and says why. It comes with ErrInvalidOption.
+	ErrOwnedOption = errors.New("consumer: kafka option owned by Baton")
+	// ErrNotJoined means Run ended (its ctx was done) before this member ever joined the
+	// group: the cluster was unreachable, authentication failed or the group could not be
+	// joined. The error carries the last cause franz-go reported.
+	ErrNotJoined = errors.New("consumer: never joined the group")
 	// ErrPermanent marks a handler error that retrying cannot fix (a poison record). Wrap
 	// errors with [Permanent]; test with errors.Is.
 	ErrPermanent = errors.New("consumer: permanent error")
@@ -26,8 +35,8 @@ var (
 
 // Permanent marks err as permanent: the batch is rolled back, the records before the failing
 // one are applied, the failing record is dead-lettered and the partition goes on. Wrap the
-// result in a [*RecordError] (or use [Batch.Fail]) to name the failing record; otherwise the
-// consumer finds it by applying the batch one record at a time.
+// result in a *partition.RecordError (or use [Batch.Fail]) to name the failing record;
+// otherwise the consumer finds it by applying the batch one record at a time.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -44,19 +53,3 @@ func (e *permanentError) Unwrap() []error {
 
 // IsPermanent reports whether err was marked with [Permanent].
 func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
-
-// RecordError names the record of a batch that failed. Handlers return it (usually through
-// [Batch.Fail]) so the consumer can split the batch around the poison record.
-type RecordError struct {
-	Topic     string
-	Partition int32
-	Offset    int64
-	Err       error
-}
-
-func (e *RecordError) Error() string {
-	return fmt.Sprintf("consumer: record %s/%d@%d: %v", e.Topic, e.Partition, e.Offset, e.Err)
-}
-
-// Unwrap returns the wrapped error.
-func (e *RecordError) Unwrap() error { return e.Err }

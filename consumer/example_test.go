@@ -11,7 +11,6 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
-	"github.com/batonhq/baton/partition"
 )
 
 // A consumer that folds each device's readings into its state, one writer per partition,
@@ -40,7 +39,7 @@ func ExampleNew() {
 	}
 	applied := make(chan int, 16)
 	c, err := consumer.New("twins", []string{"readings"}, fence.Sink[*memfence.Tx](store),
-		func(_ context.Context, _ partition.ID, _ fence.Token) (consumer.Handler[*memfence.Tx], error) {
+		func(_ context.Context, _ fence.Key, _ fence.Token) (consumer.Handler[*memfence.Tx], error) {
 			// State here belongs to this partition's goroutine alone: no locks.
 			return consumer.HandlerFunc[*memfence.Tx](func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {

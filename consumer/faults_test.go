@@ -12,7 +12,6 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
 	"github.com/batonhq/baton/internal/netfreeze"
-	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -309,12 +308,12 @@ func TestBackpressurePauseClearedAcrossRebalance(t *testing.T) {
 	var once sync.Once
 	var blocked sync.WaitGroup
 	blocked.Add(2)
-	seen := map[partition.ID]bool{}
+	seen := map[fence.Key]bool{}
 	var mu sync.Mutex
 	f.block = func(ctx context.Context, b *consumer.Batch) error {
 		mu.Lock()
-		if !seen[b.Partition] {
-			seen[b.Partition] = true
+		if !seen[b.Key] {
+			seen[b.Key] = true
 			blocked.Done()
 		}
 		mu.Unlock()

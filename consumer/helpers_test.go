@@ -96,10 +96,10 @@ func (f *folder) Violations() []string {
 	return append([]string(nil), f.violations...)
 }
 
-func (f *folder) factory(ctx context.Context, p partition.ID, t fence.Token) (consumer.Handler[*memfence.Tx], error) {
+func (f *folder) factory(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[*memfence.Tx], error) {
 	return consumer.HandlerFunc[*memfence.Tx](func(ctx context.Context, tx *memfence.Tx, b *consumer.Batch) error {
 		f.mu.Lock()
-		f.attempts[b.Partition.String()]++
+		f.attempts[b.Key.String()]++
 		f.mu.Unlock()
 		if f.block != nil {
 			if err := f.block(ctx, b); err != nil {
@@ -107,22 +107,22 @@ func (f *folder) factory(ctx context.Context, p partition.ID, t fence.Token) (co
 			}
 		}
 		// Tokens never go down along a partition's positions.
-		tk := "token/" + b.Partition.String()
+		tk := "token/" + b.Key.String()
 		if v, ok := tx.Get(tk); ok {
 			prev, err := fence.ParseToken(string(v))
 			if err != nil {
 				return err
 			}
 			if b.Token.Less(prev) {
-				f.violate("partition %s: token %s after %s", b.Partition, b.Token, prev)
+				f.violate("partition %s: token %s after %s", b.Key, b.Token, prev)
 			}
 		}
 		if err := tx.Put(tk, []byte(b.Token.String())); err != nil {
 			return err
 		}
 		for _, r := range b.Records {
-			if partition.Of(r) != b.Partition {
-				f.violate("record of %s in batch of %s", partition.Of(r), b.Partition)
+			if partition.Of(r) != (partition.ID{Topic: b.Key.Topic, Partition: b.Key.Partition}) {
+				f.violate("record of %s in batch of %s", partition.Of(r), b.Key)
 			}
 			seq, _ := strconv.Atoi(string(r.Value))
 			count, last := readState(tx.Get("k/" + string(r.Key)))

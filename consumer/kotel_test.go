@@ -17,7 +17,6 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
-	"github.com/batonhq/baton/partition"
 )
 
 // Producers instrumented with franz-go's kotel plugin put the trace context of their "send"
@@ -65,7 +64,7 @@ func TestKotelProducerSpansLinked(t *testing.T) {
 	var mu sync.Mutex
 	applied := 0
 	c, err := consumer.New("g", []string{topic}, fence.Sink[*memfence.Tx](store),
-		func(context.Context, partition.ID, fence.Token) (consumer.Handler[*memfence.Tx], error) {
+		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
 			return consumer.HandlerFunc[*memfence.Tx](func(_ context.Context, _ *memfence.Tx, b *consumer.Batch) error {
 				mu.Lock()
 				applied += len(b.Records)

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/partition"
 )
 
 // Option configures a [Consumer]. Invalid values make [New] fail with [ErrInvalidOption].
@@ -57,8 +56,14 @@ func defaults() config {
 // session and rebalance timeouts, fetch sizes. The consumer adds ConsumerGroup,
 // ConsumeTopics, its rebalance callbacks and AutoCommitMarks (only offsets of applied batches
 // are committed), and the cooperative-sticky balancer unless these options name
-// kgo.Balancers. Do not pass your own rebalance callbacks, AutoCommitMarks-incompatible commit
-// options, or BlockRebalanceOnPoll.
+// kgo.Balancers.
+//
+// The options Baton owns are refused with [ErrOwnedOption], naming the option: ConsumerGroup,
+// ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
+// OnPartitionsLost, DisableAutoCommit, AutoCommitMarks, GreedyAutoCommit and
+// AutoCommitCallback by [New]; BlockRebalanceOnPoll by [Consumer.Run], before it joins the
+// group (franz-go's validation, the only look at options it offers without a client, does not
+// reveal it). A ConsumeTopics among them is replaced by New's topics.
 func Kafka(opts ...kgo.Opt) Option {
 	return func(c *config) error {
 		for i, o := range opts {
@@ -151,8 +156,8 @@ func MaxInflight(n int) Option {
 // observably rather than dropping the record.
 func DeadLetterTopic(name string) Option {
 	return func(c *config) error {
-		if name == "" {
-			return fmt.Errorf("%w: empty dead-letter topic", ErrInvalidOption)
+		if err := validTopic(name); err != nil {
+			return fmt.Errorf("%w: dead-letter topic: %w", ErrInvalidOption, err)
 		}
 		c.deadLetterTopic = name
 		return nil
@@ -160,13 +165,14 @@ func DeadLetterTopic(name string) Option {
 }
 
 // RetryBackoff sets the bounds of the exponential backoff between retries of a batch (or a
-// claim) that failed transiently. Default 100ms to 10s.
-func RetryBackoff(min, max time.Duration) Option {
+// claim) that failed transiently: the first wait is first, each next one doubles, up to limit.
+// Default 100ms to 10s.
+func RetryBackoff(first, limit time.Duration) Option {
 	return func(c *config) error {
-		if min <= 0 || max < min {
-			return fmt.Errorf("%w: RetryBackoff(%v, %v)", ErrInvalidOption, min, max)
+		if first <= 0 || limit < first {
+			return fmt.Errorf("%w: RetryBackoff(%v, %v): want 0 < first <= limit", ErrInvalidOption, first, limit)
 		}
-		c.retryMin, c.retryMax = min, max
+		c.retryMin, c.retryMax = first, limit
 		return nil
 	}
 }
@@ -212,7 +218,7 @@ func ClaimWait(d time.Duration) Option {
 // never after the partition was revoked or lost (its ctx is the partition's). An error is
 // logged and counted; the call is made again after the next commit or within the idle
 // interval, so work it leaves (undelivered rows) is picked up later.
-type AfterCommitFunc func(ctx context.Context, p partition.ID, t fence.Token) error
+type AfterCommitFunc func(ctx context.Context, k fence.Key, t fence.Token) error
 
 // AfterCommit sets fn to run in each partition's goroutine after its batches commit, and
 // every idle interval while the partition has nothing to apply (so work fn could not finish,

@@ -12,7 +12,6 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/testenv"
-	"github.com/batonhq/baton/partition"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -36,7 +35,7 @@ CREATE TABLE writes (partition int NOT NULL, era bigint NOT NULL, epoch bigint N
 
 // pgFolder upserts each key's fold (count, last sequence) and records (partition, token,
 // positions) of every batch in the same fenced transaction.
-func pgFolder(ctx context.Context, p partition.ID, t fence.Token) (consumer.Handler[pgx.Tx], error) {
+func pgFolder(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
 	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		idx := map[string]int{}
 		var keys []string
@@ -59,7 +58,7 @@ func pgFolder(ctx context.Context, p partition.ID, t fence.Token) (consumer.Hand
 		var batch pgx.Batch
 		batch.Queue(`INSERT INTO kv SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[])
 			ON CONFLICT (key) DO UPDATE SET count = kv.count + excluded.count, last = excluded.last`, keys, counts, lasts)
-		batch.Queue(`INSERT INTO writes VALUES ($1, $2, $3, $4, $5)`, b.Partition.Partition, b.Token.Era, b.Token.Epoch,
+		batch.Queue(`INSERT INTO writes VALUES ($1, $2, $3, $4, $5)`, b.Key.Partition, b.Token.Era, b.Token.Epoch,
 			b.Records[0].Offset, b.Records[len(b.Records)-1].Offset)
 		return tx.SendBatch(ctx, &batch).Close()
 	}), nil

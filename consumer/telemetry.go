@@ -9,6 +9,8 @@ import (
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/batonhq/baton/partition"
 )
 
 const instrumentation = "github.com/batonhq/baton/consumer"
@@ -16,6 +18,7 @@ const instrumentation = "github.com/batonhq/baton/consumer"
 type meters struct {
 	applied, duplicates, stale, claims, regressions, recoveries metric.Int64Counter
 	deadLettered, rebalances, retries, staleClaims              metric.Int64Counter
+	clientErrors                                                metric.Int64Counter
 	applyLatency                                                metric.Float64Histogram
 	lag                                                         metric.Int64Gauge
 }
@@ -42,6 +45,7 @@ func newMeters(p metric.MeterProvider) (*meters, error) {
 	counter(&ms.deadLettered, "baton.consumer.records.dead_lettered", "poison records sent to the dead-letter topic")
 	counter(&ms.rebalances, "baton.consumer.rebalances", "partition assignment changes seen (assigned, revoked, lost)")
 	counter(&ms.retries, "baton.consumer.retries", "transient failures retried (a partition stalled on them)")
+	counter(&ms.clientErrors, "baton.consumer.client_errors", "Kafka client failures: connect (dial, TLS, SASL), group (coordinator, join, sync), fetch")
 	if err != nil {
 		return nil, err
 	}
@@ -55,14 +59,14 @@ func newMeters(p metric.MeterProvider) (*meters, error) {
 	return &ms, nil
 }
 
-func partAttrs(topic string, partition int32) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("messaging.destination.name", topic),
-		attribute.Int("messaging.destination.partition.id", int(partition)))
+func partAttrs(id partition.ID) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("messaging.destination.name", id.Topic),
+		attribute.Int("messaging.destination.partition.id", int(id.Partition)))
 }
 
-func withOutcome(topic string, partition int32, outcome string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("messaging.destination.name", topic),
-		attribute.Int("messaging.destination.partition.id", int(partition)),
+func withOutcome(id partition.ID, outcome string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("messaging.destination.name", id.Topic),
+		attribute.Int("messaging.destination.partition.id", int(id.Partition)),
 		attribute.String("baton.outcome", outcome))
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
-	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -98,11 +97,11 @@ func TestTelemetrySpansLinksAndMetrics(t *testing.T) {
 		calls   []call
 		failed0 bool
 	)
-	factory := func(context.Context, partition.ID, fence.Token) (consumer.Handler[*memfence.Tx], error) {
+	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
 		return consumer.HandlerFunc[*memfence.Tx](func(ctx context.Context, tx *memfence.Tx, b *consumer.Batch) error {
 			mu.Lock()
 			defer mu.Unlock()
-			c := call{partition: b.Partition.Partition, token: b.Token.String(),
+			c := call{partition: b.Key.Partition, token: b.Token.String(),
 				first: b.Records[0].Offset, last: b.Records[len(b.Records)-1].Offset}
 			if c.partition == 0 && !failed0 {
 				failed0, c.failed = true, true
@@ -110,7 +109,7 @@ func TestTelemetrySpansLinksAndMetrics(t *testing.T) {
 				return errTransient
 			}
 			calls = append(calls, c)
-			return tx.Put("last/"+b.Partition.String(), []byte(itoa(c.last)))
+			return tx.Put("last/"+b.Key.String(), []byte(itoa(c.last)))
 		}), nil
 	}
 	store := newStore(t)

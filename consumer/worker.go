@@ -20,11 +20,10 @@ import (
 // "owned by the goroutine" are touched only by run's goroutine; the registry fields are
 // guarded by run.mu.
 type worker[Tx any] struct {
-	r         *run[Tx]
-	topic     string
-	partition int32
-	key       fence.Key
-	epoch     int64
+	r     *run[Tx]
+	id    partition.ID
+	key   fence.Key
+	epoch int64
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -47,11 +46,11 @@ type worker[Tx any] struct {
 	handler  Handler[Tx]
 }
 
-func newWorker[Tx any](r *run[Tx], topic string, partition int32, epoch int64) *worker[Tx] {
+func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 	ctx, cancel := context.WithCancel(r.ctx)
 	return &worker[Tx]{
-		r: r, topic: topic, partition: partition, epoch: epoch,
-		key:    fence.Key{Group: r.c.group, Topic: topic, Partition: partition},
+		r: r, id: id, epoch: epoch,
+		key:    id.Key(r.c.group),
 		ctx:    ctx,
 		cancel: cancel,
 		// Backpressure pauses the partition at maxInflightPart records, so this many
@@ -64,7 +63,7 @@ func newWorker[Tx any](r *run[Tx], topic string, partition int32, epoch int64) *
 }
 
 func (w *worker[Tx]) log() []any {
-	return []any{"topic", w.topic, "partition", w.partition}
+	return []any{"topic", w.id.Topic, "partition", w.id.Partition}
 }
 
 func (w *worker[Tx]) run() {
@@ -77,7 +76,7 @@ func (w *worker[Tx]) run() {
 		w.idle()
 		return
 	}
-	h, err := w.r.c.factory(w.ctx, partition.ID{Topic: w.topic, Partition: w.partition}, w.token)
+	h, err := w.r.c.factory(w.ctx, w.key, w.token)
 	if err != nil {
 		if w.ctx.Err() == nil {
 			w.r.c.log.Error("handler factory failed; stopping", append(w.log(), "err", err)...)
@@ -110,7 +109,7 @@ func (w *worker[Tx]) idle() {
 }
 
 func (w *worker[Tx]) loop() {
-	max := w.r.c.cfg.maxInflightPart
+	limit := w.r.c.cfg.maxInflightPart
 	var idle <-chan time.Time
 	if w.r.c.cfg.afterCommit != nil {
 		t := time.NewTicker(w.r.c.cfg.afterCommitIdle)
@@ -131,7 +130,7 @@ func (w *worker[Tx]) loop() {
 		n := len(recs)
 		// Coalesce what is already queued: one transaction for a longer run of records.
 	more:
-		for len(recs) < max {
+		for len(recs) < limit {
 			select {
 			case next := <-w.in:
 				recs = append(recs, next...)
@@ -140,11 +139,11 @@ func (w *worker[Tx]) loop() {
 				break more
 			}
 		}
-		// A single fetch can bring far more than max records of one partition: apply them
-		// in transactions of at most max records, so one batch holds the fence (and delays
+		// A single fetch can bring far more than limit records of one partition: apply them
+		// in transactions of at most limit records, so one batch holds the fence (and delays
 		// a revoke) no longer than a bounded batch takes.
 		for len(recs) > 0 {
-			m := min(len(recs), max)
+			m := min(len(recs), limit)
 			ok := w.process(recs[:m:m])
 			recs = recs[m:]
 			n -= m
@@ -165,9 +164,9 @@ func (w *worker[Tx]) afterCommit() {
 	if w.ctx.Err() != nil {
 		return
 	}
-	err := w.r.c.cfg.afterCommit(w.ctx, partition.ID{Topic: w.topic, Partition: w.partition}, w.token)
+	err := w.r.c.cfg.afterCommit(w.ctx, w.key, w.token)
 	if err != nil && w.ctx.Err() == nil {
-		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.topic, w.partition, "after-commit"))
+		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, "after-commit"))
 		w.r.c.log.Warn("after-commit hook failed; retried after the next commit or idle interval", append(w.log(), "err", err)...)
 	}
 }
@@ -182,7 +181,7 @@ func (w *worker[Tx]) process(recs []*kgo.Record) bool {
 		}
 	}
 	if d := len(recs) - len(fresh); d > 0 {
-		w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.topic, w.partition))
+		w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.id))
 	}
 	if len(fresh) == 0 {
 		return true
@@ -200,47 +199,47 @@ func (w *worker[Tx]) apply(recs []*kgo.Record) bool {
 		return true
 	case errors.Is(err, fence.ErrDuplicate):
 		// Already applied (a retried commit that had succeeded): skip it.
-		w.r.c.m.duplicates.Add(w.ctx, int64(len(recs)), partAttrs(w.topic, w.partition))
+		w.r.c.m.duplicates.Add(w.ctx, int64(len(recs)), partAttrs(w.id))
 		w.advanced(last)
 		return true
 	case errors.Is(err, fence.ErrStale):
 		w.refused(err)
 		return false
-	case w.ctx.Err() != nil:
-		return false
-	case IsPermanent(err):
+	case IsPermanent(err) && w.ctx.Err() == nil:
 		return w.poison(recs, err)
+	default:
+		// Cancelled (revoked or lost): attempt returns nothing else.
+		return false
 	}
-	return false // unreachable: attempt returns only the cases above
 }
 
 func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 	last := recs[len(recs)-1]
-	ctx, span := w.r.c.tracer.Start(w.ctx, "baton.apply "+w.topic,
+	ctx, span := w.r.c.tracer.Start(w.ctx, "baton.apply "+w.id.Topic,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithLinks(producerLinks(w.r.c.cfg.propagator, recs)...),
 		trace.WithAttributes(
-			attribute.String("messaging.destination.name", w.topic),
-			attribute.Int("messaging.destination.partition.id", int(w.partition)),
+			attribute.String("messaging.destination.name", w.id.Topic),
+			attribute.Int("messaging.destination.partition.id", int(w.id.Partition)),
 			attribute.String("baton.token", w.token.String()),
 			attribute.Int64("baton.first_offset", recs[0].Offset),
 			attribute.Int64("baton.last_offset", last.Offset),
 			attribute.Int("messaging.batch.message_count", len(recs)),
 		))
 	defer span.End()
-	b := &Batch{Partition: partition.ID{Topic: w.topic, Partition: w.partition}, Token: w.token, Records: recs}
+	b := &Batch{Key: w.key, Token: w.token, Records: recs}
 	start := time.Now()
 	err := w.r.c.sink.Apply(ctx, w.key, w.token, last.Offset, func(ctx context.Context, tx Tx) error {
 		return w.handler.Handle(ctx, tx, b)
 	})
 	outcome := outcomeOf(err)
-	w.r.c.m.applyLatency.Record(w.ctx, time.Since(start).Seconds(), withOutcome(w.topic, w.partition, outcome))
+	w.r.c.m.applyLatency.Record(w.ctx, time.Since(start).Seconds(), withOutcome(w.id, outcome))
 	span.SetAttributes(attribute.String("baton.outcome", outcome))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return err
 	}
-	w.r.c.m.applied.Add(w.ctx, int64(len(recs)), partAttrs(w.topic, w.partition))
+	w.r.c.m.applied.Add(w.ctx, int64(len(recs)), partAttrs(w.id))
 	w.advanced(last)
 	return nil
 }
@@ -264,7 +263,7 @@ func outcomeOf(err error) string {
 func (w *worker[Tx]) advanced(r *kgo.Record) {
 	w.position = r.Offset
 	w.r.client().MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
-		w.topic: {w.partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}},
+		w.id.Topic: {w.id.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}},
 	})
 }
 
@@ -275,15 +274,15 @@ func (w *worker[Tx]) refused(err error) {
 	if se != nil {
 		args = append(args, "presented", se.Presented.String(), "stored", se.Stored.String())
 	}
-	w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
+	w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
 	w.r.c.log.Warn("fence refused this member's write: another owner took the partition; stopping it", args...)
 }
 
 // poison handles a permanent failure of recs: apply what precedes the poison record,
 // dead-letter it, go on with what follows. Without a named record, one record at a time.
 func (w *worker[Tx]) poison(recs []*kgo.Record, cause error) bool {
-	var re *RecordError
-	if errors.As(cause, &re) {
+	var re *partition.RecordError
+	if errors.As(cause, &re) && re.ID == w.id {
 		for i, r := range recs {
 			if r.Offset != re.Offset {
 				continue
@@ -347,7 +346,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 	})
 	switch {
 	case err == nil:
-		w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
+		w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
 		w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "reason", cause)...)
 		w.advanced(r)
 		return true
@@ -371,7 +370,7 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 			IsPermanent(err) || w.ctx.Err() != nil {
 			return err
 		}
-		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.topic, w.partition, what))
+		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, what))
 		w.r.c.log.Warn("transient failure; partition stalled, retrying", append(w.log(), "op", what, "attempt", n, "backoff", backoff, "err", err)...)
 		t := time.NewTimer(backoff)
 		select {
@@ -418,13 +417,13 @@ func (w *worker[Tx]) claim() bool {
 		})
 		switch {
 		case err == nil:
-			w.r.c.m.claims.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
+			w.r.c.m.claims.Add(w.ctx, 1, partAttrs(w.id))
 			w.r.c.log.Debug("partition claimed", append(w.log(), "token", w.token.String(), "position", w.position)...)
 			return true
 		case !errors.As(err, &stale):
 			return false // cancelled
 		}
-		w.r.c.m.staleClaims.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
+		w.r.c.m.staleClaims.Add(w.ctx, 1, partAttrs(w.id))
 		var current bool
 		if err := w.attempt("verify", func() (err error) {
 			current, err = w.r.c.cfg.epochs.VerifyCurrent(w.ctx, w.r.client(), w.epoch)
@@ -433,13 +432,13 @@ func (w *worker[Tx]) claim() bool {
 			return false
 		}
 		if !current {
-			w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
+			w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
 			w.r.c.log.Warn("claim refused and the coordinator says this member is no longer current: partition left unprocessed",
 				append(w.log(), "presented", stale.Presented.String(), "stored", stale.Stored.String())...)
 			return false
 		}
 		reg := &fence.RegressionError{Key: w.key, Stored: stale.Stored, Presented: stale.Presented}
-		w.r.c.m.regressions.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
+		w.r.c.m.regressions.Add(w.ctx, 1, partAttrs(w.id))
 		w.r.c.log.Error("epoch regression: the coordinator confirms this member is the current owner, yet the sink stores a higher token",
 			append(w.log(), "err", reg, "presented", reg.Presented.String(), "stored", reg.Stored.String(), "recover", w.r.c.cfg.recoverRegressions)...)
 		if !w.r.c.cfg.recoverRegressions {
@@ -455,7 +454,7 @@ func (w *worker[Tx]) claim() bool {
 		switch {
 		case err == nil:
 			ours = to
-			w.r.c.m.recoveries.Add(w.ctx, 1, partAttrs(w.topic, w.partition))
+			w.r.c.m.recoveries.Add(w.ctx, 1, partAttrs(w.id))
 			w.r.c.log.Warn("epoch regression recovered", append(w.log(), "from", stale.Stored.String(), "to", to.String())...)
 		case errors.Is(err, fence.ErrConflict):
 			// The stored token moved meanwhile: load and claim again from scratch.

@@ -41,8 +41,8 @@
 // # Relaying
 //
 // The relay of source partition p runs under p's ownership: the owner's worker calls
-// [Relay.Flush](p, T) after each committed batch. Flush reads pending rows only while the fence
-// stores T, produces a batch, waits for all acknowledgements and then marks the batch delivered
+// [Relay.Flush](p, T) after each committed batch, through the hook [Relay.AfterCommit]
+// installed with consumer.AfterCommit. Flush reads pending rows only while the fence stores T, produces a batch, waits for all acknowledgements and then marks the batch delivered
 // with a conditional write under p's fence. After a takeover the old owner can neither mark nor
 // skip rows; it may still publish rows it read before the takeover, but those carry their
 // ORIGINAL token and sequence, exactly like the new owner's copies, so the inbox drops them as
@@ -54,21 +54,28 @@
 // mark re-publishes at most one batch.
 //
 // Applications that append outside a Baton consumer (an HTTP service writing state and outbox
-// rows in one transaction) use a standalone relay ([NewStandaloneRelay]): a Baton consumer group
-// on a small coordination topic of N partitions, the shards, to which nothing is produced. The
-// coordinator assigns each shard to one member, which claims [ShardKey](group, topic, shard)
-// and flushes that shard's rows on assignment and every idle interval under its token; a
-// takeover fences the old member exactly like a consumer's. The application owns nothing: it
-// appends with [AppendCurrent], which stamps the rows with the token the shard's fence stores
-// now (loaded, then checked again by Append in the same statement; a claim in between is
-// retried). A shard with no fence row refuses appends, so the application calls
-// [PrepareShards] once at startup: it claims each unclaimed shard with the zero token, which
-// any relay outranks, and rows appended under it wait for the first relay. Put all of an
-// entity's messages in one shard: order and deduplication are per (shard, record key). The
-// coordination group commits no offsets, so Kafka deletes it once it stays empty past an
-// offsets cleanup (offsets.retention.check.interval.ms, 10 minutes by default); its generation
-// then restarts at 1, and the next relay proves it is current and recovers each shard into a
-// new era (recorded, logged as a regression): expected after a long full stop, not a fault.
+// rows in one transaction) use a standalone relay (outboxconsumer.NewStandaloneRelay): a Baton
+// consumer group on a small coordination topic of N partitions, the shards, to which nothing is
+// produced. The coordinator assigns each shard to one member, which claims
+// outboxconsumer.ShardKey(group, topic, shard) and flushes that shard's rows on assignment and
+// every idle interval under its token; a takeover fences the old member exactly like a
+// consumer's. The application owns nothing: it appends with [AppendCurrent], which stamps the
+// rows with the token the shard's fence stores now (loaded, then checked again by Append in the
+// same statement; a claim in between is retried). A shard with no fence row refuses appends, so
+// the application calls outboxconsumer.PrepareShards once at startup: it claims each unclaimed
+// shard with the zero token, which any relay outranks, and rows appended under it wait for the
+// first relay. Put all of an entity's messages in one shard: order and deduplication are per
+// (shard, record key). The coordination group commits no offsets, so Kafka deletes it once it
+// stays empty past an offsets cleanup (offsets.retention.check.interval.ms, 10 minutes by
+// default); its generation then restarts at 1, and the next relay proves it is current and
+// recovers each shard into a new era (recorded, logged as a regression): expected after a long
+// full stop, not a fault.
+//
+// # Layering
+//
+// This package, pgoutbox and sqliteoutbox do not import the consumer: [Relay.AfterCommit]
+// returns a plain func that consumer.AfterCommit accepts. The glue that needs both (the inbox
+// wrapper of a consumer.Handler, the standalone relay) is in package outbox/outboxconsumer.
 //
 // # What is exactly once
 //

@@ -152,6 +152,22 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 	}
 }
 
+// AfterCommit returns the hook that makes a Baton consumer relay each partition's outbox rows
+// from the partition's own goroutine, under its fence key and token, after every committed
+// batch and every idle interval:
+//
+//	consumer.New(group, topics, sink, factory, consumer.AfterCommit(relay.AfterCommit(), time.Second))
+//
+// So the relay of source partition k runs exactly where k's ownership lives, and stops the
+// moment k is revoked or lost. It is Flush without the count; its type is the one of
+// consumer.AfterCommitFunc, spelled out so that outbox does not depend on the consumer.
+func (r *Relay) AfterCommit() func(ctx context.Context, k fence.Key, t fence.Token) error {
+	return func(ctx context.Context, k fence.Key, t fence.Token) error {
+		_, err := r.Flush(ctx, k, t)
+		return err
+	}
+}
+
 // publish produces rows and waits for every acknowledgement. All rows are buffered before any
 // is awaited; if one fails franz-go fails the rest of its partition, so what reached the broker
 // is a prefix per destination partition and the retry re-publishes from the first pending row.

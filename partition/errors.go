@@ -1,29 +1,21 @@
 package partition
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/batonhq/baton/fence"
 )
 
-var (
-	// ErrInvalid means bad input: an invalid [ID], an option out of range, a nil callback, a batch
-	// whose records belong to different partitions or whose offsets do not increase. It is the
-	// same sentinel as [fence.ErrInvalid], so one errors.Is check covers both packages.
-	ErrInvalid = fence.ErrInvalid
+// ErrInvalid means bad input: an invalid [ID], and in partition/lanes and partition/ring an
+// option out of range, a nil callback, a batch whose records belong to different partitions or
+// whose offsets do not increase. It is the same sentinel as [fence.ErrInvalid], so one
+// errors.Is check covers every package.
+var ErrInvalid = fence.ErrInvalid
 
-	// ErrOffsetOrder means [Tracker.Start] was given an offset that is not above every offset
-	// started before: a partition's records must be started in log order.
-	ErrOffsetOrder = errors.New("partition: offset started out of order")
-
-	// ErrUnknownOffset means [Tracker.Done] was given an offset that is not pending: never
-	// started, or already done.
-	ErrUnknownOffset = errors.New("partition: offset not pending")
-)
-
-// RecordError is returned by [Lanes.Run] when the callback fails for a record: it names the
-// record so the caller can dead-letter it, and unwraps to the callback's error.
+// RecordError names one record of a partition that failed, by partition and offset (and key),
+// and unwraps to the cause. It is Baton's one record error: lanes.Lanes.Run returns it when its
+// callback fails for a record, and a consumer handler returns it (through consumer.Batch.Fail)
+// to name a poison record so the consumer can dead-letter exactly that record.
 type RecordError struct {
 	ID     ID
 	Offset int64
@@ -35,5 +27,5 @@ func (e *RecordError) Error() string {
 	return fmt.Sprintf("partition: record %s@%d: %v", e.ID, e.Offset, e.Err)
 }
 
-// Unwrap returns the callback's error.
+// Unwrap returns the cause.
 func (e *RecordError) Unwrap() error { return e.Err }

@@ -19,7 +19,6 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/redislock"
-	"github.com/batonhq/baton/partition"
 )
 
 const (
@@ -185,8 +184,8 @@ func withBaton(ctx context.Context, out *syncWriter, path string) (int64, error)
 
 	// The job, unchanged but for the lock: read, compute, write, inside the fenced transaction.
 	handler := func(name string) consumer.Factory[*sql.Tx] {
-		return func(_ context.Context, p partition.ID, t fence.Token) (consumer.Handler[*sql.Tx], error) {
-			out.say("[baton] member %s owns partition %d with token %s", name, p.Partition, t)
+		return func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[*sql.Tx], error) {
+			out.say("[baton] member %s owns partition %d with token %s", name, k.Partition, t)
 			return consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					amount, err := strconv.ParseInt(string(r.Value), 10, 64)

@@ -12,7 +12,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
 
 // gateway is the device side: it consumes the commands and applies each one to the device
@@ -60,8 +60,8 @@ ON CONFLICT (command_id) DO UPDATE SET times = times + 1`, env.IdempotencyKey, c
 		}
 		return nil
 	})
-	factory := func(context.Context, partition.ID, fence.Token) (consumer.Handler[*sql.Tx], error) {
-		return outbox.Handler(inbox, apply), nil
+	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
+		return outboxconsumer.Handler(inbox, apply), nil
 	}
 	m, err := startMember(ctx, "gateway", commandsTopic, brokers, store, factory, nil)
 	if err != nil {

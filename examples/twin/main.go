@@ -20,7 +20,6 @@ import (
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
-	"github.com/batonhq/baton/partition"
 )
 
 const (
@@ -177,12 +176,12 @@ func startTwinMember(ctx context.Context, out *syncWriter, name string, brokers 
 		producer.Close()
 		return nil, err
 	}
-	factory := func(_ context.Context, p partition.ID, t fence.Token) (consumer.Handler[*sql.Tx], error) {
-		out.say("member %s owns %s with token %s", name, p, t)
+	factory := func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[*sql.Tx], error) {
+		out.say("member %s owns %s/%d with token %s", name, k.Topic, k.Partition, t)
 		return fold(ob), nil
 	}
 	m, err := startMember(ctx, group, updatesTopic, brokers, sink, factory, extra,
-		consumer.AfterCommit(relay.AfterCommit(group), time.Second))
+		consumer.AfterCommit(relay.AfterCommit(), time.Second))
 	if err != nil {
 		producer.Close()
 		return nil, err
@@ -216,8 +215,7 @@ ON CONFLICT (device) DO UPDATE SET
 				cmds = append(cmds, outbox.Message{Topic: commandsTopic, Key: r.Key, Value: v})
 			}
 		}
-		src := fence.Key{Group: group, Topic: b.Partition.Topic, Partition: b.Partition.Partition}
-		return ob.Append(ctx, tx, src, b.Token, cmds...) // checks the fence too
+		return ob.Append(ctx, tx, b.Key, b.Token, cmds...) // checks the fence too
 	})
 }
 

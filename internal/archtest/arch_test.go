@@ -3,6 +3,7 @@ package archtest
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"strings"
@@ -59,28 +60,53 @@ func isOurs(path string) bool { return path == module || strings.HasPrefix(path,
 func under(r, dir string) bool { return r == dir || strings.HasPrefix(r, dir+"/") }
 
 // layer orders the library packages: a package may import ours only from a lower or equal layer.
-// fence is the leaf contract; partition routes; consumer runs partitions; outbox relays effects.
-// internal/ helpers sit below everything that uses them; cmd/ and examples/ sit on top.
+//
+//	fence < internal/* < fence/* < partition/* < outbox (and its stores) < consumer/*
+//	      < outbox/outboxconsumer < internal/chaos (chaos/) < cmd/, examples/
+//
+// fence is the leaf contract; internal/ helpers sit below everything that uses them; the fence
+// stores implement fence; partition names and routes; the outbox relays effects under a fence
+// key and token without knowing who owns them; the consumer owns partitions and may call the
+// outbox through its AfterCommit hook; outbox/outboxconsumer is the glue that needs both (it is
+// the one outbox package above the consumer). internal/chaos is the exception among internal/
+// packages: a harness driving the whole stack, so it sits on top of the library, with chaos/,
+// its old path, until the move lands. cmd/ and examples/ sit on top.
 func layer(r string) int {
 	switch {
 	case r == "fence":
 		return 0
 	case under(r, "internal/chaos"): // the harness drives everything below it
-		return 6
+		return 7
 	case under(r, "internal"):
 		return 1
 	case under(r, "fence"):
 		return 2
 	case under(r, "partition"):
 		return 3
-	case under(r, "consumer"):
-		return 4
+	case under(r, "outbox/outboxconsumer"):
+		return 6
 	case under(r, "outbox"):
+		return 4
+	case under(r, "consumer"):
 		return 5
 	case under(r, "cmd"), under(r, "examples"):
 		return 9
 	}
 	return 8
+}
+
+// checkImport returns why package r may not import ir (both relative to the module), or "".
+func checkImport(r, ir string) string {
+	app := under(r, "cmd") || under(r, "examples")
+	switch {
+	case under(ir, "cmd") || under(ir, "examples"):
+		return "nothing imports cmd/ or examples/"
+	case ir == "internal/testenv":
+		return "test plumbing is for _test.go files only"
+	case !app && layer(ir) > layer(r):
+		return fmt.Sprintf("layer %d imports layer %d: imports must point down", layer(r), layer(ir))
+	}
+	return ""
 }
 
 func TestImportDirection(t *testing.T) {
@@ -90,20 +116,57 @@ func TestImportDirection(t *testing.T) {
 		app := under(r, "cmd") || under(r, "examples")
 		for _, imp := range p.Imports {
 			if isOurs(imp) {
-				ir := rel(imp)
-				if under(ir, "cmd") || under(ir, "examples") {
-					t.Errorf("%s imports %s: nothing imports cmd/ or examples/", r, ir)
-				}
-				if ir == "internal/testenv" {
-					t.Errorf("%s imports %s: test plumbing is for _test.go files only", r, ir)
-				}
-				if !app && layer(ir) > layer(r) {
-					t.Errorf("%s (layer %d) imports %s (layer %d): imports must point down", r, layer(r), ir, layer(ir))
+				if why := checkImport(r, rel(imp)); why != "" {
+					t.Errorf("%s imports %s: %s", r, rel(imp), why)
 				}
 			}
 			if !app && strings.HasPrefix(imp, "go.opentelemetry.io/otel/sdk") {
 				t.Errorf("%s imports %s: only cmd/ and examples/ may import the OpenTelemetry SDK", r, imp)
 			}
+		}
+	}
+}
+
+// TestLayerRules pins the rules themselves, so that a reversed import is still refused even if
+// no package makes it today.
+func TestLayerRules(t *testing.T) {
+	for _, c := range []struct {
+		from, to string
+		ok       bool
+	}{
+		{"outbox", "consumer", false},
+		{"outbox/pgoutbox", "consumer", false},
+		{"outbox/sqliteoutbox", "consumer", false},
+		{"outbox/outboxstore", "consumer", false},
+		{"outbox/outboxtest", "consumer", false},
+		{"outbox", "outbox/outboxconsumer", false},
+		{"consumer", "outbox/outboxconsumer", false},
+		{"outbox/outboxconsumer", "consumer", true},
+		{"outbox/outboxconsumer", "outbox", true},
+		{"consumer", "outbox", true},
+		{"consumer", "partition", true},
+		{"partition", "consumer", false},
+		{"partition/lanes", "partition", true},
+		{"partition/ring", "partition/lanes", true}, // same layer
+		{"fence", "fence/pgfence", false},
+		{"fence/pgfence", "fence", true},
+		{"fence/pgfence", "internal/pgmigrate", true},
+		{"internal/pgmigrate", "fence/pgfence", false},
+		{"fence/pgfence", "partition", false},
+		{"internal/chaos", "outbox/outboxconsumer", true},
+		{"internal/chaos", "consumer", true},
+		{"chaos", "consumer", true},
+		{"consumer", "internal/chaos", false},
+		{"outbox/outboxconsumer", "internal/chaos", false},
+		{"internal/pgmigrate", "internal/chaos", false},
+		{"cmd/baton", "internal/chaos", true},
+		{"examples/twin", "outbox/outboxconsumer", true},
+		{"internal/chaos", "examples/twin", false},
+		{"consumer", "internal/testenv", false},
+	} {
+		why := checkImport(c.from, c.to)
+		if got := why == ""; got != c.ok {
+			t.Errorf("%s imports %s: allowed = %v, want %v (%s)", c.from, c.to, got, c.ok, why)
 		}
 	}
 }

@@ -31,7 +31,6 @@ import (
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/netfreeze"
 	"github.com/batonhq/baton/internal/testenv"
-	"github.com/batonhq/baton/partition"
 )
 
 // netscWritesDDL is the data of Scenarios 3 and 5: one row per applied batch, with the token
@@ -458,7 +457,7 @@ func (s *netscSink) claimed(p int32) (netscClaim, bool) {
 
 // netscFold is the members' handler: it folds each key's sequence numbers into (count, last)
 // and logs every batch (partition, token, offsets) in the same fenced transaction.
-func netscFold(context.Context, partition.ID, fence.Token) (consumer.Handler[pgx.Tx], error) {
+func netscFold(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
 	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		var batch pgx.Batch
 		for _, r := range b.Records {
@@ -470,7 +469,7 @@ func netscFold(context.Context, partition.ID, fence.Token) (consumer.Handler[pgx
 				SET count = netsc_kv.count + 1, last = excluded.last,
 				    gaps = netsc_kv.gaps + CASE WHEN excluded.last = netsc_kv.last + 1 THEN 0 ELSE 1 END`, string(r.Key), seq)
 		}
-		batch.Queue(`INSERT INTO netsc_batches VALUES ($1, $2, $3, $4, $5)`, b.Partition.Partition, b.Token.Era, b.Token.Epoch,
+		batch.Queue(`INSERT INTO netsc_batches VALUES ($1, $2, $3, $4, $5)`, b.Key.Partition, b.Token.Era, b.Token.Epoch,
 			b.Records[0].Offset, b.Records[len(b.Records)-1].Offset)
 		return tx.SendBatch(ctx, &batch).Close()
 	}), nil

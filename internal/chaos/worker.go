@@ -22,7 +22,7 @@ import (
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/redislock"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
 
 // Mode is how a worker protects its writes.
@@ -335,26 +335,26 @@ func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T],
 		if err != nil {
 			return err
 		}
-		hook := relay.AfterCommit(cfg.Group)
+		hook := relay.AfterCommit()
 		// The relay's reads and marks are writes too (SQLite: the write lock; PostgreSQL: the
 		// fence row FOR SHARE): keep freezes out of them, as out of the batch transactions.
-		opts = append(opts, consumer.AfterCommit(func(ctx context.Context, p partition.ID, t fence.Token) error {
-			return f.write(func() error { return hook(ctx, p, t) })
+		opts = append(opts, consumer.AfterCommit(func(ctx context.Context, k fence.Key, t fence.Token) error {
+			return f.write(func() error { return hook(ctx, k, t) })
 		}, 250*time.Millisecond))
 	} else {
 		box = nil
 	}
 	wrapped := &attemptSink[T]{Sink: sink, f: f, db: db, id: cfg.ID}
-	factory := func(_ context.Context, p partition.ID, _ fence.Token) (consumer.Handler[T], error) {
+	factory := func(_ context.Context, k fence.Key, _ fence.Token) (consumer.Handler[T], error) {
 		return consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
-			if err := ApplyBatch(ctx, adapt(tx), p.Partition, b.Token, cfg.ID, b.Records); err != nil {
+			if err := ApplyBatch(ctx, adapt(tx), k.Partition, b.Token, cfg.ID, b.Records); err != nil {
 				return err
 			}
 			if box == nil {
 				return nil
 			}
 			if msgs := w.CommandsFor(cfg.CommandsTopic, b.Records); len(msgs) > 0 {
-				return box.Append(ctx, tx, p.Key(cfg.Group), b.Token, msgs...)
+				return box.Append(ctx, tx, b.Key, b.Token, msgs...)
 			}
 			return nil
 		}), nil
@@ -387,8 +387,8 @@ func RunReceiver[T any](ctx context.Context, brokers []string, group, topic stri
 		}
 		return nil
 	})
-	factory := func(context.Context, partition.ID, fence.Token) (consumer.Handler[T], error) {
-		return outbox.Handler(inbox, apply), nil
+	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[T], error) {
+		return outboxconsumer.Handler(inbox, apply), nil
 	}
 	c, err := consumer.New[T](group, []string{topic}, sink, factory, consumer.Logger(logger),
 		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(250*time.Millisecond),

@@ -1,4 +1,4 @@
-package outbox_test
+package outboxconsumer_test
 
 import (
 	"context"
@@ -20,8 +20,8 @@ import (
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxconsumer"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
-	"github.com/batonhq/baton/partition"
 )
 
 // TestPipelineExactlyOnce wires the pieces the way an application does, on embedded defaults:
@@ -61,17 +61,17 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	sender, err := consumer.New("sender", []string{"events"}, fence.Sink[*sql.Tx](sendFence),
-		func(_ context.Context, p partition.ID, _ fence.Token) (consumer.Handler[*sql.Tx], error) {
+		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
 			return consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				msgs := make([]outbox.Message, 0, len(b.Records))
 				for _, r := range b.Records {
 					msgs = append(msgs, outbox.Message{Topic: "commands", Key: r.Key, Value: r.Value})
 				}
-				return box.Append(ctx, tx, p.Key("sender"), b.Token, msgs...)
+				return box.Append(ctx, tx, b.Key, b.Token, msgs...)
 			}), nil
 		},
 		consumer.Kafka(kopts...), consumer.Logger(quiet()),
-		consumer.AfterCommit(relay.AfterCommit("sender"), 200*time.Millisecond))
+		consumer.AfterCommit(relay.AfterCommit(), 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	var mu sync.Mutex
 	var copies [][]*kgo.Record // relayed records seen by the receiver, to publish again
 	receiver, err := consumer.New("receiver", []string{"commands"}, fence.Sink[*sql.Tx](recvFence),
-		func(context.Context, partition.ID, fence.Token) (consumer.Handler[*sql.Tx], error) {
+		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
 			apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					// The primary key makes a double apply fail loudly instead of passing silently.
@@ -105,7 +105,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 				mu.Unlock()
 				return nil
 			})
-			return outbox.Handler(inbox, apply), nil
+			return outboxconsumer.Handler(inbox, apply), nil
 		},
 		consumer.Kafka(kopts...), consumer.Logger(quiet()))
 	if err != nil {

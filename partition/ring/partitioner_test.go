@@ -1,4 +1,4 @@
-package partition
+package ring
 
 import (
 	"context"
@@ -6,18 +6,20 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/partition"
 	"github.com/buraksezer/consistent"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-func newPartitioner(t testing.TB, opts ...PartitionerOption) *Partitioner {
+func newPartitioner(t testing.TB, opts ...Option) *Partitioner {
 	t.Helper()
-	p, err := ConsistentPartitioner(opts...)
+	p, err := NewPartitioner(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +83,7 @@ func TestGrowthMovesFewKeys(t *testing.T) {
 }
 
 // TestGrowthSweep reports movement and balance for other growth steps, including the jump-hash
-// range above MaxRingPartitions; it asserts only that movement stays near the ideal.
+// range above MaxPartitions; it asserts only that movement stays near the ideal.
 func TestGrowthSweep(t *testing.T) {
 	keys := randomKeys(100000, 2)
 	p := newPartitioner(t)
@@ -99,7 +101,7 @@ func TestGrowthSweep(t *testing.T) {
 		}
 		got, ideal := float64(m)/float64(len(keys)), float64(to-from)/float64(to)
 		t.Logf("%4d->%4d moved %5.1f%% (ideal %5.1f%%)  at %d: max/avg %.3f min/avg %.3f", from, to, 100*got, 100*ideal, to, float64(hi)/avg, float64(lo)/avg)
-		if from != MaxRingPartitions && got > ideal+0.07 {
+		if from != MaxPartitions && got > ideal+0.07 {
 			t.Errorf("%d->%d moved %.1f%%, ideal %.1f%%", from, to, 100*got, 100*ideal)
 		}
 	}
@@ -113,7 +115,7 @@ func TestPartitionerIsTheRing(t *testing.T) {
 	for i := range ms {
 		ms[i] = member(i)
 	}
-	ring := consistent.New(ms, consistent.Config{Hasher: hasher{}, PartitionCount: DefaultSlots, ReplicationFactor: ringReplicas, Load: ringLoad})
+	ring := consistent.New(ms, consistent.Config{Hasher: hasher{}, PartitionCount: DefaultSlots, ReplicationFactor: replicas, Load: load})
 	p := newPartitioner(t)
 	for _, k := range randomKeys(20000, 4) {
 		want := int(ring.LocateKey(k).(member))
@@ -127,8 +129,8 @@ func TestPartitionerIsTheRing(t *testing.T) {
 // without a separator member "1" replica 10 and member "11" replica 0 would share a point.
 func TestMemberNamesDoNotCollide(t *testing.T) {
 	seen := map[string]string{}
-	for m := range MaxRingPartitions {
-		for r := range ringReplicas {
+	for m := range MaxPartitions {
+		for r := range replicas {
 			point := member(m).String() + strconv.Itoa(r)
 			if prev, ok := seen[point]; ok {
 				t.Fatalf("ring point %q of member %d replica %d is also %s", point, m, r, prev)
@@ -193,8 +195,18 @@ func TestTopicPartitioner(t *testing.T) {
 
 func TestPartitionerOptions(t *testing.T) {
 	for _, n := range []int{0, -1, MaxSlots + 1} {
-		if _, err := ConsistentPartitioner(Slots(n)); !errors.Is(err, ErrInvalid) {
+		if _, err := NewPartitioner(Slots(n)); !errors.Is(err, partition.ErrInvalid) {
 			t.Errorf("Slots(%d): %v, want ErrInvalid", n, err)
+		}
+	}
+	// Every problem is reported, not just the first.
+	_, err := NewPartitioner(Slots(0), nil, Slots(MaxSlots+1))
+	if !errors.Is(err, partition.ErrInvalid) {
+		t.Fatalf("bad options: %v, want ErrInvalid", err)
+	}
+	for _, want := range []string{"slots 0", "option 1 is nil", fmt.Sprintf("slots %d", MaxSlots+1)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("bad options: %q does not mention %q", err, want)
 		}
 	}
 	// With fewer slots than partitions the ring cannot serve n; the jump hash does.
@@ -280,7 +292,7 @@ func BenchmarkPartition(b *testing.B) {
 	for i, k := range keys {
 		recs[i] = &kgo.Record{Key: k}
 	}
-	p, err := ConsistentPartitioner()
+	p, err := NewPartitioner()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -308,7 +320,7 @@ func BenchmarkBuildTable(b *testing.B) {
 	for _, n := range []int{16, 64, 256} {
 		b.Run(fmt.Sprint("n=", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := buildTable(n, DefaultSlots); err != nil {
+				if _, err := Table(n, DefaultSlots); err != nil {
 					b.Fatal(err)
 				}
 			}

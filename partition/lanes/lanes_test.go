@@ -1,4 +1,4 @@
-package partition
+package lanes
 
 import (
 	"context"
@@ -6,19 +6,23 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/partition"
 )
 
 var errBoom = errors.New("boom")
 
 func newLanes(t *testing.T, n int) *Lanes {
 	t.Helper()
-	l, err := NewLanes(LaneCount(n))
+	l, err := New(Count(n))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,16 +73,26 @@ func awaitCancel(t *testing.T, ctx context.Context) {
 }
 
 func TestNewLanesOptions(t *testing.T) {
-	l, err := NewLanes()
-	if err != nil || l.Count() != DefaultLaneCount {
-		t.Fatalf("NewLanes() = %v, %v; want %d lanes", l, err, DefaultLaneCount)
+	l, err := New()
+	if err != nil || l.Count() != DefaultCount {
+		t.Fatalf("New() = %v, %v; want %d lanes", l, err, DefaultCount)
 	}
-	for _, n := range []int{0, -1, MaxLaneCount + 1} {
-		if _, err := NewLanes(LaneCount(n)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("LaneCount(%d): %v, want ErrInvalid", n, err)
+	for _, n := range []int{0, -1, MaxCount + 1} {
+		if _, err := New(Count(n)); !errors.Is(err, partition.ErrInvalid) {
+			t.Errorf("Count(%d): %v, want ErrInvalid", n, err)
 		}
 	}
-	if l := newLanes(t, MaxLaneCount); l.Count() != MaxLaneCount {
+	// Every problem is reported, not just the first.
+	_, err = New(Count(0), nil, Count(MaxCount+1))
+	if !errors.Is(err, partition.ErrInvalid) {
+		t.Fatalf("bad options: %v, want ErrInvalid", err)
+	}
+	for _, want := range []string{"lane count 0", "option 1 is nil", fmt.Sprintf("lane count %d", MaxCount+1)} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("bad options: %q does not mention %q", err, want)
+		}
+	}
+	if l := newLanes(t, MaxCount); l.Count() != MaxCount {
 		t.Fatalf("count %d", l.Count())
 	}
 }
@@ -241,8 +255,8 @@ func TestRunFirstErrorStopsLanes(t *testing.T) {
 	if !errors.Is(err, errBoom) {
 		t.Fatalf("err %v, want the first failure (boom), not a later cancellation", err)
 	}
-	var re *RecordError
-	if !errors.As(err, &re) || re.Offset != 103 || re.ID != (ID{"t", 2}) || string(re.Key) != string(k[0]) {
+	var re *partition.RecordError
+	if !errors.As(err, &re) || re.Offset != 103 || re.ID != (partition.ID{Topic: "t", Partition: 2}) || string(re.Key) != string(k[0]) {
 		t.Fatalf("err %#v does not name the failing record", err)
 	}
 	for _, o := range []int64{104, 105, 106} {
@@ -318,8 +332,8 @@ func TestRunCancelled(t *testing.T) {
 			called = true
 			return nil
 		})
-		if !errors.Is(err, cause) || got != None || called {
-			t.Fatalf("lanes=%d: Run = %d, %v, called %v; want None, the cause, not called", lanes, got, err, called)
+		if !errors.Is(err, cause) || got != fence.NoPosition || called {
+			t.Fatalf("lanes=%d: Run = %d, %v, called %v; want fence.NoPosition, the cause, not called", lanes, got, err, called)
 		}
 	}
 }
@@ -364,12 +378,12 @@ func TestRunInvalid(t *testing.T) {
 		"not rising":   {dup, ok},
 		"negative off": {neg, ok},
 	} {
-		if got, err := l.Run(context.Background(), tc.rs, tc.fn); !errors.Is(err, ErrInvalid) || got != None {
-			t.Errorf("%s: Run = %d, %v; want None, ErrInvalid", name, got, err)
+		if got, err := l.Run(context.Background(), tc.rs, tc.fn); !errors.Is(err, partition.ErrInvalid) || got != fence.NoPosition {
+			t.Errorf("%s: Run = %d, %v; want fence.NoPosition, ErrInvalid", name, got, err)
 		}
 	}
-	if got, err := l.Run(context.Background(), nil, ok); err != nil || got != None {
-		t.Fatalf("empty batch: Run = %d, %v; want None, nil", got, err)
+	if got, err := l.Run(context.Background(), nil, ok); err != nil || got != fence.NoPosition {
+		t.Fatalf("empty batch: Run = %d, %v; want fence.NoPosition, nil", got, err)
 	}
 }
 
@@ -377,7 +391,7 @@ func BenchmarkLanesRun(b *testing.B) {
 	keys := randomKeys(1000, 5)
 	rs := batch(keys...)
 	for _, n := range []int{1, 4} {
-		l, err := NewLanes(LaneCount(n))
+		l, err := New(Count(n))
 		if err != nil {
 			b.Fatal(err)
 		}

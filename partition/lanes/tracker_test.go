@@ -1,16 +1,19 @@
-package partition
+package lanes
 
 import (
 	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/partition"
 )
 
 func TestTrackerOutOfOrder(t *testing.T) {
 	var tr Tracker
-	if got := tr.Committable(); got != None {
-		t.Fatalf("empty tracker: committable %d, want None", got)
+	if got := tr.Committable(); got != fence.NoPosition {
+		t.Fatalf("empty tracker: committable %d, want fence.NoPosition", got)
 	}
 	// Offsets 3 and 4 never started: a gap (compaction, transaction marker) must not hold the
 	// position back.
@@ -24,8 +27,8 @@ func TestTrackerOutOfOrder(t *testing.T) {
 		committable int64
 		pending     int
 	}{
-		{1, None, 5}, // 0 still running
-		{5, None, 5},
+		{1, fence.NoPosition, 5}, // 0 still running
+		{5, fence.NoPosition, 5},
 		{0, 1, 3}, // 0 and 1 done: 2 holds the rest
 		{9, 1, 3},
 		{2, 9, 0}, // the gap at 3..4 and 6..8 is skipped
@@ -52,7 +55,7 @@ func TestTrackerOutOfOrder(t *testing.T) {
 
 func TestTrackerErrors(t *testing.T) {
 	var tr Tracker
-	if err := tr.Start(-1); !errors.Is(err, ErrInvalid) {
+	if err := tr.Start(-1); !errors.Is(err, partition.ErrInvalid) {
 		t.Fatalf("Start(-1) = %v, want ErrInvalid", err)
 	}
 	if err := tr.Done(0); !errors.Is(err, ErrUnknownOffset) {
@@ -111,7 +114,7 @@ func (m *model) finish(o int64) bool {
 }
 
 func (m *model) committable() (int64, int) {
-	c := None
+	c := fence.NoPosition
 	for i, o := range m.started {
 		if !m.done[o] {
 			return c, len(m.started) - i

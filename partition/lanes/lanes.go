@@ -1,19 +1,27 @@
-package partition
+package lanes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/partition/ring"
 )
 
-// DefaultLaneCount is the number of lanes [NewLanes] uses unless [LaneCount] says otherwise.
-const DefaultLaneCount = 4
+// DefaultCount is the number of lanes [New] uses unless [Count] says otherwise.
+const DefaultCount = 4
 
-// MaxLaneCount bounds [LaneCount]. Building the lane ring costs time quadratic in the lane
-// count (see [MaxRingPartitions]); 64 lanes take about 10 ms.
-const MaxLaneCount = 64
+// MaxCount bounds [Count]. Building the lane ring costs time quadratic in the lane count (see
+// ring.MaxPartitions); 64 lanes take about 10 ms.
+const MaxCount = 64
+
+// slots is the number of slots keys are hashed into (prime, as the consistent module advises).
+const slots = 1021
 
 // Lanes spreads one partition's records over parallel lanes by key, keeping per-key order: all
 // records with the same key go to the same lane and run there one after another in offset
@@ -38,27 +46,42 @@ type Lanes struct {
 	table []int32 // slot -> lane
 }
 
-// LanesOption configures [NewLanes].
-type LanesOption func(*lanesConfig)
+// Option configures [New]. An invalid value makes New fail.
+type Option func(*config) error
 
-type lanesConfig struct{ count int }
+type config struct{ count int }
 
-// LaneCount sets the number of lanes, which bounds how many records of one partition run at
-// once. Default [DefaultLaneCount]; 1 runs the batch sequentially on the caller's goroutine;
-// at most [MaxLaneCount].
-func LaneCount(n int) LanesOption { return func(c *lanesConfig) { c.count = n } }
-
-// NewLanes returns Lanes configured by opts. It fails with [ErrInvalid] if the lane count is out
-// of range.
-func NewLanes(opts ...LanesOption) (*Lanes, error) {
-	cfg := lanesConfig{count: DefaultLaneCount}
-	for _, o := range opts {
-		o(&cfg)
+// Count sets the number of lanes, which bounds how many records of one partition run at once.
+// Default [DefaultCount]; 1 runs the batch sequentially on the caller's goroutine; at most
+// [MaxCount].
+func Count(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxCount {
+			return fmt.Errorf("%w: lane count %d, want 1..%d", partition.ErrInvalid, n, MaxCount)
+		}
+		c.count = n
+		return nil
 	}
-	if cfg.count < 1 || cfg.count > MaxLaneCount {
-		return nil, fmt.Errorf("%w: lane count %d, want 1..%d", ErrInvalid, cfg.count, MaxLaneCount)
+}
+
+// New returns Lanes configured by opts. It fails with partition.ErrInvalid if an option is nil
+// or out of range, reporting every such option (errors.Join).
+func New(opts ...Option) (*Lanes, error) {
+	cfg := config{count: DefaultCount}
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: option %d is nil", partition.ErrInvalid, i))
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	table, err := buildTable(cfg.count, laneSlots)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	table, err := ring.Table(cfg.count, slots)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +96,7 @@ func (l *Lanes) Lane(key []byte) int {
 	if key == nil || l.n == 1 {
 		return 0
 	}
-	return int(l.table[slotOf(key, laneSlots)])
+	return int(l.table[ring.Slot(key, slots)])
 }
 
 // laneMsg is what a lane reports to Run: a record's failure as soon as it happens, and when the
@@ -90,30 +113,31 @@ type laneMsg struct {
 // returns when every call has returned: no goroutine it starts outlives it.
 //
 // records must all come from the same topic and partition, in strictly increasing offset
-// order (as a fetch returns them); otherwise Run fails with [ErrInvalid] before calling fn.
+// order (as a fetch returns them); otherwise Run fails with partition.ErrInvalid before calling
+// fn.
 //
 // The first failure stops the batch: the ctx passed to every fn is cancelled, each lane stops
-// before its next record, and Run returns the failure as a *[RecordError] (unwrapping to fn's
+// before its next record, and Run returns the failure as a *partition.RecordError (unwrapping to fn's
 // error). If ctx is cancelled (for example the partition was revoked) before every record ran,
 // Run returns the context's cause.
 //
 // Run always returns the committable offset: the highest offset o of the batch such that fn
-// returned nil for every record at or below o, or [None] if the first record did not
+// returned nil for every record at or below o, or fence.NoPosition if the first record did not
 // complete. It is the only position the caller may advance its fence or commit to: records
 // above it may have completed too (on other lanes) and will be delivered again when the
 // partition resumes from the committable offset, so their effects must tolerate a replay (be
 // fenced per key, e.g. through an inbox, or be idempotent).
 func (l *Lanes) Run(ctx context.Context, records []*kgo.Record, fn func(context.Context, *kgo.Record) error) (int64, error) {
 	if fn == nil {
-		return None, fmt.Errorf("%w: nil record callback", ErrInvalid)
+		return fence.NoPosition, fmt.Errorf("%w: nil record callback", partition.ErrInvalid)
 	}
 	if err := checkBatch(records); err != nil {
-		return None, err
+		return fence.NoPosition, err
 	}
 	tr := Tracker{pending: make([]pendingOffset, 0, len(records))}
 	for _, r := range records {
 		if err := tr.Start(r.Offset); err != nil { // checkBatch made this impossible
-			return None, err
+			return fence.NoPosition, err
 		}
 	}
 	if l.n == 1 {
@@ -203,27 +227,27 @@ func runSequential(ctx context.Context, tr *Tracker, records []*kgo.Record, fn f
 }
 
 func recordError(r *kgo.Record, err error) error {
-	return &RecordError{ID: Of(r), Offset: r.Offset, Key: r.Key, Err: err}
+	return &partition.RecordError{ID: partition.Of(r), Offset: r.Offset, Key: r.Key, Err: err}
 }
 
 // checkBatch enforces Run's precondition: one partition, strictly increasing offsets.
 func checkBatch(records []*kgo.Record) error {
 	for i, r := range records {
 		if r == nil {
-			return fmt.Errorf("%w: record %d is nil", ErrInvalid, i)
+			return fmt.Errorf("%w: record %d is nil", partition.ErrInvalid, i)
 		}
 		if i == 0 {
 			if r.Offset < 0 {
-				return fmt.Errorf("%w: record %s@%d has a negative offset", ErrInvalid, Of(r), r.Offset)
+				return fmt.Errorf("%w: record %s@%d has a negative offset", partition.ErrInvalid, partition.Of(r), r.Offset)
 			}
 			continue
 		}
 		p := records[i-1]
-		if Of(r) != Of(p) {
-			return fmt.Errorf("%w: batch mixes partitions %s and %s", ErrInvalid, Of(p), Of(r))
+		if partition.Of(r) != partition.Of(p) {
+			return fmt.Errorf("%w: batch mixes partitions %s and %s", partition.ErrInvalid, partition.Of(p), partition.Of(r))
 		}
 		if r.Offset <= p.Offset {
-			return fmt.Errorf("%w: %s offsets not increasing: %d after %d", ErrInvalid, Of(r), r.Offset, p.Offset)
+			return fmt.Errorf("%w: %s offsets not increasing: %d after %d", partition.ErrInvalid, partition.Of(r), r.Offset, p.Offset)
 		}
 	}
 	return nil

@@ -1,22 +1,25 @@
-package partition
+package ring
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/partition"
 )
 
-// DefaultSlots is the number of slots [ConsistentPartitioner] hashes keys into unless [Slots]
+// DefaultSlots is the number of slots [NewPartitioner] hashes keys into unless [Slots]
 // says otherwise. It is prime (the consistent module's advice).
 const DefaultSlots = 16381
 
-// MaxRingPartitions is the largest partition count routed by the consistent-hash ring; larger
+// MaxPartitions is the largest partition count routed by the consistent-hash ring; larger
 // topics are routed by jump consistent hashing. The consistent module builds its ring in time
 // quadratic in the member count (it re-sorts the ring for every member added): about 10 ms for
 // 16 partitions, 25 ms for 64 and 0.2 s for 256 on a loaded 2-core machine, 5 s for 1000; the
 // build runs once per partition count, on the first record produced to a topic of that count.
-const MaxRingPartitions = 256
+const MaxPartitions = 256
 
 // MaxSlots bounds [Slots].
 const MaxSlots = 1 << 16
@@ -40,7 +43,7 @@ const MaxSlots = 1 << 16
 // it the fewest. Routing never decides who may write: that is the consumer group's assignment
 // and the fence's token.
 //
-// Partition counts above [MaxRingPartitions] (or above the slot count, since each partition
+// Partition counts above [MaxPartitions] (or above the slot count, since each partition
 // needs a slot) are routed by jump consistent hashing (Lamping and Veach) over the same 64-bit
 // hash instead, also deterministic and minimal-movement; a topic that grows across that limit is
 // re-routed wholesale.
@@ -59,27 +62,43 @@ var (
 	_ kgo.TopicPartitionerOnNewBatch = (*topicPartitioner)(nil)
 )
 
-// PartitionerOption configures [ConsistentPartitioner].
-type PartitionerOption func(*partitionerConfig)
+// Option configures [NewPartitioner]. An invalid value makes NewPartitioner fail.
+type Option func(*config) error
 
-type partitionerConfig struct{ slots int }
+type config struct{ slots int }
 
 // Slots sets the number of slots keys are hashed into: the granularity at which keys move
 // between partitions, and the largest partition count the consistent ring serves. Default
 // [DefaultSlots]; between 1 and [MaxSlots]. More slots per partition move fewer keys than
 // the ideal (M-N)/M when the bounded loads cascade, at 4 bytes per slot per cached partition
 // count. Changing it re-routes keys.
-func Slots(n int) PartitionerOption { return func(c *partitionerConfig) { c.slots = n } }
-
-// ConsistentPartitioner returns a [Partitioner] configured by opts; use it with
-// kgo.RecordPartitioner. It fails with [ErrInvalid] if an option is out of range.
-func ConsistentPartitioner(opts ...PartitionerOption) (*Partitioner, error) {
-	cfg := partitionerConfig{slots: DefaultSlots}
-	for _, o := range opts {
-		o(&cfg)
+func Slots(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > MaxSlots {
+			return fmt.Errorf("%w: slots %d, want 1..%d", partition.ErrInvalid, n, MaxSlots)
+		}
+		c.slots = n
+		return nil
 	}
-	if cfg.slots < 1 || cfg.slots > MaxSlots {
-		return nil, fmt.Errorf("%w: slots %d, want 1..%d", ErrInvalid, cfg.slots, MaxSlots)
+}
+
+// NewPartitioner returns a [Partitioner] configured by opts; use it with
+// kgo.RecordPartitioner. It fails with partition.ErrInvalid if an option is nil or out of
+// range, reporting every such option (errors.Join).
+func NewPartitioner(opts ...Option) (*Partitioner, error) {
+	cfg := config{slots: DefaultSlots}
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: option %d is nil", partition.ErrInvalid, i))
+			continue
+		}
+		if err := o(&cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	return &Partitioner{slots: cfg.slots, tables: make(map[int][]int32)}, nil
 }
@@ -111,7 +130,7 @@ func route(key []byte, n, slots int, table []int32) int {
 // table returns the cached slot table for n partitions, building it on first use; nil if n is
 // routed by the jump hash instead.
 func (p *Partitioner) table(n int) []int32 {
-	if n > p.slots || n > MaxRingPartitions {
+	if n > p.slots || n > MaxPartitions {
 		return nil
 	}
 	p.mu.Lock()
@@ -119,8 +138,8 @@ func (p *Partitioner) table(n int) []int32 {
 	t, ok := p.tables[n]
 	if !ok {
 		var err error
-		if t, err = buildTable(n, p.slots); err != nil {
-			// 1 <= n <= slots was checked; a failure here is a bug in buildTable's
+		if t, err = Table(n, p.slots); err != nil {
+			// 1 <= n <= slots was checked; a failure here is a bug in Table's
 			// preconditions. Fall back to the jump hash rather than fail the record.
 			return nil
 		}

@@ -1,4 +1,4 @@
-package outbox_test
+package outboxconsumer_test
 
 import (
 	"context"
@@ -23,9 +23,9 @@ import (
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxconsumer"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
-	"github.com/batonhq/baton/partition"
 )
 
 const (
@@ -131,7 +131,7 @@ func sqliteApp(t *testing.T, ctx context.Context) appSide[*sql.Tx] {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (k, n) VALUES (?, 1) ON CONFLICT (k) DO UPDATE SET n = n + 1`, k); err != nil {
 				return err
 			}
-			if _, err := outbox.AppendCurrent(ctx, tx, fence.Sink[*sql.Tx](app), box, outbox.ShardKey(relayGroup, coordTopic, shard), msg); err != nil {
+			if _, err := outbox.AppendCurrent(ctx, tx, fence.Sink[*sql.Tx](app), box, outboxconsumer.ShardKey(relayGroup, coordTopic, shard), msg); err != nil {
 				return err
 			}
 			return tx.Commit()
@@ -167,7 +167,7 @@ func pgApp(t *testing.T, ctx context.Context) appSide[pgx.Tx] {
 			if _, err := tx.Exec(ctx, `INSERT INTO orders (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = orders.n + 1`, k); err != nil {
 				return err
 			}
-			if _, err := outbox.AppendCurrent(ctx, tx, fence.Sink[pgx.Tx](fences), box, outbox.ShardKey(relayGroup, coordTopic, shard), msg); err != nil {
+			if _, err := outbox.AppendCurrent(ctx, tx, fence.Sink[pgx.Tx](fences), box, outboxconsumer.ShardKey(relayGroup, coordTopic, shard), msg); err != nil {
 				return err
 			}
 			return tx.Commit(ctx)
@@ -197,7 +197,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	brokers := testenv.FakeKafka(t, kfake.SeedTopics(2, coordTopic), kfake.SeedTopics(3, "commands"),
 		kfake.GroupMinSessionTimeout(time.Second))
 	dir := t.TempDir()
-	if err := outbox.PrepareShards(ctx, app.sink, relayGroup, coordTopic, 2); err != nil {
+	if err := outboxconsumer.PrepareShards(ctx, app.sink, relayGroup, coordTopic, 2); err != nil {
 		t.Fatal(err)
 	}
 	const keysPerShard = 3
@@ -236,7 +236,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	receiver, err := consumer.New("billing", []string{"commands"}, fence.Sink[*sql.Tx](recv),
-		func(context.Context, partition.ID, fence.Token) (consumer.Handler[*sql.Tx], error) {
+		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
 			apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					res, err := tx.ExecContext(ctx, `INSERT INTO applied (k, v) VALUES (?, ?) ON CONFLICT DO NOTHING`, string(r.Key), string(r.Value))
@@ -251,7 +251,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 				}
 				return nil
 			})
-			return outbox.Handler(inbox, apply), nil
+			return outboxconsumer.Handler(inbox, apply), nil
 		}, consumer.Kafka(kopts...), consumer.Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)
@@ -279,7 +279,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := outbox.NewStandaloneRelay(relayGroup, coordTopic, app.sink, relay, 50*time.Millisecond,
+		c, err := outboxconsumer.NewStandaloneRelay(relayGroup, coordTopic, app.sink, relay, 50*time.Millisecond,
 			consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.ClientID(name)), consumer.Logger(quiet()))
 		if err != nil {
 			t.Fatal(err)
@@ -316,7 +316,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	}
 	// owner returns the member that relays shard under the token its fence stores now.
 	owner := func(shard int32) *member {
-		st, err := app.sink.Load(ctx, outbox.ShardKey(relayGroup, coordTopic, shard))
+		st, err := app.sink.Load(ctx, outboxconsumer.ShardKey(relayGroup, coordTopic, shard))
 		if err != nil || st.Token.IsZero() {
 			return nil
 		}
@@ -339,7 +339,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	if victim == nil || survivor == nil || victim == survivor {
 		t.Fatalf("shards moved without a member leaving: owners %v, %v", victim, survivor)
 	}
-	victimTok, err := app.sink.Load(ctx, outbox.ShardKey(relayGroup, coordTopic, 0))
+	victimTok, err := app.sink.Load(ctx, outboxconsumer.ShardKey(relayGroup, coordTopic, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	stop(victim)
 	waitUntil(t, ctx, "every row applied", func() bool { return applied() == 100 })
 
-	st0, err := app.sink.Load(ctx, outbox.ShardKey(relayGroup, coordTopic, 0))
+	st0, err := app.sink.Load(ctx, outboxconsumer.ShardKey(relayGroup, coordTopic, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	waitUntil(t, ctx, "the rows appended during a full stop delivered", func() bool { return applied() == 120 })
 	stop(c)
 	for shard := int32(0); shard < 2; shard++ {
-		rs, err := app.sink.Recoveries(ctx, outbox.ShardKey(relayGroup, coordTopic, shard))
+		rs, err := app.sink.Recoveries(ctx, outboxconsumer.ShardKey(relayGroup, coordTopic, shard))
 		if err != nil || len(rs) != 1 || rs[0].To.Era != rs[0].From.Era+1 {
 			t.Fatalf("shard %d recoveries after the group was recreated: %+v, %v; want one era advance", shard, rs, err)
 		}
@@ -427,7 +427,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 		tokens[id] = env.Token
 	}
 	for shard := int32(0); shard < 2; shard++ {
-		src := outbox.ShardKey(relayGroup, coordTopic, shard)
+		src := outboxconsumer.ShardKey(relayGroup, coordTopic, shard)
 		prev := fence.Token{}
 		for seq := 1; seq <= appended[shard]; seq++ {
 			tok, ok := tokens[src.String()+"/"+strconv.Itoa(seq)]
@@ -510,7 +510,7 @@ func TestAppendCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := fence.Sink[*sql.Tx](app)
-	src := outbox.ShardKey(relayGroup, coordTopic, 1)
+	src := outboxconsumer.ShardKey(relayGroup, coordTopic, 1)
 	msg := outbox.Message{Topic: "commands", Key: []byte("k")}
 	// appendOne appends msg in its own transaction through s and commits it on success.
 	appendOne := func(s fence.Sink[*sql.Tx]) (fence.Token, error) {
@@ -536,7 +536,7 @@ func TestAppendCurrent(t *testing.T) {
 	if _, err := appendOne(sink); !errors.Is(err, outbox.ErrUnfenced) {
 		t.Fatalf("append to an unprepared shard: %v, want ErrUnfenced", err)
 	}
-	if err := outbox.PrepareShards(ctx, sink, relayGroup, coordTopic, 2); err != nil {
+	if err := outboxconsumer.PrepareShards(ctx, sink, relayGroup, coordTopic, 2); err != nil {
 		t.Fatal(err)
 	}
 	if tok, err := appendOne(sink); err != nil || !tok.IsZero() {
@@ -546,7 +546,7 @@ func TestAppendCurrent(t *testing.T) {
 	if _, err := app.Claim(ctx, src, relayTok); err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.PrepareShards(ctx, sink, relayGroup, coordTopic, 2); err != nil {
+	if err := outboxconsumer.PrepareShards(ctx, sink, relayGroup, coordTopic, 2); err != nil {
 		t.Fatalf("PrepareShards after a relay's claim: %v", err)
 	}
 	if st, err := app.Load(ctx, src); err != nil || st.Token != relayTok {
@@ -608,16 +608,16 @@ func TestNewStandaloneRelayInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	sink := fence.Sink[*sql.Tx](app)
-	if _, err := outbox.NewStandaloneRelay(relayGroup, coordTopic, sink, nil, time.Second); !errors.Is(err, outbox.ErrInvalid) {
+	if _, err := outboxconsumer.NewStandaloneRelay(relayGroup, coordTopic, sink, nil, time.Second); !errors.Is(err, outbox.ErrInvalid) {
 		t.Errorf("nil relay: %v, want ErrInvalid", err)
 	}
-	if _, err := outbox.NewStandaloneRelay("", coordTopic, sink, relay, time.Second); !errors.Is(err, outbox.ErrInvalid) {
+	if _, err := outboxconsumer.NewStandaloneRelay("", coordTopic, sink, relay, time.Second); !errors.Is(err, outbox.ErrInvalid) {
 		t.Errorf("empty group: %v, want ErrInvalid", err)
 	}
-	if _, err := outbox.NewStandaloneRelay(relayGroup, coordTopic, sink, relay, 0); !errors.Is(err, consumer.ErrInvalidOption) {
+	if _, err := outboxconsumer.NewStandaloneRelay(relayGroup, coordTopic, sink, relay, 0); !errors.Is(err, consumer.ErrInvalidOption) {
 		t.Errorf("zero interval: %v, want ErrInvalidOption", err)
 	}
-	if err := outbox.PrepareShards(ctx, sink, relayGroup, coordTopic, 0); !errors.Is(err, outbox.ErrInvalid) {
+	if err := outboxconsumer.PrepareShards(ctx, sink, relayGroup, coordTopic, 0); !errors.Is(err, outbox.ErrInvalid) {
 		t.Errorf("PrepareShards of 0 shards: %v, want ErrInvalid", err)
 	}
 }
@@ -661,7 +661,7 @@ func TestAppendCurrentPostgresRace(t *testing.T) {
 	if err := box.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	src := outbox.ShardKey(relayGroup, coordTopic, 0)
+	src := outboxconsumer.ShardKey(relayGroup, coordTopic, 0)
 	sink := fence.Sink[pgx.Tx](fences)
 	tx, err := pool.Begin(ctx)
 	if err != nil {
@@ -674,7 +674,7 @@ func TestAppendCurrentPostgresRace(t *testing.T) {
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := outbox.PrepareShards(ctx, sink, relayGroup, coordTopic, 1); err != nil {
+	if err := outboxconsumer.PrepareShards(ctx, sink, relayGroup, coordTopic, 1); err != nil {
 		t.Fatal(err)
 	}
 	relayTok := fence.Token{Epoch: 7}

@@ -1,4 +1,4 @@
-package partition
+package ring
 
 import (
 	"fmt"
@@ -6,24 +6,23 @@ import (
 
 	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/batonhq/baton/partition"
 )
 
 // The ring's shape. Every value here is part of the routing function: changing any of them (or
 // the hash, or the consistent module's version) re-routes keys, which for the partitioner
 // breaks per-key order across the change. TestPartitionerGolden pins the result.
 const (
-	// ringReplicas is the number of points each member has on the ring. 50 keeps the
+	// replicas is the number of points each member has on the ring. 50 keeps the
 	// member-to-slot split within the load bound without cascading much (see the report in
 	// partitioner_test.go); the ring is built once per member count, so its cost is not on the
 	// per-record path.
-	ringReplicas = 50
+	replicas = 50
 
-	// ringLoad is the bounded-loads factor: no member owns more than ceil(avg*ringLoad)
+	// load is the bounded-loads factor: no member owns more than ceil(avg*ringLoad)
 	// slots, avg = floor(slots/members).
-	ringLoad = 1.1
-
-	// laneSlots is the number of slots keys are hashed into for [Lanes].
-	laneSlots = 1021
+	load = 1.1
 )
 
 // hasher is xxhash64 (seed 0). It is fixed, not seeded per process like hash/maphash, so a key
@@ -32,7 +31,7 @@ type hasher struct{}
 
 func (hasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
 
-// member is a ring member: a partition index (partitioner) or a lane index (lanes).
+// member is a ring member: a partition index (partitioner) or a lane index (package lanes).
 type member int
 
 // String is what the ring hashes to place the member's points: consistent hashes
@@ -40,12 +39,14 @@ type member int
 // member "11" replica 0 would both be "110" and collide on the ring.
 func (m member) String() string { return strconv.Itoa(int(m)) + ":" }
 
-// buildTable returns slot -> member for members 0..n-1 over the given number of slots, computed
-// by consistent hashing with bounded loads. It requires 1 <= n <= slots (the consistent module
-// panics when a member's bounded share rounds to zero slots).
-func buildTable(n, slots int) ([]int32, error) {
+// Table returns slot -> member for members 0..n-1 over the given number of slots, computed by
+// consistent hashing with bounded loads (50 ring points per member, no member owning more than
+// 1.1x the average share of slots). The result depends only on n and slots. It fails with
+// partition.ErrInvalid unless 1 <= n <= slots (the consistent module panics when a member's
+// bounded share rounds to zero slots). Building costs time quadratic in n (see [MaxPartitions]).
+func Table(n, slots int) ([]int32, error) {
 	if n < 1 || n > slots {
-		return nil, fmt.Errorf("%w: %d members over %d slots (need 1 <= members <= slots)", ErrInvalid, n, slots)
+		return nil, fmt.Errorf("%w: %d members over %d slots (need 1 <= members <= slots)", partition.ErrInvalid, n, slots)
 	}
 	ms := make([]consistent.Member, n)
 	for i := range ms {
@@ -54,8 +55,8 @@ func buildTable(n, slots int) ([]int32, error) {
 	c := consistent.New(ms, consistent.Config{
 		Hasher:            hasher{},
 		PartitionCount:    slots,
-		ReplicationFactor: ringReplicas,
-		Load:              ringLoad,
+		ReplicationFactor: replicas,
+		Load:              load,
 	})
 	table := make([]int32, slots)
 	for s := range table {
@@ -64,5 +65,6 @@ func buildTable(n, slots int) ([]int32, error) {
 	return table, nil
 }
 
-// slotOf is consistent.FindPartitionID without the ring's lock: the slot a key hashes to.
-func slotOf(key []byte, slots int) int { return int(xxhash.Sum64(key) % uint64(slots)) }
+// Slot returns the slot, in [0, slots), that key hashes to: xxhash64(key) % slots, as
+// consistent.FindPartitionID computes it, without the ring's lock. slots must be positive.
+func Slot(key []byte, slots int) int { return int(xxhash.Sum64(key) % uint64(slots)) }

@@ -1,13 +1,12 @@
-package partition
+package lanes
 
 import (
 	"fmt"
 	"sort"
-)
 
-// None is what [Tracker.Committable] returns while no prefix of the started offsets is done.
-// It equals [fence.NoPosition]: Kafka offsets start at 0.
-const None int64 = -1
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/partition"
+)
 
 // Tracker finds the committable position of a partition whose records complete out of order:
 // the highest started offset o such that every started offset <= o is done. Offsets that were
@@ -32,10 +31,10 @@ type pendingOffset struct {
 
 // Start registers offset as in flight. Offsets must be started in increasing order (gaps are
 // fine): an offset at or below one already started fails with [ErrOffsetOrder], a negative one
-// with [ErrInvalid].
+// with partition.ErrInvalid.
 func (t *Tracker) Start(offset int64) error {
 	if offset < 0 {
-		return fmt.Errorf("%w: offset %d is negative", ErrInvalid, offset)
+		return fmt.Errorf("%w: offset %d is negative", partition.ErrInvalid, offset)
 	}
 	if t.started && offset <= t.last {
 		return fmt.Errorf("%w: %d started after %d", ErrOffsetOrder, offset, t.last)
@@ -68,10 +67,11 @@ func (t *Tracker) Done(offset int64) error {
 }
 
 // Committable returns the highest started offset o such that every started offset <= o is
-// done, or [None] if the first started offset is not done yet. It never decreases.
+// done, or fence.NoPosition (-1: Kafka offsets start at 0) if the first started offset is not
+// done yet. It never decreases.
 func (t *Tracker) Committable() int64 {
 	if !t.done {
-		return None
+		return fence.NoPosition
 	}
 	return t.committable
 }

@@ -1,0 +1,152 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/batonhq/baton/consumer"
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/fence/pgfence"
+)
+
+func pgFactory(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+	return nil, nil
+}
+
+// A typed nil sink passes a == nil check; New must still refuse it.
+func TestNewRefusesTypedNilSink(t *testing.T) {
+	var s *pgfence.Store
+	_, err := consumer.New("g", []string{"t"}, fence.Sink[pgx.Tx](s), pgFactory, consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1")))
+	if !errors.Is(err, consumer.ErrNilSink) {
+		t.Fatalf("typed nil sink: %v, want ErrNilSink", err)
+	}
+}
+
+func TestNewRefusesInvalidTopicNames(t *testing.T) {
+	s, f := newStore(t), newFolder().factory
+	brokers := consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"))
+	for _, name := range []string{"bad topic!", strings.Repeat("x", 250), ".", "..", "a/b", "ü"} {
+		if _, err := consumer.New("g", []string{name}, s, f, brokers); !errors.Is(err, consumer.ErrInvalidTopic) {
+			t.Errorf("topic %.20q: %v, want ErrInvalidTopic", name, err)
+		}
+		if _, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.DeadLetterTopic(name)); !errors.Is(err, consumer.ErrInvalidOption) {
+			t.Errorf("dead-letter topic %.20q: %v, want ErrInvalidOption", name, err)
+		}
+	}
+	for _, name := range []string{strings.Repeat("x", 249), "orders.v2_eu-1", "..."} {
+		if _, err := consumer.New("g", []string{name}, s, f, brokers); err != nil {
+			t.Errorf("topic %.20q: %v, want it accepted", name, err)
+		}
+	}
+}
+
+// Every problem is reported at once, each matching its sentinel. (Among the Kafka options,
+// missing seed brokers are told apart only when the other Kafka options are valid.)
+func TestNewReportsEverything(t *testing.T) {
+	_, err := consumer.New[*memfence.Tx]("", []string{"ok", "bad topic!"}, nil, nil,
+		nil, consumer.MaxInflight(0), consumer.Logger(nil))
+	for _, want := range []error{consumer.ErrNoGroup, consumer.ErrInvalidTopic, consumer.ErrNilSink, consumer.ErrNilFactory,
+		consumer.ErrNoBrokers, consumer.ErrInvalidOption} {
+		if !errors.Is(err, want) {
+			t.Errorf("%v\ndoes not match %v", err, want)
+		}
+	}
+	for _, want := range []string{"option 0 is nil", "MaxInflight 0", "nil logger"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v\ndoes not mention %q", err, want)
+		}
+	}
+}
+
+func TestNewKafkaOptions(t *testing.T) {
+	s, f := newStore(t), newFolder().factory
+	seeds := kgo.SeedBrokers("127.0.0.1:1")
+	newWith := func(opts ...kgo.Opt) error {
+		_, err := consumer.New("g", []string{"t"}, s, f, consumer.Kafka(opts...))
+		return err
+	}
+	if err := newWith(); !errors.Is(err, consumer.ErrNoBrokers) {
+		t.Errorf("no seed brokers: %v, want ErrNoBrokers", err)
+	}
+	if err := newWith(kgo.SeedBrokers("127.0.0.1:notaport")); !errors.Is(err, consumer.ErrInvalidOption) || errors.Is(err, consumer.ErrNoBrokers) {
+		t.Errorf("invalid seed broker: %v, want ErrInvalidOption, not ErrNoBrokers", err)
+	}
+	if err := newWith(seeds, kgo.SessionTimeout(0)); !errors.Is(err, consumer.ErrInvalidOption) || errors.Is(err, consumer.ErrOwnedOption) {
+		t.Errorf("invalid session timeout: %v, want ErrInvalidOption", err)
+	}
+	// The options a user legitimately passes through.
+	if err := newWith(seeds, kgo.ClientID("me"), kgo.SessionTimeout(6e9), kgo.FetchMaxBytes(1<<20), kgo.InstanceID("m1"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.Balancers(kgo.RoundRobinBalancer()), kgo.ConsumeTopics("ignored"),
+		kgo.BlockRebalanceOnPoll()); err != nil {
+		t.Errorf("valid options: %v", err)
+	}
+}
+
+func TestNewRefusesOwnedKafkaOptions(t *testing.T) {
+	s, f := newStore(t), newFolder().factory
+	seeds := kgo.SeedBrokers("127.0.0.1:1")
+	cb := func(context.Context, *kgo.Client, map[string][]int32) {}
+	parts := map[string]map[int32]kgo.Offset{"x": {0: kgo.NewOffset()}}
+	commitCb := func(*kgo.Client, *kmsg.OffsetCommitRequest, *kmsg.OffsetCommitResponse, error) {}
+	cases := []struct {
+		name string
+		opts []kgo.Opt
+	}{
+		{"ConsumerGroup", []kgo.Opt{kgo.ConsumerGroup("other")}},
+		{"ShareGroup", []kgo.Opt{kgo.ShareGroup("other")}},
+		{"ConsumeRegex", []kgo.Opt{kgo.ConsumeRegex(), kgo.ConsumeTopics("t.*")}},
+		{"ConsumePartitions", []kgo.Opt{kgo.ConsumePartitions(parts)}},
+		{"OnPartitionsAssigned", []kgo.Opt{kgo.ConsumerGroup("g"), kgo.OnPartitionsAssigned(cb)}},
+		{"OnPartitionsRevoked", []kgo.Opt{kgo.ConsumerGroup("g"), kgo.OnPartitionsRevoked(cb)}},
+		{"OnPartitionsLost", []kgo.Opt{kgo.ConsumerGroup("g"), kgo.OnPartitionsLost(cb)}},
+		{"DisableAutoCommit", []kgo.Opt{kgo.ConsumerGroup("g"), kgo.DisableAutoCommit()}},
+		{"AutoCommitMarks", []kgo.Opt{kgo.ConsumerGroup("g"), kgo.AutoCommitMarks()}},
+		{"GreedyAutoCommit", []kgo.Opt{kgo.ConsumerGroup("g"), kgo.GreedyAutoCommit()}},
+		{"AutoCommitCallback", []kgo.Opt{kgo.ConsumerGroup("g"), kgo.AutoCommitCallback(commitCb)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := consumer.New("g", []string{"t"}, s, f, consumer.Kafka(append([]kgo.Opt{seeds}, c.opts...)...))
+			if !errors.Is(err, consumer.ErrOwnedOption) || !errors.Is(err, consumer.ErrInvalidOption) {
+				t.Fatalf("%v, want ErrOwnedOption and ErrInvalidOption", err)
+			}
+			if !strings.Contains(err.Error(), "kgo."+c.name+" ") {
+				t.Fatalf("%q does not name kgo.%s", err, c.name)
+			}
+			// Only the option given is named (ConsumerGroup comes along in most cases).
+			for _, other := range cases {
+				if other.name != c.name && other.name != "ConsumerGroup" && strings.Contains(err.Error(), "kgo."+other.name+" ") {
+					t.Errorf("%q also names kgo.%s", err, other.name)
+				}
+			}
+		})
+	}
+	// Several at once are all named.
+	_, err := consumer.New("g", []string{"t"}, s, f, consumer.Kafka(seeds, kgo.ConsumerGroup("g"),
+		kgo.OnPartitionsRevoked(cb), kgo.OnPartitionsLost(cb), kgo.AutoCommitCallback(commitCb)))
+	for _, name := range []string{"ConsumerGroup", "OnPartitionsRevoked", "OnPartitionsLost", "AutoCommitCallback"} {
+		if err == nil || !strings.Contains(err.Error(), "kgo."+name+" ") {
+			t.Errorf("%v\ndoes not name kgo.%s", err, name)
+		}
+	}
+}
+
+// BlockRebalanceOnPoll leaves no trace in franz-go's validation: Run refuses it before joining.
+func TestRunRefusesBlockRebalanceOnPoll(t *testing.T) {
+	c, err := consumer.New("g", []string{"t"}, newStore(t), newFolder().factory,
+		consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"), kgo.BlockRebalanceOnPoll()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.Run(t.Context())
+	if !errors.Is(err, consumer.ErrOwnedOption) || !strings.Contains(err.Error(), "kgo.BlockRebalanceOnPoll") {
+		t.Fatalf("Run = %v, want ErrOwnedOption naming kgo.BlockRebalanceOnPoll", err)
+	}
+}

@@ -1,0 +1,17 @@
+// Package outboxconsumer is the glue between a Baton consumer and the fenced outbox: the pieces
+// that need both packages, so that outbox, outbox/pgoutbox and outbox/sqliteoutbox never import
+// the consumer (the import direction is checked by internal/archtest).
+//
+//   - [Handler] wraps a consumer.Handler with an outbox.Inbox: every record of a batch is
+//     admitted inside the batch's fenced transaction and only admitted records reach the
+//     wrapped handler; duplicates and stale records are dropped and counted, a record without
+//     Baton's headers or key is dead-lettered as a poison record.
+//   - [NewStandaloneRelay] is a Baton consumer on a coordination topic whose partitions are
+//     relay shards: the member owning shard i claims [ShardKey](group, topic, i) and flushes
+//     that shard's outbox rows under its token, so a takeover fences the old relay exactly as
+//     for a consumer's own outbox. Applications append to a shard with outbox.AppendCurrent
+//     and make the shards writable before any relay runs with [PrepareShards].
+//
+// The relay of a consumer's own outbox needs no glue: consumer.AfterCommit(relay.AfterCommit(),
+// interval) runs outbox.Relay.Flush in each partition's goroutine under its token.
+package outboxconsumer

@@ -1,0 +1,72 @@
+package outboxconsumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/batonhq/baton/consumer"
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/outbox"
+)
+
+// ShardKey is the source key an application appends under for a shard of a standalone relay:
+// the fence key that the member owning that partition of coordTopic in group claims and relays
+// under.
+func ShardKey(group, coordTopic string, shard int32) fence.Key {
+	return fence.Key{Group: group, Topic: coordTopic, Partition: shard}
+}
+
+// NewStandaloneRelay returns a Baton consumer that relays, for each shard of coordTopic this
+// member owns, the outbox rows appended under [ShardKey](group, coordTopic, shard) (with
+// [outbox.AppendCurrent]). coordTopic
+// is a coordination topic the operator creates with one partition per shard; nothing is ever
+// produced to it. The group coordinator hands each of its partitions to one member; that member
+// claims the shard's fence in sink with its token and runs relay.Flush for the shard on
+// assignment and every interval, under that token. A takeover (a member leaves, dies or is
+// paused past its session) claims a higher token, so the old member can no longer mark or skip
+// rows, exactly as for a consumer's own outbox.
+//
+// opts are the consumer's options (consumer.Kafka with the seed brokers is required). The relay
+// hook is installed last, so an AfterCommit among opts is replaced. Records produced to
+// coordTopic by mistake are applied as no-ops (they only advance the shard fence's position).
+// Run the returned consumer like any other; it stops relaying a shard the moment the shard is
+// revoked or lost. Keep consumer.RecoverRegressions on (the default): the coordination group
+// commits no offsets, so Kafka deletes it after a long full stop and its generation restarts
+// at 1, below the tokens the shards store; the first member then recovers each shard into a
+// new era instead of leaving it unrelayed.
+func NewStandaloneRelay[Tx any](group, coordTopic string, sink fence.Sink[Tx], relay *outbox.Relay, interval time.Duration, opts ...consumer.Option) (*consumer.Consumer[Tx], error) {
+	if relay == nil {
+		return nil, fmt.Errorf("%w: nil relay", outbox.ErrInvalid)
+	}
+	if err := ShardKey(group, coordTopic, 0).Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+	}
+	noop := consumer.HandlerFunc[Tx](func(context.Context, Tx, *consumer.Batch) error { return nil })
+	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[Tx], error) { return noop, nil }
+	all := append(opts[:len(opts):len(opts)], consumer.AfterCommit(relay.AfterCommit(), interval))
+	return consumer.New(group, []string{coordTopic}, sink, factory, all...)
+}
+
+// PrepareShards makes shards 0..shards-1 of a standalone relay accept appends before any relay
+// has claimed them: it claims each shard's fence with the zero token, which every real owner's
+// token outranks, unless a relay already claimed it (a *fence.StaleError, ignored). Rows
+// appended under the zero token are relayed by the first owner like any others. Call it once at
+// startup, outside any transaction: each claim is a write transaction of its own (in SQLite it
+// would wait for the write lock a caller's open transaction holds). It is idempotent.
+func PrepareShards[Tx any](ctx context.Context, sink fence.Sink[Tx], group, coordTopic string, shards int32) error {
+	if sink == nil {
+		return fmt.Errorf("%w: nil sink", outbox.ErrInvalid)
+	}
+	if shards < 1 {
+		return fmt.Errorf("%w: %d shards", outbox.ErrInvalid, shards)
+	}
+	for i := range shards {
+		k := ShardKey(group, coordTopic, i)
+		if _, err := sink.Claim(ctx, k, fence.Token{}); err != nil && !errors.Is(err, fence.ErrStale) {
+			return fmt.Errorf("outboxconsumer: preparing shard %s: %w", k, err)
+		}
+	}
+	return nil
+}

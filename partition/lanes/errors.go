@@ -1,0 +1,16 @@
+package lanes
+
+import "errors"
+
+// Bad input (an option out of range, a nil callback, a batch mixing partitions or whose offsets
+// do not increase, a negative offset) is partition.ErrInvalid, the same sentinel as
+// fence.ErrInvalid.
+var (
+	// ErrOffsetOrder means [Tracker.Start] was given an offset that is not above every offset
+	// started before: a partition's records must be started in log order.
+	ErrOffsetOrder = errors.New("lanes: offset started out of order")
+
+	// ErrUnknownOffset means [Tracker.Done] was given an offset that is not pending: never
+	// started, or already done.
+	ErrUnknownOffset = errors.New("lanes: offset not pending")
+)
