@@ -178,7 +178,7 @@ func (r *Relay) AfterCommit() func(ctx context.Context, k fence.Key, t fence.Tok
 // waits for every ack of a batch before marking it, so lingering (franz-go's default is 10 ms,
 // and the relay usually shares the consumer's client, whose settings it does not own) only
 // added to every batch's commit->ack latency: at 10k msg/s over 4 source partitions the p50
-// went from 11.7 ms to 1-4 ms (outbox/pgoutbox BenchmarkRelayPaced, /tmp/relay-bench-report.md).
+// went from 11.7 ms to 1-4 ms (outbox/pgoutbox BenchmarkRelayPaced).
 // The cost: the spans end and the commit_to_ack latency is recorded when the whole batch is
 // acknowledged rather than at each record's own ack, which is also when its rows can be marked.
 func (r *Relay) publish(ctx context.Context, rows []Row) error {
