@@ -9,5 +9,3 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/redis.sh" start
 "$HERE/etcd.sh" start
 "$HERE/zookeeper.sh" start
-"$HERE/etcd.sh" start
-"$HERE/zookeeper.sh" start
