@@ -4,7 +4,7 @@
 # Central jars like kafka.sh. No tarball, no Docker.
 #
 #   zookeeper.sh fetch    resolve the server's jars once into the cache (needs mvn, reaches Maven Central)
-#   zookeeper.sh start    fetch if needed, start, wait until it answers ruok with imok
+#   zookeeper.sh start    fetch if needed, start, wait until it serves (answers srvr)
 #   zookeeper.sh stop     SIGTERM the server this script started; SIGKILL after 10 s
 #   zookeeper.sh kill     SIGKILL the server this script started (a crashed server)
 #   zookeeper.sh restart  stop then start, keeping the data
@@ -58,6 +58,7 @@ fetch() {
   [[ -f "$tmp/zookeeper-jute-$ZOOKEEPER_VERSION.jar" ]] || die "zookeeper-jute-$ZOOKEEPER_VERSION.jar missing"
   compgen -G "$tmp/slf4j-simple-*.jar" >/dev/null || die "SLF4J binding missing"
   compgen -G "$tmp/metrics-core-*.jar" >/dev/null || die "metrics-core missing (the server cannot start without it)"
+  compgen -G "$tmp/snappy-java-*.jar" >/dev/null || die "snappy-java missing (the server cannot start without it)"
   touch "$tmp/.complete"
   rm -rf "$ZOOKEEPER_LIBS"; mv "$tmp" "$ZOOKEEPER_LIBS"
   log "fetched $(compgen -G "$ZOOKEEPER_LIBS/*.jar" | wc -l) jars, $(du -sh "$ZOOKEEPER_LIBS" | cut -f1), in $((SECONDS - t0))s -> $ZOOKEEPER_LIBS"
@@ -75,17 +76,18 @@ clientPortAddress=$ZOOKEEPER_HOST
 clientPort=$ZOOKEEPER_PORT
 maxClientCnxns=0
 admin.enableServer=false
-4lw.commands.whitelist=ruok,srvr,stat
+4lw.commands.whitelist=srvr
 CFG
 }
 
-# True once the server answers the four-letter word ruok with imok.
+# True once the server serves requests: it answers the four-letter word srvr with its version.
+# (ruok is not enough: a process whose server thread died still answers imok.)
 ruok() {
   # shellcheck disable=SC2016
   timeout 2 bash -c '
     exec 3<>"/dev/tcp/$0/$1" || exit 1
-    printf ruok >&3
-    [ "$(head -c 4 <&3)" = imok ]' "$ZOOKEEPER_HOST" "$ZOOKEEPER_PORT" 2>/dev/null
+    printf srvr >&3
+    grep -q "^Zookeeper version:" <&3' "$ZOOKEEPER_HOST" "$ZOOKEEPER_PORT" 2>/dev/null
 }
 
 running_pid() {
