@@ -22,8 +22,17 @@ const (
 	envPGSchema = "BATON_LEASETEST_PG_SCHEMA" // the schema, when the sink is PostgreSQL
 )
 
-// opTimeout bounds every command a helper runs, acquire included.
-const opTimeout = 30 * time.Second
+// envOpTimeout overrides opTimeout (a Go duration), for the suite's own mutant tests.
+const envOpTimeout = "BATON_LEASETEST_OP_TIMEOUT"
+
+// opTimeout bounds every command a helper runs, acquire included: 15s, far above the 2-3s a
+// successor waits for a frozen holder's lease to expire in the tests.
+var opTimeout = func() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(envOpTimeout)); err == nil && d > 0 {
+		return d
+	}
+	return 15 * time.Second
+}()
 
 // Config describes the source under test, for the helper processes.
 type Config struct {

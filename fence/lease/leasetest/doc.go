@@ -27,6 +27,10 @@
 //     deletes the node, PostgreSQL terminates the backend). The write must fail with lease.ErrLost
 //     and never commit; B then acquires and writes.
 //
-// Every wait is bounded (a frozen helper is thawed and killed at cleanup), so a broken source
-// fails the test in seconds instead of hanging it.
+// Every wait is bounded (each helper command by 15s, a frozen helper is thawed and killed at
+// cleanup), so a broken source fails the test in seconds instead of hanging it.
+//
+// The suite's own tests run it against a small lease service in a shared directory, and
+// against broken variants of it that each case must catch: a source whose successor's token is
+// not higher, and one that never reports a lost lease.
 package leasetest

@@ -24,7 +24,7 @@ import (
 
 // replyTimeout bounds the wait for one helper reply: a helper's own commands are bounded by
 // opTimeout, so a reply later than this means a hung or frozen helper.
-const replyTimeout = opTimeout + 10*time.Second
+var replyTimeout = opTimeout + 5*time.Second
 
 // sinkEnv creates the sink's storage for one test and returns the helpers' environment and
 // the parent's own view of the sink.
