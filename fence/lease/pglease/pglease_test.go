@@ -225,3 +225,25 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	}
 }
+
+// TestHeldPastTTL: a live holder's pings keep its session, and the lock, past the TTL.
+func TestHeldPastTTL(t *testing.T) {
+	src := newSource(t, testenv.PostgresURL(t))
+	ctx := ctxT(t, 20*time.Second)
+	res := fmt.Sprintf("held-%d", time.Now().UnixNano())
+	l, err := src.Acquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	select {
+	case <-l.Done():
+		t.Fatalf("lease ended while its holder was alive: %v", l.Err())
+	case <-time.After(testTTL * 5 / 2):
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := src.Acquire(short, res); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second Acquire while the first holds = %v, want it to wait until its deadline", err)
+	}
+}
