@@ -64,7 +64,12 @@ func (s *Source) Acquire(ctx context.Context, resource string) (*lease.Lease, er
 	// while the cluster is down.
 	g, err := s.cl.Grant(ctx, ttl)
 	if err != nil {
-		return nil, fmt.Errorf("etcdlease: acquire %q: grant a lease from %v: %w", resource, s.cl.Endpoints(), err)
+		// The client waits for a connection until ctx ends; say what the connection was doing.
+		state := ""
+		if cc := s.cl.ActiveConnection(); cc != nil && ctx.Err() != nil {
+			state = " (connection " + cc.GetState().String() + ")"
+		}
+		return nil, fmt.Errorf("etcdlease: acquire %q: grant a lease from %v%s: %w", resource, s.cl.Endpoints(), state, err)
 	}
 	sess, err := concurrency.NewSession(s.cl, concurrency.WithLease(g.ID))
 	if err != nil {
