@@ -6,4 +6,6 @@ rc=0
 "$HERE/kafka.sh" "${1:-stop}" || rc=$?
 "$HERE/postgres.sh" "${1:-stop}" || rc=$?
 "$HERE/redis.sh" stop || rc=$?
+"$HERE/etcd.sh" stop || rc=$?
+"$HERE/zookeeper.sh" stop || rc=$?
 exit $rc

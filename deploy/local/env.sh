@@ -6,3 +6,5 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/kafka.sh" env
 "$HERE/postgres.sh" env
 "$HERE/redis.sh" env
+"$HERE/etcd.sh" env
+"$HERE/zookeeper.sh" env

@@ -7,3 +7,5 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/postgres.sh" start
 "$HERE/kafka.sh" start
 "$HERE/redis.sh" start
+"$HERE/etcd.sh" start
+"$HERE/zookeeper.sh" start

@@ -17,7 +17,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for s in postgres kafka redis; do
+for s in postgres kafka redis etcd zookeeper; do
   if ! "$HERE/$s.sh" status 2>/dev/null; then
     started+=("$s")
     "$HERE/$s.sh" start

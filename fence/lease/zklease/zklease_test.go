@@ -1,0 +1,213 @@
+package zklease_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/lease"
+	"github.com/batonhq/baton/fence/lease/leasetest"
+	"github.com/batonhq/baton/fence/lease/zklease"
+)
+
+func TestNewRejectsAllProblems(t *testing.T) {
+	_, err := zklease.New(nil, zklease.SessionTimeout(0), nil, zklease.Root("x/"), zklease.Era(-1), zklease.Group(""), zklease.ACL())
+	if !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("New = %v, want ErrInvalid", err)
+	}
+	for _, want := range []string{"no servers", "session timeout", "option 1 is nil", "root", "era", "group", "ACL"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("New error %q does not mention %q", err, want)
+		}
+	}
+}
+
+func newSource(t testing.TB, srv []string) *zklease.Source {
+	t.Helper()
+	src, err := zklease.New(srv, zklease.SessionTimeout(testTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+func TestAcquireReleaseOrder(t *testing.T) {
+	src := newSource(t, servers(t))
+	ctx := ctxT(t, 20*time.Second)
+	res := fmt.Sprintf("order/%d", time.Now().UnixNano()) // a slash is escaped, not a sub-resource
+	if _, err := src.Acquire(ctx, ""); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("Acquire(\"\") = %v, want ErrInvalid", err)
+	}
+	a, err := src.Acquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Key() != lease.Key(zklease.DefaultGroup, res) || a.Token().Epoch <= 0 {
+		t.Fatalf("lease key %v token %s", a.Key(), a.Token())
+	}
+	got := make(chan *lease.Lease, 1)
+	go func() {
+		b, err := src.Acquire(ctx, res)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- b
+	}()
+	select {
+	case <-got:
+		t.Fatal("a second holder acquired while the first held the lease")
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var b *lease.Lease
+	select {
+	case b = <-got:
+	case <-ctx.Done():
+		t.Fatal("the waiter did not acquire after the release")
+	}
+	if b == nil {
+		t.FailNow()
+	}
+	defer b.Release(ctx)
+	if !a.Token().Less(b.Token()) {
+		t.Fatalf("second token %s not above first %s", b.Token(), a.Token())
+	}
+}
+
+// deleteNode ends a grant from outside: what a session expiry does to the node.
+func deleteNode(c *zk.Conn) func(ctx context.Context, id string) error {
+	return func(_ context.Context, id string) error { return c.Delete(id, -1) }
+}
+
+func TestLostWhenNodeDeleted(t *testing.T) {
+	srv := servers(t)
+	src := newSource(t, srv)
+	ctx := ctxT(t, 10*time.Second)
+	l, err := src.Acquire(ctx, fmt.Sprintf("delete-%d", time.Now().UnixNano()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	if err := deleteNode(conn(t, srv))(ctx, l.ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("lease context still alive after its node was deleted")
+	}
+	if !errors.Is(l.Err(), lease.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	}
+}
+
+func TestZombie(t *testing.T) {
+	servers(t)
+	leasetest.Zombie(t, zklease.DefaultGroup)
+}
+
+func TestInFlight(t *testing.T) {
+	leasetest.InFlight(t, zklease.DefaultGroup, deleteNode(conn(t, servers(t))))
+}
+
+// TestRestart stops and restarts a private ZooKeeper (deploy/local/zookeeper.sh with its own
+// directory and port): while it is down Acquire fails with the cause and the held lease ends
+// after the session timeout; after the restart Acquire works again and its token (a czxid) is
+// above every earlier one, since zxids are on disk.
+func TestRestart(t *testing.T) {
+	servers(t) // the shared server being configured says zookeeper.sh can fetch and run one
+	script := deployScript(t, "zookeeper.sh")
+	port := freePort(t)
+	env := append(os.Environ(), "ZOOKEEPER_DIR="+t.TempDir(), "ZOOKEEPER_PORT="+port)
+	run := func(cmd string) {
+		t.Helper()
+		c := exec.Command(script, cmd)
+		c.Env = env
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("zookeeper.sh %s: %v\n%s", cmd, err, out)
+		}
+	}
+	run("start")
+	t.Cleanup(func() { run("stop") })
+	src := newSource(t, []string{"127.0.0.1:" + port})
+	ctx := ctxT(t, 60*time.Second)
+	first, err := src.Acquire(ctx, "restart")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Release(ctx)
+
+	run("stop")
+	down, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, err = src.Acquire(down, "other")
+	cancel()
+	if err == nil || !strings.Contains(err.Error(), "no session with") || !strings.Contains(err.Error(), "connect") {
+		t.Fatalf("Acquire while ZooKeeper is down = %v, want the connection error", err)
+	}
+	t.Logf("while down: %v", err)
+	select {
+	case <-first.Done():
+		t.Logf("held lease ended: %v", first.Err())
+	case <-time.After(3 * testTimeout):
+		t.Fatal("the held lease's context did not end while ZooKeeper was down")
+	}
+
+	run("start")
+	again, err := src.Acquire(ctxT(t, 20*time.Second), "restart")
+	if err != nil {
+		t.Fatalf("Acquire after the restart: %v", err)
+	}
+	defer again.Release(ctx)
+	if !first.Token().Less(again.Token()) {
+		t.Fatalf("token after restart %s not above %s", again.Token(), first.Token())
+	}
+}
+
+func deployScript(t *testing.T, name string) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	p := filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "local", name)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("deploy script: %v", err)
+	}
+	return p
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+func BenchmarkAcquireRelease(b *testing.B) {
+	src := newSource(b, servers(b))
+	ctx := ctxT(b, 5*time.Minute)
+	res := fmt.Sprintf("bench-%d", time.Now().UnixNano())
+	for b.Loop() {
+		l, err := src.Acquire(ctx, res)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
