@@ -23,8 +23,6 @@
 //	baton_consumer_rebalances_total            baton_outcome
 //	baton_consumer_apply_duration_seconds      messaging_destination_name, messaging_destination_partition_id
 //	baton_consumer_lag                         messaging_destination_name, messaging_destination_partition_id
-//	baton_outbox_delivered_total               baton_group, messaging_source_name, messaging_source_partition_id
-//	baton_outbox_backlog                       baton_group, messaging_source_name, messaging_source_partition_id
 //	baton_status_lag                           baton_group, messaging_destination_name, messaging_destination_partition_id
 //	baton_status_outbox_backlog                baton_group, messaging_destination_name, messaging_destination_partition_id
 //	baton_status_owned                         baton_group, messaging_destination_name, messaging_destination_partition_id

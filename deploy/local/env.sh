@@ -6,3 +6,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/kafka.sh" env
 "$HERE/postgres.sh" env
 "$HERE/redis.sh" env
+"$HERE/chromium.sh" env

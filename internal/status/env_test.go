@@ -20,6 +20,8 @@ import (
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/status"
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/pgoutbox"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -31,6 +33,7 @@ type realEnv struct {
 	store   string // the URL with search_path set to the test's schema
 	pool    *pgxpool.Pool
 	sink    *pgfence.Store
+	box     *pgoutbox.Store
 	topic   string
 	group   string
 }
@@ -50,11 +53,15 @@ func newRealEnv(t *testing.T, partitions int32) *realEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	box, err := pgoutbox.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := testenv.Context(t, 30*time.Second)
 	if err := status.Migrate(ctx, io.Discard, u.String(), status.Tables{}); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	return &realEnv{brokers: brokers, store: u.String(), pool: pool, sink: sink,
+	return &realEnv{brokers: brokers, store: u.String(), pool: pool, sink: sink, box: box,
 		topic: testenv.NewTopic(t, brokers, partitions), group: testenv.UniqueName("g")}
 }
 
@@ -92,6 +99,32 @@ func (e *realEnv) produce(t *testing.T, n int) map[string]int32 {
 	return out
 }
 
+// produceLoop writes a record every interval until the test ends.
+func (e *realEnv) produceLoop(t *testing.T, every time.Duration) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.DefaultProduceTopic(e.topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			cl.Produce(ctx, &kgo.Record{Key: []byte(fmt.Sprintf("live%d", i)), Value: []byte("v")}, nil)
+		}
+	}()
+	t.Cleanup(func() { cancel(); wg.Wait(); cl.Close() })
+}
+
 // member runs a Baton consumer in the group with the given client id until stop is called.
 func (e *realEnv) member(t *testing.T, clientID string, mp metric.MeterProvider) (stop func()) {
 	t.Helper()
@@ -100,7 +133,10 @@ func (e *realEnv) member(t *testing.T, clientID string, mp metric.MeterProvider)
 	}
 	c, err := consumer.New(e.group, []string{e.topic}, fence.Sink[pgx.Tx](e.sink),
 		func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-			return consumer.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, *consumer.Batch) error { return nil }), nil
+			// Each batch appends one message to the outbox (no relay runs: it stays backlog).
+			return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+				return e.box.Append(ctx, tx, b.Key, b.Token, outbox.Message{Topic: e.topic + "-out", Value: []byte("n")})
+			}), nil
 		},
 		consumer.Kafka(kgo.SeedBrokers(e.brokers...), kgo.ClientID(clientID), kgo.FetchMaxWait(200*time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),

@@ -254,7 +254,13 @@ func (p *Page) record(snap *Snapshot, err error) {
 		h := p.hist[k]
 		s := sample{at: now, lag: l.Lag, backlog: l.Backlog, token: l.Token, position: l.Position, owner: l.Owner.String()}
 		if n := len(h); n > 0 && h[n-1].token != "" && s.token != "" && h[n-1].token != s.token {
-			p.event(now, "takeover", fmt.Sprintf("%s/%d: token %s -> %s, owner %s -> %s", l.Topic, l.Partition, h[n-1].token, s.token, h[n-1].owner, s.owner))
+			// The previous owner: the last one seen (the partition may have been unowned for a
+			// read or two in between).
+			prev := "-"
+			for i := n - 1; i >= 0 && prev == "-"; i-- {
+				prev = h[i].owner
+			}
+			p.event(now, "takeover", fmt.Sprintf("%s/%d: token %s -> %s, owner %s -> %s", l.Topic, l.Partition, h[n-1].token, s.token, prev, s.owner))
 		}
 		h = append(h, s)
 		cut := now.Add(-p.cfg.window)
@@ -423,9 +429,9 @@ func (p *Page) timeline(buf *bytes.Buffer) error {
 	}
 	now := p.snap.At
 	t := timeline.Timeline{
-		Title:   fmt.Sprintf("Group %s: who wrote each partition over the last %s", p.snap.Group, p.cfg.window),
+		Title:   fmt.Sprintf("Group %s: who wrote each partition since %s (at most the last %s)", p.snap.Group, p.since(now).Local().Format("15:04:05"), p.cfg.window),
 		Caption: "Each lane is a partition; a tick is progress of the fence between two reads, coloured by the token (era.epoch) it was written under; bands are takeovers and recoveries.",
-		FromMS:  now.Add(-p.cfg.window).UnixMilli(),
+		FromMS:  p.since(now).UnixMilli(),
 		ToMS:    now.UnixMilli(),
 	}
 	lane := map[fence.Key]int32{}
@@ -467,6 +473,22 @@ func (p *Page) timeline(buf *bytes.Buffer) error {
 	return timeline.Write(buf, t)
 }
 
+// since is where the timeline starts: the window back from now, or the first read if later
+// (p.mu held).
+func (p *Page) since(now time.Time) time.Time {
+	from := now.Add(-p.cfg.window)
+	first := now
+	for _, h := range p.hist {
+		if len(h) > 0 && h[0].at.Before(first) {
+			first = h[0].at
+		}
+	}
+	if first.After(from) {
+		from = first.Add(-p.cfg.interval)
+	}
+	return from
+}
+
 func clipLabel(s string, n int) string {
 	if len(s) <= n {
 		return s
@@ -481,6 +503,9 @@ func sparkline(h []sample, v func(sample) *int64, colour string, window time.Dur
 		return ""
 	}
 	now := h[len(h)-1].at
+	// The x axis spans what was observed, up to the window: a page started a minute ago draws
+	// that minute across the whole chart.
+	window = min(window, max(now.Sub(h[0].at), 10*time.Second))
 	var hi int64 = 1
 	for _, s := range h {
 		if x := v(s); x != nil && *x > hi {

@@ -85,7 +85,12 @@ func Write(w io.Writer, t Timeline) error {
 			fx1 = fx0 + 2
 		}
 		fmt.Fprintf(w, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#f2c14e" opacity="0.25"/>`+"\n", fx0, top-8, fx1-fx0, parts*laneH+8)
-		fmt.Fprintf(w, `<text x="%.1f" y="%d">%d: %s</text>`+"\n", fx0, top+parts*laneH+20+18*i, i+1, html.EscapeString(b.Label))
+		// A band in the right half has its label end at the band, so it stays on the canvas.
+		tx, anchor := fx0, "start"
+		if fx0 > width/2 {
+			tx, anchor = fx1, "end"
+		}
+		fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="%s">%d: %s</text>`+"\n", tx, top+parts*laneH+20+18*i, anchor, i+1, html.EscapeString(b.Label))
 	}
 	for p := 0; p < parts; p++ {
 		label := fmt.Sprintf("partition %d", p)
