@@ -168,7 +168,7 @@ Reads only the store.
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	st, err := status.OpenStore(ctx, s.store, s.tables(), false)
+	st, err := status.OpenStore(ctx, s.store, s.tables(), status.ReadOnly)
 	if err != nil {
 		return asUsage(err)
 	}

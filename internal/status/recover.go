@@ -69,7 +69,7 @@ func (c *Collector) Recover(ctx context.Context, req RecoverRequest) ([]Recovere
 		return nil, err
 	}
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	st, err := OpenStore(sctx, c.cfg.Store, c.cfg.Tables, true)
+	st, err := OpenStore(sctx, c.cfg.Store, c.cfg.Tables, ReadWrite)
 	cancel()
 	if err != nil {
 		return nil, err

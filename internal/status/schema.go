@@ -70,7 +70,7 @@ func RuntimeGrants(dialect Dialect, tables Tables, role string) string {
 // Migrate applies the DDL of every Baton table (see [Schema]) on the store at addr, with the
 // stores' own Migrate (idempotent; PostgreSQL under an advisory lock). It reports what it did.
 func Migrate(ctx context.Context, w io.Writer, addr string, tables Tables) error {
-	st, err := OpenStore(ctx, addr, tables, true)
+	st, err := OpenStore(ctx, addr, tables, Create)
 	if err != nil {
 		return err
 	}

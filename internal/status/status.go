@@ -174,7 +174,7 @@ func (c *Collector) openStore(ctx context.Context) (*Store, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	s, err := OpenStore(ctx, c.cfg.Store, c.cfg.Tables, false)
+	s, err := OpenStore(ctx, c.cfg.Store, c.cfg.Tables, ReadOnly)
 	if err != nil {
 		return nil, err
 	}

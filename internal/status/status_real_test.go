@@ -139,7 +139,7 @@ func TestBadInput(t *testing.T) {
 	}
 
 	missing := t.TempDir() + "/missing.db"
-	if _, err := status.OpenStore(ctx, missing, status.Tables{}, false); !errors.Is(err, status.ErrUnreachable) || !strings.Contains(err.Error(), missing) {
+	if _, err := status.OpenStore(ctx, missing, status.Tables{}, status.ReadOnly); !errors.Is(err, status.ErrUnreachable) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("OpenStore(missing file) = %v, want ErrUnreachable naming the file", err)
 	}
 	if _, err := status.NewCollector(status.Config{Store: "mysql://x", Group: ""}); !errors.Is(err, status.ErrUsage) ||

@@ -99,11 +99,23 @@ type Store struct {
 	sql     *sql.DB
 }
 
-// OpenStore opens the store at addr (see [ParseStore]). With writable false nothing it does
-// can change the database: PostgreSQL runs read-only transactions, an SQLite file is opened
-// read-only and must exist. It checks the database answers and fails with an error wrapping
-// [ErrUnreachable] naming what was tried.
-func OpenStore(ctx context.Context, addr string, tables Tables, writable bool) (*Store, error) {
+// Access is what a [Store] may do to its database.
+type Access int
+
+const (
+	// ReadOnly can change nothing: PostgreSQL sessions are read-only, an SQLite file is opened
+	// read-only and must exist.
+	ReadOnly Access = iota
+	// ReadWrite may write (recover); an SQLite file must exist.
+	ReadWrite
+	// Create may write and creates a missing SQLite file (migrate).
+	Create
+)
+
+// OpenStore opens the store at addr (see [ParseStore]) with the given access. It checks the
+// database answers and fails with an error wrapping [ErrUnreachable] naming what was tried.
+func OpenStore(ctx context.Context, addr string, tables Tables, access Access) (*Store, error) {
+	writable := access != ReadOnly
 	dialect, where, err := ParseStore(addr)
 	if err != nil {
 		return nil, err
@@ -138,7 +150,7 @@ func OpenStore(ctx context.Context, addr string, tables Tables, writable bool) (
 			return nil, errorf(ErrUsage, "SQLite file %s: %v", where, err)
 		}
 		s.addr = abs
-		if _, err := os.Stat(abs); err != nil && (!writable || !errors.Is(err, os.ErrNotExist)) {
+		if _, err := os.Stat(abs); err != nil && (access != Create || !errors.Is(err, os.ErrNotExist)) {
 			return nil, errorf(ErrUnreachable, "SQLite file %s: %v", abs, err)
 		}
 		q := url.Values{}
