@@ -43,6 +43,7 @@ bench:
 deps:
 	deploy/local/postgres.sh install
 	deploy/local/redis.sh install
+	deploy/local/chromium.sh install
 	deploy/local/kafka.sh install
 	deploy/local/kafka.sh fetch
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/internal/status"
 )
 
 // demo runs the digital-twin demo: devices (keys) send updates; three worker processes own the
@@ -46,6 +48,7 @@ a failing run always keeps its directory, as evidence.
 	fs.IntVar(&o.updates, "updates", 20, "minimum updates per device")
 	fs.IntVar(&o.freezes, "freezes", 2, "owners to freeze past their session timeout (0: none, and the demo fails: nothing was proven)")
 	fs.Int64Var(&o.seed, "seed", 1, "random seed")
+	fs.StringVar(&o.statusAddr, "status", "", "also serve the live status page of the demo's group on this address (e.g. 127.0.0.1:8080) while it runs")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -87,6 +90,7 @@ func finishTempDir(stdout io.Writer, dir string, keep, failed bool) error {
 // demoOptions are the demo's settings from its flags.
 type demoOptions struct {
 	brokers, pgURL            string
+	statusAddr                string // serve the live status page here ("" none)
 	devices, updates, freezes int
 	seed                      int64
 }
@@ -132,14 +136,27 @@ func runDemo(ctx context.Context, dir string, o demoOptions, stdout io.Writer) e
 		wg.Add(1)
 		go func() { defer wg.Done(); showOwners(ctx, stdout, db, done) }()
 	}
+	// Named here (the harness would pick unique names too) so the status page can find them.
+	suffix := strconv.FormatInt(time.Now().UnixNano(), 36)
+	cfg.Group, cfg.Topic = "baton-demo-"+suffix, "baton-demo-"+suffix
+	store := o.pgURL
+	if store == "" {
+		store = filepath.Join(dir, "twins.db")
+	}
+	if o.statusAddr != "" {
+		stopPage, err := demoStatusPage(ctx, o.statusAddr, cfg.Brokers, store, cfg.Group, cfg.Topic, stdout)
+		if err != nil {
+			return err
+		}
+		defer stopPage()
+	}
 	var cleanup func()
 	if o.pgURL != "" {
 		fmt.Fprintln(stdout, "store: PostgreSQL")
 		res, db, cleanup, err = chaos.RunPostgres(ctx, cfg, o.pgURL)
 	} else {
-		path := filepath.Join(dir, "twins.db")
-		fmt.Fprintf(stdout, "store: SQLite %s\n", path)
-		res, db, cleanup, err = chaos.RunSQLite(ctx, cfg, path)
+		fmt.Fprintf(stdout, "store: SQLite %s\n", store)
+		res, db, cleanup, err = chaos.RunSQLite(ctx, cfg, store)
 	}
 	stopWatch()
 	if cleanup != nil {
@@ -162,6 +179,37 @@ func runDemo(ctx context.Context, dir string, o demoOptions, stdout io.Writer) e
 		return fmt.Errorf("no zombie write was refused: the fault did not bite, so the demo proved nothing")
 	}
 	return nil
+}
+
+// demoStatusPage serves the live status page of the demo's group on addr until the returned
+// stop is called. Until the harness created the store, the page says it cannot read it yet.
+func demoStatusPage(ctx context.Context, addr string, brokers []string, store, group, topic string, stdout io.Writer) (stop func(), err error) {
+	c, err := status.NewCollector(status.Config{Brokers: brokers, Store: store, Group: group, Topics: []string{topic}})
+	if err != nil {
+		return nil, err
+	}
+	page, err := status.NewPage(c, status.Interval(time.Second), status.Window(5*time.Minute))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	ready := make(chan struct{})
+	go func() {
+		errc <- page.ListenAndServe(ctx, addr, func(a string) {
+			fmt.Fprintf(stdout, "status page: http://%s/ (live while the demo runs)\n", a)
+			close(ready)
+		})
+	}()
+	select {
+	case <-ready:
+	case err := <-errc:
+		cancel()
+		c.Close()
+		return nil, err
+	}
+	return func() { cancel(); <-errc; c.Close() }, nil
 }
 
 // showOwners prints, every few seconds, each partition's current owner and token as the

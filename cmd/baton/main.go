@@ -35,6 +35,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "chaos":
 		err = chaosCmd(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = statusCmd(ctx, args[1:], stdout, stderr)
+	case "who-owns":
+		err = whoOwnsCmd(ctx, args[1:], stdout, stderr)
+	case "eras":
+		err = erasCmd(ctx, args[1:], stdout, stderr)
+	case "recover":
+		err = recoverCmd(ctx, args[1:], stdout, stderr)
+	case "schema":
+		err = schemaCmd(ctx, args[1:], stdout, stderr)
+	case "migrate":
+		err = migrateCmd(ctx, args[1:], stdout, stderr)
 	case chaos.WorkerCommand:
 		err = chaos.RunWorker(ctx, args[1:])
 	case "help", "-h", "-help", "--help":
@@ -120,6 +132,15 @@ commands:
   demo     the digital-twin demo: a zombie owner's writes refused (embedded: nothing to install)
   chaos    a chaos run against a real Kafka and PostgreSQL, with a verdict and a timeline
   worker   one chaos worker process (started by 'baton chaos' and 'baton demo')
+
+operating a group:
+  status   per partition: owner, token, position, committed offset, lag, outbox backlog;
+           -http ADDR serves it as a live page (with /metrics)
+  who-owns the partition a key routes to, its owner, token and lag
+  eras     the recorded recoveries (era advances) of a group
+  recover  an operator's recorded era advance (a reason is required)
+  schema   print the DDL of Baton's tables (PostgreSQL or SQLite)
+  migrate  create Baton's tables in a store
 
 'baton <command> -h' lists a command's flags.
 `)

@@ -8,3 +8,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/redis.sh" env
 "$HERE/etcd.sh" env
 "$HERE/zookeeper.sh" env
+"$HERE/chromium.sh" env

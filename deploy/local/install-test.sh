@@ -82,5 +82,8 @@ check "postgres: no server binaries" 0 "apt-get install -y --no-install-recommen
   env BATON_DRY_RUN=1 PG_BIN="$empty" bash "$HERE/postgres.sh" install
 check "redis: no redis-server" 0 "apt-get install -y --no-install-recommends redis-server" \
   env PATH="$nojava" BATON_DRY_RUN=1 bash "$HERE/redis.sh" install
+nochromium="$(pathwithout sudo chromium chromium-browser)"
+check "chromium: none installed" 0 "apt-get install -y --no-install-recommends chromium" \
+  env PATH="$nochromium" BATON_CHROMIUM= BATON_DRY_RUN=1 bash "$HERE/chromium.sh" install
 
 [[ $fails -eq 0 ]] || { echo "install-test.sh: $fails failed"; exit 1; }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # with-services.sh CMD [ARGS...] - run CMD with PostgreSQL, Kafka and Redis (the chaos baseline's
 # lock) up and their addresses in the environment (BATON_POSTGRES_URL, BATON_KAFKA_BROKERS,
-# BATON_REDIS_ADDR). Services that were already running
-# are used and left running; services this script started are stopped when CMD ends, also on
-# failure or interrupt. Exits with CMD's status. With BATON_DRY_RUN=1 it only says what it would
+# BATON_REDIS_ADDR), and Chromium installed for the status page's browser test. Services that
+# were already running are used and left running; services this script started are stopped when
+# CMD ends, also on failure or interrupt. Exits with CMD's status. With BATON_DRY_RUN=1 it only says what it would
 # install and run.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,6 +23,8 @@ for s in postgres kafka redis etcd zookeeper; do
     "$HERE/$s.sh" start
   fi
 done
+# Not a service: the browser the status page's test drives (internal/status). Installed once.
+"$HERE/chromium.sh" install
 if [[ -n "${BATON_DRY_RUN:-}" ]]; then echo "[with-services.sh] dry run: would run: $*" >&2; exit 0; fi
 eval "$("$HERE/env.sh")"
 "$@"

@@ -70,13 +70,17 @@ func under(r, dir string) bool { return r == dir || strings.HasPrefix(r, dir+"/"
 // outbox through its AfterCommit hook; outbox/outboxconsumer is the glue that needs both (it is
 // the one outbox package above the consumer). internal/chaos is the exception among internal/
 // packages: a harness driving the whole stack, so it sits on top of the library, with chaos/,
-// its old path, until the move lands. cmd/ and examples/ sit on top.
+// internal/status (the operator's commands) sits beside it. cmd/ and examples/ sit on top.
 func layer(r string) int {
 	switch {
 	case r == "fence":
 		return 0
 	case under(r, "internal/chaos"): // the harness drives everything below it
 		return 7
+	case under(r, "internal/status"): // the operator's tools read the stores and the group
+		return 7
+	case under(r, "internal/telemetry"): // an application's SDK wiring, used by cmd/ and examples/
+		return 8
 	case under(r, "internal"):
 		return 1
 	case under(r, "fence"):
@@ -95,12 +99,17 @@ func layer(r string) int {
 	return 8
 }
 
+// internal/telemetry is an application's wiring of the OpenTelemetry SDK (Prometheus, OTLP): it may
+// import the SDK, and only cmd/ and examples/ may import it.
+
 // checkImport returns why package r may not import ir (both relative to the module), or "".
 func checkImport(r, ir string) string {
 	app := under(r, "cmd") || under(r, "examples")
 	switch {
 	case under(ir, "cmd") || under(ir, "examples"):
 		return "nothing imports cmd/ or examples/"
+	case under(ir, "internal/telemetry") && !app:
+		return "internal/telemetry is an application's SDK wiring: only cmd/ and examples/ import it"
 	case ir == "internal/testenv":
 		return "test plumbing is for _test.go files only"
 	case !app && layer(ir) > layer(r):
@@ -120,7 +129,7 @@ func TestImportDirection(t *testing.T) {
 					t.Errorf("%s imports %s: %s", r, rel(imp), why)
 				}
 			}
-			if !app && strings.HasPrefix(imp, "go.opentelemetry.io/otel/sdk") {
+			if !app && !under(r, "internal/telemetry") && strings.HasPrefix(imp, "go.opentelemetry.io/otel/sdk") {
 				t.Errorf("%s imports %s: only cmd/ and examples/ may import the OpenTelemetry SDK", r, imp)
 			}
 		}
@@ -160,6 +169,13 @@ func TestLayerRules(t *testing.T) {
 		{"outbox/outboxconsumer", "internal/chaos", false},
 		{"internal/pgmigrate", "internal/chaos", false},
 		{"cmd/baton", "internal/chaos", true},
+		{"internal/status", "outbox/pgoutbox", true},
+		{"internal/status", "internal/timeline", true},
+		{"consumer", "internal/status", false},
+		{"internal/timeline", "fence/pgfence", false},
+		{"consumer", "internal/telemetry", false},
+		{"internal/status", "internal/telemetry", false},
+		{"cmd/baton", "internal/telemetry", true},
 		{"examples/twin", "outbox/outboxconsumer", true},
 		{"internal/chaos", "examples/twin", false},
 		{"consumer", "internal/testenv", false},

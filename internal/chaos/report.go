@@ -3,13 +3,14 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"html"
 	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/batonhq/baton/internal/timeline"
 )
 
 // WriteVerdict writes the run's verdict table.
@@ -114,131 +115,50 @@ func failReasons(r *Result) []string {
 	return out
 }
 
-type tlBatch struct {
-	part   int32
-	at     int64
-	era    int64
-	epoch  int64
-	worker string
-}
-
-type tlAttempt struct {
-	part    int32
-	at      int64
-	worker  string
-	outcome string
-	zombie  bool
-	token   string
-}
-
 // WriteTimeline writes an SVG timeline of the run from what the database holds: per
 // partition, a lane of committed batches coloured by owner token, refused writes as red
 // crosses (zombies' ringed), and the faults as labelled bands: the seeds' Figures 1 and 2,
-// from real data.
+// from real data. internal/timeline draws it (the live status page draws with it too).
 func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
-	var batches []tlBatch
+	t := timeline.Timeline{
+		Title: fmt.Sprintf("Baton chaos run: mode %s, %d faults, verdict %s",
+			r.Config.Mode, len(r.Faults), map[bool]string{true: "PASS", false: "FAIL"}[r.OK()]),
+		Lanes:  int(r.Config.Partitions),
+		FromMS: r.Started.UnixMilli(),
+		ToMS:   r.Finished.UnixMilli(),
+	}
 	rows, err := db.Query(ctx, `SELECT part, at_ms, era, epoch, worker FROM chaos_applied ORDER BY id`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var b tlBatch
-		if err := rows.Scan(&b.part, &b.at, &b.era, &b.epoch, &b.worker); err != nil {
+		var b timeline.Batch
+		if err := rows.Scan(&b.Lane, &b.AtMS, &b.Era, &b.Epoch, &b.Who); err != nil {
 			rows.Close()
 			return err
 		}
-		batches = append(batches, b)
+		t.Batches = append(t.Batches, b)
 	}
 	rows.Close()
-	var attempts []tlAttempt
 	rows, err = db.Query(ctx, `SELECT part, at_ms, worker, outcome, zombie, era, epoch FROM chaos_attempts WHERE outcome <> 'committed' ORDER BY id`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
-		var a tlAttempt
+		var a timeline.Mark
 		var era, epoch int64
-		if err := rows.Scan(&a.part, &a.at, &a.worker, &a.outcome, &a.zombie, &era, &epoch); err != nil {
+		if err := rows.Scan(&a.Lane, &a.AtMS, &a.Who, &a.Outcome, &a.Zombie, &era, &epoch); err != nil {
 			rows.Close()
 			return err
 		}
-		a.token = fmt.Sprintf("%d.%d", era, epoch)
-		attempts = append(attempts, a)
+		a.Token = fmt.Sprintf("%d.%d", era, epoch)
+		a.Frozen = a.Outcome == OutcomeFrozen || a.Outcome == OutcomeDelayed
+		t.Marks = append(t.Marks, a)
 	}
 	rows.Close()
-
-	t0, t1 := r.Started.UnixMilli(), r.Finished.UnixMilli()
-	if t1 <= t0 {
-		t1 = t0 + 1
+	for _, f := range r.Faults {
+		t.Bands = append(t.Bands, timeline.Band{StartMS: f.Start.UnixMilli(), EndMS: f.End.UnixMilli(),
+			Label: string(f.Kind) + " " + f.Target + " — " + f.Detail})
 	}
-	parts := int(r.Config.Partitions)
-	const left, top, laneH, width = 90, 60, 22, 1100
-	height := top + parts*laneH + 40 + 18*len(r.Faults)
-	x := func(ms int64) float64 { return left + float64(ms-t0)/float64(t1-t0)*float64(width-left-20) }
-	y := func(p int32) int { return top + int(p)*laneH }
-	palette := []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#bab0ac", "#e15759", "#ff9da7"}
-	colour := map[string]string{}
-	tokColour := func(era, epoch int64) string {
-		k := fmt.Sprintf("%d.%d", era, epoch)
-		if c, ok := colour[k]; ok {
-			return c
-		}
-		c := palette[len(colour)%len(palette)]
-		colour[k] = c
-		return c
-	}
-	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n", width, height)
-	fmt.Fprintf(w, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
-	fmt.Fprintf(w, `<text x="10" y="20" font-size="14" font-weight="bold">Baton chaos run: mode %s, %d faults, verdict %s</text>`+"\n",
-		html.EscapeString(string(r.Config.Mode)), len(r.Faults), map[bool]string{true: "PASS", false: "FAIL"}[r.OK()])
-	fmt.Fprintf(w, `<text x="10" y="38">Each lane is a partition; ticks are committed batches coloured by the writer's token (era.epoch); red crosses are refused writes, ringed when a frozen zombie made them.</text>`+"\n")
-	for i, f := range r.Faults {
-		fx0, fx1 := x(f.Start.UnixMilli()), x(f.End.UnixMilli())
-		if fx1-fx0 < 2 {
-			fx1 = fx0 + 2
-		}
-		fmt.Fprintf(w, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#f2c14e" opacity="0.25"/>`+"\n", fx0, top-8, fx1-fx0, parts*laneH+8)
-		fmt.Fprintf(w, `<text x="%.1f" y="%d">%d: %s %s — %s</text>`+"\n", fx0, top+parts*laneH+20+18*i, i+1,
-			html.EscapeString(string(f.Kind)), html.EscapeString(f.Target), html.EscapeString(f.Detail))
-	}
-	for p := 0; p < parts; p++ {
-		fmt.Fprintf(w, `<text x="10" y="%d">partition %d</text>`+"\n", y(int32(p))+12, p)
-		fmt.Fprintf(w, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#ddd"/>`+"\n", left, width-20, y(int32(p))+laneH/2, y(int32(p))+laneH/2)
-	}
-	// One tick per partition per pixel column, coloured by the last token committed in it, so a
-	// soak of a million batches still draws a timeline of a few thousand ticks.
-	type bucket struct {
-		part int32
-		col  int
-	}
-	last := map[bucket]tlBatch{}
-	count := map[bucket]int{}
-	var order []bucket
-	for _, b := range batches {
-		k := bucket{b.part, int(x(b.at))}
-		if _, ok := last[k]; !ok {
-			order = append(order, k)
-		}
-		last[k] = b
-		count[k]++
-	}
-	for _, k := range order {
-		b := last[k]
-		fmt.Fprintf(w, `<rect x="%d" y="%d" width="2" height="%d" fill="%s"><title>%d batches; last by %s, token %d.%d</title></rect>`+"\n",
-			k.col, y(b.part)+3, laneH-6, tokColour(b.era, b.epoch), count[k], html.EscapeString(b.worker), b.era, b.epoch)
-	}
-	for _, a := range attempts {
-		if a.outcome == OutcomeFrozen || a.outcome == OutcomeDelayed {
-			fmt.Fprintf(w, `<text x="%.1f" y="%d" fill="#333"><title>%s froze holding token %s</title>❄</text>`+"\n", x(a.at)-4, y(a.part)+15, html.EscapeString(a.worker), a.token)
-			continue
-		}
-		cx, cy := x(a.at), float64(y(a.part)+laneH/2)
-		fmt.Fprintf(w, `<g stroke="#d62728" stroke-width="2"><title>%s %s with token %s</title><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/></g>`+"\n",
-			html.EscapeString(a.worker), html.EscapeString(a.outcome), a.token, cx-4, cy-4, cx+4, cy+4, cx-4, cy+4, cx+4, cy-4)
-		if a.zombie {
-			fmt.Fprintf(w, `<circle cx="%.1f" cy="%.1f" r="7" fill="none" stroke="#d62728"/>`+"\n", cx, cy)
-		}
-	}
-	fmt.Fprintln(w, `</svg>`)
-	return nil
+	return timeline.Write(w, t)
 }

@@ -84,6 +84,7 @@ func (c *WorkerConfig) defaults() error {
 func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID(c.ID), // names the member in 'baton status' and on the status page
 		kgo.SessionTimeout(c.SessionTimeout),
 		kgo.HeartbeatInterval(c.SessionTimeout / 10),
 		kgo.RebalanceTimeout(2 * c.SessionTimeout),

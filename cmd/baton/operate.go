@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton/internal/status"
+	"github.com/batonhq/baton/internal/telemetry"
+)
+
+// The operator's commands: status (and its live page), who-owns, eras, recover, schema,
+// migrate. The logic is in internal/status; these functions parse flags and print.
+
+// sourceFlags are the flags saying where a group's state lives.
+type sourceFlags struct {
+	brokers, store, group, topic string
+	fenceTable, outboxTable      string
+	timeout                      time.Duration
+	json                         bool
+}
+
+func (s *sourceFlags) register(fs *flag.FlagSet, withJSON bool) {
+	fs.StringVar(&s.brokers, "brokers", os.Getenv("BATON_KAFKA_BROKERS"), "Kafka seed brokers, comma separated (default $BATON_KAFKA_BROKERS)")
+	fs.StringVar(&s.store, "store", os.Getenv("BATON_STORE"), "the fence store: a PostgreSQL URL (postgres://...) or an SQLite file path (default $BATON_STORE)")
+	fs.StringVar(&s.group, "group", "", "the consumer group (required)")
+	fs.StringVar(&s.topic, "topic", "", "only this topic (default: every topic the group has state for)")
+	fs.StringVar(&s.fenceTable, "fence-table", "", "the fence table (default baton_fences; recoveries and keyed tables derive from it)")
+	fs.StringVar(&s.outboxTable, "outbox-table", "", "the outbox table (default baton_outbox; its cursors table derives from it)")
+	fs.DurationVar(&s.timeout, "timeout", 5*time.Second, "how long to wait for each source before reporting it unreachable")
+	if withJSON {
+		fs.BoolVar(&s.json, "json", false, "print JSON instead of text")
+	}
+}
+
+func (s *sourceFlags) tables() status.Tables {
+	return status.Tables{Fence: s.fenceTable, Outbox: s.outboxTable}
+}
+
+func (s *sourceFlags) collector() (*status.Collector, error) {
+	cfg := status.Config{Store: s.store, Group: s.group, Tables: s.tables(), Timeout: s.timeout}
+	if s.brokers != "" {
+		cfg.Brokers = strings.Split(s.brokers, ",")
+	}
+	if s.topic != "" {
+		cfg.Topics = []string{s.topic}
+	}
+	c, err := status.NewCollector(cfg)
+	return c, asUsage(err)
+}
+
+// asUsage turns a request that could not run into a usageError (exit status 2).
+func asUsage(err error) error {
+	if err != nil && errors.Is(err, status.ErrUsage) {
+		return usageError{err: err}
+	}
+	return err
+}
+
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", "-group G [-brokers B] [-store S] [flags]", `One line per partition of a consumer group: the owning member (client id or instance id, and
+host), the fence's token and position, Kafka's committed offset and high watermark, the lag
+(high watermark - (position+1)), the outbox backlog and the last recovery; then a summary.
+A source that cannot be reached is named, the other one is still shown, and the exit status
+is 1. With -http it serves a live page instead (HTML refreshing itself, /status.json,
+/timeline.svg, /metrics) until interrupted.
+`, stderr)
+	var s sourceFlags
+	s.register(fs, true)
+	addr := fs.String("http", "", "serve the live status page on this address (e.g. 127.0.0.1:8080) instead of printing once")
+	interval := fs.Duration("interval", 2*time.Second, "with -http: how often the page reads the sources and refreshes")
+	window := fs.Duration("window", 10*time.Minute, "with -http: how far back the charts and the timeline reach")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, err := s.collector()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if *addr != "" {
+		return servePage(ctx, c, *addr, *interval, *window, stdout)
+	}
+	snap, err := c.Collect(ctx)
+	if s.json {
+		if werr := status.WriteJSON(stdout, snap); werr != nil {
+			return werr
+		}
+	} else if werr := status.WriteText(stdout, snap); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// servePage serves the live status page with its /metrics until ctx ends.
+func servePage(ctx context.Context, c *status.Collector, addr string, interval, window time.Duration, stdout io.Writer) error {
+	m, err := telemetry.New(ctx, telemetry.ServiceName("baton-status"), telemetry.OTLPFromEnv())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = m.Shutdown(context.Background()) }()
+	page, err := status.NewPage(c, status.Interval(interval), status.Window(window),
+		status.Metrics(m.Handler()), status.MeterProvider(m.Provider()))
+	if err != nil {
+		return asUsage(err)
+	}
+	return page.ListenAndServe(ctx, addr, func(a string) {
+		fmt.Fprintf(stdout, "status page of group %s: http://%s/ (metrics at /metrics); interrupt to stop\n", c.Config().Group, a)
+	})
+}
+
+func whoOwnsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("who-owns", "-group G -topic T [flags] KEY", `The partition KEY routes to on topic T, with the partitioner the topic is produced with, and
+that partition's owner, token, position and lag. Partitioners: `+strings.Join(status.PartitionerNames(), ", ")+`.
+`, stderr)
+	var s sourceFlags
+	s.register(fs, true)
+	part := fs.String("partitioner", "murmur2", "how producers route keys: "+strings.Join(status.PartitionerNames(), ", "))
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err: err, printed: true}
+	}
+	if fs.NArg() != 1 {
+		return usageError{err: fmt.Errorf("who-owns takes exactly one KEY, got %d arguments", fs.NArg())}
+	}
+	if s.topic == "" {
+		return usageError{err: errors.New("who-owns needs the key's topic (-topic)")}
+	}
+	c, err := s.collector()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	o, err := c.WhoOwns(ctx, s.topic, fs.Arg(0), *part)
+	if o == nil {
+		return asUsage(err)
+	}
+	if s.json {
+		if werr := status.WriteJSON(stdout, o); werr != nil {
+			return werr
+		}
+	} else if werr := status.WriteOwnership(stdout, o); werr != nil {
+		return werr
+	}
+	return err
+}
+
+func erasCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("eras", "-group G [-store S] [flags]", `The recorded recoveries (era advances) of a group's fences, oldest first: from which token to
+which, who made it (the consumer after a verified regression, or an operator) and the reason.
+Reads only the store.
+`, stderr)
+	var s sourceFlags
+	s.register(fs, true)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if s.group == "" {
+		return usageError{err: errors.New("eras needs the consumer group (-group)")}
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	st, err := status.OpenStore(ctx, s.store, s.tables(), status.ReadOnly)
+	if err != nil {
+		return asUsage(err)
+	}
+	defer st.Close()
+	recs, err := st.Recoveries(ctx, s.group)
+	if err != nil {
+		return err
+	}
+	var out []status.Recovery
+	for _, r := range recs {
+		if s.topic == "" || r.Key.Topic == s.topic {
+			out = append(out, status.Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At})
+		}
+	}
+	if s.json {
+		if out == nil {
+			out = []status.Recovery{}
+		}
+		return status.WriteJSON(stdout, out)
+	}
+	if len(out) == 0 {
+		fmt.Fprintf(stdout, "no recoveries recorded for group %s in %s\n", s.group, st.Describe())
+		return nil
+	}
+	return status.WriteRecoveries(stdout, out)
+}
+
+func recoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("recover", "-group G -topic T [-partition N,...] -reason TEXT [-force] [flags]", `An operator's recorded era advance: each partition's fence goes from its stored token
+{era, epoch} to {era+1, -epoch} by a compare-and-set, recorded with the reason and who ran it.
+Every old-era token is stale afterwards. Use it when a group's generations went backwards
+(the group was deleted or recreated) and the consumer does not recover by itself.
+Refused while a live member of the group owns a partition, unless -force. Nothing changes
+unless every check passes.
+`, stderr)
+	var s sourceFlags
+	s.register(fs, true)
+	parts := fs.String("partition", "", "partitions to recover, comma separated (default: every partition of -topic with a fence row)")
+	reason := fs.String("reason", "", "why (required; recorded with the recovery)")
+	force := fs.Bool("force", false, "recover even partitions a live member owns")
+	epoch := fs.Int64("epoch", 0, "the epoch of the new token (0 accepts the next owner at any generation)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	req := status.RecoverRequest{Topic: s.topic, Reason: *reason, Force: *force, Epoch: *epoch, Claimant: status.Claimant()}
+	if *parts != "" {
+		for _, f := range strings.Split(*parts, ",") {
+			n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
+			if err != nil || n < 0 {
+				return usageError{err: fmt.Errorf("-partition %q: %q is not a partition number", *parts, f)}
+			}
+			req.Partitions = append(req.Partitions, int32(n))
+		}
+	}
+	c, err := s.collector()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	done, err := c.Recover(ctx, req)
+	if s.json && done != nil {
+		if werr := status.WriteJSON(stdout, done); werr != nil {
+			return werr
+		}
+	} else {
+		for _, d := range done {
+			forced := ""
+			if d.Forced {
+				forced = " (forced: a live member owned it)"
+			}
+			fmt.Fprintf(stdout, "recovered %s/%s/%d: %s -> %s, recorded as %s%s\n", s.group, d.Topic, d.Partition, d.From, d.To, req.Claimant, forced)
+		}
+	}
+	return asUsage(err)
+}
+
+func schemaCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("schema", "[-dialect postgres|sqlite] [flags]", `Prints the DDL of Baton's tables (fence, recoveries, keyed inbox, outbox, outbox cursors) as
+the stores' Migrate runs it, for migration tools. Connects to nothing.
+`, stderr)
+	dialect := fs.String("dialect", "postgres", "postgres or sqlite")
+	fence := fs.String("fence-table", "", "the fence table (default baton_fences)")
+	outbox := fs.String("outbox-table", "", "the outbox table (default baton_outbox)")
+	role := fs.String("runtime-role", "baton_runtime", "the least-privilege runtime role the GRANTs name (PostgreSQL)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	return asUsage(status.Schema(stdout, status.Dialect(*dialect), status.Tables{Fence: *fence, Outbox: *outbox}, *role))
+}
+
+func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("migrate", "-store S [flags]", `Creates Baton's tables (fence, recoveries, keyed inbox, outbox, outbox cursors) in the store
+if they do not exist, with the stores' own Migrate: idempotent, and safe to run from several
+processes at once (PostgreSQL: under an advisory lock). Run it as the migration role.
+`, stderr)
+	var s sourceFlags
+	s.register(fs, false)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(s.timeout, 30*time.Second))
+	defer cancel()
+	return asUsage(status.Migrate(ctx, stdout, s.store, s.tables()))
+}

@@ -1,0 +1,80 @@
+package status
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+)
+
+func num(p *int64) string {
+	if p == nil {
+		return "?"
+	}
+	return strconv.FormatInt(*p, 10)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// WriteText writes the snapshot as an operator reads it: the sources that failed, one line per
+// partition, then the summary. "?" is a value no reachable source had; "-" is none.
+func WriteText(w io.Writer, s *Snapshot) error {
+	for _, src := range s.Sources {
+		if src.Err != "" {
+			fmt.Fprintf(w, "could not read %s (%s); its columns show ?\n", src.Name, src.Addr)
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tOWNER\tTOKEN\tPOSITION\tCOMMITTED\tHIGH-WATERMARK\tLAG\tOUTBOX\tLAST RECOVERY")
+	for _, p := range s.Partitions {
+		rec := "-"
+		if r := p.LastRecovery; r != nil {
+			rec = fmt.Sprintf("%s->%s %s", r.From, r.To, r.At.Format(time.RFC3339))
+		}
+		owner := p.Owner.String()
+		if p.Owner == nil && s.GroupState == "" {
+			owner = "?"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", p.Topic, p.Partition, owner, orDash(p.Token),
+			num(p.Position), num(p.Committed), num(p.HighWatermark), num(p.Lag), num(p.Backlog), rec)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	sm := s.Summary
+	state := s.GroupState
+	if state == "" {
+		state = "unknown"
+	}
+	_, err := fmt.Fprintf(w, "group %s (%s): %d members, %d partitions owned, %d unowned, total lag %d, outbox backlog %d, %d recoveries (%d after a verified regression); stale refusals are not stored (metric baton.consumer.stale_refusals); read in %s\n",
+		s.Group, state, sm.Members, sm.Owned, sm.Unowned, sm.TotalLag, sm.Backlog, sm.Recoveries, sm.Regressions, s.Took.Round(time.Millisecond))
+	return err
+}
+
+// WriteJSON writes the snapshot as one JSON object.
+func WriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// WriteRecoveries writes the recorded recoveries, oldest first.
+func WriteRecoveries(w io.Writer, recs []Recovery) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "WHEN\tTOPIC\tPARTITION\tFROM\tTO\tBY\tREASON")
+	for _, r := range recs {
+		by := "operator"
+		if IsAutomatic(r.Reason) {
+			by = "consumer"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.At.Format(time.RFC3339), r.Topic, r.Partition, r.From, r.To, by, r.Reason)
+	}
+	return tw.Flush()
+}
