@@ -1,0 +1,242 @@
+package deploytest
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const dashboardFile = "deploy/compose/grafana/dashboards/baton.json"
+
+// query is one PromQL expression of the dashboard, with where it sits.
+type query struct {
+	where, expr, legend string
+}
+
+// dashboardQueries returns every PromQL expression in the dashboard: the panels' targets
+// (rows' nested panels included) and the query variables.
+func dashboardQueries(t *testing.T, data []byte) []query {
+	t.Helper()
+	var d struct {
+		UID        string     `json:"uid"`
+		Panels     []panel    `json:"panels"`
+		Templating templating `json:"templating"`
+	}
+	if err := json.Unmarshal(data, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardFile, err)
+	}
+	var qs []query
+	var walk func([]panel)
+	walk = func(ps []panel) {
+		for _, p := range ps {
+			for _, tg := range p.Targets {
+				qs = append(qs, query{fmt.Sprintf("panel %q target %s", p.Title, tg.RefID), tg.Expr, tg.LegendFormat})
+			}
+			if p.Type != "row" && len(p.Targets) == 0 {
+				t.Errorf("panel %q queries nothing", p.Title)
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(d.Panels)
+	for _, v := range d.Templating.List {
+		if v.Type == "query" {
+			qs = append(qs, query{fmt.Sprintf("variable %q", v.Name), v.Definition, ""})
+		}
+	}
+	return qs
+}
+
+type panel struct {
+	Title   string   `json:"title"`
+	Type    string   `json:"type"`
+	Panels  []panel  `json:"panels"`
+	Targets []target `json:"targets"`
+}
+
+type target struct {
+	RefID        string `json:"refId"`
+	Expr         string `json:"expr"`
+	LegendFormat string `json:"legendFormat"`
+}
+
+type templating struct {
+	List []struct {
+		Name       string `json:"name"`
+		Type       string `json:"type"`
+		Definition string `json:"definition"`
+	} `json:"list"`
+}
+
+// promFuncs are the PromQL functions and aggregations the dashboard may call, and Grafana's
+// label_values.
+var promFuncs = []string{
+	"sum", "max", "min", "avg", "count", "topk", "bottomk", "quantile",
+	"rate", "irate", "increase", "delta", "deriv", "histogram_quantile", "clamp_min", "clamp_max",
+	"max_over_time", "min_over_time", "avg_over_time", "abs", "label_values", "vector", "time",
+}
+
+var promKeywords = []string{"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool", "and", "or", "unless"}
+
+// parsed is what a PromQL expression references: series names, labels in matchers and
+// grouping clauses, and the functions it calls.
+type parsed struct {
+	metrics, labels, funcs []string
+}
+
+var (
+	strLit     = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`")
+	rangeSel   = regexp.MustCompile(`\[[^\]]*\]`)
+	matchers   = regexp.MustCompile(`\{([^}]*)\}`)
+	matcherLbl = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
+	grouping   = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
+	ident      = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
+	labelVals  = regexp.MustCompile(`^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)$`)
+)
+
+// parsePromQL extracts what expr references. It is a lexer, not a parser: enough for the
+// dashboard's expressions (selectors, ranges, functions, aggregations with by), and it fails
+// on what it does not know (an unknown function or keyword is reported as an error).
+func parsePromQL(expr string) (parsed, error) {
+	var p parsed
+	expr = strings.TrimSpace(expr)
+	if m := labelVals.FindStringSubmatch(expr); m != nil {
+		return parsed{metrics: []string{m[1]}, labels: []string{m[2]}, funcs: []string{"label_values"}}, nil
+	}
+	// Label names of matchers, then drop the matcher bodies (their values are strings).
+	for _, m := range matchers.FindAllStringSubmatch(strLit.ReplaceAllString(expr, `""`), -1) {
+		for _, l := range matcherLbl.FindAllStringSubmatch(m[1], -1) {
+			p.labels = append(p.labels, l[1])
+		}
+	}
+	s := strLit.ReplaceAllString(expr, `""`)
+	s = matchers.ReplaceAllString(s, " ")
+	s = rangeSel.ReplaceAllString(s, " ")
+	for _, g := range grouping.FindAllStringSubmatch(s, -1) {
+		for l := range strings.SplitSeq(g[1], ",") {
+			if l = strings.TrimSpace(l); l != "" {
+				p.labels = append(p.labels, l)
+			}
+		}
+	}
+	s = grouping.ReplaceAllString(s, " ")
+	for _, loc := range ident.FindAllStringIndex(s, -1) {
+		id := s[loc[0]:loc[1]]
+		rest := strings.TrimLeft(s[loc[1]:], " \t\n")
+		switch {
+		case loc[0] > 0 && (s[loc[0]-1] >= '0' && s[loc[0]-1] <= '9' || s[loc[0]-1] == '.'):
+			// part of a number (1e3) or a duration
+		case strings.HasPrefix(rest, "("):
+			if !slices.Contains(promFuncs, id) {
+				return p, fmt.Errorf("unknown function %s", id)
+			}
+			p.funcs = append(p.funcs, id)
+		case slices.Contains(promKeywords, id):
+			// by/without/on were removed with their lists; the others are binary operators
+		default:
+			p.metrics = append(p.metrics, id)
+		}
+	}
+	return p, nil
+}
+
+func TestPromQLLexer(t *testing.T) {
+	p, err := parsePromQL(`histogram_quantile(0.99, sum by (le, x) (rate(a_b_bucket{c=~"$t", d!="}"}[$__rate_interval])))`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.metrics, []string{"a_b_bucket"}) || !slices.Equal(slices.Sorted(slices.Values(p.labels)), []string{"c", "d", "le", "x"}) {
+		t.Errorf("got %+v", p)
+	}
+	if _, err := parsePromQL(`rat(x[5m])`); err == nil {
+		t.Error("an unknown function was accepted")
+	}
+	if p, _ := parsePromQL(`label_values(m_total, lbl)`); !slices.Equal(p.metrics, []string{"m_total"}) || !slices.Equal(p.labels, []string{"lbl"}) {
+		t.Errorf("label_values: %+v", p)
+	}
+}
+
+var legendLabel = regexp.MustCompile(`\{\{\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\}\}`)
+
+// checkQuery returns what is wrong with q: a series Baton does not emit, a label (in a
+// matcher, a grouping or the legend) those series do not carry. It also returns the Baton
+// instruments q shows.
+func checkQuery(emitted series, from map[string]string, q query) (problems, shows []string) {
+	p, err := parsePromQL(q.expr)
+	if err != nil {
+		return []string{fmt.Sprintf("%v in %s", err, q.expr)}, nil
+	}
+	if len(p.metrics) == 0 {
+		problems = append(problems, "queries no series: "+q.expr)
+	}
+	var have []string
+	for _, m := range p.metrics {
+		ls, ok := emitted[m]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("queries %s, which Baton does not emit", m))
+			continue
+		}
+		shows = append(shows, from[m])
+		have = append(have, ls...)
+	}
+	for _, l := range p.labels {
+		if !slices.Contains(have, l) {
+			problems = append(problems, fmt.Sprintf("uses label %s, which %v do not carry", l, p.metrics))
+		}
+	}
+	for _, m := range legendLabel.FindAllStringSubmatch(q.legend, -1) {
+		if !slices.Contains(have, m[1]) {
+			problems = append(problems, fmt.Sprintf("legend {{%s}} is no label of %v", m[1], p.metrics))
+		}
+	}
+	return problems, shows
+}
+
+// TestDashboardQueriesBatonMetrics: every series the dashboard queries (panels and variables)
+// is one Baton emits, named by the real exporter; every label it filters, groups or labels a
+// legend by is one those series carry; and every Baton instrument appears on some panel.
+func TestDashboardQueriesBatonMetrics(t *testing.T) {
+	emitted, from := exportedSeries(t)
+	qs := dashboardQueries(t, []byte(readFile(t, dashboardFile)))
+	if len(qs) < len(batonInstruments) {
+		t.Fatalf("the dashboard has %d queries", len(qs))
+	}
+	shown := map[string]bool{}
+	for _, q := range qs {
+		problems, shows := checkQuery(emitted, from, q)
+		for _, p := range problems {
+			t.Errorf("%s: %s", q.where, p)
+		}
+		for _, s := range shows {
+			shown[s] = true
+		}
+	}
+	for _, in := range batonInstruments {
+		if !shown[in.name] {
+			t.Errorf("no panel shows %s", in.name)
+		}
+	}
+}
+
+// TestDashboardCheckCatchesMistakes: the check fails on a misspelt series, a series without
+// its unit suffix, a label of another series and a legend label the query does not carry.
+func TestDashboardCheckCatchesMistakes(t *testing.T) {
+	emitted, from := exportedSeries(t)
+	for _, q := range []query{
+		{expr: `rate(baton_consumer_records_applied[5m])`},
+		{expr: `baton_consumer_apply_duration_bucket`},
+		{expr: `sum by (reason) (rate(baton_consumer_records_applied_total[5m]))`},
+		{expr: `baton_outbox_backlog`, legend: "{{messaging_destination_name}}"},
+		{expr: `sum(rat(baton_outbox_backlog[5m]))`},
+	} {
+		if problems, _ := checkQuery(emitted, from, q); len(problems) == 0 {
+			t.Errorf("%s (legend %q) passed the check", q.expr, q.legend)
+		}
+	}
+	if problems, _ := checkQuery(emitted, from, query{expr: `sum by (reason) (rate(baton_inbox_drops_total[5m]))`, legend: "{{reason}}"}); len(problems) != 0 {
+		t.Errorf("a correct query failed: %v", problems)
+	}
+}
