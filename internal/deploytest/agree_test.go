@@ -94,7 +94,7 @@ func TestImagesAgree(t *testing.T) {
 		"k8s StatefulSet": m.statefulSets[0].Spec.Template.Spec.Containers[0].Image,
 		"k8s migrate Job": m.jobs[0].Spec.Template.Spec.Containers[0].Image,
 	}
-	for _, s := range twins(p) {
+	for _, s := range append(twins(p), p.Services["migrate"]) {
 		got["compose "+s.Name] = s.Image
 		if s.Build == nil || s.Build.Dockerfile != "deploy/compose/twin.Dockerfile" {
 			t.Errorf("compose %s: want build from deploy/compose/twin.Dockerfile, got %+v", s.Name, s.Build)
