@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/prometheus/promql/parser"
 )
 
 const dashboardFile = "deploy/compose/grafana/dashboards/baton.json"
@@ -71,79 +73,55 @@ type templating struct {
 	} `json:"list"`
 }
 
-// promFuncs are the PromQL functions and aggregations the dashboard may call, and Grafana's
-// label_values.
-var promFuncs = []string{
-	"sum", "max", "min", "avg", "count", "topk", "bottomk", "quantile",
-	"rate", "irate", "increase", "delta", "deriv", "histogram_quantile", "clamp_min", "clamp_max",
-	"max_over_time", "min_over_time", "avg_over_time", "abs", "label_values", "vector", "time",
-}
-
-var promKeywords = []string{"by", "without", "on", "ignoring", "group_left", "group_right", "offset", "bool", "and", "or", "unless"}
-
-// parsed is what a PromQL expression references: series names, labels in matchers and
-// grouping clauses, and the functions it calls.
+// parsed is what a PromQL expression references: series names, and labels in matchers,
+// groupings and vector matchings.
 type parsed struct {
-	metrics, labels, funcs []string
+	metrics, labels []string
 }
 
 var (
-	strLit     = regexp.MustCompile(`"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|` + "`[^`]*`")
-	rangeSel   = regexp.MustCompile(`\[[^\]]*\]`)
-	matchers   = regexp.MustCompile(`\{([^}]*)\}`)
-	matcherLbl = regexp.MustCompile(`([a-zA-Z_][a-zA-Z0-9_]*)\s*(?:=~|!~|!=|=)`)
-	grouping   = regexp.MustCompile(`\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)`)
-	ident      = regexp.MustCompile(`[a-zA-Z_:][a-zA-Z0-9_:]*`)
-	labelVals  = regexp.MustCompile(`^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)$`)
+	// labelVals is Grafana's label_values(metric, label) variable query (not PromQL).
+	labelVals = regexp.MustCompile(`^label_values\(\s*([a-zA-Z_:][a-zA-Z0-9_:]*)\s*,\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*\)$`)
+	// grafanaVars are Grafana's interval variables, which only occur as range durations.
+	grafanaVars = strings.NewReplacer("$__rate_interval", "1m", "$__interval", "1m", "$__range", "1h")
 )
 
-// parsePromQL extracts what expr references. It is a lexer, not a parser: enough for the
-// dashboard's expressions (selectors, ranges, functions, aggregations with by), and it fails
-// on what it does not know (an unknown function or keyword is reported as an error).
+// parsePromQL parses expr with Prometheus's own PromQL parser (after replacing Grafana's
+// interval variables; other variables sit inside label-value strings) and returns what it
+// references.
 func parsePromQL(expr string) (parsed, error) {
 	var p parsed
 	expr = strings.TrimSpace(expr)
 	if m := labelVals.FindStringSubmatch(expr); m != nil {
-		return parsed{metrics: []string{m[1]}, labels: []string{m[2]}, funcs: []string{"label_values"}}, nil
+		return parsed{metrics: []string{m[1]}, labels: []string{m[2]}}, nil
 	}
-	// Label names of matchers, then drop the matcher bodies (their values are strings).
-	for _, m := range matchers.FindAllStringSubmatch(strLit.ReplaceAllString(expr, `""`), -1) {
-		for _, l := range matcherLbl.FindAllStringSubmatch(m[1], -1) {
-			p.labels = append(p.labels, l[1])
-		}
+	e, err := parser.NewParser(parser.Options{}).ParseExpr(grafanaVars.Replace(expr))
+	if err != nil {
+		return p, err
 	}
-	s := strLit.ReplaceAllString(expr, `""`)
-	s = matchers.ReplaceAllString(s, " ")
-	s = rangeSel.ReplaceAllString(s, " ")
-	for _, g := range grouping.FindAllStringSubmatch(s, -1) {
-		for l := range strings.SplitSeq(g[1], ",") {
-			if l = strings.TrimSpace(l); l != "" {
-				p.labels = append(p.labels, l)
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		switch n := n.(type) {
+		case *parser.VectorSelector:
+			p.metrics = append(p.metrics, n.Name) // "" for a selector without a name
+			for _, m := range n.LabelMatchers {
+				if m.Name != "__name__" {
+					p.labels = append(p.labels, m.Name)
+				}
+			}
+		case *parser.AggregateExpr:
+			p.labels = append(p.labels, n.Grouping...)
+		case *parser.BinaryExpr:
+			if n.VectorMatching != nil {
+				p.labels = append(p.labels, n.VectorMatching.MatchingLabels...)
+				p.labels = append(p.labels, n.VectorMatching.Include...)
 			}
 		}
-	}
-	s = grouping.ReplaceAllString(s, " ")
-	for _, loc := range ident.FindAllStringIndex(s, -1) {
-		id := s[loc[0]:loc[1]]
-		rest := strings.TrimLeft(s[loc[1]:], " \t\n")
-		switch {
-		case loc[0] > 0 && (s[loc[0]-1] >= '0' && s[loc[0]-1] <= '9' || s[loc[0]-1] == '.'):
-			// part of a number (1e3) or a duration
-		case strings.HasPrefix(rest, "("):
-			if !slices.Contains(promFuncs, id) {
-				return p, fmt.Errorf("unknown function %s", id)
-			}
-			p.funcs = append(p.funcs, id)
-		case slices.Contains(promKeywords, id):
-			// by/without/on were removed with their lists; the others are binary operators
-		default:
-			p.metrics = append(p.metrics, id)
-		}
-	}
+		return nil
+	})
 	return p, nil
 }
 
-func TestPromQLLexer(t *testing.T) {
+func TestPromQLParse(t *testing.T) {
 	p, err := parsePromQL(`histogram_quantile(0.99, sum by (le, x) (rate(a_b_bucket{c=~"$t", d!="}"}[$__rate_interval])))`)
 	if err != nil {
 		t.Fatal(err)
@@ -151,8 +129,10 @@ func TestPromQLLexer(t *testing.T) {
 	if !slices.Equal(p.metrics, []string{"a_b_bucket"}) || !slices.Equal(slices.Sorted(slices.Values(p.labels)), []string{"c", "d", "le", "x"}) {
 		t.Errorf("got %+v", p)
 	}
-	if _, err := parsePromQL(`rat(x[5m])`); err == nil {
-		t.Error("an unknown function was accepted")
+	for _, bad := range []string{`rat(x[5m])`, `sum by (a (x)`, `rate(x)`} {
+		if _, err := parsePromQL(bad); err == nil {
+			t.Errorf("%s parsed", bad)
+		}
 	}
 	if p, _ := parsePromQL(`label_values(m_total, lbl)`); !slices.Equal(p.metrics, []string{"m_total"}) || !slices.Equal(p.labels, []string{"lbl"}) {
 		t.Errorf("label_values: %+v", p)
@@ -174,6 +154,10 @@ func checkQuery(emitted series, from map[string]string, q query) (problems, show
 	}
 	var have []string
 	for _, m := range p.metrics {
+		if m == "" {
+			problems = append(problems, "a selector without a series name: "+q.expr)
+			continue
+		}
 		ls, ok := emitted[m]
 		if !ok {
 			problems = append(problems, fmt.Sprintf("queries %s, which Baton does not emit", m))

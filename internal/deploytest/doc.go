@@ -11,9 +11,9 @@
 //     barrier's budget, the resources against the measured RSS;
 //   - deploy/compose/compose.yaml loads with the compose spec's own loader and schema
 //     (github.com/compose-spec/compose-go/v2);
-//   - every series the Grafana dashboard queries is one Baton emits: the instruments are read
-//     from the packages' doc.go and source, and named by the real OpenTelemetry Prometheus
-//     exporter;
+//   - every Grafana query parses (Prometheus's own PromQL parser) and every series and label it
+//     reads is one Baton emits: the instruments are read from the packages' doc.go and source,
+//     and named by the real OpenTelemetry Prometheus exporter;
 //   - the image, the port and the environment agree across compose, k8s, the Dockerfile,
 //     prometheus.yml and deploy/README.md.
 //
