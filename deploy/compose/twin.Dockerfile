@@ -1,0 +1,18 @@
+# The twin example and the baton command in one image (ghcr.io/batonhq/baton-twin:dev):
+# 'twin -serve' is a member of the twins group (deploy/README.md lists its environment),
+# 'baton migrate' applies the stores' DDL as the migration role.
+# Build from the repository root: docker build -f deploy/compose/twin.Dockerfile .
+FROM golang:1.26 AS build
+WORKDIR /src
+COPY go.mod go.sum ./
+RUN go mod download
+COPY . .
+# Pure Go (the SQLite driver is modernc.org/sqlite): a static binary for a distroless image.
+RUN CGO_ENABLED=0 go build -trimpath -ldflags=-s -o /out/twin ./examples/twin && \
+    CGO_ENABLED=0 go build -trimpath -ldflags=-s -o /out/baton ./cmd/baton
+
+FROM gcr.io/distroless/static-debian12:nonroot
+COPY --from=build /out/twin /out/baton /usr/local/bin/
+USER 65532:65532
+EXPOSE 8080
+CMD ["twin", "-serve"]

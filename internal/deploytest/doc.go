@@ -1,0 +1,23 @@
+// Package deploytest validates deploy/compose, deploy/k8s and deploy/README.md without a
+// container engine or a cluster. It is its own module (like fence/lease/k8slease) and holds
+// tests only: the Kubernetes API types, the compose spec's loader and the Prometheus exporter
+// stay out of Baton's go.mod, so no user of the library downloads or compiles them. It imports
+// no Baton package; it reads the repository's files ("cd internal/deploytest && go test ./...").
+//
+// What the tests prove:
+//   - every manifest in deploy/k8s decodes strictly (unknown or duplicate fields rejected) into
+//     the real Kubernetes API types (k8s.io/api), and the objects fit together: selectors,
+//     named ports, probes, the Secrets they reference, the grace period against the revoke
+//     barrier's budget, the resources against the measured RSS;
+//   - deploy/compose/compose.yaml loads with the compose spec's own loader and schema
+//     (github.com/compose-spec/compose-go/v2);
+//   - every Grafana query parses (Prometheus's own PromQL parser) and every series and label it
+//     reads is one Baton emits: the instruments are read from the packages' doc.go and source,
+//     and named by the real OpenTelemetry Prometheus exporter;
+//   - the image, the port and the environment agree across compose, k8s, the Dockerfile,
+//     prometheus.yml and deploy/README.md.
+//
+// What they cannot prove: that an image builds, that a container starts, that a cluster admits
+// the objects (admission, quotas, API server validation beyond the types) or that the stack
+// works end to end. Nothing here runs Docker or Kubernetes.
+package deploytest
