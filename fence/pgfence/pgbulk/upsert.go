@@ -64,10 +64,10 @@ func RowsPerStatement(n int) Option {
 // Upsert writes rows into one table with set-based INSERT ... ON CONFLICT statements. It is
 // immutable and safe for concurrent use.
 type Upsert struct {
-	cols  []Column
-	key   []int // indexes of the key columns in cols
-	cfg   config
-	sql   string
+	cols []Column
+	key  []int // indexes of the key columns in cols
+	cfg  config
+	sql  string
 }
 
 var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
