@@ -103,8 +103,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	defer db.Close()
 
 	designs := cfg.designs()
-	topics := map[bool]string{false: "baton-bench-" + stamp}
-	records := map[bool]int64{false: perKey * int64(cfg.Keys)}
+	topics, records := map[bool]string{}, map[bool]int64{}
+	if slices.ContainsFunc(designs, func(i Info) bool { return !i.Slow }) {
+		topics[false] = "baton-bench-" + stamp
+		records[false] = perKey * int64(cfg.Keys)
+	}
 	if slices.ContainsFunc(designs, func(i Info) bool { return i.Slow }) {
 		topics[true] = "baton-bench-slow-" + stamp
 		records[true] = slowPerKey * int64(cfg.Keys)
