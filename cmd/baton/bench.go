@@ -72,6 +72,9 @@ run inside the repository, or takes -peers.
 	}
 	cfg.Self = []string{self}
 	cfg.Progress = stdout
+	if err := cfg.Validate(); err != nil {
+		return usageError{err: err}
+	}
 	if cfg.Designs == nil || slices.Contains(cfg.Designs, "watermill") {
 		if peers == "" {
 			dir, err := os.MkdirTemp("", "baton-bench-")
@@ -86,9 +89,6 @@ run inside the repository, or takes -peers.
 		cfg.Peers = []string{peers}
 	}
 	_, err = bench.Run(ctx, cfg)
-	if err != nil && strings.HasPrefix(err.Error(), "-") {
-		return usageError{err: err}
-	}
 	return err
 }
 

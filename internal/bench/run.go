@@ -71,8 +71,11 @@ type Result struct {
 // Run prepares the topics and the schema, runs every design Rounds times in rotating order,
 // checks each run, and writes the summary. It fails if any run failed or was wrong.
 func Run(ctx context.Context, cfg Config) ([]Result, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if slices.ContainsFunc(cfg.designs(), func(i Info) bool { return i.Peer }) && len(cfg.Peers) == 0 {
+		return nil, fmt.Errorf("%w: the watermill design needs the peers binary", ErrUsage)
 	}
 	out := cfg.Progress
 	perKey := int64(cfg.Records / cfg.Keys)
@@ -188,7 +191,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return results, errors.Join(errs...)
 }
 
-func (cfg *Config) validate() error {
+// ErrUsage marks a configuration that cannot run.
+var ErrUsage = errors.New("bench: usage")
+
+// Validate reports every problem of cfg at once, wrapping [ErrUsage]; it does no I/O.
+func (cfg *Config) Validate() error {
 	var errs []error
 	if cfg.Keys < 1 {
 		errs = append(errs, fmt.Errorf("-keys %d: want at least 1", cfg.Keys))
@@ -214,13 +221,13 @@ func (cfg *Config) validate() error {
 	if slices.ContainsFunc(ds, func(i Info) bool { return i.Name == "redislock" }) && cfg.Redis == "" {
 		errs = append(errs, errors.New("the redislock design needs Redis (-redis or BATON_REDIS_ADDR)"))
 	}
-	if slices.ContainsFunc(ds, func(i Info) bool { return i.Peer }) && len(cfg.Peers) == 0 {
-		errs = append(errs, errors.New("the watermill design needs the peers binary"))
-	}
 	if len(cfg.Brokers) == 0 || cfg.Postgres == "" {
 		errs = append(errs, errors.New("needs Kafka and PostgreSQL (-brokers, -postgres, or BATON_KAFKA_BROKERS and BATON_POSTGRES_URL; 'make up' starts them)"))
 	}
-	return errors.Join(errs...)
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: %w", ErrUsage, errors.Join(errs...))
+	}
+	return nil
 }
 
 func (cfg *Config) designs() []Info {
