@@ -40,7 +40,7 @@ run inside the repository, or takes -peers.
 	fs.IntVar(&cfg.Records, "records", 200_000, "records of the main topic")
 	fs.IntVar(&cfg.Keys, "keys", 1000, "distinct keys")
 	fs.IntVar(&cfg.Partitions, "partitions", 12, "topic partitions")
-	fs.IntVar(&cfg.SlowRecords, "slow-records", 20_000, "records of the topic the slow designs (watermill, redislock, naive) run on")
+	fs.IntVar(&cfg.SlowRecords, "slow-records", 10_000, "records of the topic the slow designs (watermill, redislock, naive) run on")
 	fs.IntVar(&cfg.Rounds, "rounds", 1, "rounds: every design runs once per round, the order rotating")
 	fs.StringVar(&designs, "designs", "all", "designs to run, comma-separated")
 	fs.StringVar(&conns, "conns", "1,2,4,8", "the ceiling's connection counts to try (the best counts)")

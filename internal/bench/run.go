@@ -115,7 +115,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		topics[true] = "baton-bench-slow-" + stamp
 		records[true] = slowPerKey * int64(cfg.Keys)
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.MetadataMinAge(100*time.Millisecond)) // a new topic: ask again soon, not after 5s
 	if err != nil {
 		return nil, err
 	}
