@@ -23,13 +23,13 @@ import (
 func batonDesigns() map[string]bench.Design {
 	return map[string]bench.Design{
 		"baton": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
-			return runBaton(ctx, job, rec, true, rowPerRecord)
+			return runBaton(ctx, job, rec, "pgfence", rowPerRecord)
 		},
 		"baton-fast": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
-			return runBaton(ctx, job, rec, true, fastPath)
+			return runBaton(ctx, job, rec, "pgbulk", fastPath)
 		},
 		"baton-unfenced": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
-			return runBaton(ctx, job, rec, false, fastPath)
+			return runBaton(ctx, job, rec, "none", fastPath)
 		},
 	}
 }
@@ -64,7 +64,8 @@ var foldUpsert = func() *pgbulk.Upsert {
 }()
 
 // fastPath is the same fold through pgbulk: the batch's records merged per key and written
-// by unnest statements of at most 1000 rows, in one round trip.
+// by unnest statements of at most 1000 rows, in one batch (over pgbulk.Sink, the batch that
+// also carries the fence statement).
 func fastPath(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
 	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		rows := make([][]any, len(b.Records))
@@ -79,14 +80,16 @@ func fastPath(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx]
 	}), nil
 }
 
-func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, fenced bool, factory consumer.Factory[pgx.Tx]) error {
+// runBaton runs a consumer over sink ("pgfence", "pgbulk": pgfence with the fence pipelined
+// into the handler's first batch, or "none").
+func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind string, factory consumer.Factory[pgx.Tx]) error {
 	pool, err := job.Pool(ctx, job.Partitions)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	var sink fence.Sink[pgx.Tx] = unfencedSink{pool}
-	if fenced {
+	if sinkKind != "none" {
 		s, err := pgfence.New(pool)
 		if err != nil {
 			return err
@@ -95,7 +98,16 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, fenced bo
 			return err
 		}
 		sink = s
+		if sinkKind == "pgbulk" {
+			if sink, err = pgbulk.NewSink(s, pool); err != nil {
+				return err
+			}
+		}
 	}
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+	rec.Start()
 	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink{Sink: sink, rec: rec, pos: map[int32]int64{}}, factory,
 		consumer.Kafka(kgo.SeedBrokers(job.Brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
 		consumer.Logger(quietLogger))

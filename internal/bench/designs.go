@@ -35,6 +35,10 @@ func Naive(ctx context.Context, job Job, rec *Recorder) error {
 		return err
 	}
 	defer pool.Close()
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+	rec.Start()
 	cl, err := kgo.NewClient(job.Kafka()...)
 	if err != nil {
 		return err
@@ -78,11 +82,6 @@ func RedisLock(ctx context.Context, job Job, rec *Recorder) error {
 		return err
 	}
 	defer pool.Close()
-	cl, err := kgo.NewClient(job.Kafka()...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
 	locks := make([]*redislock.Client, workers)
 	for i := range locks {
 		if locks[i], err = redislock.Dial(ctx, job.Redis); err != nil {
@@ -90,6 +89,15 @@ func RedisLock(ctx context.Context, job Job, rec *Recorder) error {
 		}
 		defer locks[i].Close()
 	}
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+	rec.Start()
+	cl, err := kgo.NewClient(job.Kafka()...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -185,6 +193,10 @@ func Ceiling(ctx context.Context, job Job, rec *Recorder) error {
 		p := part.Partition(r, job.Partitions)
 		parts[p] = append(parts[p], [2]any{string(r.Key), mustValue(r.Value)})
 	}
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+	rec.Start()
 	var wg sync.WaitGroup
 	errs := make([]error, conns)
 	for c := range conns {

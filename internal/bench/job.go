@@ -100,7 +100,7 @@ func (j Job) Pool(ctx context.Context, conns int) (*pgxpool.Pool, error) {
 type Report struct {
 	Design  string        `json:"design"`
 	Records int64         `json:"records"`
-	Wall    time.Duration `json:"wall"`    // client start (group join included) to the last record committed
+	Wall    time.Duration `json:"wall"`    // Recorder.Start (before the Kafka client starts: group join included) to the last record committed
 	Batches int           `json:"batches"` // transactions
 	P50     time.Duration `json:"p50"`     // of one transaction (a batch, a row, a chunk)
 	P99     time.Duration `json:"p99"`
@@ -112,6 +112,7 @@ func (r Report) Rate() float64 { return float64(r.Records) / r.Wall.Seconds() }
 
 // Recorder counts what a design committed and times its transactions. Safe for concurrent use.
 type Recorder struct {
+	started atomic.Pointer[time.Time]
 	want    int64
 	applied atomic.Int64
 	done    chan struct{}
@@ -122,6 +123,14 @@ type Recorder struct {
 
 // NewRecorder returns a recorder that is done after want records.
 func NewRecorder(want int64) *Recorder { return &Recorder{want: want, done: make(chan struct{})} }
+
+// Start marks the end of the design's setup (connections, migrations, data generated in
+// memory): the run's wall time counts from here. A design that never calls it is timed from
+// its launch.
+func (r *Recorder) Start() {
+	now := time.Now()
+	r.started.CompareAndSwap(nil, &now)
+}
 
 // Committed records one committed transaction of n records that took d.
 func (r *Recorder) Committed(n int64, d time.Duration) {
@@ -197,7 +206,11 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 		<-errc
 		return ctx.Err()
 	}
-	wall := time.Since(start)
+	end := time.Now()
+	if s := rec.started.Load(); s != nil {
+		start = *s
+	}
+	wall := end.Sub(start)
 	cancel()
 	if err := <-errc; err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("%s: stopping: %w", job.Design, err)

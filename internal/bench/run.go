@@ -33,7 +33,7 @@ type Info struct {
 // All lists every design, in the order of the table. Baton's are served by cmd/baton.
 var All = []Info{
 	{Name: "baton", About: "Baton, fenced (pgfence), its default handler shape: one upsert statement per record in the batch's transaction"},
-	{Name: "baton-fast", About: "Baton, fenced (pgfence), the fast write path: pgbulk unnest upserts, 1000 rows a statement, merged per key"},
+	{Name: "baton-fast", About: "Baton, fenced, the fast write path: pgbulk unnest upserts (1000 rows a statement, merged per key) sent in one batch with the fence statement (pgbulk.Sink over pgfence)"},
 	{Name: "baton-unfenced", About: "Baton's runtime over a sink that keeps no fence (begin, handler, commit), the same pgbulk handler: the fence's cost"},
 	{Name: "watermill", About: "watermill: Kafka subscriber -> SQL (PostgreSQL) pub/sub -> SQL subscriber applying each message in the transaction that consumes it (TxFromContext)", Slow: true, Peer: true},
 	{Name: "redislock", About: "a Redis lock per key (SET NX PX, compare-and-delete) around each write, one transaction per record, 8 workers", Slow: true},
@@ -168,8 +168,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				continue
 			}
 			r := res.Report
-			fmt.Fprintf(out, "round %d %-15s %8.0f records/s  %7d records  p50 %6.1fms  p99 %7.1fms  rss %4d MiB  (load %s)\n",
-				round+1, e.name, r.Rate(), r.Records, ms(r.P50), ms(r.P99), r.RSS>>20, LoadAvg())
+			fmt.Fprintf(out, "round %d %-15s %8.0f records/s  %7d records  %6d tx  p50 %6.1fms  p99 %7.1fms  rss %4d MiB  (load %s)\n",
+				round+1, e.name, r.Rate(), r.Records, r.Batches, ms(r.P50), ms(r.P99), r.RSS>>20, LoadAvg())
 		}
 	}
 	sum := Summarize(results)

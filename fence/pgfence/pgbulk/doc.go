@@ -21,8 +21,21 @@
 //		return up.Exec(ctx, tx, rows)
 //	}
 //
-// With pgfence's ApplyBatch or AdvanceBatch, [Upsert.Queue] puts the statements in the same
-// pgx.Batch as the fence statement: fence and writes in one round trip.
+// # The fence in the same round trip
+//
+// Over pgfence's store, a consumer's batch costs begin, the fence statement, the handler's
+// batch and commit: four round trips. [Sink] wraps the store so that the fence statement
+// travels first in the handler's first batch (pgfence's AdvanceBatch): begin, one batch,
+// commit, the same three round trips as the same writes without a fence. Give the consumer
+// the Sink instead of the store:
+//
+//	store, err := pgfence.New(pool)
+//	sink, err := pgbulk.NewSink(store, pool)
+//	c, err := consumer.New(group, topics, sink, factory)  // handlers call up.Exec(ctx, tx, rows)
+//
+// A Sink is a fence.Sink like the store (it passes the fencetest conformance suite); only the
+// moment the fence statement is sent differs. Outside a consumer, [Upsert.Queue] puts the
+// statements in the pgx.Batch of pgfence's ApplyBatch or AdvanceBatch directly.
 //
 // # The same key twice
 //

@@ -96,6 +96,10 @@ func Watermill(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
 	if err != nil {
 		return err
 	}
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+	rec.Start()
 	pgTopic := strings.NewReplacer("-", "_", ".", "_").Replace(job.Group)
 	router.AddHandler("kafka-to-postgres", job.Topic, kafkaSub, pgTopic, sqlPub,
 		func(msg *message.Message) ([]*message.Message, error) {
