@@ -72,6 +72,7 @@ run inside the repository, or takes -peers.
 	}
 	cfg.Self = []string{self}
 	cfg.Progress = stdout
+	cfg.Command = strings.TrimSpace("baton bench " + strings.Join(args, " "))
 	if err := cfg.Validate(); err != nil {
 		return usageError{err: err}
 	}

@@ -57,6 +57,7 @@ type Config struct {
 	Self                      []string // command that serves Baton's and the native designs (+ WorkerCommand)
 	Peers                     []string // command that serves the peers' designs
 	Out                       string   // directory for RESULTS.md and chart.svg; empty: none
+	Command                   string   // the command line, for the results
 	Progress                  io.Writer
 }
 
@@ -174,7 +175,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	}
 	sum := Summarize(results)
 	conds := Conditions{Start: load0, End: LoadAvg(), CPUs: runtime.NumCPU(), Go: runtime.Version(), Date: time.Now().UTC(),
-		Records: records[false], SlowRecords: records[true], Keys: cfg.Keys, Partitions: cfg.Partitions, Rounds: cfg.Rounds}
+		Records: records[false], SlowRecords: records[true], Keys: cfg.Keys, Partitions: cfg.Partitions, Rounds: cfg.Rounds,
+		Command: cfg.Command}
 	fmt.Fprintln(out)
 	WriteTable(out, sum, conds)
 	if cfg.Out != "" {
