@@ -151,6 +151,12 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		entries = append(entries, entry{d, d.Name, 0})
 	}
 	var results []Result
+	var groups []string
+	defer func() { // the runs' consumer groups, so that a shared broker does not collect them
+		if len(groups) > 0 {
+			_, _ = adm.DeleteGroups(context.WithoutCancel(ctx), groups...)
+		}
+	}()
 	for round := range cfg.Rounds {
 		for i := range entries {
 			e := entries[(i+round)%len(entries)] // rotate the order between rounds
@@ -158,6 +164,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			j.Design, j.Conns = e.info.Name, e.conns
 			j.Topic, j.Records = topics[e.info.Slow], records[e.info.Slow]
 			j.Group = fmt.Sprintf("baton-bench-%s-%s-%d", strings.ReplaceAll(e.name, "/", "-"), stamp, round)
+			groups = append(groups, j.Group)
 			res := Result{Design: e.name, Round: round}
 			res.Report, res.Err = runOne(ctx, cfg, e.info, j, db)
 			results = append(results, res)
