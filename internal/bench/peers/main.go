@@ -105,7 +105,7 @@ func Watermill(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
 		func(msg *message.Message) ([]*message.Message, error) {
 			return []*message.Message{msg}, nil
 		})
-	router.AddNoPublisherHandler("apply", pgTopic, sqlSub, func(msg *message.Message) error {
+	router.AddConsumerHandler("apply", pgTopic, sqlSub, func(msg *message.Message) error {
 		tx, ok := wsql.TxFromContext(msg.Context())
 		if !ok {
 			return fmt.Errorf("message %s: no transaction in its context", msg.UUID)
