@@ -12,13 +12,17 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test check lint gotest up down env reset bench deps help
+.PHONY: demo test ci check lint gotest up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
 
 test:
 	deploy/local/with-services.sh $(MAKE) --no-print-directory check
+
+# ci is what .ci/run runs: 'make test' plus the bench's smoke run, against the same services.
+ci:
+	deploy/local/with-services.sh $(MAKE) --no-print-directory check bench-smoke
 
 # check assumes the services are up and their variables exported (see 'make env').
 check: lint gotest
@@ -37,7 +41,21 @@ gotest:
 	@echo "== go test internal/deploytest (its own module: the Kubernetes and compose libraries stay out of Baton's graph)"
 	cd internal/deploytest && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
 
+# bench runs 'baton bench' at full size (BENCHFLAGS adds flags, e.g. -rounds 3) and writes
+# bench/RESULTS.md and bench/chart.svg. It takes minutes and both cores: run it on a quiet machine.
+BENCHFLAGS ?=
 bench:
+	deploy/local/with-services.sh $(GO) run ./cmd/baton bench -out bench $(BENCHFLAGS)
+
+# bench-smoke checks every design's correctness (its fold), not its speed: tiny sizes, seconds.
+# It also vets and staticchecks the peers' module (internal/bench/peers), which ./... does not reach.
+bench-smoke:
+	@echo "== go vet, staticcheck (internal/bench/peers)"; cd internal/bench/peers && $(GO) vet ./... && $(GO) tool -modfile=../../../go.mod staticcheck ./...
+	@echo "== baton bench (smoke)"
+	$(GO) run ./cmd/baton bench -records 1200 -keys 60 -partitions 3 -slow-records 240 -conns 1,2 -timeout 2m
+
+# gobench runs the Go benchmarks (go test -bench) against the real services.
+gobench:
 	deploy/local/with-services.sh $(GO) test -run '^$$' -bench . -benchtime 2s ./...
 
 # deps installs what 'make test' needs (apt-get, once) without starting anything: for building
@@ -69,5 +87,7 @@ help:
 	@echo "make up      start PostgreSQL, Kafka and Redis and keep them running; 'eval \"\$$(make -s env)\"'"
 	@echo "             exports their addresses, then 'make check' runs lint and tests against them"
 	@echo "make down    stop them ('make reset' also deletes their data)"
-	@echo "make bench   the benchmarks against the real services"
+	@echo "make bench   'baton bench': Baton against watermill, a Redis lock, one row per transaction and"
+	@echo "             the database's ceiling, side by side; writes bench/RESULTS.md and bench/chart.svg"
+	@echo "make gobench the Go benchmarks (go test -bench) against the real services"
 	@echo "BATON_DRY_RUN=1 make deps|test: say what would be installed, install and run nothing"

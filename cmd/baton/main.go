@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/batonhq/baton/internal/bench"
 	"github.com/batonhq/baton/internal/chaos"
 )
 
@@ -49,6 +50,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = migrateCmd(ctx, args[1:], stdout, stderr)
 	case chaos.WorkerCommand:
 		err = chaos.RunWorker(ctx, args[1:])
+	case "bench":
+		err = benchCmd(ctx, args[1:], stdout, stderr)
+	case bench.WorkerCommand:
+		err = benchWorker(ctx, args[1:], stdout)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -132,6 +137,8 @@ commands:
   demo     the digital-twin demo: a zombie owner's writes refused (embedded: nothing to install)
   chaos    a chaos run against a real Kafka and PostgreSQL, with a verdict and a timeline
   worker   one chaos worker process (started by 'baton chaos' and 'baton demo')
+  bench    Baton against the alternatives (watermill, a Redis lock, one row per transaction,
+           the database's ceiling), side by side against a real Kafka and PostgreSQL
 
 operating a group:
   status   per partition: owner, token, position, committed offset, lag, outbox backlog;

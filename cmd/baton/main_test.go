@@ -201,3 +201,30 @@ func TestCommandLine(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchFlags: 'baton bench -h' documents the flags the issue names, and a command line
+// that cannot run exits 2 with every problem named, before anything is built or connected.
+func TestBenchFlags(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"bench", "-h"}, io.Discard, &out); code != 0 {
+		t.Fatalf("bench -h exited %d", code)
+	}
+	for _, f := range []string{"-records", "-keys", "-partitions", "-rounds", "-designs", "-out", "-peers"} {
+		if !strings.Contains(out.String(), f) {
+			t.Errorf("bench -h does not list %s:\n%s", f, out.String())
+		}
+	}
+	out.Reset()
+	code := run([]string{"bench", "-records", "5", "-keys", "10", "-designs", "nope", "-brokers", "", "-postgres", ""}, io.Discard, &out)
+	if code != 2 {
+		t.Errorf("an impossible bench exited %d, want 2", code)
+	}
+	for _, want := range []string{"-records 5", `unknown design "nope"`, "needs Kafka"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("stderr does not mention %q:\n%s", want, out.String())
+		}
+	}
+	if code := run([]string{"bench", "-conns", "x"}, io.Discard, io.Discard); code != 2 {
+		t.Errorf("-conns x exited %d, want 2", code)
+	}
+}

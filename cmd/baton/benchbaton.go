@@ -1,0 +1,173 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/batonhq/baton/consumer"
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/fence/pgfence/pgbulk"
+	"github.com/batonhq/baton/internal/bench"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// batonDesigns are the bench's designs that run Baton: its default handler shape and the
+// fast write path, fenced, and the fast path over a sink without a fence.
+//
+// This file is the bench's only user of fence.Sink: countingSink.Apply and unfencedSink.
+func batonDesigns() map[string]bench.Design {
+	return map[string]bench.Design{
+		"baton": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
+			return runBaton(ctx, job, rec, "pgfence", rowPerRecord)
+		},
+		"baton-fast": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
+			return runBaton(ctx, job, rec, "pgbulk", fastPath)
+		},
+		"baton-unfenced": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
+			return runBaton(ctx, job, rec, "none", fastPath)
+		},
+	}
+}
+
+// rowPerRecord is the handler shape of Baton's docs and examples: one statement per record
+// in the batch's transaction.
+func rowPerRecord(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+		for _, r := range b.Records {
+			v, err := bench.Value(r.Value)
+			if err != nil {
+				return consumer.Permanent(err)
+			}
+			if _, err := tx.Exec(ctx, bench.FoldUpsert, string(r.Key), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}), nil
+}
+
+var foldUpsert = func() *pgbulk.Upsert {
+	cols := make([]pgbulk.Column, len(bench.FoldColumns))
+	for i, c := range bench.FoldColumns {
+		cols[i] = pgbulk.Column{Name: c[0], Type: c[1]}
+	}
+	up, err := pgbulk.NewUpsert(bench.Table, []string{"key"}, cols, bench.FoldSet, pgbulk.Merge(bench.MergeFold))
+	if err != nil {
+		panic(err)
+	}
+	return up
+}()
+
+// fastPath is the same fold through pgbulk: the batch's records merged per key and written
+// by unnest statements of at most 1000 rows, in one batch (over pgbulk.Sink, the batch that
+// also carries the fence statement).
+func fastPath(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+		rows := make([][]any, len(b.Records))
+		for i, r := range b.Records {
+			v, err := bench.Value(r.Value)
+			if err != nil {
+				return consumer.Permanent(err)
+			}
+			rows[i] = bench.FoldRow(string(r.Key), v)
+		}
+		return foldUpsert.Exec(ctx, tx, rows)
+	}), nil
+}
+
+// runBaton runs a consumer over sink ("pgfence", "pgbulk": pgfence with the fence pipelined
+// into the handler's first batch, or "none").
+func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind string, factory consumer.Factory[pgx.Tx]) error {
+	pool, err := job.Pool(ctx, job.Partitions)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	var sink fence.Sink[pgx.Tx] = unfencedSink{pool}
+	if sinkKind != "none" {
+		s, err := pgfence.New(pool)
+		if err != nil {
+			return err
+		}
+		if err := s.Migrate(ctx); err != nil {
+			return err
+		}
+		sink = s
+		if sinkKind == "pgbulk" {
+			if sink, err = pgbulk.NewSink(s, pool); err != nil {
+				return err
+			}
+		}
+	}
+	if err := pool.Ping(ctx); err != nil {
+		return err
+	}
+	rec.Start()
+	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink{Sink: sink, rec: rec, pos: map[int32]int64{}}, factory,
+		consumer.Kafka(kgo.SeedBrokers(job.Brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
+		consumer.Logger(quietLogger))
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// countingSink times each committed Apply (begin to commit) and counts its records from the
+// advance of the partition's position: the topic's offsets are dense, every group is new and
+// every fence fresh, so a partition starts at offset 0.
+type countingSink struct {
+	fence.Sink[pgx.Tx]
+	rec *bench.Recorder
+	mu  sync.Mutex
+	pos map[int32]int64 // last applied offset per partition
+}
+
+func (s *countingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, pgx.Tx) error) error {
+	start := time.Now()
+	if err := s.Sink.Apply(ctx, k, t, position, fn); err != nil {
+		return err
+	}
+	d := time.Since(start)
+	s.mu.Lock()
+	prev, ok := s.pos[k.Partition]
+	if !ok {
+		prev = -1
+	}
+	s.pos[k.Partition] = position
+	s.mu.Unlock()
+	s.rec.Committed(position-prev, d)
+	return nil
+}
+
+// unfencedSink keeps no fence: every claim starts from Kafka's committed offset and every
+// Apply is begin, fn, commit. It protects nothing; it prices the fence.
+type unfencedSink struct{ pool *pgxpool.Pool }
+
+func (unfencedSink) Claim(context.Context, fence.Key, fence.Token) (fence.State, error) {
+	return fence.State{Position: fence.NoPosition}, nil
+}
+
+func (unfencedSink) Load(context.Context, fence.Key) (fence.State, error) {
+	return fence.State{Position: fence.NoPosition}, nil
+}
+
+func (s unfencedSink) Apply(ctx context.Context, _ fence.Key, _ fence.Token, _ int64, fn func(context.Context, pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
+}
+
+func (unfencedSink) Advance(context.Context, pgx.Tx, fence.Key, fence.Token, int64) error {
+	return nil
+}
+
+func (unfencedSink) Recover(context.Context, fence.Key, fence.Token, int64, string) (fence.Token, error) {
+	return fence.Token{}, errors.New("unfenced sink: nothing to recover")
+}
+
+func (unfencedSink) Recoveries(context.Context, fence.Key) ([]fence.Recovery, error) {
+	return nil, nil
+}

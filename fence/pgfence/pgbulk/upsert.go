@@ -1,0 +1,302 @@
+package pgbulk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/batonhq/baton/internal/sqlident"
+	"github.com/jackc/pgx/v5"
+)
+
+// DefaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
+// says otherwise: large enough to amortize a statement's overhead, small enough to keep
+// arrays and plans cheap.
+const DefaultRowsPerStatement = 1000
+
+// maxKeyColumns bounds the conflict target, so that a key fits a comparable array.
+const maxKeyColumns = 4
+
+// Column is one column written by an [Upsert]: its name and its PostgreSQL type, as written
+// in a cast ("text", "bigint", "timestamptz", "numeric(12,2)").
+type Column struct {
+	Name string
+	Type string
+}
+
+// Option configures an [Upsert].
+type Option func(*config) error
+
+type config struct {
+	merge func(into, row []any)
+	rows  int
+}
+
+// Merge folds rows with the same key into one before they are sent: merge(into, row) is
+// called, in order, for every row whose key an earlier row of the same call already had, with
+// into that earlier (already merged) row. It must update into in place; the key columns must
+// stay as they are. Without Merge, repeated keys are written in layers (see the package doc).
+func Merge(merge func(into, row []any)) Option {
+	return func(c *config) error {
+		if merge == nil {
+			return errors.New("pgbulk: Merge: nil function")
+		}
+		c.merge = merge
+		return nil
+	}
+}
+
+// RowsPerStatement bounds the rows of one statement (default [DefaultRowsPerStatement]).
+func RowsPerStatement(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("pgbulk: RowsPerStatement(%d): want at least 1", n)
+		}
+		c.rows = n
+		return nil
+	}
+}
+
+// Upsert writes rows into one table with set-based INSERT ... ON CONFLICT statements. It is
+// immutable and safe for concurrent use.
+type Upsert struct {
+	cols []Column
+	key  []int // indexes of the key columns in cols
+	cfg  config
+	sql  string
+}
+
+var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
+
+// NewUpsert returns the upsert of cols into table with the conflict target key (column
+// names, all among cols; a unique index must cover them). set is the DO UPDATE SET clause,
+// in which the table is aliased t and the new row is excluded, as in "n = t.n + excluded.n";
+// an empty set means every non-key column takes the new row's value (DO NOTHING when there is
+// none). table may be schema-qualified. NewUpsert validates everything and reports every
+// problem at once; it does no I/O.
+func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
+	u := &Upsert{cols: slices.Clone(cols), cfg: config{rows: DefaultRowsPerStatement}}
+	var errs []error
+	if err := sqlident.Validate(table); err != nil {
+		errs = append(errs, fmt.Errorf("pgbulk: table: %w", err))
+	}
+	if len(cols) == 0 {
+		errs = append(errs, errors.New("pgbulk: no columns"))
+	}
+	seen := map[string]int{}
+	for i, c := range cols {
+		if err := sqlident.Validate(c.Name); err != nil || strings.Contains(c.Name, ".") {
+			errs = append(errs, fmt.Errorf("pgbulk: column %d: invalid name %q", i, c.Name))
+		}
+		if !typePattern.MatchString(c.Type) {
+			errs = append(errs, fmt.Errorf("pgbulk: column %q: invalid type %q", c.Name, c.Type))
+		}
+		if _, dup := seen[c.Name]; dup {
+			errs = append(errs, fmt.Errorf("pgbulk: column %q listed twice", c.Name))
+		}
+		seen[c.Name] = i
+	}
+	switch {
+	case len(key) == 0:
+		errs = append(errs, errors.New("pgbulk: no key columns"))
+	case len(key) > maxKeyColumns:
+		errs = append(errs, fmt.Errorf("pgbulk: %d key columns, at most %d", len(key), maxKeyColumns))
+	}
+	for _, k := range key {
+		i, ok := seen[k]
+		if !ok {
+			errs = append(errs, fmt.Errorf("pgbulk: key column %q is not among the columns", k))
+			continue
+		}
+		u.key = append(u.key, i)
+	}
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("pgbulk: option %d is nil", i))
+			continue
+		}
+		if err := o(&u.cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	u.sql = u.statement(table, key, set)
+	return u, nil
+}
+
+func (u *Upsert) statement(table string, key []string, set string) string {
+	names := make([]string, len(u.cols))
+	arrays := make([]string, len(u.cols))
+	for i, c := range u.cols {
+		names[i] = sqlident.Quote(c.Name)
+		arrays[i] = fmt.Sprintf("$%d::%s[]", i+1, c.Type)
+	}
+	keys := make([]string, len(key))
+	for i, k := range key {
+		keys[i] = sqlident.Quote(k)
+	}
+	action := "DO NOTHING"
+	if set != "" {
+		action = "DO UPDATE SET " + set
+	} else {
+		var sets []string
+		for i := range u.cols {
+			if !slices.Contains(u.key, i) {
+				sets = append(sets, fmt.Sprintf("%s = excluded.%s", names[i], names[i]))
+			}
+		}
+		if len(sets) > 0 {
+			action = "DO UPDATE SET " + strings.Join(sets, ", ")
+		}
+	}
+	return fmt.Sprintf("INSERT INTO %s AS t (%s) SELECT * FROM unnest(%s) ON CONFLICT (%s) %s",
+		sqlident.Quote(table), strings.Join(names, ", "), strings.Join(arrays, ", "), strings.Join(keys, ", "), action)
+}
+
+// SQL returns the statement, with one array parameter per column.
+func (u *Upsert) SQL() string { return u.sql }
+
+// BatchSender is what [Upsert.Exec] writes through: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
+type BatchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// Exec writes rows (each one value per column, in the order of the columns) in one round
+// trip: the statements [Upsert.Queue] would queue, sent as one batch. Run it inside a
+// transaction (the one a consumer handler gets), so that the rows land all or none.
+func (u *Upsert) Exec(ctx context.Context, tx BatchSender, rows [][]any) error {
+	var b pgx.Batch
+	if err := u.Queue(&b, rows); err != nil {
+		return err
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return tx.SendBatch(ctx, &b).Close()
+}
+
+// Queue queues the statements that write rows to b: rows merged per key (with [Merge]) or
+// split into layers of distinct keys (without), in statements of at most
+// [RowsPerStatement] rows. It fails, queueing nothing, if a row has the wrong number of
+// values. Rows are not modified (Merge works on copies).
+func (u *Upsert) Queue(b *pgx.Batch, rows [][]any) error {
+	for i, r := range rows {
+		if len(r) != len(u.cols) {
+			return fmt.Errorf("pgbulk: row %d has %d values, want %d", i, len(r), len(u.cols))
+		}
+	}
+	for _, layer := range u.layers(rows) {
+		for len(layer) > 0 {
+			n := min(len(layer), u.cfg.rows)
+			b.Queue(u.sql, u.arrays(layer[:n])...)
+			layer = layer[n:]
+		}
+	}
+	return nil
+}
+
+type keyOf [maxKeyColumns]any
+
+func (u *Upsert) keyOf(row []any) keyOf {
+	var k keyOf
+	for j, i := range u.key {
+		v := row[i]
+		if bs, ok := v.([]byte); ok { // not comparable
+			v = string(bs)
+		}
+		k[j] = v
+	}
+	return k
+}
+
+// layers returns groups of rows in which no key appears twice, to be written in order.
+func (u *Upsert) layers(rows [][]any) [][][]any {
+	if len(rows) == 0 {
+		return nil
+	}
+	if u.cfg.merge != nil {
+		at := make(map[keyOf]int, len(rows))
+		merged := make([][]any, 0, len(rows))
+		for _, r := range rows {
+			k := u.keyOf(r)
+			if i, ok := at[k]; ok {
+				u.cfg.merge(merged[i], r)
+				continue
+			}
+			at[k] = len(merged)
+			merged = append(merged, slices.Clone(r))
+		}
+		return [][][]any{merged}
+	}
+	seen := make(map[keyOf]int, len(rows))
+	var layers [][][]any
+	for _, r := range rows {
+		k := u.keyOf(r)
+		n := seen[k]
+		seen[k] = n + 1
+		if n == len(layers) {
+			layers = append(layers, nil)
+		}
+		layers[n] = append(layers[n], r)
+	}
+	return layers
+}
+
+// arrays returns one array argument per column.
+func (u *Upsert) arrays(rows [][]any) []any {
+	args := make([]any, len(u.cols))
+	for c := range u.cols {
+		args[c] = column(rows, c)
+	}
+	return args
+}
+
+// column returns column c of rows as a typed slice when every value has the same type, so
+// that pgx encodes it without reflection; otherwise as []any.
+func column(rows [][]any, c int) any {
+	switch rows[0][c].(type) {
+	case string:
+		return typed[string](rows, c)
+	case int64:
+		return typed[int64](rows, c)
+	case int32:
+		return typed[int32](rows, c)
+	case int:
+		return typed[int](rows, c)
+	case float64:
+		return typed[float64](rows, c)
+	case bool:
+		return typed[bool](rows, c)
+	case []byte:
+		return typed[[]byte](rows, c)
+	case time.Time:
+		return typed[time.Time](rows, c)
+	}
+	return anyColumn(rows, c)
+}
+
+func typed[T any](rows [][]any, c int) any {
+	out := make([]T, len(rows))
+	for i, r := range rows {
+		v, ok := r[c].(T)
+		if !ok {
+			return anyColumn(rows, c)
+		}
+		out[i] = v
+	}
+	return out
+}
+
+func anyColumn(rows [][]any, c int) []any {
+	out := make([]any, len(rows))
+	for i, r := range rows {
+		out[i] = r[c]
+	}
+	return out
+}
