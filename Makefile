@@ -17,12 +17,13 @@ GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 demo:
 	$(GO) run ./cmd/baton demo
 
+# test is the README's test command and what .ci/run runs: lint, every test, and the bench's
+# smoke run (every design's fold checked), against one set of services.
 test:
-	deploy/local/with-services.sh $(MAKE) --no-print-directory check
-
-# ci is what .ci/run runs: 'make test' plus the bench's smoke run, against the same services.
-ci:
 	deploy/local/with-services.sh $(MAKE) --no-print-directory check bench-smoke
+
+# ci is an alias of test.
+ci: test
 
 # check assumes the services are up and their variables exported (see 'make env').
 check: lint gotest
@@ -42,10 +43,10 @@ gotest:
 	cd internal/deploytest && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
 
 # bench runs 'baton bench' at full size (BENCHFLAGS adds flags, e.g. -rounds 3) and writes
-# bench/RESULTS.md and bench/chart.svg. It takes minutes and both cores: run it on a quiet machine.
+# docs/bench/RESULTS.md and docs/bench/chart.svg. It takes minutes and both cores: run it on a quiet machine.
 BENCHFLAGS ?=
 bench:
-	deploy/local/with-services.sh $(GO) run ./cmd/baton bench -out bench $(BENCHFLAGS)
+	deploy/local/with-services.sh $(GO) run ./cmd/baton bench -out docs/bench $(BENCHFLAGS)
 
 # bench-smoke checks every design's correctness (its fold), not its speed: tiny sizes, seconds.
 # It also vets and staticchecks the peers' module (internal/bench/peers), which ./... does not reach.
@@ -88,6 +89,6 @@ help:
 	@echo "             exports their addresses, then 'make check' runs lint and tests against them"
 	@echo "make down    stop them ('make reset' also deletes their data)"
 	@echo "make bench   'baton bench': Baton against watermill, a Redis lock, one row per transaction and"
-	@echo "             the database's ceiling, side by side; writes bench/RESULTS.md and bench/chart.svg"
+	@echo "             the database's ceiling, side by side; writes docs/bench/RESULTS.md and docs/bench/chart.svg"
 	@echo "make gobench the Go benchmarks (go test -bench) against the real services"
 	@echo "BATON_DRY_RUN=1 make deps|test: say what would be installed, install and run nothing"
