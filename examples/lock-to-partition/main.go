@@ -26,7 +26,7 @@ const (
 	opening          = 100
 	first, second    = 30, 50 // the paused worker's deposit, then its successor's
 	want             = opening + first + second
-	lease            = time.Second // (a): the lock's TTL; (b): the consumer-group session
+	lease            = time.Second // (a): the lock's TTL; step 2: the consumer-group session
 	sessionHeartbeat = lease / 10
 )
 
@@ -51,6 +51,12 @@ func run(ctx context.Context, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("lock version: %w", err)
 	}
+	redisStep1(out)
+	etcdBalance, err := withEtcd(ctx, out, filepath.Join(dir, "etcd.db"))
+	if err != nil && !errors.Is(err, errNoEtcd) {
+		return fmt.Errorf("step 1 with etcd: %w", err)
+	}
+	etcdRan := err == nil
 	batonBalance, err := withBaton(ctx, out, filepath.Join(dir, "baton.db"))
 	if err != nil {
 		return fmt.Errorf("baton version: %w", err)
@@ -58,8 +64,16 @@ func run(ctx context.Context, w io.Writer) error {
 	out.say("")
 	out.say("verdict: redis lock: balance %d, expected %d (%s); baton: balance %d, expected %d (%s)",
 		lockBalance, want, judge(lockBalance), batonBalance, want, judge(batonBalance))
+	if etcdRan {
+		out.say("verdict: step 1, etcd lock + fenced writes: balance %d, expected %d (%s)", etcdBalance, want, judge(etcdBalance))
+	} else {
+		out.say("verdict: step 1, etcd lock + fenced writes: not run (%s is not set)", envEtcd)
+	}
 	if batonBalance != want {
 		return errors.New("baton lost or doubled an update")
+	}
+	if etcdRan && etcdBalance != want {
+		return errors.New("step 1 with etcd lost or doubled an update")
 	}
 	if lockBalance == want {
 		return errors.New("the fault did not bite the lock version: it proved nothing")
@@ -128,10 +142,10 @@ func withLock(ctx context.Context, out *syncWriter, path string) (int64, error) 
 		}
 		defer c.Close()
 		locks = c
-		out.say("(a) the Redis lock (Redis at %s), lease %s", addr, lease)
+		out.say("(a) before: the Redis lock (Redis at %s), lease %s", addr, lease)
 	} else {
 		locks = newMemLock()
-		out.say("(a) the Redis lock, lease %s; BATON_REDIS_ADDR is not set: using an IN-PROCESS STAND-IN for Redis (keys expire like Redis's)", lease)
+		out.say("(a) before: the Redis lock, lease %s; BATON_REDIS_ADDR is not set: using an IN-PROCESS STAND-IN for Redis (keys expire like Redis's)", lease)
 	}
 	db, err := openAccounts(path)
 	if err != nil {
@@ -163,12 +177,12 @@ func withLock(ctx context.Context, out *syncWriter, path string) (int64, error) 
 	return balanceOf(ctx, db.DB())
 }
 
-// (b) With Baton: the partition is the lock, the group generation the token, the database
+// Step 2, with Baton: the partition is the lock, the group generation the token, the database
 // the place where the token is checked. There is no lock, no lease and no renewal.
 
 func withBaton(ctx context.Context, out *syncWriter, path string) (int64, error) {
 	out.say("")
-	out.say("(b) Baton: the partition is the lock; session timeout %s; embedded Kafka (kfake) and SQLite", lease)
+	out.say("(2) step 2, Baton: the partition is the lock; session timeout %s; embedded Kafka (kfake) and SQLite", lease)
 	kafka, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "deposits"),
 		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "500"}))
 	if err != nil {

@@ -1,0 +1,140 @@
+package pgfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/occsql"
+)
+
+// RowQuerier is what a [Versioned] write needs: pgx.Tx, *pgxpool.Pool and *pgx.Conn all
+// satisfy it.
+type RowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Default names of a versioned table's key and version columns.
+const (
+	DefaultKeyColumn     = occsql.DefaultKey
+	DefaultVersionColumn = occsql.DefaultVersion
+)
+
+type versionedConfig struct{ key, version string }
+
+// VersionedOption configures a [Versioned]. Invalid values make [NewVersioned] fail.
+type VersionedOption func(*versionedConfig) error
+
+// KeyColumn names the column that identifies a record (default "id"). It must carry a unique
+// constraint (a primary key will do): creating a record relies on ON CONFLICT on it.
+func KeyColumn(name string) VersionedOption {
+	return func(c *versionedConfig) error { c.key = name; return nil }
+}
+
+// VersionColumn names the integer column that holds a record's version (default "version").
+// Only [Versioned.Write] should write it: a writer that sets it by hand can make a stale
+// writer's version match again.
+func VersionColumn(name string) VersionedOption {
+	return func(c *versionedConfig) error { c.version = name; return nil }
+}
+
+// Versioned is optimistic concurrency control on one of the caller's tables in PostgreSQL
+// (the seeds' OCC pattern): Write sets a record's columns only if its version column still
+// holds the version the caller read, and increments it, in one statement:
+//
+//	UPDATE "work_order" SET "status" = $3, "version" = "version" + 1
+//	 WHERE "id" = $1 AND "version" = $2 RETURNING "version"
+//
+// A writer that read version 12 and was paused while another wrote version 13 matches no row
+// and gets a *fence.VersionConflictError (Expected 12, Found 13). Under READ COMMITTED the
+// statement takes the row's lock before it re-evaluates its WHERE against the latest committed
+// version, so of concurrent writers that read the same version exactly one succeeds; a loser
+// waits for the winner's transaction and is then refused. Under REPEATABLE READ or
+// SERIALIZABLE the loser fails with a serialization failure (SQLSTATE 40001) instead: still
+// refused, but not as a conflict.
+//
+// It is the table's owner: the caller creates the table (the key column unique, the version
+// column a bigint NOT NULL) and reads records with its own SELECT, version included. Names
+// are validated (internal/sqlident) and always quoted, as for [Store]. It implements
+// fence.Versioned[RowQuerier] and passes the fencetest OCC suite.
+type Versioned struct {
+	t occsql.Table
+}
+
+var _ fence.Versioned[RowQuerier] = (*Versioned)(nil)
+
+// NewVersioned returns the optimistic writer of table ("name" or "schema.name"). It does no
+// I/O. A nil option or an invalid name fails with errors wrapping fence.ErrInvalid, all of
+// them joined.
+func NewVersioned(table string, opts ...VersionedOption) (*Versioned, error) {
+	c := versionedConfig{key: DefaultKeyColumn, version: DefaultVersionColumn}
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: pgfence: versioned option %d is nil", fence.ErrInvalid, i))
+			continue
+		}
+		if err := o(&c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	t, err := occsql.New("pgfence", table, c.key, c.version)
+	if err := errors.Join(append(errs, err)...); err != nil {
+		return nil, err
+	}
+	return &Versioned{t: t}, nil
+}
+
+func pgPlaceholder(i int) string { return "$" + strconv.Itoa(i) }
+
+// conflictRetries bounds the re-runs of a refused write whose re-read found the expected
+// version: that happens only when the record was created by a transaction that committed
+// after the statement's snapshot (the UPDATE saw no row), and re-running it decides.
+const conflictRetries = 3
+
+// Write sets the columns of record id if its version is expected, and raises the version to
+// expected+1 in the same statement; expected 0 creates the record at version 1 (INSERT ... ON
+// CONFLICT DO NOTHING). It returns the new version. A lost race, a missing record or an
+// existing one (for a create) fails with a *fence.VersionConflictError whose Found is the
+// version read right after the refusal (0: no record), and writes nothing. Bad arguments fail
+// with fence.ErrInvalid before any statement runs. In a transaction (q a pgx.Tx) the write
+// commits or rolls back with it; on a pool it commits on its own.
+func (v *Versioned) Write(ctx context.Context, q RowQuerier, id any, expected int64, set ...fence.Column) (int64, error) {
+	if err := v.t.Check(id, expected, set); err != nil {
+		return 0, err
+	}
+	if q == nil {
+		return 0, fmt.Errorf("%w: pgfence: versioned write to %s: nil querier", fence.ErrInvalid, v.t.Name())
+	}
+	var sql string
+	var args []any
+	if expected == 0 {
+		sql, args = v.t.Insert(pgPlaceholder, id, set)
+	} else {
+		sql, args = v.t.Update(pgPlaceholder, id, expected, set)
+	}
+	for attempt := 1; ; attempt++ {
+		var version int64
+		err := q.QueryRow(ctx, sql, args...).Scan(&version)
+		if err == nil {
+			return version, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return 0, fmt.Errorf("pgfence: versioned write to %s: %w", v.t.Name(), err)
+		}
+		var found int64
+		switch err := q.QueryRow(ctx, v.t.Select(pgPlaceholder), id).Scan(&found); {
+		case errors.Is(err, pgx.ErrNoRows):
+			found = 0
+		case err != nil:
+			return 0, fmt.Errorf("pgfence: versioned write to %s: refused; reading the stored version: %w", v.t.Name(), err)
+		}
+		if found != expected || attempt == conflictRetries {
+			return 0, v.t.Conflict(id, expected, found)
+		}
+	}
+}
