@@ -62,7 +62,11 @@ type Config struct {
 	Mode       Mode
 	Workers    int   // worker processes; default 3
 	Partitions int32 // default 12
-	Workload   Workload
+	// App, if set, is the application run instead of the built-in Workload: its topics, its
+	// consumers in the workers, its input and its invariants (see [App]). Binary must run a
+	// program that hands the same App to [RunWorker].
+	App      App
+	Workload Workload
 	Rate       int // records produced per second; default 2000
 	Faults     []FaultKind
 	NumFaults  int           // faults to inject; default len(Faults)*3
@@ -164,8 +168,11 @@ func (c *Config) defaults() error {
 	if c.Mode == "" {
 		c.Mode = Fenced
 	}
-	if c.Mode != Fenced || c.Receiver == nil {
+	if c.Mode != Fenced || c.Receiver == nil || c.App != nil {
 		c.Workload.CommandEvery = 0 // commands need the fence (outbox) and a receiver
+	}
+	if c.App != nil && c.Mode == Lock {
+		return errors.New("chaos: an application runs fenced or unfenced, not under the lock baseline")
 	}
 	if (c.PostgresURL == "") == (c.SQLitePath == "") {
 		return errors.New("chaos: exactly one of a PostgreSQL URL and an SQLite path")
@@ -195,6 +202,9 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("chaos: fault %s needs PostgreSQL", f)
 		}
 	}
+	if c.App != nil {
+		return nil
+	}
 	return c.Workload.Validate()
 }
 
@@ -216,6 +226,9 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	}
 	defer cl.Close()
 	h.adm = kadm.NewClient(cl)
+	if cfg.App != nil {
+		return h.runApp(ctx, cl)
+	}
 	if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, cfg.Topic); err != nil || resp.Err != nil {
 		return nil, fmt.Errorf("chaos: create topic %s: %w", cfg.Topic, errors.Join(err, resp.Err))
 	}
@@ -271,16 +284,7 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 
 	h.progress("run: mode=%s workers=%d partitions=%d records=%d faults=%d seed=%d", cfg.Mode, cfg.Workers, cfg.Partitions, cfg.Workload.Total(), cfg.NumFaults, cfg.Seed)
 	time.Sleep(2 * cfg.SessionTimeout) // let the group form and start applying
-	for i := 0; i < cfg.NumFaults && ctx.Err() == nil; i++ {
-		kind := cfg.Faults[i%len(cfg.Faults)]
-		if i >= len(cfg.Faults) {
-			kind = cfg.Faults[h.rng.Intn(len(cfg.Faults))]
-		}
-		f := h.inject(ctx, kind)
-		h.faults = append(h.faults, f)
-		h.logFault(ctx, f)
-		h.progress("fault %d/%d %-14s %-10s bit=%v %s (%.1fs)", i+1, cfg.NumFaults, f.Kind, f.Target, f.Bit, f.Detail, f.End.Sub(f.Start).Seconds())
-	}
+	h.injectAll(ctx)
 	close(stopProd)
 	p := <-prodDone
 	if p.err != nil {
@@ -322,6 +326,9 @@ func (h *harness) start(ctx context.Context) error {
 		ID: id, Mode: h.cfg.Mode, Brokers: h.cfg.Brokers, Group: h.cfg.Group, Topic: h.cfg.Topic,
 		SessionTimeout: h.cfg.SessionTimeout, PostgresURL: h.cfg.PostgresURL, SQLitePath: h.cfg.SQLitePath,
 		RedisAddr: h.cfg.RedisAddr,
+	}
+	if h.cfg.App != nil {
+		args.App = h.cfg.App.Name()
 	}
 	if h.commands != "" {
 		args.CommandsTopic, args.CommandEvery = h.commands, h.cfg.Workload.CommandEvery
@@ -520,12 +527,13 @@ func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, mark
 	f.Target = p.id
 	since := time.Now().UnixMilli()
 	_ = p.cmd.Process.Signal(sig)
+	var topic string
 	var part int32
 	var era, epoch int64
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := h.db.QueryRow(ctx, `SELECT part, era, epoch FROM chaos_attempts WHERE worker = $1 AND outcome = $3 AND at_ms >= $2 ORDER BY id DESC LIMIT 1`,
-			p.id, since, marker).Scan(&part, &era, &epoch)
+		err := h.db.QueryRow(ctx, `SELECT topic, part, era, epoch FROM chaos_attempts WHERE worker = $1 AND outcome = $3 AND at_ms >= $2 ORDER BY id DESC LIMIT 1`,
+			p.id, since, marker).Scan(&topic, &part, &era, &epoch)
 		if err == nil && stopped(p.cmd.Process.Pid) {
 			break
 		}
@@ -540,8 +548,8 @@ func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, mark
 	deadline = time.Now().Add(3*h.cfg.SessionTimeout + 30*time.Second)
 	for {
 		var n int64
-		err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_applied WHERE part = $1 AND worker <> $2 AND (era > $3 OR (era = $3 AND epoch > $4))`,
-			part, p.id, era, epoch).Scan(&n)
+		err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_applied WHERE topic = $5 AND part = $1 AND worker <> $2 AND (era > $3 OR (era = $3 AND epoch > $4))`,
+			part, p.id, era, epoch, topic).Scan(&n)
 		if err == nil && n > 0 {
 			f.Bit = true
 			break
@@ -552,7 +560,7 @@ func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, mark
 		sleep(ctx, 100*time.Millisecond)
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	f.Detail = fmt.Sprintf("%s holding partition %d at token %d.%d", marker, part, era, epoch)
+	f.Detail = fmt.Sprintf("%s holding %s/%d at token %d.%d", marker, topic, part, era, epoch)
 	if !f.Bit {
 		f.Detail += "; no takeover seen"
 	}
@@ -594,28 +602,8 @@ func (h *harness) waitApplied(ctx context.Context, deadline time.Time) bool {
 	if err != nil {
 		return false
 	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset - 1 })
 	for {
-		got := map[int32]int64{}
-		rows, err := h.db.Query(ctx, `SELECT part, max(last_off) FROM chaos_applied GROUP BY part`)
-		if err == nil {
-			for rows.Next() {
-				var p int32
-				var o int64
-				if rows.Scan(&p, &o) == nil {
-					got[p] = o
-				}
-			}
-			rows.Close()
-		}
-		done := true
-		for p, o := range want {
-			if o >= 0 && got[p] < o {
-				done = false
-			}
-		}
-		if done {
+		if h.caughtUp(ctx, ends) {
 			return true
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
@@ -623,6 +611,38 @@ func (h *harness) waitApplied(ctx context.Context, deadline time.Time) bool {
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
+}
+
+// caughtUp reports whether the applied log reaches every listed partition's end offset.
+func (h *harness) caughtUp(ctx context.Context, ends kadm.ListedOffsets) bool {
+	type tp struct {
+		topic string
+		part  int32
+	}
+	got := map[tp]int64{}
+	rows, err := h.db.Query(ctx, `SELECT topic, part, max(last_off) FROM chaos_applied GROUP BY topic, part`)
+	if err != nil {
+		return false
+	}
+	for rows.Next() {
+		var k tp
+		var o int64
+		if rows.Scan(&k.topic, &k.part, &o) == nil {
+			got[k] = o
+		}
+	}
+	rows.Close()
+	done := true
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			done = false
+			return
+		}
+		if last, ok := got[tp{o.Topic, o.Partition}]; o.Offset > 0 && (!ok || last < o.Offset-1) {
+			done = false
+		}
+	})
+	return done
 }
 
 // waitCommands waits until the receiver applied every command the workload sends.

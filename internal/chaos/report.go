@@ -17,6 +17,9 @@ func WriteVerdict(w io.Writer, r *Result) {
 	v := r.Verdict
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "mode\t%s\n", r.Config.Mode)
+	if r.Config.App != nil {
+		fmt.Fprintf(tw, "application\t%s\n", r.Config.App.Name())
+	}
 	counts := map[FaultKind]int{}
 	bit := map[FaultKind]int{}
 	for _, f := range r.Faults {
@@ -33,8 +36,10 @@ func WriteVerdict(w io.Writer, r *Result) {
 	for _, k := range kinds {
 		fmt.Fprintf(tw, "faults: %s\t%d injected, %d proven\n", k, counts[FaultKind(k)], bit[FaultKind(k)])
 	}
-	fmt.Fprintf(tw, "records produced\t%d\n", v.Expected)
-	fmt.Fprintf(tw, "records applied\t%d\n", v.Applied)
+	if r.Config.App == nil {
+		fmt.Fprintf(tw, "records produced\t%d\n", v.Expected)
+		fmt.Fprintf(tw, "records applied\t%d\n", v.Applied)
+	}
 	fmt.Fprintf(tw, "batches committed\t%d\n", v.Batches)
 	for _, k := range v.AttemptKinds() {
 		fmt.Fprintf(tw, "write attempts: %s\t%d\n", k, v.Attempts[k])
@@ -54,9 +59,18 @@ func WriteVerdict(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "commands via outbox: sent / applied via inbox\t%d / %d\n", v.CommandsExpected, v.CommandsApplied)
 		fmt.Fprintf(tw, "commands missing / applied twice / out of order\t%d / %d / %d\n", v.CommandsMissing, v.CommandsDuplicated, v.CommandsDisorder)
 	}
-	fmt.Fprintf(tw, "lost\t%d\n", v.Lost)
-	fmt.Fprintf(tw, "duplicated\t%d\n", v.Duplicated)
-	fmt.Fprintf(tw, "out of order\t%d\n", v.Disorder)
+	for _, i := range v.Invariants {
+		ex := ""
+		if i.Example != "" {
+			ex = "  e.g. " + clip(i.Example, 160)
+		}
+		fmt.Fprintf(tw, "%s\t%d violations in %d checked%s\n", i.Name, i.Violations, i.Checked, ex)
+	}
+	if r.Config.App == nil {
+		fmt.Fprintf(tw, "lost\t%d\n", v.Lost)
+		fmt.Fprintf(tw, "duplicated\t%d\n", v.Duplicated)
+		fmt.Fprintf(tw, "out of order\t%d\n", v.Disorder)
+	}
 	fmt.Fprintf(tw, "stale commits\t%d\n", v.StaleCommits)
 	fmt.Fprintf(tw, "re-applied batches\t%d\n", v.OverlapBatches)
 	fmt.Fprintf(tw, "backlog applied after faults\t%v in %s (bound %s)\n", r.Settled, r.SettleIn.Round(100*time.Millisecond), r.Config.Settle)
@@ -115,6 +129,7 @@ func failReasons(r *Result) []string {
 }
 
 type tlBatch struct {
+	topic  string
 	part   int32
 	at     int64
 	era    int64
@@ -122,7 +137,13 @@ type tlBatch struct {
 	worker string
 }
 
+type tlLane struct {
+	topic string
+	part  int32
+}
+
 type tlAttempt struct {
+	topic   string
 	part    int32
 	at      int64
 	worker  string
@@ -137,13 +158,13 @@ type tlAttempt struct {
 // from real data.
 func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 	var batches []tlBatch
-	rows, err := db.Query(ctx, `SELECT part, at_ms, era, epoch, worker FROM chaos_applied ORDER BY id`)
+	rows, err := db.Query(ctx, `SELECT topic, part, at_ms, era, epoch, worker FROM chaos_applied ORDER BY id`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var b tlBatch
-		if err := rows.Scan(&b.part, &b.at, &b.era, &b.epoch, &b.worker); err != nil {
+		if err := rows.Scan(&b.topic, &b.part, &b.at, &b.era, &b.epoch, &b.worker); err != nil {
 			rows.Close()
 			return err
 		}
@@ -151,14 +172,14 @@ func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 	}
 	rows.Close()
 	var attempts []tlAttempt
-	rows, err = db.Query(ctx, `SELECT part, at_ms, worker, outcome, zombie, era, epoch FROM chaos_attempts WHERE outcome <> 'committed' ORDER BY id`)
+	rows, err = db.Query(ctx, `SELECT topic, part, at_ms, worker, outcome, zombie, era, epoch FROM chaos_attempts WHERE outcome <> 'committed' ORDER BY id`)
 	if err != nil {
 		return err
 	}
 	for rows.Next() {
 		var a tlAttempt
 		var era, epoch int64
-		if err := rows.Scan(&a.part, &a.at, &a.worker, &a.outcome, &a.zombie, &era, &epoch); err != nil {
+		if err := rows.Scan(&a.topic, &a.part, &a.at, &a.worker, &a.outcome, &a.zombie, &era, &epoch); err != nil {
 			rows.Close()
 			return err
 		}
@@ -171,11 +192,37 @@ func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 	if t1 <= t0 {
 		t1 = t0 + 1
 	}
-	parts := int(r.Config.Partitions)
-	const left, top, laneH, width = 90, 60, 22, 1100
+	// One lane per topic partition that has a committed batch or a refused write, in order.
+	laneOf := map[tlLane]int{}
+	var lanes []tlLane
+	for _, b := range batches {
+		if _, ok := laneOf[tlLane{b.topic, b.part}]; !ok {
+			laneOf[tlLane{b.topic, b.part}] = 0
+			lanes = append(lanes, tlLane{b.topic, b.part})
+		}
+	}
+	for _, a := range attempts {
+		if _, ok := laneOf[tlLane{a.topic, a.part}]; !ok {
+			laneOf[tlLane{a.topic, a.part}] = 0
+			lanes = append(lanes, tlLane{a.topic, a.part})
+		}
+	}
+	sort.Slice(lanes, func(i, j int) bool {
+		return lanes[i].topic < lanes[j].topic || lanes[i].topic == lanes[j].topic && lanes[i].part < lanes[j].part
+	})
+	for i, l := range lanes {
+		laneOf[l] = i
+	}
+	multi := len(lanes) > 0 && lanes[0].topic != lanes[len(lanes)-1].topic
+	parts := len(lanes)
+	left := 90
+	if multi {
+		left = 230
+	}
+	const top, laneH, width = 60, 22, 1100
 	height := top + parts*laneH + 40 + 18*len(r.Faults)
-	x := func(ms int64) float64 { return left + float64(ms-t0)/float64(t1-t0)*float64(width-left-20) }
-	y := func(p int32) int { return top + int(p)*laneH }
+	x := func(ms int64) float64 { return float64(left) + float64(ms-t0)/float64(t1-t0)*float64(width-left-20) }
+	y := func(topic string, p int32) int { return top + laneOf[tlLane{topic, p}]*laneH }
 	palette := []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#bab0ac", "#e15759", "#ff9da7"}
 	colour := map[string]string{}
 	tokColour := func(era, epoch int64) string {
@@ -201,21 +248,25 @@ func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 		fmt.Fprintf(w, `<text x="%.1f" y="%d">%d: %s %s — %s</text>`+"\n", fx0, top+parts*laneH+20+18*i, i+1,
 			html.EscapeString(string(f.Kind)), html.EscapeString(f.Target), html.EscapeString(f.Detail))
 	}
-	for p := 0; p < parts; p++ {
-		fmt.Fprintf(w, `<text x="10" y="%d">partition %d</text>`+"\n", y(int32(p))+12, p)
-		fmt.Fprintf(w, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#ddd"/>`+"\n", left, width-20, y(int32(p))+laneH/2, y(int32(p))+laneH/2)
+	for _, l := range lanes {
+		name := fmt.Sprintf("partition %d", l.part)
+		if multi {
+			name = clip(l.topic, 28) + fmt.Sprintf("/%d", l.part)
+		}
+		fmt.Fprintf(w, `<text x="10" y="%d">%s</text>`+"\n", y(l.topic, l.part)+12, html.EscapeString(name))
+		fmt.Fprintf(w, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#ddd"/>`+"\n", left, width-20, y(l.topic, l.part)+laneH/2, y(l.topic, l.part)+laneH/2)
 	}
 	// One tick per partition per pixel column, coloured by the last token committed in it, so a
 	// soak of a million batches still draws a timeline of a few thousand ticks.
 	type bucket struct {
-		part int32
+		lane tlLane
 		col  int
 	}
 	last := map[bucket]tlBatch{}
 	count := map[bucket]int{}
 	var order []bucket
 	for _, b := range batches {
-		k := bucket{b.part, int(x(b.at))}
+		k := bucket{tlLane{b.topic, b.part}, int(x(b.at))}
 		if _, ok := last[k]; !ok {
 			order = append(order, k)
 		}
@@ -225,14 +276,14 @@ func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 	for _, k := range order {
 		b := last[k]
 		fmt.Fprintf(w, `<rect x="%d" y="%d" width="2" height="%d" fill="%s"><title>%d batches; last by %s, token %d.%d</title></rect>`+"\n",
-			k.col, y(b.part)+3, laneH-6, tokColour(b.era, b.epoch), count[k], html.EscapeString(b.worker), b.era, b.epoch)
+			k.col, y(b.topic, b.part)+3, laneH-6, tokColour(b.era, b.epoch), count[k], html.EscapeString(b.worker), b.era, b.epoch)
 	}
 	for _, a := range attempts {
 		if a.outcome == OutcomeFrozen || a.outcome == OutcomeDelayed {
-			fmt.Fprintf(w, `<text x="%.1f" y="%d" fill="#333"><title>%s froze holding token %s</title>❄</text>`+"\n", x(a.at)-4, y(a.part)+15, html.EscapeString(a.worker), a.token)
+			fmt.Fprintf(w, `<text x="%.1f" y="%d" fill="#333"><title>%s froze holding token %s</title>❄</text>`+"\n", x(a.at)-4, y(a.topic, a.part)+15, html.EscapeString(a.worker), a.token)
 			continue
 		}
-		cx, cy := x(a.at), float64(y(a.part)+laneH/2)
+		cx, cy := x(a.at), float64(y(a.topic, a.part)+laneH/2)
 		fmt.Fprintf(w, `<g stroke="#d62728" stroke-width="2"><title>%s %s with token %s</title><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/><line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/></g>`+"\n",
 			html.EscapeString(a.worker), html.EscapeString(a.outcome), a.token, cx-4, cy-4, cx+4, cy+4, cx-4, cy+4, cx+4, cy-4)
 		if a.zombie {

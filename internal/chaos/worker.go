@@ -149,13 +149,13 @@ func (f *freezer) watch(ctx context.Context) {
 
 // point is called before each write attempt. If armed, it freezes the process and returns
 // true after the process was continued: the attempt that follows is a zombie's.
-func (f *freezer) point(ctx context.Context, part int32, tok fence.Token, first, last int64) bool {
+func (f *freezer) point(ctx context.Context, topic string, part int32, tok fence.Token, first, last int64) bool {
 	if !f.armed.CompareAndSwap(true, false) {
 		return false
 	}
 	f.gate.Lock()
 	defer f.gate.Unlock()
-	logAttempt(ctx, f.db, f.id, part, tok, first, last, OutcomeFrozen, false, "freezing before the write")
+	logAttempt(ctx, f.db, f.id, topic, part, tok, first, last, OutcomeFrozen, false, "freezing before the write")
 	f.stopSelf()
 	return true
 }
@@ -176,11 +176,11 @@ func (f *freezer) stopSelf() {
 
 // delayPoint is called inside a transaction, after its writes: if a delayed commit is armed
 // it freezes the process there and returns true once continued.
-func (f *freezer) delayPoint(ctx context.Context, part int32, tok fence.Token, last int64) bool {
+func (f *freezer) delayPoint(ctx context.Context, topic string, part int32, tok fence.Token, last int64) bool {
 	if !f.delay.CompareAndSwap(true, false) {
 		return false
 	}
-	logAttempt(ctx, f.db, f.id, part, tok, -1, last, OutcomeDelayed, false, "freezing inside the transaction, before commit")
+	logAttempt(ctx, f.db, f.id, topic, part, tok, -1, last, OutcomeDelayed, false, "freezing inside the transaction, before commit")
 	f.stopSelf()
 	return true
 }
@@ -192,13 +192,16 @@ func (f *freezer) write(fn func() error) error {
 	return fn()
 }
 
-func logAttempt(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, outcome string, zombie bool, detail string) {
-	logAttemptCause(ctx, db, worker, part, tok, first, last, outcome, "", zombie, detail)
+func logAttempt(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, outcome string, zombie bool, detail string) {
+	logAttemptCause(ctx, db, worker, topic, part, tok, first, last, outcome, "", zombie, detail)
 }
 
 // logResult logs a write attempt that ended with err (nil: committed): its outcome and, for an
 // error, its cause and message.
-func logResult(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, zombie bool, err error) {
+func logResult(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, zombie bool, err error) {
+	if errors.Is(err, ErrNotDue) {
+		return // a batch waiting for its time, not a write attempt
+	}
 	outcome, cause, detail := outcomeOf(err), "", ""
 	if err != nil {
 		detail = err.Error()
@@ -206,14 +209,14 @@ func logResult(ctx context.Context, db DB, worker string, part int32, tok fence.
 	if outcome == OutcomeError {
 		cause = causeOf(err)
 	}
-	logAttemptCause(ctx, db, worker, part, tok, first, last, outcome, cause, zombie, detail)
+	logAttemptCause(ctx, db, worker, topic, part, tok, first, last, outcome, cause, zombie, detail)
 }
 
-func logAttemptCause(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, outcome, cause string, zombie bool, detail string) {
+func logAttemptCause(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, outcome, cause string, zombie bool, detail string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, part, era, epoch, first_off, last_off, outcome, cause, zombie, detail, at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, worker, part, tok.Era, tok.Epoch, first, last, outcome, cause, zombie, detail, time.Now().UnixMilli())
+	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, topic, part, era, epoch, first_off, last_off, outcome, cause, zombie, detail, at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, worker, topic, part, tok.Era, tok.Epoch, first, last, outcome, cause, zombie, detail, time.Now().UnixMilli())
 }
 
 func outcomeOf(err error) string {
@@ -283,7 +286,7 @@ type attemptSink[T any] struct {
 
 func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, T) error) error {
 	const first = -1 // the sink sees only the batch's last offset; chaos_applied has the range
-	zombie := s.f.point(ctx, k.Partition, t, first, position)
+	zombie := s.f.point(ctx, k.Topic, k.Partition, t, first, position)
 	if zombie {
 		ctx = context.WithoutCancel(ctx)
 	}
@@ -293,12 +296,12 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 			if err := fn(ctx, tx); err != nil {
 				return err
 			}
-			delayed = delayed || s.f.delayPoint(ctx, k.Partition, t, position)
+			delayed = delayed || s.f.delayPoint(ctx, k.Topic, k.Partition, t, position)
 			return nil
 		})
 	})
 	zombie = zombie || delayed
-	logResult(ctx, s.db, s.id, k.Partition, t, first, position, zombie, err)
+	logResult(ctx, s.db, s.id, k.Topic, k.Partition, t, first, position, zombie, err)
 	return err
 }
 
@@ -466,7 +469,7 @@ func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
 				}
 			}
 			first, last := p.Records[0].Offset, p.Records[len(p.Records)-1].Offset
-			zombie := f.point(ctx, p.Partition, tok, first, last)
+			zombie := f.point(ctx, p.Topic, p.Partition, tok, first, last)
 			actx := ctx
 			if zombie {
 				actx = context.WithoutCancel(ctx)
@@ -482,7 +485,7 @@ func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
 				}
 				return commit(actx)
 			})
-			logResult(actx, db, cfg.ID, p.Partition, tok, first, last, zombie, err)
+			logResult(actx, db, cfg.ID, p.Topic, p.Partition, tok, first, last, zombie, err)
 			if err != nil {
 				firstErr = err
 				rewind(cl, cfg.Topic, p.Partition, first) // retry the batch, as Baton would

@@ -42,6 +42,7 @@ type workerArgs struct {
 	RedisAddr      string // lock mode
 	CommandsTopic  string // fenced mode: the topic commands go to through the outbox ("" for none)
 	CommandEvery   int
+	App            string // the application the worker runs ("" for the built-in workload)
 }
 
 // flags defines the worker's flags on fs, parsed into a.
@@ -64,6 +65,7 @@ func (a *workerArgs) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&a.SessionTimeout, "session-timeout", 3*time.Second, "Kafka session timeout")
 	fs.StringVar(&a.CommandsTopic, "commands", "", "topic for commands sent through the outbox (fenced mode)")
 	fs.IntVar(&a.CommandEvery, "command-every", 0, "send a command for every record whose sequence is a multiple of this")
+	fs.StringVar(&a.App, "app", "", "the application to run (one given to RunWorker; empty for the built-in workload)")
 }
 
 // argv is the worker's command line for a, after WorkerCommand.
@@ -81,6 +83,9 @@ func (a workerArgs) argv() []string {
 	}
 	if a.CommandsTopic != "" {
 		args = append(args, "-commands", a.CommandsTopic, "-command-every", strconv.Itoa(a.CommandEvery))
+	}
+	if a.App != "" {
+		args = append(args, "-app", a.App)
 	}
 	return args
 }
@@ -108,13 +113,24 @@ func parseWorkerArgs(args []string, out io.Writer) (workerArgs, error) {
 }
 
 // RunWorker runs one worker process, as the harness started it: args are the flags after
-// WorkerCommand. It returns nil when ctx ends (the harness sends SIGTERM); flag.ErrHelp after
-// printing the flags to stderr for -h; and an error wrapping ErrUsage for a command line it
-// cannot run (the flag package prints its own errors with the flags).
-func RunWorker(ctx context.Context, args []string) error {
+// WorkerCommand; apps are the applications this binary can run (the harness names one with
+// -app, for a run whose Config.App it is). It returns nil when ctx ends (the harness sends
+// SIGTERM); flag.ErrHelp after printing the flags to stderr for -h; and an error wrapping
+// ErrUsage for a command line it cannot run (the flag package prints its own errors with the
+// flags).
+func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	a, err := parseWorkerArgs(args, os.Stderr)
 	if err != nil {
 		return err
+	}
+	var app App
+	if a.App != "" {
+		if app, err = appByName(a.App, apps); err != nil {
+			return err
+		}
+		if a.Mode == Lock {
+			return fmt.Errorf("%w: an application runs fenced or unfenced", ErrUsage)
+		}
 	}
 	cfg := WorkerConfig{
 		ID: a.ID, Mode: a.Mode, Brokers: a.Brokers, Group: a.Group, Topic: a.Topic,
@@ -129,6 +145,10 @@ func RunWorker(ctx context.Context, args []string) error {
 		}
 		defer store.Close()
 		db := SQLDB(store.DB())
+		env := AppEnv{Mode: cfg.Mode, DB: db, SQLitePath: a.SQLitePath, Worker: cfg.ID, base: cfg.Topic}
+		if app != nil && cfg.Mode != Fenced {
+			return runUnfencedApp(ctx, cfg, app, env)
+		}
 		if cfg.Mode != Fenced {
 			return RunBaseline(ctx, cfg, db)
 		}
@@ -138,6 +158,9 @@ func RunWorker(ctx context.Context, args []string) error {
 		}
 		if err != nil {
 			return err
+		}
+		if app != nil {
+			return runFencedApp[*sql.Tx](ctx, cfg, app, env, store, store, SQLTx, box)
 		}
 		return RunFenced[*sql.Tx](ctx, cfg, store, SQLTx, db, box)
 	}
@@ -158,6 +181,10 @@ func RunWorker(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	db := PgDB(pool)
+	env := AppEnv{Mode: cfg.Mode, DB: db, PostgresURL: a.PostgresURL, Worker: cfg.ID, base: cfg.Topic}
+	if app != nil && cfg.Mode != Fenced {
+		return runUnfencedApp(ctx, cfg, app, env)
+	}
 	if cfg.Mode != Fenced {
 		return RunBaseline(ctx, cfg, db)
 	}
@@ -168,6 +195,9 @@ func RunWorker(ctx context.Context, args []string) error {
 	box, err := pgoutbox.New(pool) // tables created by whoever started the run
 	if err != nil {
 		return err
+	}
+	if app != nil {
+		return runFencedApp[pgx.Tx](ctx, cfg, app, env, store, store, PgTx, box)
 	}
 	return RunFenced[pgx.Tx](ctx, cfg, store, PgTx, db, box)
 }

@@ -26,7 +26,7 @@ func TestWorkerArgvRoundTrip(t *testing.T) {
 		},
 		{
 			ID: "w2", Mode: Unfenced, Brokers: []string{"k:1"}, Group: "g", Topic: "t",
-			SessionTimeout: time.Minute, SQLitePath: "x.db",
+			SessionTimeout: time.Minute, SQLitePath: "x.db", App: "saga",
 		},
 	}
 	set := map[string]bool{}
