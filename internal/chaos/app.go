@@ -141,7 +141,9 @@ type Invariant struct {
 }
 
 // Sort orders invariants by name, for stable reports.
-func sortInvariants(is []Invariant) { sort.SliceStable(is, func(i, j int) bool { return is[i].Name < is[j].Name }) }
+func sortInvariants(is []Invariant) {
+	sort.SliceStable(is, func(i, j int) bool { return is[i].Name < is[j].Name })
+}
 
 // String renders the invariant as a verdict line.
 func (i Invariant) String() string {

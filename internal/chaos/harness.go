@@ -65,13 +65,13 @@ type Config struct {
 	// App, if set, is the application run instead of the built-in Workload: its topics, its
 	// consumers in the workers, its input and its invariants (see [App]). Binary must run a
 	// program that hands the same App to [RunWorker].
-	App      App
-	Workload Workload
-	Rate       int // records produced per second; default 2000
-	Faults     []FaultKind
-	NumFaults  int           // faults to inject; default len(Faults)*3
-	Seed       int64         // picks targets and order
-	Settle     time.Duration // bound for applying everything after the last fault; default 90s
+	App       App
+	Workload  Workload
+	Rate      int // records produced per second; default 2000
+	Faults    []FaultKind
+	NumFaults int           // faults to inject; default len(Faults)*3
+	Seed      int64         // picks targets and order
+	Settle    time.Duration // bound for applying everything after the last fault; default 90s
 
 	Brokers     []string
 	PostgresURL string // the workers' database (exactly one of PostgresURL, SQLitePath)
