@@ -76,11 +76,15 @@ type AppConsumer struct {
 	// Inbox admits each record through the inbox (fenced mode) before Handle sees it: records
 	// relayed by another consumer's outbox, whose copies and zombie records are dropped.
 	Inbox bool
-	// Handle applies a batch inside its transaction. Return [consumer.Permanent] (through
-	// [AppBatch.Fail]) for a poison record, an error wrapping [ErrNotDue] to have the batch
-	// retried later, any other error to have it retried with backoff.
-	Handle func(ctx context.Context, tx Tx, b *AppBatch) error
+	// Factory returns the handler of one partition for one owner (token), like
+	// [consumer.Factory]: a worker calls it when it is assigned the partition.
+	Factory func(ctx context.Context, k fence.Key, t fence.Token) (AppHandler, error)
 }
+
+// AppHandler applies a batch inside its transaction. Return [consumer.Permanent] (through
+// [AppBatch.Fail]) for a poison record, an error wrapping [ErrNotDue] to have the batch
+// retried later, any other error to have it retried with backoff.
+type AppHandler func(ctx context.Context, tx Tx, b *AppBatch) error
 
 // AppBatch is a batch of one partition, as an [AppConsumer.Handle] sees it.
 type AppBatch struct {

@@ -89,13 +89,17 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 				return err
 			}
 		}
-		factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[T], error) {
+		factory := func(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[T], error) {
+			handle, err := c.Factory(ctx, k, t)
+			if err != nil {
+				return nil, err
+			}
 			var h consumer.Handler[T] = consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
 				ab := &AppBatch{Key: b.Key, Token: b.Token, Records: b.Records, Worker: cfg.ID, fenced: true, batch: b,
 					appendf: func(ctx context.Context, msgs ...outbox.Message) error {
 						return box.Append(ctx, tx, b.Key, b.Token, msgs...)
 					}}
-				return c.Handle(ctx, adapt(tx), ab)
+				return handle(ctx, adapt(tx), ab)
 			})
 			if inbox != nil {
 				h = outboxconsumer.Handler(inbox, h)
@@ -162,8 +166,9 @@ func runUnfencedConsumer(ctx context.Context, cfg WorkerConfig, c AppConsumer, e
 		topic string
 		part  int32
 	}
-	var mu sync.Mutex // guards gens: written by the rebalance callback, read by the poll loop
+	var mu sync.Mutex // guards gens and handlers: written by the rebalance callback, read by the poll loop
 	gens := map[tp]int64{}
+	handlers := map[tp]AppHandler{}
 	opts := append(cfg.kafkaOpts(),
 		kgo.ConsumerGroup(group), kgo.ConsumeTopics(topics...), kgo.DisableAutoCommit(),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
@@ -173,6 +178,7 @@ func runUnfencedConsumer(ctx context.Context, cfg WorkerConfig, c AppConsumer, e
 			for t, ps := range m {
 				for _, p := range ps {
 					gens[tp{t, p}] = int64(gen)
+					delete(handlers, tp{t, p}) // a new owner's handler, made at its first batch
 				}
 			}
 			mu.Unlock()
@@ -194,7 +200,21 @@ func runUnfencedConsumer(ctx context.Context, cfg WorkerConfig, c AppConsumer, e
 			}
 			mu.Lock()
 			tok := fence.Token{Epoch: gens[tp{p.Topic, p.Partition}]}
+			handle := handlers[tp{p.Topic, p.Partition}]
 			mu.Unlock()
+			key := fence.Key{Group: group, Topic: p.Topic, Partition: p.Partition}
+			if handle == nil {
+				h, err := c.Factory(ctx, key, tok)
+				if err != nil {
+					cfg.Logger.Warn("unfenced handler factory failed", "topic", p.Topic, "partition", p.Partition, "err", err)
+					rewind(cl, p.Topic, p.Partition, p.Records[0].Offset)
+					return
+				}
+				handle = h
+				mu.Lock()
+				handlers[tp{p.Topic, p.Partition}] = h
+				mu.Unlock()
+			}
 			first, last := p.Records[0].Offset, p.Records[len(p.Records)-1].Offset
 			zombie := f.point(ctx, p.Topic, p.Partition, tok, first, last)
 			actx := ctx
@@ -208,14 +228,14 @@ func runUnfencedConsumer(ctx context.Context, cfg WorkerConfig, c AppConsumer, e
 					return err
 				}
 				out = out[:0]
-				b := &AppBatch{Key: fence.Key{Group: group, Topic: p.Topic, Partition: p.Partition}, Token: tok, Records: p.Records, Worker: cfg.ID,
+				b := &AppBatch{Key: key, Token: tok, Records: p.Records, Worker: cfg.ID,
 					appendf: func(_ context.Context, msgs ...outbox.Message) error {
 						for _, m := range msgs {
 							out = append(out, &kgo.Record{Topic: m.Topic, Key: m.Key, Value: m.Value, Headers: m.Headers})
 						}
 						return nil
 					}}
-				err = c.Handle(actx, tx, b)
+				err = handle(actx, tx, b)
 				if err == nil {
 					err = logApplied(actx, tx, p.Topic, p.Partition, tok, cfg.ID, p.Records)
 				}
