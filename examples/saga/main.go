@@ -152,7 +152,7 @@ func runSaga(ctx context.Context, o options, out io.Writer) (*chaos.Result, stri
 		return nil, "", err
 	}
 	defer os.RemoveAll(dir)
-	deploy, _ := filepath.Abs("deploy/local") // broker and database restarts, when run from the repository
+	deploy := findDeploy() // broker and database restarts, when run inside the repository
 	cfg := chaos.Config{
 		Mode: mode, App: app, Workers: o.workers, Partitions: int32(o.partitions), Rate: o.rate,
 		Faults: faults, NumFaults: o.numFaults, Seed: o.seed, Settle: o.settle,
@@ -220,4 +220,23 @@ func writeReport(ctx context.Context, dir string, res *chaos.Result, db chaos.DB
 	}
 	defer f.Close()
 	return chaos.WriteTimeline(ctx, f, db, res)
+}
+
+// findDeploy finds deploy/local (the scripts that restart the broker and the database) in the
+// working directory or one above it; "" if there is none.
+func findDeploy() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return ""
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "deploy", "local", "kafka.sh")); err == nil {
+			return filepath.Join(dir, "deploy", "local")
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return ""
+		}
+		dir = parent
+	}
 }

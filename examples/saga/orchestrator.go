@@ -116,7 +116,7 @@ func (o *orchestrator) event(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch
 			return b.Fail(r, err)
 		}
 		if due := time.UnixMilli(t.DueMS); time.Now().Before(due) {
-			return fmt.Errorf("saga: timeout of %s %s due in %s: %w", t.Order, t.Step, time.Until(due).Round(time.Millisecond), chaos.ErrNotDue)
+			return chaos.NotDue(due, fmt.Errorf("saga: timeout of %s %s", t.Order, t.Step))
 		}
 		id, step, ev, attempt = t.Order, t.Step, "timeout", t.Attempt
 	} else {

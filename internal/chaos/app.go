@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -131,10 +133,54 @@ func (b *AppBatch) IdempotencyKey(r *kgo.Record) string {
 // Fenced reports whether the batch runs under Baton's fence.
 func (b *AppBatch) Fenced() bool { return b.fenced }
 
-// ErrNotDue is returned (wrapped) by a handler whose batch holds a record that must not be
-// applied yet, such as a timeout record before its deadline: the batch is rolled back and
-// retried, never reordered, and the attempt is not logged as an error.
+// ErrNotDue is returned (wrapped, best through [NotDue]) by a handler whose batch holds a
+// record that must not be applied yet, such as a timeout record before its deadline: the batch
+// is rolled back and retried, never reordered, and the attempt is not logged as an error.
 var ErrNotDue = errors.New("chaos: not due yet")
+
+// NotDueError says when a batch that was not due will be: the worker waits until then, outside
+// any transaction, before it retries the batch.
+type NotDueError struct {
+	Due time.Time
+	Err error // what was not due, for logs
+}
+
+func (e *NotDueError) Error() string {
+	return fmt.Sprintf("%v: not due until %s", e.Err, e.Due.Format(time.RFC3339Nano))
+}
+func (e *NotDueError) Unwrap() []error { return []error{ErrNotDue, e.Err} }
+
+// NotDue returns an error for a batch not due until due.
+func NotDue(due time.Time, err error) error { return &NotDueError{Due: due, Err: err} }
+
+// dueTable remembers, per partition, when a batch that was not due becomes due.
+type dueTable struct {
+	mu  sync.Mutex
+	due map[fence.Key]time.Time
+}
+
+func (d *dueTable) note(k fence.Key, err error) {
+	var nd *NotDueError
+	if errors.As(err, &nd) {
+		d.mu.Lock()
+		if d.due == nil {
+			d.due = map[fence.Key]time.Time{}
+		}
+		d.due[k] = nd.Due
+		d.mu.Unlock()
+	}
+}
+
+// wait sleeps until k's batch is due (or ctx ends); it returns at once if none waits.
+func (d *dueTable) wait(ctx context.Context, k fence.Key) {
+	d.mu.Lock()
+	due, ok := d.due[k]
+	delete(d.due, k)
+	d.mu.Unlock()
+	if ok {
+		sleep(ctx, time.Until(due))
+	}
+}
 
 // Invariant is one application invariant as the checker judged it.
 type Invariant struct {

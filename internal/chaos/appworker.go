@@ -76,7 +76,7 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 		return err
 	}
 	hook := relay.AfterCommit()
-	wrapped := &attemptSink[T]{Sink: sink, f: f, db: env.DB, id: cfg.ID}
+	wrapped := &attemptSink[T]{Sink: sink, f: f, db: env.DB, id: cfg.ID, wait: &dueTable{}}
 	return runConsumers(ctx, cs, func(ctx context.Context, c AppConsumer) error {
 		group := groupName(cfg.Group, c.Name)
 		var topics []string
@@ -106,6 +106,7 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 			}
 			return consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
 				if err := h.Handle(ctx, tx, b); err != nil {
+					wrapped.wait.note(b.Key, err)
 					return err
 				}
 				return logApplied(ctx, adapt(tx), b.Key.Topic, b.Key.Partition, b.Token, cfg.ID, b.Records)
@@ -249,7 +250,12 @@ func runUnfencedConsumer(ctx context.Context, cfg WorkerConfig, c AppConsumer, e
 			switch {
 			case errors.Is(err, ErrNotDue):
 				rewind(cl, p.Topic, p.Partition, first)
-				sleep(ctx, 100*time.Millisecond)
+				var nd *NotDueError
+				if errors.As(err, &nd) {
+					sleep(ctx, min(time.Until(nd.Due), 250*time.Millisecond)) // the poll loop serves every partition
+				} else {
+					sleep(ctx, 100*time.Millisecond)
+				}
 				return
 			case err != nil && !consumer.IsPermanent(err):
 				cfg.Logger.Warn("unfenced write failed", "topic", p.Topic, "partition", p.Partition, "err", err)

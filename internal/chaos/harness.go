@@ -136,7 +136,8 @@ type harness struct {
 	mu       sync.Mutex
 	procs    map[string]*proc
 	nextID   int
-	commands string // the commands topic, "" for none
+	commands string   // the commands topic, "" for none
+	groups   []string // the groups the workers join (an app's); nil: Config.Group
 	faults   []Fault
 	t0       time.Time
 	adm      *kadm.Client
@@ -485,25 +486,33 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")
 		sleep(ctx, st)
 	case FaultGroupDelete:
+		groups := h.groups
+		if len(groups) == 0 {
+			groups = []string{h.cfg.Group}
+		}
 		f.Target = h.cfg.Group
 		n := len(h.alive())
 		for _, p := range h.alive() {
 			h.stop(p, syscall.SIGTERM, 30*time.Second)
 		}
-		// Wait for the group to be empty, then delete it: the next generation starts at 1.
+		// Wait for each group to be empty, then delete it: the next generation starts at 1.
 		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			resp, err := h.adm.DeleteGroup(ctx, h.cfg.Group)
-			if err == nil && resp.Err == nil {
-				f.Bit = true
-				break
+		deleted := 0
+		for _, g := range groups {
+			for time.Now().Before(deadline) {
+				resp, err := h.adm.DeleteGroup(ctx, g)
+				if err == nil && resp.Err == nil {
+					deleted++
+					break
+				}
+				sleep(ctx, 500*time.Millisecond)
 			}
-			sleep(ctx, 500*time.Millisecond)
 		}
+		f.Bit = deleted == len(groups)
 		if !f.Bit {
-			f.Detail = "group could not be deleted"
+			f.Detail = fmt.Sprintf("%d of %d groups could not be deleted", len(groups)-deleted, len(groups))
 		} else {
-			f.Detail = "all workers stopped, group deleted, workers restarted"
+			f.Detail = fmt.Sprintf("all workers stopped, %d group(s) deleted, workers restarted", len(groups))
 		}
 		for i := 0; i < n; i++ {
 			_ = h.start(ctx)

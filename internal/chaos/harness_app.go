@@ -29,6 +29,16 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	if err := app.Migrate(ctx, env); err != nil {
 		return nil, fmt.Errorf("chaos: %s: migrate: %w", app.Name(), err)
 	}
+	cs, release, err := app.Consumers(ctx, env) // for the names of the groups the workers join
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %s: consumers: %w", app.Name(), err)
+	}
+	if release != nil {
+		release()
+	}
+	for _, c := range cs {
+		h.groups = append(h.groups, groupName(cfg.Group, c.Name))
+	}
 	res := &Result{Config: cfg, Started: h.t0}
 	if cfg.Watch != nil {
 		cfg.Watch(h.db)
@@ -59,7 +69,6 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	res.SettleIn = time.Since(settleStart)
 	h.stopAll()
 	res.Faults = h.faults
-	var err error
 	res.Verdict, err = CheckApp(context.WithoutCancel(ctx), env, app)
 	res.Finished = time.Now()
 	return res, err

@@ -279,13 +279,17 @@ func causeOf(err error) string {
 // with its outcome, outside the transaction, so refused attempts are counted too.
 type attemptSink[T any] struct {
 	fence.Sink[T]
-	f  *freezer
-	db DB
-	id string
+	f    *freezer
+	db   DB
+	id   string
+	wait *dueTable // batches that were not due: wait for them outside the transaction (apps)
 }
 
 func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, T) error) error {
 	const first = -1 // the sink sees only the batch's last offset; chaos_applied has the range
+	if s.wait != nil {
+		s.wait.wait(ctx, k)
+	}
 	zombie := s.f.point(ctx, k.Topic, k.Partition, t, first, position)
 	if zombie {
 		ctx = context.WithoutCancel(ctx)
