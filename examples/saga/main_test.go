@@ -3,11 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
-	"os/signal"
+	"os/exec"
+	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,20 +16,18 @@ import (
 	"github.com/batonhq/baton/internal/testenv"
 )
 
-// TestMain doubles as the worker binary: the harness starts this test executable with the
-// worker command, and it runs the saga's consumers instead of the tests.
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == chaos.WorkerCommand {
-		ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
-		err := chaos.RunWorker(ctx, os.Args[2:], newSaga())
-		stop()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "saga worker:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// binary builds this example, which the harness runs as each worker process (its 'worker'
+// command). It is built without -race, as CI's real workers would be: the harness in the test
+// process keeps the race detector, and a bounded run stays bounded on a small machine.
+func binary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "saga")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/saga: %v\n%s", err, out)
 	}
-	goleak.VerifyTestMain(m)
+	return bin
 }
 
 // runTest runs the saga under the harness and logs its output.
@@ -39,6 +36,7 @@ func runTest(t *testing.T, o options) (*chaos.Result, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
+	o.binary = binary(t)
 	res, story, err := runSaga(ctx, o, &out)
 	t.Logf("output:\n%s\n%s", out.String(), story)
 	if err != nil {
