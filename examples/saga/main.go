@@ -171,15 +171,17 @@ func runSaga(ctx context.Context, o options, out io.Writer) (*chaos.Result, stri
 		fmt.Fprintf(out, "Kafka: %s\n", o.brokers)
 	}
 	var (
-		res     *chaos.Result
-		db      chaos.DB
-		cleanup func()
+		res        *chaos.Result
+		db         chaos.DB
+		cleanup    func()
+		sqlitePath string
 	)
 	if o.pgURL != "" {
 		fmt.Fprintln(out, "databases: PostgreSQL (a schema of the run's own)")
 		res, db, cleanup, err = chaos.RunPostgres(ctx, cfg, o.pgURL)
 	} else {
 		path := filepath.Join(dir, "saga.db")
+		sqlitePath = path
 		fmt.Fprintf(out, "databases: SQLite %s (orchestrator and services), %s (the payment provider)\n", path, strings.TrimSuffix(path, ".db")+"-psp.db")
 		res, db, cleanup, err = chaos.RunSQLite(ctx, cfg, path)
 	}
@@ -191,7 +193,12 @@ func runSaga(ctx context.Context, o options, out io.Writer) (*chaos.Result, stri
 	}
 	fmt.Fprintln(out)
 	chaos.WriteVerdict(out, res)
-	story, err := walkThrough(context.WithoutCancel(ctx), db, res)
+	p, closePSP, err := openPSP(ctx, chaos.AppEnv{DB: db, SQLitePath: sqlitePath})
+	if err != nil {
+		return res, "", err
+	}
+	defer closePSP()
+	story, err := walkThrough(context.WithoutCancel(ctx), db, p.db, res)
 	if err != nil {
 		return res, "", err
 	}

@@ -13,8 +13,9 @@ import (
 // walkThrough tells, from the run's databases alone, the story of one order across a
 // takeover: which worker moved its saga at each step under which token, when the worker that
 // held one of its events froze, and how its write was refused when it woke. It picks the
-// first zombie write the fence refused on an orchestrator topic.
-func walkThrough(ctx context.Context, db chaos.DB, res *chaos.Result) (string, error) {
+// first zombie write the fence refused on an orchestrator topic. An unfenced run tells the
+// story of an order charged twice instead.
+func walkThrough(ctx context.Context, db, psp chaos.DB, res *chaos.Result) (string, error) {
 	type attempt struct {
 		worker, topic string
 		part          int32
@@ -36,13 +37,16 @@ WHERE zombie = true AND outcome = 'stale' ORDER BY id`)
 		zs = append(zs, a)
 	}
 	rows.Close()
-	if len(zs) == 0 {
-		return "Walk-through: no zombie write was refused in this run (no frozen worker was taken over).\n", nil
-	}
 	base := res.Config.Topic
 	short := func(t string) string { return strings.TrimPrefix(t, base+"-") }
 	t0 := res.Started.UnixMilli()
 	at := func(ms int64) string { return fmt.Sprintf("%+7.1fs", float64(ms-t0)/1000) }
+	if res.Config.Mode != chaos.Fenced {
+		return doubleCharge(ctx, db, psp, at)
+	}
+	if len(zs) == 0 {
+		return "Walk-through: no zombie write was refused in this run (no frozen worker was taken over).\n", nil
+	}
 	for _, z := range zs {
 		var id string
 		err := db.QueryRow(ctx, `SELECT order_id FROM saga_log WHERE topic = $1 AND part = $2 AND off <= $3
@@ -93,4 +97,35 @@ AND (era > $4 OR (era = $4 AND epoch > $5)) ORDER BY off DESC LIMIT 1`, z.topic,
 	z := zs[0]
 	return fmt.Sprintf("Walk-through: worker %s froze holding a batch of %s/%d (token %d.%d) and its write was refused %s after the run began; no saga step was in that batch.\n",
 		z.worker, short(z.topic), z.part, z.era, z.epoch, time.Duration(z.at-t0)*time.Millisecond), nil
+}
+
+// doubleCharge tells the story of an order the PSP charged twice, from its ledger and the
+// saga's log.
+func doubleCharge(ctx context.Context, db, psp chaos.DB, at func(int64) string) (string, error) {
+	var id string
+	if err := psp.QueryRow(ctx, `SELECT order_id FROM psp_ledger WHERE kind = 'charge' GROUP BY order_id HAVING count(*) > 1 ORDER BY order_id LIMIT 1`).Scan(&id); err != nil {
+		if isNoRows(err) {
+			return "Walk-through: no order was charged twice in this run.\n", nil
+		}
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Walk-through: order %s, charged twice without the fence (time since the run began):\n", id)
+	rows, err := psp.Query(ctx, `SELECT kind, worker, at_ms FROM psp_ledger WHERE order_id = $1 ORDER BY id`, id)
+	if err != nil {
+		return "", err
+	}
+	for rows.Next() {
+		var kind, worker string
+		var ms int64
+		if err := rows.Scan(&kind, &worker, &ms); err != nil {
+			rows.Close()
+			return "", err
+		}
+		fmt.Fprintf(&b, "  %s  %-4s PSP %s, no idempotency key (nothing like the outbox's exists without Baton)\n", at(ms), worker, kind)
+	}
+	rows.Close()
+	fmt.Fprintf(&b, "  Both workers held the payment partition in turn and applied the same charge command: the\n")
+	fmt.Fprintf(&b, "  one that lost the partition went on with the batch it had fetched, and nothing refused it.\n")
+	return b.String(), rows.Err()
 }
