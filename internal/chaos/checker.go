@@ -131,6 +131,11 @@ func CheckApp(ctx context.Context, env AppEnv, app App) (Verdict, error) {
 	}
 	sortInvariants(inv)
 	v.Invariants = inv
+	if b, ok := app.(*builtin); ok {
+		if err := b.verdict(ctx, env, &v); err != nil {
+			return v, err
+		}
+	}
 	return v, checkLog(ctx, env.DB, &v)
 }
 

@@ -89,10 +89,6 @@ type Config struct {
 	Progress       io.Writer     // live progress lines; nil for none
 	// Watch, if set, is called with the run's database once it is ready (for live views).
 	Watch func(DB)
-	// Receiver, if set (fenced mode with Workload.CommandEvery > 0), runs the device gateway
-	// that applies the workers' commands through the inbox: RunReceiver over the run's store.
-	// The harness creates the commands topic and runs Receiver until the run ends.
-	Receiver func(ctx context.Context, brokers []string, group, topic string) error
 }
 
 // Result is a chaos run's outcome.
@@ -130,18 +126,19 @@ type proc struct {
 }
 
 type harness struct {
-	cfg      Config
-	db       DB
-	rng      *rand.Rand
-	mu       sync.Mutex
-	procs    map[string]*proc
-	nextID   int
-	commands string   // the commands topic, "" for none
-	groups   []string // the groups the workers join (an app's); nil: Config.Group
-	faults   []Fault
-	t0       time.Time
-	adm      *kadm.Client
-	workers  sync.WaitGroup
+	cfg     Config
+	db      DB
+	rng     *rand.Rand
+	mu      sync.Mutex
+	procs   map[string]*proc
+	nextID  int
+	app     App      // Config.App, or builtin
+	builtin *builtin // the built-in workload, when Config.App is nil
+	groups  []string // the groups the workers join
+	faults  []Fault
+	t0      time.Time
+	adm     *kadm.Client
+	workers sync.WaitGroup
 }
 
 func (c *Config) defaults() error {
@@ -169,8 +166,8 @@ func (c *Config) defaults() error {
 	if c.Mode == "" {
 		c.Mode = Fenced
 	}
-	if c.Mode != Fenced || c.Receiver == nil || c.App != nil {
-		c.Workload.CommandEvery = 0 // commands need the fence (outbox) and a receiver
+	if c.Mode != Fenced || c.App != nil {
+		c.Workload.CommandEvery = 0 // commands need the fence (outbox)
 	}
 	if c.App != nil && c.Mode == Lock {
 		return errors.New("chaos: an application runs fenced or unfenced, not under the lock baseline")
@@ -227,83 +224,12 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	}
 	defer cl.Close()
 	h.adm = kadm.NewClient(cl)
-	if cfg.App != nil {
-		return h.runApp(ctx, cl)
+	h.app = cfg.App
+	if h.app == nil {
+		h.builtin = newBuiltin(cfg.Workload, cfg.Mode)
+		h.app = h.builtin
 	}
-	if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, cfg.Topic); err != nil || resp.Err != nil {
-		return nil, fmt.Errorf("chaos: create topic %s: %w", cfg.Topic, errors.Join(err, resp.Err))
-	}
-	commands := ""
-	if cfg.Workload.CommandEvery > 0 {
-		commands = cfg.Topic + "-commands"
-		if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, commands); err != nil || resp.Err != nil {
-			return nil, fmt.Errorf("chaos: create topic %s: %w", commands, errors.Join(err, resp.Err))
-		}
-		h.commands = commands
-	}
-	res := &Result{Config: cfg, Started: h.t0}
-	if cfg.Watch != nil {
-		cfg.Watch(db)
-	}
-	defer h.stopAll()
-	for i := 0; i < cfg.Workers; i++ {
-		if err := h.start(ctx); err != nil {
-			return nil, err
-		}
-	}
-
-	// Produce in the background at the configured rate while faults are injected.
-	if commands != "" {
-		rctx, stopReceiver := context.WithCancel(ctx)
-		recvDone := make(chan error, 1)
-		go func() { recvDone <- cfg.Receiver(rctx, cfg.Brokers, cfg.Group+"-gateway", commands) }()
-		defer func() {
-			stopReceiver()
-			if err := <-recvDone; err != nil {
-				h.progress("receiver: %v", err)
-			}
-		}()
-	}
-
-	// Produce round after round while the faults are injected, so every fault meets a
-	// stream in motion; the producer finishes its round once the faults are over.
-	type produced struct {
-		rounds int
-		err    error
-	}
-	prodDone := make(chan produced, 1)
-	stopProd := make(chan struct{})
-	pctx, cancelProd := context.WithCancel(ctx)
-	var prodWG sync.WaitGroup
-	defer func() { cancelProd(); prodWG.Wait() }()
-	prodWG.Add(1)
-	go func() {
-		defer prodWG.Done()
-		n, err := cfg.Workload.ProduceRounds(pctx, cl, cfg.Topic, cfg.Rate, cfg.Workload.PerKey, stopProd)
-		prodDone <- produced{n, err}
-	}()
-
-	h.progress("run: mode=%s workers=%d partitions=%d records=%d faults=%d seed=%d", cfg.Mode, cfg.Workers, cfg.Partitions, cfg.Workload.Total(), cfg.NumFaults, cfg.Seed)
-	time.Sleep(2 * cfg.SessionTimeout) // let the group form and start applying
-	h.injectAll(ctx)
-	close(stopProd)
-	p := <-prodDone
-	if p.err != nil {
-		return nil, fmt.Errorf("chaos: produce: %w", p.err)
-	}
-	res.Config.Workload.PerKey = p.rounds
-	h.progress("produced %d rounds of %d keys: %d records", p.rounds, cfg.Workload.Keys, p.rounds*cfg.Workload.Keys)
-	settleStart := time.Now()
-	res.Settled = h.waitApplied(ctx, settleStart.Add(cfg.Settle))
-	if res.Settled && commands != "" {
-		res.Settled = h.waitCommands(ctx, res.Config.Workload, settleStart.Add(cfg.Settle))
-	}
-	res.SettleIn = time.Since(settleStart)
-	h.stopAll()
-	res.Faults = h.faults
-	res.Verdict, err = Check(context.WithoutCancel(ctx), db, res.Config.Workload)
-	res.Finished = time.Now()
-	return res, err
+	return h.runApp(ctx, cl)
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -328,11 +254,10 @@ func (h *harness) start(ctx context.Context) error {
 		SessionTimeout: h.cfg.SessionTimeout, PostgresURL: h.cfg.PostgresURL, SQLitePath: h.cfg.SQLitePath,
 		RedisAddr: h.cfg.RedisAddr,
 	}
-	if h.cfg.App != nil {
-		args.App = h.cfg.App.Name()
-	}
-	if h.commands != "" {
-		args.CommandsTopic, args.CommandEvery = h.commands, h.cfg.Workload.CommandEvery
+	if h.builtin != nil {
+		args.CommandEvery = h.builtin.w.CommandEvery
+	} else {
+		args.App = h.app.Name()
 	}
 	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
@@ -605,23 +530,6 @@ func lastLine(b []byte) string {
 	return s
 }
 
-// waitApplied waits until every partition's applied log reaches the partition's end.
-func (h *harness) waitApplied(ctx context.Context, deadline time.Time) bool {
-	ends, err := h.adm.ListEndOffsets(ctx, h.cfg.Topic)
-	if err != nil {
-		return false
-	}
-	for {
-		if h.caughtUp(ctx, ends) {
-			return true
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		sleep(ctx, 250*time.Millisecond)
-	}
-}
-
 // caughtUp reports whether the applied log reaches every listed partition's end offset.
 func (h *harness) caughtUp(ctx context.Context, ends kadm.ListedOffsets) bool {
 	type tp struct {
@@ -652,21 +560,6 @@ func (h *harness) caughtUp(ctx context.Context, ends kadm.ListedOffsets) bool {
 		}
 	})
 	return done
-}
-
-// waitCommands waits until the receiver applied every command the workload sends.
-func (h *harness) waitCommands(ctx context.Context, w Workload, deadline time.Time) bool {
-	want := int64(w.Commands() * w.Keys)
-	for {
-		var n int64
-		if err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_commands`).Scan(&n); err == nil && n >= want {
-			return true
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		sleep(ctx, 250*time.Millisecond)
-	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -17,7 +17,7 @@ func (h *harness) env() AppEnv {
 // runApp is Run for an [App]: the same workers, faults, logs and verdict, with the
 // application's topics, consumers, input and invariants.
 func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
-	cfg, app, env := h.cfg, h.cfg.App, h.env()
+	cfg, app, env := h.cfg, h.app, h.env()
 	var topics []string
 	for _, s := range app.Topics() {
 		t := env.Topic(s)
@@ -56,14 +56,23 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	defer cancelProd()
 	go func() { prodDone <- app.Produce(pctx, env, cl, cfg.Rate, stopProd) }()
 
-	h.progress("run: app=%s mode=%s workers=%d partitions=%d faults=%d seed=%d", app.Name(), cfg.Mode, cfg.Workers, cfg.Partitions, cfg.NumFaults, cfg.Seed)
+	if h.builtin != nil {
+		h.progress("run: mode=%s workers=%d partitions=%d records=%d faults=%d seed=%d", cfg.Mode, cfg.Workers, cfg.Partitions, cfg.Workload.Total(), cfg.NumFaults, cfg.Seed)
+	} else {
+		h.progress("run: app=%s mode=%s workers=%d partitions=%d faults=%d seed=%d", app.Name(), cfg.Mode, cfg.Workers, cfg.Partitions, cfg.NumFaults, cfg.Seed)
+	}
 	time.Sleep(2 * cfg.SessionTimeout) // let the groups form and start applying
 	h.injectAll(ctx)
 	close(stopProd)
 	if err := <-prodDone; err != nil {
 		return nil, fmt.Errorf("chaos: %s: produce: %w", app.Name(), err)
 	}
-	h.progress("input produced; waiting for the application to settle")
+	if h.builtin != nil {
+		res.Config.Workload = h.builtin.workload()
+		h.progress("produced %d rounds of %d keys: %d records", res.Config.Workload.PerKey, cfg.Workload.Keys, res.Config.Workload.Total())
+	} else {
+		h.progress("input produced; waiting for the application to settle")
+	}
 	settleStart := time.Now()
 	res.Settled = h.waitSettled(ctx, topics, settleStart.Add(cfg.Settle))
 	res.SettleIn = time.Since(settleStart)
@@ -95,7 +104,7 @@ func (h *harness) injectAll(ctx context.Context) {
 func (h *harness) waitSettled(ctx context.Context, topics []string, deadline time.Time) bool {
 	stable := 0
 	for {
-		ok, err := h.cfg.App.Settled(ctx, h.env())
+		ok, err := h.app.Settled(ctx, h.env())
 		if err == nil && ok {
 			ends, err := h.adm.ListEndOffsets(ctx, topics...)
 			if err == nil && h.caughtUp(ctx, ends) {

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,12 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/redislock"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
 
 // Mode is how a worker protects its writes.
@@ -56,10 +53,6 @@ type WorkerConfig struct {
 	LockTTL        time.Duration // lock mode's lease; default SessionTimeout
 	RedisAddr      string        // lock mode
 	Logger         *slog.Logger
-	// CommandsTopic and CommandEvery make a fenced worker send commands through the outbox
-	// (see Workload.CommandEvery); empty/0 for none.
-	CommandsTopic string
-	CommandEvery  int
 }
 
 func (c *WorkerConfig) defaults() error {
@@ -313,97 +306,6 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 type Outbox[T any] interface {
 	outbox.Store
 	Append(ctx context.Context, tx T, src fence.Key, tok fence.Token, msgs ...outbox.Message) error
-}
-
-// RunFenced runs a Baton consumer as a chaos worker over sink, whose transactions adapt must
-// turn into the workload's Tx. db is the same database, used for the attempt log. box, if not
-// nil, is the outbox the worker's commands go through; the relay runs from each partition's
-// goroutine after its commits.
-func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T], adapt func(T) Tx, db DB, box Outbox[T]) error {
-	if err := cfg.defaults(); err != nil {
-		return err
-	}
-	f := newFreezer(cfg.ID, db)
-	var wg sync.WaitGroup
-	wctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	wg.Add(1)
-	go func() { defer wg.Done(); f.watch(wctx) }()
-
-	w := Workload{CommandEvery: cfg.CommandEvery}
-	opts := []consumer.Option{consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger)}
-	if box != nil && cfg.CommandsTopic != "" && cfg.CommandEvery > 0 {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2*time.Millisecond), kgo.AlwaysRetryEOF())
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		relay, err := outbox.NewRelay(cl, box)
-		if err != nil {
-			return err
-		}
-		hook := relay.AfterCommit()
-		// The relay's reads and marks are writes too (SQLite: the write lock; PostgreSQL: the
-		// fence row FOR SHARE): keep freezes out of them, as out of the batch transactions.
-		opts = append(opts, consumer.AfterCommit(func(ctx context.Context, k fence.Key, t fence.Token) error {
-			return f.write(func() error { return hook(ctx, k, t) })
-		}, 250*time.Millisecond))
-	} else {
-		box = nil
-	}
-	wrapped := &attemptSink[T]{Sink: sink, f: f, db: db, id: cfg.ID}
-	factory := func(_ context.Context, k fence.Key, _ fence.Token) (consumer.Handler[T], error) {
-		return consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
-			if err := ApplyBatch(ctx, adapt(tx), k.Partition, b.Token, cfg.ID, b.Records); err != nil {
-				return err
-			}
-			if box == nil {
-				return nil
-			}
-			if msgs := w.CommandsFor(cfg.CommandsTopic, b.Records); len(msgs) > 0 {
-				return box.Append(ctx, tx, b.Key, b.Token, msgs...)
-			}
-			return nil
-		}), nil
-	}
-	c, err := consumer.New[T](cfg.Group, []string{cfg.Topic}, fence.Sink[T](wrapped), factory, opts...)
-	if err != nil {
-		return err
-	}
-	return c.Run(ctx)
-}
-
-// RunReceiver runs the device gateway: a Baton consumer of the commands topic that applies
-// each command through the inbox (keyed), recording it in chaos_commands in the same
-// transaction. The checker then finds every command exactly once, in per-key order.
-func RunReceiver[T any](ctx context.Context, brokers []string, group, topic string, sink fence.Sink[T], keyed fence.KeyedSink[T], adapt func(T) Tx, logger *slog.Logger) error {
-	inbox, err := outbox.NewInbox[T](group, keyed)
-	if err != nil {
-		return err
-	}
-	apply := consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
-		t := adapt(tx)
-		for _, r := range b.Records {
-			seq, err := strconv.ParseInt(string(r.Value), 10, 64)
-			if err != nil {
-				return b.Fail(r, fmt.Errorf("chaos: command value %q: %w", r.Value, err))
-			}
-			if err := t.Exec(ctx, `INSERT INTO chaos_commands (k, seq) VALUES ($1, $2)`, string(r.Key), seq); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[T], error) {
-		return outboxconsumer.Handler(inbox, apply), nil
-	}
-	c, err := consumer.New[T](group, []string{topic}, sink, factory, consumer.Logger(logger),
-		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(250*time.Millisecond),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AlwaysRetryEOF()))
-	if err != nil {
-		return err
-	}
-	return c.Run(ctx)
 }
 
 // RunBaseline runs a worker without Baton's fence: Unfenced trusts Kafka's assignment alone,

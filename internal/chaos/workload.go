@@ -232,6 +232,14 @@ func ApplyBatch(ctx context.Context, tx Tx, part int32, tok fence.Token, worker 
 	if len(recs) == 0 {
 		return nil
 	}
+	if err := fold(ctx, tx, recs); err != nil {
+		return err
+	}
+	return logApplied(ctx, tx, recs[0].Topic, part, tok, worker, recs)
+}
+
+// fold folds records into the per-key state inside tx (ApplyBatch without the applied log).
+func fold(ctx context.Context, tx Tx, recs []*kgo.Record) error {
 	states := map[string]*keyState{}
 	order := []string{}
 	for _, r := range recs {
@@ -267,7 +275,7 @@ ON CONFLICT (k) DO UPDATE SET n = excluded.n, last_seq = excluded.last_seq, sum_
 			return err
 		}
 	}
-	return logApplied(ctx, tx, recs[0].Topic, part, tok, worker, recs)
+	return nil
 }
 
 // logApplied logs a committed batch in the applied log, in the batch's transaction tx.
