@@ -85,9 +85,11 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 		}
 		var inbox *outbox.Inbox[T]
 		if c.Inbox {
-			if inbox, err = outbox.NewInbox[T](group, keyed); err != nil {
+			in, err := outbox.NewInbox[T](group, keyed)
+			if err != nil {
 				return err
 			}
+			inbox = in
 		}
 		factory := func(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[T], error) {
 			handle, err := c.Factory(ctx, k, t)
