@@ -85,11 +85,11 @@ func TestCheckCatches(t *testing.T) {
 }
 
 type fixture struct {
-	t      *testing.T
-	saga   *Saga
-	env    chaos.AppEnv
-	db     *sql.DB
-	pspDB  chaos.DB
+	t     *testing.T
+	saga  *Saga
+	env   chaos.AppEnv
+	db    *sql.DB
+	pspDB chaos.DB
 }
 
 func newFixture(t *testing.T) *fixture {
