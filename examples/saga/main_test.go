@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,16 +18,44 @@ import (
 	"github.com/batonhq/baton/internal/testenv"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+var (
+	buildOnce sync.Once
+	binDir    string
+	bin       string
+	buildErr  error
+)
 
-// binary builds this example, which the harness runs as each worker process (its 'worker'
-// command). It is built without -race, as CI's real workers would be: the harness in the test
-// process keeps the race detector, and a bounded run stays bounded on a small machine.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "baton-saga-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// binary builds this example once per test run; the harness runs it as each worker process
+// (its 'worker' command). It is built without -race, as CI's chaos workers are: the harness in
+// the test process keeps the race detector, and a bounded run stays bounded on a small machine.
 func binary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "saga")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/saga: %v\n%s", err, out)
+	buildOnce.Do(func() {
+		bin = filepath.Join(binDir, "saga")
+		if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./examples/saga: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
 	}
 	return bin
 }
