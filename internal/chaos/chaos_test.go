@@ -3,8 +3,6 @@ package chaos_test
 import (
 	"bytes"
 	"context"
-	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/fence/pgfence"
@@ -87,10 +84,6 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 		Brokers: brokers, PostgresURL: url + sep + "search_path=" + schema,
 		RedisAddr: os.Getenv("BATON_REDIS_ADDR"), Binary: binary(t), DeployDir: deploy,
 		Progress: &progress, Settle: 2 * time.Minute,
-		Receiver: func(ctx context.Context, brokers []string, group, topic string) error {
-			return chaos.RunReceiver[pgx.Tx](ctx, brokers, group, topic, store, store, chaos.PgTx,
-				slog.New(slog.NewTextHandler(io.Discard, nil)))
-		},
 	}
 	res, err := chaos.Run(ctx, cfg, db)
 	t.Logf("progress:\n%s", progress.String())

@@ -36,6 +36,9 @@ type Verdict struct {
 	CommandsMissing    int64 // expected commands never applied
 	CommandsDuplicated int64 // commands applied more than once
 	CommandsDisorder   int64 // commands applied after a later command of the same key
+
+	// Invariants are an [App]'s own, as its Check judged them (none for the built-in workload).
+	Invariants []Invariant
 }
 
 // ErrorGroup is the write attempts that failed with an error of one cause.
@@ -50,7 +53,17 @@ type ErrorGroup struct {
 func (v Verdict) OK() bool {
 	return v.KeysWrong == 0 && v.Lost == 0 && v.Duplicated == 0 && v.Disorder == 0 &&
 		v.StaleCommits == 0 && v.OverlapBatches == 0 && v.Applied == v.Expected &&
-		v.CommandsMissing == 0 && v.CommandsDuplicated == 0 && v.CommandsDisorder == 0
+		v.CommandsMissing == 0 && v.CommandsDuplicated == 0 && v.CommandsDisorder == 0 &&
+		v.invariantsHold()
+}
+
+func (v Verdict) invariantsHold() bool {
+	for _, i := range v.Invariants {
+		if i.Violations != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // Violations lists the broken invariants in words, empty when OK.
@@ -83,6 +96,11 @@ func (v Verdict) Violations() []string {
 	if v.CommandsDisorder > 0 {
 		out = append(out, fmt.Sprintf("%d commands applied out of order", v.CommandsDisorder))
 	}
+	for _, i := range v.Invariants {
+		if i.Violations != 0 {
+			out = append(out, i.String())
+		}
+	}
 	if v.Applied != v.Expected && v.Lost == 0 && v.Duplicated == 0 {
 		out = append(out, fmt.Sprintf("%d records applied, %d expected", v.Applied, v.Expected))
 	}
@@ -92,19 +110,50 @@ func (v Verdict) Violations() []string {
 // Check reads the workload's tables and verifies the invariants for workload w.
 func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 	v := Verdict{Expected: int64(w.Total()), Attempts: map[string]int64{}}
+	if err := checkFold(ctx, db, w, &v); err != nil {
+		return v, err
+	}
+	if w.CommandEvery > 0 {
+		if err := checkCommands(ctx, db, w, &v); err != nil {
+			return v, err
+		}
+	}
+	return v, checkLog(ctx, db, &v)
+}
+
+// CheckApp verifies an application's run: its own invariants (app.Check) and the harness's
+// (the applied log, the attempt log, the recoveries).
+func CheckApp(ctx context.Context, env AppEnv, app App) (Verdict, error) {
+	v := Verdict{Attempts: map[string]int64{}}
+	inv, err := app.Check(ctx, env)
+	if err != nil {
+		return v, fmt.Errorf("chaos: %s: check: %w", app.Name(), err)
+	}
+	sortInvariants(inv)
+	v.Invariants = inv
+	if b, ok := app.(*builtin); ok {
+		if err := b.verdict(ctx, env, &v); err != nil {
+			return v, err
+		}
+	}
+	return v, checkLog(ctx, env.DB, &v)
+}
+
+// checkFold checks the built-in workload's per-key state against the fold of its records.
+func checkFold(ctx context.Context, db DB, w Workload, v *Verdict) error {
 	per := int64(w.PerKey)
 	wantSum := per * (per - 1) / 2
 	seen := map[string]bool{}
 	rows, err := db.Query(ctx, `SELECT k, n, last_seq, sum_seq, disorder FROM chaos_state`)
 	if err != nil {
-		return v, fmt.Errorf("chaos: check state: %w", err)
+		return fmt.Errorf("chaos: check state: %w", err)
 	}
 	for rows.Next() {
 		var k string
 		var n, last, sum, disorder int64
 		if err := rows.Scan(&k, &n, &last, &sum, &disorder); err != nil {
 			rows.Close()
-			return v, err
+			return err
 		}
 		seen[k] = true
 		v.Applied += n
@@ -127,7 +176,7 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return v, err
+		return err
 	}
 	for i := 0; i < w.Keys; i++ {
 		if !seen[Key(i)] {
@@ -135,29 +184,38 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 			v.Lost += per
 		}
 	}
+	return nil
+}
 
+// checkLog checks what every run logs, whatever its workload: the applied log (no stale
+// commit, no re-applied offsets, per topic partition), the fence's recoveries and the attempts.
+func checkLog(ctx context.Context, db DB, v *Verdict) error {
 	type batch struct {
 		first, last int64
 		tok         fence.Token
 	}
-	byPart := map[int32][]batch{}
-	rows, err = db.Query(ctx, `SELECT part, first_off, last_off, era, epoch FROM chaos_applied ORDER BY id`)
+	type lane struct {
+		topic string
+		part  int32
+	}
+	byPart := map[lane][]batch{}
+	rows, err := db.Query(ctx, `SELECT topic, part, first_off, last_off, era, epoch FROM chaos_applied ORDER BY id`)
 	if err != nil {
-		return v, fmt.Errorf("chaos: check applied log: %w", err)
+		return fmt.Errorf("chaos: check applied log: %w", err)
 	}
 	for rows.Next() {
-		var p int32
+		var l lane
 		var b batch
-		if err := rows.Scan(&p, &b.first, &b.last, &b.tok.Era, &b.tok.Epoch); err != nil {
+		if err := rows.Scan(&l.topic, &l.part, &b.first, &b.last, &b.tok.Era, &b.tok.Epoch); err != nil {
 			rows.Close()
-			return v, err
+			return err
 		}
-		byPart[p] = append(byPart[p], b)
+		byPart[l] = append(byPart[l], b)
 		v.Batches++
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return v, err
+		return err
 	}
 	for _, bs := range byPart {
 		var maxTok fence.Token
@@ -182,14 +240,9 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM baton_fences_recoveries`).Scan(&v.Recoveries); err != nil {
 		v.Recoveries = 0
 	}
-	if w.CommandEvery > 0 {
-		if err := checkCommands(ctx, db, w, &v); err != nil {
-			return v, err
-		}
-	}
 	rows, err = db.Query(ctx, `SELECT outcome, cause, zombie, detail FROM chaos_attempts ORDER BY id`)
 	if err != nil {
-		return v, fmt.Errorf("chaos: check attempts: %w", err)
+		return fmt.Errorf("chaos: check attempts: %w", err)
 	}
 	errs := map[string]*ErrorGroup{}
 	for rows.Next() {
@@ -197,7 +250,7 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 		var zombie bool
 		if err := rows.Scan(&outcome, &cause, &zombie, &detail); err != nil {
 			rows.Close()
-			return v, err
+			return err
 		}
 		v.Attempts[outcome]++
 		if outcome == OutcomeError {
@@ -231,7 +284,7 @@ func Check(ctx context.Context, db DB, w Workload) (Verdict, error) {
 		a, b := v.Errors[i], v.Errors[j]
 		return a.Count > b.Count || a.Count == b.Count && a.Cause < b.Cause
 	})
-	return v, rows.Err()
+	return rows.Err()
 }
 
 // Attempt outcomes recorded in chaos_attempts.

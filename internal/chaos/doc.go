@@ -15,6 +15,13 @@
 // The same workload runs in three modes: Fenced (Baton), Unfenced (Kafka's assignment alone)
 // and Lock (the seeds' naive Redis lease), so the checker is shown to fail what it should fail.
 //
-// The workers write through a deliberately naive read-modify-write (read a key's state,
-// compute, write it back): the access pattern that locks are usually asked to protect.
+// The built-in workload writes through a deliberately naive read-modify-write (read a key's
+// state, compute, write it back): the access pattern that locks are usually asked to protect.
+//
+// An application brings its own workload as an [App] (Config.App): the topics to create, the
+// consumers every worker process runs (a handler factory per partition and token, with the
+// fenced outbox and optionally the inbox), the input to produce, when it has settled, and its
+// invariants over the databases. It runs under the same faults, in Fenced or Unfenced mode,
+// and gets the same verdict table (its invariants added to the harness's) and timeline. The
+// built-in workload is one App; examples/saga is another.
 package chaos

@@ -62,12 +62,16 @@ type Config struct {
 	Mode       Mode
 	Workers    int   // worker processes; default 3
 	Partitions int32 // default 12
-	Workload   Workload
-	Rate       int // records produced per second; default 2000
-	Faults     []FaultKind
-	NumFaults  int           // faults to inject; default len(Faults)*3
-	Seed       int64         // picks targets and order
-	Settle     time.Duration // bound for applying everything after the last fault; default 90s
+	// App, if set, is the application run instead of the built-in Workload: its topics, its
+	// consumers in the workers, its input and its invariants (see [App]). Binary must run a
+	// program that hands the same App to [RunWorker].
+	App       App
+	Workload  Workload
+	Rate      int // records produced per second; default 2000
+	Faults    []FaultKind
+	NumFaults int           // faults to inject; default len(Faults)*3
+	Seed      int64         // picks targets and order
+	Settle    time.Duration // bound for applying everything after the last fault; default 90s
 
 	Brokers     []string
 	PostgresURL string // the workers' database (exactly one of PostgresURL, SQLitePath)
@@ -85,10 +89,6 @@ type Config struct {
 	Progress       io.Writer     // live progress lines; nil for none
 	// Watch, if set, is called with the run's database once it is ready (for live views).
 	Watch func(DB)
-	// Receiver, if set (fenced mode with Workload.CommandEvery > 0), runs the device gateway
-	// that applies the workers' commands through the inbox: RunReceiver over the run's store.
-	// The harness creates the commands topic and runs Receiver until the run ends.
-	Receiver func(ctx context.Context, brokers []string, group, topic string) error
 }
 
 // Result is a chaos run's outcome.
@@ -126,17 +126,19 @@ type proc struct {
 }
 
 type harness struct {
-	cfg      Config
-	db       DB
-	rng      *rand.Rand
-	mu       sync.Mutex
-	procs    map[string]*proc
-	nextID   int
-	commands string // the commands topic, "" for none
-	faults   []Fault
-	t0       time.Time
-	adm      *kadm.Client
-	workers  sync.WaitGroup
+	cfg     Config
+	db      DB
+	rng     *rand.Rand
+	mu      sync.Mutex
+	procs   map[string]*proc
+	nextID  int
+	app     App      // Config.App, or builtin
+	builtin *builtin // the built-in workload, when Config.App is nil
+	groups  []string // the groups the workers join
+	faults  []Fault
+	t0      time.Time
+	adm     *kadm.Client
+	workers sync.WaitGroup
 }
 
 func (c *Config) defaults() error {
@@ -164,8 +166,11 @@ func (c *Config) defaults() error {
 	if c.Mode == "" {
 		c.Mode = Fenced
 	}
-	if c.Mode != Fenced || c.Receiver == nil {
-		c.Workload.CommandEvery = 0 // commands need the fence (outbox) and a receiver
+	if c.Mode != Fenced || c.App != nil {
+		c.Workload.CommandEvery = 0 // commands need the fence (outbox)
+	}
+	if c.App != nil && c.Mode == Lock {
+		return errors.New("chaos: an application runs fenced or unfenced, not under the lock baseline")
 	}
 	if (c.PostgresURL == "") == (c.SQLitePath == "") {
 		return errors.New("chaos: exactly one of a PostgreSQL URL and an SQLite path")
@@ -195,6 +200,9 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("chaos: fault %s needs PostgreSQL", f)
 		}
 	}
+	if c.App != nil {
+		return nil
+	}
 	return c.Workload.Validate()
 }
 
@@ -216,89 +224,12 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	}
 	defer cl.Close()
 	h.adm = kadm.NewClient(cl)
-	if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, cfg.Topic); err != nil || resp.Err != nil {
-		return nil, fmt.Errorf("chaos: create topic %s: %w", cfg.Topic, errors.Join(err, resp.Err))
+	h.app = cfg.App
+	if h.app == nil {
+		h.builtin = newBuiltin(cfg.Workload, cfg.Mode)
+		h.app = h.builtin
 	}
-	commands := ""
-	if cfg.Workload.CommandEvery > 0 {
-		commands = cfg.Topic + "-commands"
-		if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, commands); err != nil || resp.Err != nil {
-			return nil, fmt.Errorf("chaos: create topic %s: %w", commands, errors.Join(err, resp.Err))
-		}
-		h.commands = commands
-	}
-	res := &Result{Config: cfg, Started: h.t0}
-	if cfg.Watch != nil {
-		cfg.Watch(db)
-	}
-	defer h.stopAll()
-	for i := 0; i < cfg.Workers; i++ {
-		if err := h.start(ctx); err != nil {
-			return nil, err
-		}
-	}
-
-	// Produce in the background at the configured rate while faults are injected.
-	if commands != "" {
-		rctx, stopReceiver := context.WithCancel(ctx)
-		recvDone := make(chan error, 1)
-		go func() { recvDone <- cfg.Receiver(rctx, cfg.Brokers, cfg.Group+"-gateway", commands) }()
-		defer func() {
-			stopReceiver()
-			if err := <-recvDone; err != nil {
-				h.progress("receiver: %v", err)
-			}
-		}()
-	}
-
-	// Produce round after round while the faults are injected, so every fault meets a
-	// stream in motion; the producer finishes its round once the faults are over.
-	type produced struct {
-		rounds int
-		err    error
-	}
-	prodDone := make(chan produced, 1)
-	stopProd := make(chan struct{})
-	pctx, cancelProd := context.WithCancel(ctx)
-	var prodWG sync.WaitGroup
-	defer func() { cancelProd(); prodWG.Wait() }()
-	prodWG.Add(1)
-	go func() {
-		defer prodWG.Done()
-		n, err := cfg.Workload.ProduceRounds(pctx, cl, cfg.Topic, cfg.Rate, cfg.Workload.PerKey, stopProd)
-		prodDone <- produced{n, err}
-	}()
-
-	h.progress("run: mode=%s workers=%d partitions=%d records=%d faults=%d seed=%d", cfg.Mode, cfg.Workers, cfg.Partitions, cfg.Workload.Total(), cfg.NumFaults, cfg.Seed)
-	time.Sleep(2 * cfg.SessionTimeout) // let the group form and start applying
-	for i := 0; i < cfg.NumFaults && ctx.Err() == nil; i++ {
-		kind := cfg.Faults[i%len(cfg.Faults)]
-		if i >= len(cfg.Faults) {
-			kind = cfg.Faults[h.rng.Intn(len(cfg.Faults))]
-		}
-		f := h.inject(ctx, kind)
-		h.faults = append(h.faults, f)
-		h.logFault(ctx, f)
-		h.progress("fault %d/%d %-14s %-10s bit=%v %s (%.1fs)", i+1, cfg.NumFaults, f.Kind, f.Target, f.Bit, f.Detail, f.End.Sub(f.Start).Seconds())
-	}
-	close(stopProd)
-	p := <-prodDone
-	if p.err != nil {
-		return nil, fmt.Errorf("chaos: produce: %w", p.err)
-	}
-	res.Config.Workload.PerKey = p.rounds
-	h.progress("produced %d rounds of %d keys: %d records", p.rounds, cfg.Workload.Keys, p.rounds*cfg.Workload.Keys)
-	settleStart := time.Now()
-	res.Settled = h.waitApplied(ctx, settleStart.Add(cfg.Settle))
-	if res.Settled && commands != "" {
-		res.Settled = h.waitCommands(ctx, res.Config.Workload, settleStart.Add(cfg.Settle))
-	}
-	res.SettleIn = time.Since(settleStart)
-	h.stopAll()
-	res.Faults = h.faults
-	res.Verdict, err = Check(context.WithoutCancel(ctx), db, res.Config.Workload)
-	res.Finished = time.Now()
-	return res, err
+	return h.runApp(ctx, cl)
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -323,8 +254,10 @@ func (h *harness) start(ctx context.Context) error {
 		SessionTimeout: h.cfg.SessionTimeout, PostgresURL: h.cfg.PostgresURL, SQLitePath: h.cfg.SQLitePath,
 		RedisAddr: h.cfg.RedisAddr,
 	}
-	if h.commands != "" {
-		args.CommandsTopic, args.CommandEvery = h.commands, h.cfg.Workload.CommandEvery
+	if h.builtin != nil {
+		args.CommandEvery = h.builtin.w.CommandEvery
+	} else {
+		args.App = h.app.Name()
 	}
 	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
@@ -478,25 +411,33 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")
 		sleep(ctx, st)
 	case FaultGroupDelete:
+		groups := h.groups
+		if len(groups) == 0 {
+			groups = []string{h.cfg.Group}
+		}
 		f.Target = h.cfg.Group
 		n := len(h.alive())
 		for _, p := range h.alive() {
 			h.stop(p, syscall.SIGTERM, 30*time.Second)
 		}
-		// Wait for the group to be empty, then delete it: the next generation starts at 1.
+		// Wait for each group to be empty, then delete it: the next generation starts at 1.
 		deadline := time.Now().Add(30 * time.Second)
-		for time.Now().Before(deadline) {
-			resp, err := h.adm.DeleteGroup(ctx, h.cfg.Group)
-			if err == nil && resp.Err == nil {
-				f.Bit = true
-				break
+		deleted := 0
+		for _, g := range groups {
+			for time.Now().Before(deadline) {
+				resp, err := h.adm.DeleteGroup(ctx, g)
+				if err == nil && resp.Err == nil {
+					deleted++
+					break
+				}
+				sleep(ctx, 500*time.Millisecond)
 			}
-			sleep(ctx, 500*time.Millisecond)
 		}
+		f.Bit = deleted == len(groups)
 		if !f.Bit {
-			f.Detail = "group could not be deleted"
+			f.Detail = fmt.Sprintf("%d of %d groups could not be deleted", len(groups)-deleted, len(groups))
 		} else {
-			f.Detail = "all workers stopped, group deleted, workers restarted"
+			f.Detail = fmt.Sprintf("all workers stopped, %d group(s) deleted, workers restarted", len(groups))
 		}
 		for i := 0; i < n; i++ {
 			_ = h.start(ctx)
@@ -520,12 +461,13 @@ func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, mark
 	f.Target = p.id
 	since := time.Now().UnixMilli()
 	_ = p.cmd.Process.Signal(sig)
+	var topic string
 	var part int32
 	var era, epoch int64
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		err := h.db.QueryRow(ctx, `SELECT part, era, epoch FROM chaos_attempts WHERE worker = $1 AND outcome = $3 AND at_ms >= $2 ORDER BY id DESC LIMIT 1`,
-			p.id, since, marker).Scan(&part, &era, &epoch)
+		err := h.db.QueryRow(ctx, `SELECT topic, part, era, epoch FROM chaos_attempts WHERE worker = $1 AND outcome = $3 AND at_ms >= $2 ORDER BY id DESC LIMIT 1`,
+			p.id, since, marker).Scan(&topic, &part, &era, &epoch)
 		if err == nil && stopped(p.cmd.Process.Pid) {
 			break
 		}
@@ -540,8 +482,8 @@ func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, mark
 	deadline = time.Now().Add(3*h.cfg.SessionTimeout + 30*time.Second)
 	for {
 		var n int64
-		err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_applied WHERE part = $1 AND worker <> $2 AND (era > $3 OR (era = $3 AND epoch > $4))`,
-			part, p.id, era, epoch).Scan(&n)
+		err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_applied WHERE topic = $5 AND part = $1 AND worker <> $2 AND (era > $3 OR (era = $3 AND epoch > $4))`,
+			part, p.id, era, epoch, topic).Scan(&n)
 		if err == nil && n > 0 {
 			f.Bit = true
 			break
@@ -552,7 +494,7 @@ func (h *harness) freeze(ctx context.Context, f *Fault, sig syscall.Signal, mark
 		sleep(ctx, 100*time.Millisecond)
 	}
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	f.Detail = fmt.Sprintf("%s holding partition %d at token %d.%d", marker, part, era, epoch)
+	f.Detail = fmt.Sprintf("%s holding %s/%d at token %d.%d", marker, topic, part, era, epoch)
 	if !f.Bit {
 		f.Detail += "; no takeover seen"
 	}
@@ -588,56 +530,36 @@ func lastLine(b []byte) string {
 	return s
 }
 
-// waitApplied waits until every partition's applied log reaches the partition's end.
-func (h *harness) waitApplied(ctx context.Context, deadline time.Time) bool {
-	ends, err := h.adm.ListEndOffsets(ctx, h.cfg.Topic)
+// caughtUp reports whether the applied log reaches every listed partition's end offset.
+func (h *harness) caughtUp(ctx context.Context, ends kadm.ListedOffsets) bool {
+	type tp struct {
+		topic string
+		part  int32
+	}
+	got := map[tp]int64{}
+	rows, err := h.db.Query(ctx, `SELECT topic, part, max(last_off) FROM chaos_applied GROUP BY topic, part`)
 	if err != nil {
 		return false
 	}
-	want := map[int32]int64{}
-	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset - 1 })
-	for {
-		got := map[int32]int64{}
-		rows, err := h.db.Query(ctx, `SELECT part, max(last_off) FROM chaos_applied GROUP BY part`)
-		if err == nil {
-			for rows.Next() {
-				var p int32
-				var o int64
-				if rows.Scan(&p, &o) == nil {
-					got[p] = o
-				}
-			}
-			rows.Close()
+	for rows.Next() {
+		var k tp
+		var o int64
+		if rows.Scan(&k.topic, &k.part, &o) == nil {
+			got[k] = o
 		}
-		done := true
-		for p, o := range want {
-			if o >= 0 && got[p] < o {
-				done = false
-			}
-		}
-		if done {
-			return true
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		sleep(ctx, 250*time.Millisecond)
 	}
-}
-
-// waitCommands waits until the receiver applied every command the workload sends.
-func (h *harness) waitCommands(ctx context.Context, w Workload, deadline time.Time) bool {
-	want := int64(w.Commands() * w.Keys)
-	for {
-		var n int64
-		if err := h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_commands`).Scan(&n); err == nil && n >= want {
-			return true
+	rows.Close()
+	done := true
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			done = false
+			return
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
+		if last, ok := got[tp{o.Topic, o.Partition}]; o.Offset > 0 && (!ok || last < o.Offset-1) {
+			done = false
 		}
-		sleep(ctx, 250*time.Millisecond)
-	}
+	})
+	return done
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -18,6 +18,9 @@ func WriteVerdict(w io.Writer, r *Result) {
 	v := r.Verdict
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "mode\t%s\n", r.Config.Mode)
+	if r.Config.App != nil {
+		fmt.Fprintf(tw, "application\t%s\n", r.Config.App.Name())
+	}
 	counts := map[FaultKind]int{}
 	bit := map[FaultKind]int{}
 	for _, f := range r.Faults {
@@ -34,8 +37,10 @@ func WriteVerdict(w io.Writer, r *Result) {
 	for _, k := range kinds {
 		fmt.Fprintf(tw, "faults: %s\t%d injected, %d proven\n", k, counts[FaultKind(k)], bit[FaultKind(k)])
 	}
-	fmt.Fprintf(tw, "records produced\t%d\n", v.Expected)
-	fmt.Fprintf(tw, "records applied\t%d\n", v.Applied)
+	if r.Config.App == nil {
+		fmt.Fprintf(tw, "records produced\t%d\n", v.Expected)
+		fmt.Fprintf(tw, "records applied\t%d\n", v.Applied)
+	}
 	fmt.Fprintf(tw, "batches committed\t%d\n", v.Batches)
 	for _, k := range v.AttemptKinds() {
 		fmt.Fprintf(tw, "write attempts: %s\t%d\n", k, v.Attempts[k])
@@ -55,9 +60,18 @@ func WriteVerdict(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "commands via outbox: sent / applied via inbox\t%d / %d\n", v.CommandsExpected, v.CommandsApplied)
 		fmt.Fprintf(tw, "commands missing / applied twice / out of order\t%d / %d / %d\n", v.CommandsMissing, v.CommandsDuplicated, v.CommandsDisorder)
 	}
-	fmt.Fprintf(tw, "lost\t%d\n", v.Lost)
-	fmt.Fprintf(tw, "duplicated\t%d\n", v.Duplicated)
-	fmt.Fprintf(tw, "out of order\t%d\n", v.Disorder)
+	for _, i := range v.Invariants {
+		ex := ""
+		if i.Example != "" {
+			ex = "  e.g. " + clip(i.Example, 160)
+		}
+		fmt.Fprintf(tw, "%s\t%d violations in %d checked%s\n", i.Name, i.Violations, i.Checked, ex)
+	}
+	if r.Config.App == nil {
+		fmt.Fprintf(tw, "lost\t%d\n", v.Lost)
+		fmt.Fprintf(tw, "duplicated\t%d\n", v.Duplicated)
+		fmt.Fprintf(tw, "out of order\t%d\n", v.Disorder)
+	}
 	fmt.Fprintf(tw, "stale commits\t%d\n", v.StaleCommits)
 	fmt.Fprintf(tw, "re-applied batches\t%d\n", v.OverlapBatches)
 	fmt.Fprintf(tw, "backlog applied after faults\t%v in %s (bound %s)\n", r.Settled, r.SettleIn.Round(100*time.Millisecond), r.Config.Settle)
@@ -120,42 +134,91 @@ func failReasons(r *Result) []string {
 // crosses (zombies' ringed), and the faults as labelled bands: the seeds' Figures 1 and 2,
 // from real data. internal/timeline draws it (the live status page draws with it too).
 func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
+	type lane struct {
+		topic string
+		part  int32
+	}
+	type batch struct {
+		lane
+		b timeline.Batch
+	}
+	type mark struct {
+		lane
+		m timeline.Mark
+	}
+	var batches []batch
+	rows, err := db.Query(ctx, `SELECT topic, part, at_ms, era, epoch, worker FROM chaos_applied ORDER BY id`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var b batch
+		if err := rows.Scan(&b.topic, &b.part, &b.b.AtMS, &b.b.Era, &b.b.Epoch, &b.b.Who); err != nil {
+			rows.Close()
+			return err
+		}
+		batches = append(batches, b)
+	}
+	rows.Close()
+	var marks []mark
+	rows, err = db.Query(ctx, `SELECT topic, part, at_ms, worker, outcome, zombie, era, epoch FROM chaos_attempts WHERE outcome <> 'committed' ORDER BY id`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var a mark
+		var era, epoch int64
+		if err := rows.Scan(&a.topic, &a.part, &a.m.AtMS, &a.m.Who, &a.m.Outcome, &a.m.Zombie, &era, &epoch); err != nil {
+			rows.Close()
+			return err
+		}
+		a.m.Token = fmt.Sprintf("%d.%d", era, epoch)
+		a.m.Frozen = a.m.Outcome == OutcomeFrozen || a.m.Outcome == OutcomeDelayed
+		marks = append(marks, a)
+	}
+	rows.Close()
+	// One lane per topic partition that has a committed batch or a refused write, in order.
+	index := map[lane]int32{}
+	var lanes []lane
+	for _, b := range batches {
+		if _, ok := index[b.lane]; !ok {
+			index[b.lane] = 0
+			lanes = append(lanes, b.lane)
+		}
+	}
+	for _, m := range marks {
+		if _, ok := index[m.lane]; !ok {
+			index[m.lane] = 0
+			lanes = append(lanes, m.lane)
+		}
+	}
+	sort.Slice(lanes, func(i, j int) bool {
+		return lanes[i].topic < lanes[j].topic || lanes[i].topic == lanes[j].topic && lanes[i].part < lanes[j].part
+	})
+	multi := len(lanes) > 0 && lanes[0].topic != lanes[len(lanes)-1].topic
 	t := timeline.Timeline{
 		Title: fmt.Sprintf("Baton chaos run: mode %s, %d faults, verdict %s",
 			r.Config.Mode, len(r.Faults), map[bool]string{true: "PASS", false: "FAIL"}[r.OK()]),
-		Lanes:  int(r.Config.Partitions),
+		Lanes:  len(lanes),
 		FromMS: r.Started.UnixMilli(),
 		ToMS:   r.Finished.UnixMilli(),
 	}
-	rows, err := db.Query(ctx, `SELECT part, at_ms, era, epoch, worker FROM chaos_applied ORDER BY id`)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var b timeline.Batch
-		if err := rows.Scan(&b.Lane, &b.AtMS, &b.Era, &b.Epoch, &b.Who); err != nil {
-			rows.Close()
-			return err
+	for i, l := range lanes {
+		index[l] = int32(i)
+		label := fmt.Sprintf("partition %d", l.part)
+		if multi {
+			label = fmt.Sprintf("%s/%d", l.topic, l.part)
 		}
-		t.Batches = append(t.Batches, b)
+		t.LaneLabels = append(t.LaneLabels, label)
 	}
-	rows.Close()
-	rows, err = db.Query(ctx, `SELECT part, at_ms, worker, outcome, zombie, era, epoch FROM chaos_attempts WHERE outcome <> 'committed' ORDER BY id`)
-	if err != nil {
-		return err
+	for _, b := range batches {
+		b.b.Lane = index[b.lane]
+		t.Batches = append(t.Batches, b.b)
 	}
-	for rows.Next() {
-		var a timeline.Mark
-		var era, epoch int64
-		if err := rows.Scan(&a.Lane, &a.AtMS, &a.Who, &a.Outcome, &a.Zombie, &era, &epoch); err != nil {
-			rows.Close()
-			return err
-		}
-		a.Token = fmt.Sprintf("%d.%d", era, epoch)
-		a.Frozen = a.Outcome == OutcomeFrozen || a.Outcome == OutcomeDelayed
-		t.Marks = append(t.Marks, a)
+	for _, m := range marks {
+		m.m.Lane = index[m.lane]
+		t.Marks = append(t.Marks, m.m)
 	}
-	rows.Close()
 	for _, f := range r.Faults {
 		t.Bands = append(t.Bands, timeline.Band{StartMS: f.Start.UnixMilli(), EndMS: f.End.UnixMilli(),
 			Label: string(f.Kind) + " " + f.Target + " — " + f.Detail})

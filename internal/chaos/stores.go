@@ -2,10 +2,7 @@ package chaos
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
-	"log/slog"
-	"os"
 	"strings"
 	"time"
 
@@ -20,8 +17,7 @@ import (
 )
 
 // RunPostgres runs cfg against the PostgreSQL at pgURL, in a fresh schema of its own that it
-// creates and migrates (fence, outbox and workload tables), with the receiver (cfg.Receiver)
-// applying commands through a pgfence inbox. It returns the run's database for reports and a
+// creates and migrates (fence, outbox and workload tables). It returns the run's database for reports and a
 // cleanup that closes it; cleanup is set whenever the database was opened, even with an error.
 func RunPostgres(ctx context.Context, cfg Config, pgURL string) (*Result, DB, func(), error) {
 	schema := fmt.Sprintf("chaos_%s_%d", cfg.Mode, time.Now().UnixNano())
@@ -44,12 +40,8 @@ func RunPostgres(ctx context.Context, cfg Config, pgURL string) (*Result, DB, fu
 		return nil, nil, nil, err
 	}
 	db := PgDB(pool)
-	store, err := preparePostgres(ctx, pool)
-	if err != nil {
+	if _, err := preparePostgres(ctx, pool); err != nil {
 		return nil, db, pool.Close, err
-	}
-	cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {
-		return RunReceiver[pgx.Tx](ctx, brokers, group, topic, store, store, PgTx, errorLogger())
 	}
 	res, err := Run(ctx, cfg, db)
 	return res, db, pool.Close, err
@@ -75,8 +67,7 @@ func preparePostgres(ctx context.Context, pool *pgxpool.Pool) (*pgfence.Store, e
 }
 
 // RunSQLite runs cfg against the SQLite file at path, which it creates and migrates (fence,
-// outbox and workload tables), with the receiver (cfg.Receiver) applying commands through a
-// sqlitefence inbox. It returns the run's database for reports and a cleanup that closes it;
+// outbox and workload tables). It returns the run's database for reports and a cleanup that closes it;
 // cleanup is set whenever the database was opened, even with an error.
 func RunSQLite(ctx context.Context, cfg Config, path string) (*Result, DB, func(), error) {
 	store, err := sqlitefence.Open(path)
@@ -94,17 +85,8 @@ func RunSQLite(ctx context.Context, cfg Config, path string) (*Result, DB, func(
 		return nil, db, cleanup, err
 	}
 	cfg.SQLitePath, cfg.PostgresURL = path, ""
-	cfg.Receiver = func(ctx context.Context, brokers []string, group, topic string) error {
-		return RunReceiver[*sql.Tx](ctx, brokers, group, topic, store, store, SQLTx, errorLogger())
-	}
 	res, err := Run(ctx, cfg, db)
 	return res, db, cleanup, err
-}
-
-// errorLogger logs errors only, to stderr: the receiver runs inside the harness's process,
-// whose stdout is the run's progress.
-func errorLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 }
 
 // Owner is a partition's current writer as the database records it: the worker and token of

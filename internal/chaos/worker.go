@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -17,12 +16,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/redislock"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
 
 // Mode is how a worker protects its writes.
@@ -56,10 +53,6 @@ type WorkerConfig struct {
 	LockTTL        time.Duration // lock mode's lease; default SessionTimeout
 	RedisAddr      string        // lock mode
 	Logger         *slog.Logger
-	// CommandsTopic and CommandEvery make a fenced worker send commands through the outbox
-	// (see Workload.CommandEvery); empty/0 for none.
-	CommandsTopic string
-	CommandEvery  int
 }
 
 func (c *WorkerConfig) defaults() error {
@@ -150,13 +143,13 @@ func (f *freezer) watch(ctx context.Context) {
 
 // point is called before each write attempt. If armed, it freezes the process and returns
 // true after the process was continued: the attempt that follows is a zombie's.
-func (f *freezer) point(ctx context.Context, part int32, tok fence.Token, first, last int64) bool {
+func (f *freezer) point(ctx context.Context, topic string, part int32, tok fence.Token, first, last int64) bool {
 	if !f.armed.CompareAndSwap(true, false) {
 		return false
 	}
 	f.gate.Lock()
 	defer f.gate.Unlock()
-	logAttempt(ctx, f.db, f.id, part, tok, first, last, OutcomeFrozen, false, "freezing before the write")
+	logAttempt(ctx, f.db, f.id, topic, part, tok, first, last, OutcomeFrozen, false, "freezing before the write")
 	f.stopSelf()
 	return true
 }
@@ -177,11 +170,11 @@ func (f *freezer) stopSelf() {
 
 // delayPoint is called inside a transaction, after its writes: if a delayed commit is armed
 // it freezes the process there and returns true once continued.
-func (f *freezer) delayPoint(ctx context.Context, part int32, tok fence.Token, last int64) bool {
+func (f *freezer) delayPoint(ctx context.Context, topic string, part int32, tok fence.Token, last int64) bool {
 	if !f.delay.CompareAndSwap(true, false) {
 		return false
 	}
-	logAttempt(ctx, f.db, f.id, part, tok, -1, last, OutcomeDelayed, false, "freezing inside the transaction, before commit")
+	logAttempt(ctx, f.db, f.id, topic, part, tok, -1, last, OutcomeDelayed, false, "freezing inside the transaction, before commit")
 	f.stopSelf()
 	return true
 }
@@ -193,13 +186,16 @@ func (f *freezer) write(fn func() error) error {
 	return fn()
 }
 
-func logAttempt(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, outcome string, zombie bool, detail string) {
-	logAttemptCause(ctx, db, worker, part, tok, first, last, outcome, "", zombie, detail)
+func logAttempt(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, outcome string, zombie bool, detail string) {
+	logAttemptCause(ctx, db, worker, topic, part, tok, first, last, outcome, "", zombie, detail)
 }
 
 // logResult logs a write attempt that ended with err (nil: committed): its outcome and, for an
 // error, its cause and message.
-func logResult(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, zombie bool, err error) {
+func logResult(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, zombie bool, err error) {
+	if errors.Is(err, ErrNotDue) {
+		return // a batch waiting for its time, not a write attempt
+	}
 	outcome, cause, detail := outcomeOf(err), "", ""
 	if err != nil {
 		detail = err.Error()
@@ -207,14 +203,14 @@ func logResult(ctx context.Context, db DB, worker string, part int32, tok fence.
 	if outcome == OutcomeError {
 		cause = causeOf(err)
 	}
-	logAttemptCause(ctx, db, worker, part, tok, first, last, outcome, cause, zombie, detail)
+	logAttemptCause(ctx, db, worker, topic, part, tok, first, last, outcome, cause, zombie, detail)
 }
 
-func logAttemptCause(ctx context.Context, db DB, worker string, part int32, tok fence.Token, first, last int64, outcome, cause string, zombie bool, detail string) {
+func logAttemptCause(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, outcome, cause string, zombie bool, detail string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, part, era, epoch, first_off, last_off, outcome, cause, zombie, detail, at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`, worker, part, tok.Era, tok.Epoch, first, last, outcome, cause, zombie, detail, time.Now().UnixMilli())
+	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, topic, part, era, epoch, first_off, last_off, outcome, cause, zombie, detail, at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, worker, topic, part, tok.Era, tok.Epoch, first, last, outcome, cause, zombie, detail, time.Now().UnixMilli())
 }
 
 func outcomeOf(err error) string {
@@ -277,14 +273,18 @@ func causeOf(err error) string {
 // with its outcome, outside the transaction, so refused attempts are counted too.
 type attemptSink[T any] struct {
 	fence.Sink[T]
-	f  *freezer
-	db DB
-	id string
+	f    *freezer
+	db   DB
+	id   string
+	wait *dueTable // batches that were not due: wait for them outside the transaction (apps)
 }
 
 func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, T) error) error {
 	const first = -1 // the sink sees only the batch's last offset; chaos_applied has the range
-	zombie := s.f.point(ctx, k.Partition, t, first, position)
+	if s.wait != nil {
+		s.wait.wait(ctx, k)
+	}
+	zombie := s.f.point(ctx, k.Topic, k.Partition, t, first, position)
 	if zombie {
 		ctx = context.WithoutCancel(ctx)
 	}
@@ -294,12 +294,12 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 			if err := fn(ctx, tx); err != nil {
 				return err
 			}
-			delayed = delayed || s.f.delayPoint(ctx, k.Partition, t, position)
+			delayed = delayed || s.f.delayPoint(ctx, k.Topic, k.Partition, t, position)
 			return nil
 		})
 	})
 	zombie = zombie || delayed
-	logResult(ctx, s.db, s.id, k.Partition, t, first, position, zombie, err)
+	logResult(ctx, s.db, s.id, k.Topic, k.Partition, t, first, position, zombie, err)
 	return err
 }
 
@@ -307,97 +307,6 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 type Outbox[T any] interface {
 	outbox.Store
 	Append(ctx context.Context, tx T, src fence.Key, tok fence.Token, msgs ...outbox.Message) error
-}
-
-// RunFenced runs a Baton consumer as a chaos worker over sink, whose transactions adapt must
-// turn into the workload's Tx. db is the same database, used for the attempt log. box, if not
-// nil, is the outbox the worker's commands go through; the relay runs from each partition's
-// goroutine after its commits.
-func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T], adapt func(T) Tx, db DB, box Outbox[T]) error {
-	if err := cfg.defaults(); err != nil {
-		return err
-	}
-	f := newFreezer(cfg.ID, db)
-	var wg sync.WaitGroup
-	wctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	wg.Add(1)
-	go func() { defer wg.Done(); f.watch(wctx) }()
-
-	w := Workload{CommandEvery: cfg.CommandEvery}
-	opts := []consumer.Option{consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger)}
-	if box != nil && cfg.CommandsTopic != "" && cfg.CommandEvery > 0 {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2*time.Millisecond), kgo.AlwaysRetryEOF())
-		if err != nil {
-			return err
-		}
-		defer cl.Close()
-		relay, err := outbox.NewRelay(cl, box)
-		if err != nil {
-			return err
-		}
-		hook := relay.AfterCommit()
-		// The relay's reads and marks are writes too (SQLite: the write lock; PostgreSQL: the
-		// fence row FOR SHARE): keep freezes out of them, as out of the batch transactions.
-		opts = append(opts, consumer.AfterCommit(func(ctx context.Context, k fence.Key, t fence.Token) error {
-			return f.write(func() error { return hook(ctx, k, t) })
-		}, 250*time.Millisecond))
-	} else {
-		box = nil
-	}
-	wrapped := &attemptSink[T]{Sink: sink, f: f, db: db, id: cfg.ID}
-	factory := func(_ context.Context, k fence.Key, _ fence.Token) (consumer.Handler[T], error) {
-		return consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
-			if err := ApplyBatch(ctx, adapt(tx), k.Partition, b.Token, cfg.ID, b.Records); err != nil {
-				return err
-			}
-			if box == nil {
-				return nil
-			}
-			if msgs := w.CommandsFor(cfg.CommandsTopic, b.Records); len(msgs) > 0 {
-				return box.Append(ctx, tx, b.Key, b.Token, msgs...)
-			}
-			return nil
-		}), nil
-	}
-	c, err := consumer.New[T](cfg.Group, []string{cfg.Topic}, fence.Sink[T](wrapped), factory, opts...)
-	if err != nil {
-		return err
-	}
-	return c.Run(ctx)
-}
-
-// RunReceiver runs the device gateway: a Baton consumer of the commands topic that applies
-// each command through the inbox (keyed), recording it in chaos_commands in the same
-// transaction. The checker then finds every command exactly once, in per-key order.
-func RunReceiver[T any](ctx context.Context, brokers []string, group, topic string, sink fence.Sink[T], keyed fence.KeyedSink[T], adapt func(T) Tx, logger *slog.Logger) error {
-	inbox, err := outbox.NewInbox[T](group, keyed)
-	if err != nil {
-		return err
-	}
-	apply := consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
-		t := adapt(tx)
-		for _, r := range b.Records {
-			seq, err := strconv.ParseInt(string(r.Value), 10, 64)
-			if err != nil {
-				return b.Fail(r, fmt.Errorf("chaos: command value %q: %w", r.Value, err))
-			}
-			if err := t.Exec(ctx, `INSERT INTO chaos_commands (k, seq) VALUES ($1, $2)`, string(r.Key), seq); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[T], error) {
-		return outboxconsumer.Handler(inbox, apply), nil
-	}
-	c, err := consumer.New[T](group, []string{topic}, sink, factory, consumer.Logger(logger),
-		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(250*time.Millisecond),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AlwaysRetryEOF()))
-	if err != nil {
-		return err
-	}
-	return c.Run(ctx)
 }
 
 // RunBaseline runs a worker without Baton's fence: Unfenced trusts Kafka's assignment alone,
@@ -467,7 +376,7 @@ func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
 				}
 			}
 			first, last := p.Records[0].Offset, p.Records[len(p.Records)-1].Offset
-			zombie := f.point(ctx, p.Partition, tok, first, last)
+			zombie := f.point(ctx, p.Topic, p.Partition, tok, first, last)
 			actx := ctx
 			if zombie {
 				actx = context.WithoutCancel(ctx)
@@ -483,7 +392,7 @@ func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
 				}
 				return commit(actx)
 			})
-			logResult(actx, db, cfg.ID, p.Partition, tok, first, last, zombie, err)
+			logResult(actx, db, cfg.ID, p.Topic, p.Partition, tok, first, last, zombie, err)
 			if err != nil {
 				firstErr = err
 				rewind(cl, cfg.Topic, p.Partition, first) // retry the batch, as Baton would

@@ -40,8 +40,8 @@ type workerArgs struct {
 	PostgresURL    string // exactly one of PostgresURL and SQLitePath
 	SQLitePath     string
 	RedisAddr      string // lock mode
-	CommandsTopic  string // fenced mode: the topic commands go to through the outbox ("" for none)
-	CommandEvery   int
+	CommandEvery   int    // the built-in workload, fenced: a command through the outbox every this many records (0: none)
+	App            string // the application the worker runs ("" for the built-in workload)
 }
 
 // flags defines the worker's flags on fs, parsed into a.
@@ -62,8 +62,8 @@ func (a *workerArgs) flags(fs *flag.FlagSet) {
 	fs.StringVar(&a.SQLitePath, "sqlite", "", "SQLite file")
 	fs.StringVar(&a.RedisAddr, "redis", "", "Redis address (lock mode)")
 	fs.DurationVar(&a.SessionTimeout, "session-timeout", 3*time.Second, "Kafka session timeout")
-	fs.StringVar(&a.CommandsTopic, "commands", "", "topic for commands sent through the outbox (fenced mode)")
 	fs.IntVar(&a.CommandEvery, "command-every", 0, "send a command for every record whose sequence is a multiple of this")
+	fs.StringVar(&a.App, "app", "", "the application to run (one given to RunWorker; empty for the built-in workload)")
 }
 
 // argv is the worker's command line for a, after WorkerCommand.
@@ -79,8 +79,11 @@ func (a workerArgs) argv() []string {
 	if a.RedisAddr != "" {
 		args = append(args, "-redis", a.RedisAddr)
 	}
-	if a.CommandsTopic != "" {
-		args = append(args, "-commands", a.CommandsTopic, "-command-every", strconv.Itoa(a.CommandEvery))
+	if a.CommandEvery > 0 {
+		args = append(args, "-command-every", strconv.Itoa(a.CommandEvery))
+	}
+	if a.App != "" {
+		args = append(args, "-app", a.App)
 	}
 	return args
 }
@@ -108,18 +111,28 @@ func parseWorkerArgs(args []string, out io.Writer) (workerArgs, error) {
 }
 
 // RunWorker runs one worker process, as the harness started it: args are the flags after
-// WorkerCommand. It returns nil when ctx ends (the harness sends SIGTERM); flag.ErrHelp after
-// printing the flags to stderr for -h; and an error wrapping ErrUsage for a command line it
-// cannot run (the flag package prints its own errors with the flags).
-func RunWorker(ctx context.Context, args []string) error {
+// WorkerCommand; apps are the applications this binary can run (the harness names one with
+// -app, for a run whose Config.App it is). It returns nil when ctx ends (the harness sends
+// SIGTERM); flag.ErrHelp after printing the flags to stderr for -h; and an error wrapping
+// ErrUsage for a command line it cannot run (the flag package prints its own errors with the
+// flags).
+func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	a, err := parseWorkerArgs(args, os.Stderr)
 	if err != nil {
 		return err
 	}
+	var app App = newBuiltin(Workload{CommandEvery: a.CommandEvery}, a.Mode)
+	if a.App != "" {
+		if app, err = appByName(a.App, apps); err != nil {
+			return err
+		}
+		if a.Mode == Lock {
+			return fmt.Errorf("%w: an application runs fenced or unfenced", ErrUsage)
+		}
+	}
 	cfg := WorkerConfig{
 		ID: a.ID, Mode: a.Mode, Brokers: a.Brokers, Group: a.Group, Topic: a.Topic,
 		SessionTimeout: a.SessionTimeout, RedisAddr: a.RedisAddr,
-		CommandsTopic: a.CommandsTopic, CommandEvery: a.CommandEvery,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", a.ID),
 	}
 	if a.SQLitePath != "" {
@@ -129,8 +142,12 @@ func RunWorker(ctx context.Context, args []string) error {
 		}
 		defer store.Close()
 		db := SQLDB(store.DB())
+		env := AppEnv{Mode: cfg.Mode, DB: db, SQLitePath: a.SQLitePath, Worker: cfg.ID, base: cfg.Topic}
+		if a.App == "" && cfg.Mode != Fenced {
+			return RunBaseline(ctx, cfg, db) // the built-in workload's baselines
+		}
 		if cfg.Mode != Fenced {
-			return RunBaseline(ctx, cfg, db)
+			return runUnfencedApp(ctx, cfg, app, env)
 		}
 		box, err := sqliteoutbox.New(store.DB())
 		if err == nil {
@@ -139,7 +156,7 @@ func RunWorker(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return RunFenced[*sql.Tx](ctx, cfg, store, SQLTx, db, box)
+		return runFencedApp[*sql.Tx](ctx, cfg, app, env, store, store, SQLTx, box)
 	}
 	pcfg, err := pgxpool.ParseConfig(a.PostgresURL)
 	if err != nil {
@@ -158,8 +175,12 @@ func RunWorker(ctx context.Context, args []string) error {
 	}
 	defer pool.Close()
 	db := PgDB(pool)
+	env := AppEnv{Mode: cfg.Mode, DB: db, PostgresURL: a.PostgresURL, Worker: cfg.ID, base: cfg.Topic}
+	if a.App == "" && cfg.Mode != Fenced {
+		return RunBaseline(ctx, cfg, db) // the built-in workload's baselines
+	}
 	if cfg.Mode != Fenced {
-		return RunBaseline(ctx, cfg, db)
+		return runUnfencedApp(ctx, cfg, app, env)
 	}
 	store, err := pgfence.New(pool)
 	if err != nil {
@@ -169,5 +190,5 @@ func RunWorker(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	return RunFenced[pgx.Tx](ctx, cfg, store, PgTx, db, box)
+	return runFencedApp[pgx.Tx](ctx, cfg, app, env, store, store, PgTx, box)
 }

@@ -18,7 +18,7 @@ func TestWorkerArgvRoundTrip(t *testing.T) {
 		{
 			ID: "w7", Mode: Fenced, Brokers: []string{"127.0.0.1:9092", "127.0.0.1:9093"},
 			Group: "chaos-g", Topic: "chaos-t", SessionTimeout: 1500 * time.Millisecond,
-			PostgresURL: "postgres://u@h/db?search_path=chaos_x", CommandsTopic: "chaos-t-commands", CommandEvery: 4,
+			PostgresURL: "postgres://u@h/db?search_path=chaos_x", CommandEvery: 4,
 		},
 		{
 			ID: "w1", Mode: Lock, Brokers: []string{"k:1"}, Group: "g", Topic: "t",
@@ -26,7 +26,7 @@ func TestWorkerArgvRoundTrip(t *testing.T) {
 		},
 		{
 			ID: "w2", Mode: Unfenced, Brokers: []string{"k:1"}, Group: "g", Topic: "t",
-			SessionTimeout: time.Minute, SQLitePath: "x.db",
+			SessionTimeout: time.Minute, SQLitePath: "x.db", App: "saga",
 		},
 	}
 	set := map[string]bool{}

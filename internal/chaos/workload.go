@@ -151,6 +151,7 @@ CREATE TABLE IF NOT EXISTS chaos_state (
 );
 CREATE TABLE IF NOT EXISTS chaos_applied (
 	id ` + id + `,
+	topic TEXT NOT NULL DEFAULT '',
 	part INTEGER NOT NULL,
 	first_off BIGINT NOT NULL,
 	last_off BIGINT NOT NULL,
@@ -162,6 +163,7 @@ CREATE TABLE IF NOT EXISTS chaos_applied (
 CREATE TABLE IF NOT EXISTS chaos_attempts (
 	id ` + id + `,
 	worker TEXT NOT NULL,
+	topic TEXT NOT NULL DEFAULT '',
 	part INTEGER NOT NULL,
 	era BIGINT NOT NULL,
 	epoch BIGINT NOT NULL,
@@ -230,6 +232,14 @@ func ApplyBatch(ctx context.Context, tx Tx, part int32, tok fence.Token, worker 
 	if len(recs) == 0 {
 		return nil
 	}
+	if err := fold(ctx, tx, recs); err != nil {
+		return err
+	}
+	return logApplied(ctx, tx, recs[0].Topic, part, tok, worker, recs)
+}
+
+// fold folds records into the per-key state inside tx (ApplyBatch without the applied log).
+func fold(ctx context.Context, tx Tx, recs []*kgo.Record) error {
 	states := map[string]*keyState{}
 	order := []string{}
 	for _, r := range recs {
@@ -265,8 +275,13 @@ ON CONFLICT (k) DO UPDATE SET n = excluded.n, last_seq = excluded.last_seq, sum_
 			return err
 		}
 	}
-	return tx.Exec(ctx, `INSERT INTO chaos_applied (part, first_off, last_off, era, epoch, worker, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7)`,
-		part, recs[0].Offset, recs[len(recs)-1].Offset, tok.Era, tok.Epoch, worker, time.Now().UnixMilli())
+	return nil
+}
+
+// logApplied logs a committed batch in the applied log, in the batch's transaction tx.
+func logApplied(ctx context.Context, tx Tx, topic string, part int32, tok fence.Token, worker string, recs []*kgo.Record) error {
+	return tx.Exec(ctx, `INSERT INTO chaos_applied (topic, part, first_off, last_off, era, epoch, worker, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+		topic, part, recs[0].Offset, recs[len(recs)-1].Offset, tok.Era, tok.Epoch, worker, time.Now().UnixMilli())
 }
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) }

@@ -1,0 +1,126 @@
+package chaos
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/fence"
+)
+
+// commandsTopic is the built-in workload's commands topic suffix.
+const commandsTopic = "commands"
+
+// builtin is the built-in workload as an [App]: the keyed stream of [Workload], folded by a
+// deliberately naive read-modify-write into chaos_state; with CommandEvery > 0 in fenced mode,
+// commands through the outbox to a device gateway that applies them through the inbox into
+// chaos_commands. Its checks fill the Verdict's record and command counts.
+//
+// Lock mode runs it too, with RunBaseline's workers (the seeds' lease is per partition of the
+// one topic); fenced and unfenced workers run it as any App.
+type builtin struct {
+	w      Workload
+	mode   Mode
+	rounds atomic.Int64 // rounds produced (the harness's process)
+}
+
+func newBuiltin(w Workload, mode Mode) *builtin {
+	if mode != Fenced {
+		w.CommandEvery = 0 // commands need the outbox
+	}
+	return &builtin{w: w, mode: mode}
+}
+
+// Name implements App. The built-in workload is the one a worker runs without -app.
+func (*builtin) Name() string { return "" }
+
+// Topics implements App.
+func (b *builtin) Topics() []string {
+	if b.w.CommandEvery > 0 {
+		return []string{"", commandsTopic}
+	}
+	return []string{""}
+}
+
+// Migrate implements App.
+func (*builtin) Migrate(ctx context.Context, env AppEnv) error { return Migrate(ctx, env.DB) }
+
+// Consumers implements App: the fold (and its commands) in the run's group, the gateway in
+// <group>-gateway.
+func (b *builtin) Consumers(context.Context, AppEnv) ([]AppConsumer, func(), error) {
+	w := b.w
+	cs := []AppConsumer{{Topics: []string{""}, Factory: func(context.Context, fence.Key, fence.Token) (AppHandler, error) {
+		return func(ctx context.Context, tx Tx, ab *AppBatch) error {
+			if err := fold(ctx, tx, ab.Records); err != nil {
+				return err
+			}
+			return ab.Append(ctx, w.CommandsFor(topicName(ab.Key.Topic, commandsTopic), ab.Records)...)
+		}, nil
+	}}}
+	if w.CommandEvery > 0 {
+		cs = append(cs, AppConsumer{Name: "gateway", Topics: []string{commandsTopic}, Inbox: true,
+			Factory: func(context.Context, fence.Key, fence.Token) (AppHandler, error) {
+				return func(ctx context.Context, tx Tx, ab *AppBatch) error {
+					for _, r := range ab.Records {
+						seq, err := strconv.ParseInt(string(r.Value), 10, 64)
+						if err != nil {
+							return ab.Fail(r, err)
+						}
+						if err := tx.Exec(ctx, `INSERT INTO chaos_commands (k, seq) VALUES ($1, $2)`, string(r.Key), seq); err != nil {
+							return err
+						}
+					}
+					return nil
+				}, nil
+			}})
+	}
+	return cs, nil, nil
+}
+
+// Produce implements App: round after round (one record per key) until stop, and at least
+// PerKey rounds.
+func (b *builtin) Produce(ctx context.Context, env AppEnv, cl *kgo.Client, rate int, stop <-chan struct{}) error {
+	n, err := b.w.ProduceRounds(ctx, cl, env.Topic(""), rate, b.w.PerKey, stop)
+	b.rounds.Store(int64(n))
+	return err
+}
+
+// workload is the workload as it was actually run.
+func (b *builtin) workload() Workload {
+	w := b.w
+	w.PerKey = int(b.rounds.Load())
+	return w
+}
+
+// Settled implements App: every command the workload sent was applied (the harness waits for
+// the records themselves).
+func (b *builtin) Settled(ctx context.Context, env AppEnv) (bool, error) {
+	w := b.workload()
+	if w.CommandEvery <= 0 {
+		return true, nil
+	}
+	var n int64
+	if err := env.DB.QueryRow(ctx, `SELECT count(*) FROM chaos_commands`).Scan(&n); err != nil {
+		return false, err
+	}
+	return n >= int64(w.Commands()*w.Keys), nil
+}
+
+// Check implements App: the built-in workload has no invariants of its own beyond the
+// Verdict's record and command counts, which verdict fills.
+func (*builtin) Check(context.Context, AppEnv) ([]Invariant, error) { return nil, nil }
+
+// verdict fills v's record and command counts.
+func (b *builtin) verdict(ctx context.Context, env AppEnv, v *Verdict) error {
+	w := b.workload()
+	v.Expected = int64(w.Total())
+	if err := checkFold(ctx, env.DB, w, v); err != nil {
+		return err
+	}
+	if w.CommandEvery > 0 {
+		return checkCommands(ctx, env.DB, w, v)
+	}
+	return nil
+}
