@@ -60,6 +60,8 @@ type WorkerConfig struct {
 	// (see Workload.CommandEvery); empty/0 for none.
 	CommandsTopic string
 	CommandEvery  int
+	// Kafka are extra client options for every client of the worker (TLS, SASL).
+	Kafka []kgo.Opt
 }
 
 func (c *WorkerConfig) defaults() error {
@@ -82,7 +84,7 @@ func (c *WorkerConfig) defaults() error {
 }
 
 func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
-	return []kgo.Opt{
+	return append([]kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.SessionTimeout(c.SessionTimeout),
 		kgo.HeartbeatInterval(c.SessionTimeout / 10),
@@ -90,7 +92,7 @@ func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 		kgo.FetchMaxWait(250 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.AlwaysRetryEOF(), // brokers restart during chaos runs; the configuration is known good
-	}
+	}, c.Kafka...)
 }
 
 // freezer implements the harness's freeze faults inside a worker. SIGUSR1 asks the worker to
@@ -326,7 +328,7 @@ func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T],
 	w := Workload{CommandEvery: cfg.CommandEvery}
 	opts := []consumer.Option{consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger)}
 	if box != nil && cfg.CommandsTopic != "" && cfg.CommandEvery > 0 {
-		cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2*time.Millisecond), kgo.AlwaysRetryEOF())
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2 * time.Millisecond), kgo.AlwaysRetryEOF()}, cfg.Kafka...)...)
 		if err != nil {
 			return err
 		}
@@ -369,7 +371,8 @@ func RunFenced[T any](ctx context.Context, cfg WorkerConfig, sink fence.Sink[T],
 // RunReceiver runs the device gateway: a Baton consumer of the commands topic that applies
 // each command through the inbox (keyed), recording it in chaos_commands in the same
 // transaction. The checker then finds every command exactly once, in per-key order.
-func RunReceiver[T any](ctx context.Context, brokers []string, group, topic string, sink fence.Sink[T], keyed fence.KeyedSink[T], adapt func(T) Tx, logger *slog.Logger) error {
+// extra are more client options (TLS, SASL).
+func RunReceiver[T any](ctx context.Context, brokers []string, group, topic string, sink fence.Sink[T], keyed fence.KeyedSink[T], adapt func(T) Tx, logger *slog.Logger, extra ...kgo.Opt) error {
 	inbox, err := outbox.NewInbox[T](group, keyed)
 	if err != nil {
 		return err
@@ -391,8 +394,8 @@ func RunReceiver[T any](ctx context.Context, brokers []string, group, topic stri
 		return outboxconsumer.Handler(inbox, apply), nil
 	}
 	c, err := consumer.New[T](group, []string{topic}, sink, factory, consumer.Logger(logger),
-		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(250*time.Millisecond),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AlwaysRetryEOF()))
+		consumer.Kafka(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(250 * time.Millisecond),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AlwaysRetryEOF()}, extra...)...))
 	if err != nil {
 		return err
 	}

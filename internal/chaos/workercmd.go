@@ -18,6 +18,7 @@ import (
 
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/secure"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
@@ -121,6 +122,11 @@ func RunWorker(ctx context.Context, args []string) error {
 		SessionTimeout: a.SessionTimeout, RedisAddr: a.RedisAddr,
 		CommandsTopic: a.CommandsTopic, CommandEvery: a.CommandEvery,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", a.ID),
+	}
+	if k := secure.FromEnv(WorkerKafkaEnv); k.Enabled() {
+		if cfg.Kafka, err = k.Opts(); err != nil {
+			return err
+		}
 	}
 	if a.SQLitePath != "" {
 		store, err := sqlitefence.Open(a.SQLitePath)

@@ -142,37 +142,17 @@ func readSecret(path string) (string, error) {
 	return pw, nil
 }
 
-// Flags returns k as command-line flags for a child process ([Kafka.ParseFlag] reads them
-// back): paths and names only, so a process listing shows no secret.
-func (k Kafka) Flags() []string {
+// Env returns k as environment variables ("NAME=value") that [FromEnv] with the same prefix
+// reads back: paths and names only, never a secret.
+func (k Kafka) Env(prefix string) []string {
 	var out []string
 	for _, f := range []struct{ name, v string }{
-		{"kafka-ca", k.CAFile}, {"kafka-cert", k.CertFile}, {"kafka-key", k.KeyFile},
-		{"kafka-server-name", k.ServerName}, {"kafka-sasl-mechanism", k.Mechanism},
-		{"kafka-user", k.User}, {"kafka-password-file", k.PasswordFile},
+		{EnvCA, k.CAFile}, {EnvCert, k.CertFile}, {EnvKey, k.KeyFile}, {EnvServerName, k.ServerName},
+		{EnvMechanism, k.Mechanism}, {EnvUser, k.User}, {EnvPasswordFile, k.PasswordFile},
 	} {
 		if f.v != "" {
-			out = append(out, "-"+f.name, f.v)
+			out = append(out, prefix+f.name+"="+f.v)
 		}
 	}
 	return out
-}
-
-// FlagNames maps each flag of [Kafka.Flags] to the field it sets and its usage, for a flag set.
-func (k *Kafka) FlagNames() []struct {
-	Name, Usage string
-	Field       *string
-} {
-	return []struct {
-		Name, Usage string
-		Field       *string
-	}{
-		{"kafka-ca", "PEM CA file for the brokers' TLS certificates", &k.CAFile},
-		{"kafka-cert", "client certificate (PEM) for mutual TLS", &k.CertFile},
-		{"kafka-key", "client key (PEM) for mutual TLS", &k.KeyFile},
-		{"kafka-server-name", "name to verify in the brokers' certificates (default: the host dialled)", &k.ServerName},
-		{"kafka-sasl-mechanism", "SCRAM-SHA-512 (default) or SCRAM-SHA-256", &k.Mechanism},
-		{"kafka-user", "SASL user", &k.User},
-		{"kafka-password-file", "file holding the SASL password", &k.PasswordFile},
-	}
 }

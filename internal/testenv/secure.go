@@ -148,7 +148,18 @@ func (e *SecureKafkaEnv) Group(t testing.TB) string {
 // host, and removes the ACLs when the test ends.
 func (e *SecureKafkaEnv) Grant(t testing.TB, b *kadm.ACLBuilder, ops ...kadm.ACLOperation) {
 	t.Helper()
-	b = b.Allow("User:" + e.Runtime.User).AllowHosts().Operations(ops...).ResourcePatternType(kadm.ACLPatternLiteral)
+	e.grant(t, b.ResourcePatternType(kadm.ACLPatternLiteral), ops)
+}
+
+// GrantPrefixed is Grant for every resource whose name starts with the names of b.
+func (e *SecureKafkaEnv) GrantPrefixed(t testing.TB, b *kadm.ACLBuilder, ops ...kadm.ACLOperation) {
+	t.Helper()
+	e.grant(t, b.ResourcePatternType(kadm.ACLPatternPrefixed), ops)
+}
+
+func (e *SecureKafkaEnv) grant(t testing.TB, b *kadm.ACLBuilder, ops []kadm.ACLOperation) {
+	t.Helper()
+	b = b.Allow("User:" + e.Runtime.User).AllowHosts().Operations(ops...)
 	e.admin(t, func(ctx context.Context, adm *kadm.Client) error {
 		res, err := adm.CreateACLs(ctx, b)
 		if err != nil {
