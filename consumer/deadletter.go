@@ -28,7 +28,7 @@ func deadLetterHeaders(r *kgo.Record, cause error, k fence.Key, t fence.Token) [
 		kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(k.Group)},
 		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
 		kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(strconv.FormatInt(r.Offset, 10))},
+		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(itoa(r.Offset))},
 		kgo.RecordHeader{Key: HeaderDLQToken, Value: []byte(t.String())},
 	)
 }
