@@ -12,7 +12,7 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test check lint gotest up down env reset bench deps help
+.PHONY: demo test check lint gotest fuzz up down env reset bench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
@@ -21,7 +21,7 @@ test:
 	deploy/local/with-services.sh $(MAKE) --no-print-directory check
 
 # check assumes the services are up and their variables exported (see 'make env').
-check: lint gotest
+check: lint gotest fuzz
 
 lint:
 	@echo "== gofmt"; out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -32,6 +32,16 @@ lint:
 gotest:
 	@echo "== go test ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
 	$(GO) test $(GOTESTFLAGS) ./...
+
+# fuzz runs every fuzzer for FUZZTIME (bounded; the seed corpora also run in every go test).
+FUZZTIME ?= 3s
+FUZZERS := ./fence:FuzzParseToken ./fence:FuzzUnmarshalBinary ./outbox:FuzzParseEnvelope \
+	./outbox:FuzzInboxAdmit ./outbox/outboxstore:FuzzUnmarshalHeaders ./consumer:FuzzDeadLetterHeaders
+fuzz:
+	@echo "== fuzz ($(FUZZTIME) each)"
+	@for f in $(FUZZERS); do \
+		$(GO) test -run '^$$' -fuzz "^$${f#*:}$$" -fuzztime $(FUZZTIME) "$${f%%:*}" || exit 1; \
+	done
 
 bench:
 	deploy/local/with-services.sh $(GO) test -run '^$$' -bench . -benchtime 2s ./...
@@ -65,4 +75,7 @@ help:
 	@echo "             exports their addresses, then 'make check' runs lint and tests against them"
 	@echo "make down    stop them ('make reset' also deletes their data)"
 	@echo "make bench   the benchmarks against the real services"
+	@echo "make fuzz    every fuzzer for FUZZTIME (default 3s) each; 'make check' runs it"
+	@echo "BATON_SECURE=1 make test|up|env: also the secure services (SASL_SSL + ACLs, TLS-only PostgreSQL"
+	@echo "             with a least-privilege runtime role) for the secure tests"
 	@echo "BATON_DRY_RUN=1 make deps|test: say what would be installed, install and run nothing"

@@ -6,4 +6,5 @@ rc=0
 "$HERE/kafka.sh" "${1:-stop}" || rc=$?
 "$HERE/postgres.sh" "${1:-stop}" || rc=$?
 "$HERE/redis.sh" stop || rc=$?
+"$HERE/postgres-secure.sh" "${1:-stop}" || rc=$?
 exit $rc

@@ -6,3 +6,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/kafka.sh" env
 "$HERE/postgres.sh" env
 "$HERE/redis.sh" env
+if [[ -n "${BATON_SECURE:-}" ]]; then "$HERE/postgres-secure.sh" env; fi

@@ -7,3 +7,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/postgres.sh" start
 "$HERE/kafka.sh" start
 "$HERE/redis.sh" start
+if [[ -n "${BATON_SECURE:-}" ]]; then "$HERE/postgres-secure.sh" start; fi
