@@ -151,7 +151,7 @@ func TestSecurePostgresFailures(t *testing.T) {
 	t.Parallel()
 	rt, _ := testenv.SecurePostgresURLs(t)
 	bad := testenv.MakeBadCerts(t, os.Getenv(testenv.EnvSecureKafkaPrefix+secure.EnvCA))
-	secrets := testenv.Secrets(t)
+	secrets := append(testenv.Secrets(t), "not-the-password-0123456789")
 	for _, c := range []struct {
 		name string
 		edit func(*pgx.ConnConfig)
@@ -200,7 +200,7 @@ func TestSecurePostgresFailures(t *testing.T) {
 			}
 			if err != nil {
 				t.Logf("%v", err)
-				testenv.NoSecrets(t, "the error", err.Error(), append(secrets, "not-the-password-0123456789"))
+				testenv.NoSecrets(t, "the error", err.Error(), secrets)
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -98,7 +100,7 @@ func TestSecureRelayOverSASLSSL(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	var logs bytes.Buffer
+	var logs lockedBuffer
 	cl, err := kgo.NewClient(append(ke.RuntimeOpts(t), kgo.WithLogger(kslog(&logs)))...)
 	if err != nil {
 		t.Fatal(err)
@@ -136,6 +138,24 @@ func TestSecureRelayOverSASLSSL(t *testing.T) {
 	testenv.NoSecrets(t, "the relay's logs", logs.String(), testenv.Secrets(t))
 }
 
-func kslog(w *bytes.Buffer) kgo.Logger {
+func kslog(w io.Writer) kgo.Logger {
 	return kgo.BasicLogger(w, kgo.LogLevelInfo, nil)
+}
+
+// lockedBuffer is a log sink the client's goroutines write to concurrently.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
