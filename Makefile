@@ -12,7 +12,7 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test ci check lint gotest up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test ci check lint gotest fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
@@ -26,7 +26,7 @@ test:
 ci: test
 
 # check assumes the services are up and their variables exported (see 'make env').
-check: lint gotest
+check: lint gotest fuzz
 
 lint:
 	@echo "== gofmt"; out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -41,6 +41,16 @@ gotest:
 	cd fence/lease/k8slease && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
 	@echo "== go test internal/deploytest (its own module: the Kubernetes and compose libraries stay out of Baton's graph)"
 	cd internal/deploytest && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
+
+# fuzz runs every fuzzer for FUZZTIME (bounded; the seed corpora also run in every go test).
+FUZZTIME ?= 3s
+FUZZERS := ./fence:FuzzParseToken ./fence:FuzzUnmarshalBinary ./outbox:FuzzParseEnvelope \
+	./outbox:FuzzInboxAdmit ./outbox/outboxstore:FuzzUnmarshalHeaders ./consumer:FuzzDeadLetterHeaders
+fuzz:
+	@echo "== fuzz ($(FUZZTIME) each)"
+	@for f in $(FUZZERS); do \
+		$(GO) test -run '^$$' -fuzz "^$${f#*:}$$" -fuzztime $(FUZZTIME) "$${f%%:*}" || exit 1; \
+	done
 
 # bench runs 'baton bench' at full size (BENCHFLAGS adds flags, e.g. -rounds 3) and writes
 # docs/bench/RESULTS.md and docs/bench/chart.svg. It takes minutes and both cores: run it on a quiet machine.
@@ -88,7 +98,4 @@ help:
 	@echo "make up      start PostgreSQL, Kafka and Redis and keep them running; 'eval \"\$$(make -s env)\"'"
 	@echo "             exports their addresses, then 'make check' runs lint and tests against them"
 	@echo "make down    stop them ('make reset' also deletes their data)"
-	@echo "make bench   'baton bench': Baton against watermill, a Redis lock, one row per transaction and"
-	@echo "             the database's ceiling, side by side; writes docs/bench/RESULTS.md and docs/bench/chart.svg"
-	@echo "make gobench the Go benchmarks (go test -bench) against the real services"
 	@echo "BATON_DRY_RUN=1 make deps|test: say what would be installed, install and run nothing"

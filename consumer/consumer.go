@@ -231,6 +231,13 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				r.health.failed("fetch", err)
 				return
 			}
+			if p < 0 {
+				// A whole topic's metadata failed (TOPIC_AUTHORIZATION_FAILED: a missing ACL);
+				// franz-go retries it every 250ms: rate-limited like the client errors, and
+				// the cause Run reports if the member never joins.
+				r.health.failed("topic", fmt.Errorf("topic %s: %w", topic, err))
+				return
+			}
 			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
 		fs.EachPartition(func(p kgo.FetchTopicPartition) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -328,14 +327,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 	err := w.attempt("dead-letter", func() error {
 		return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, func(ctx context.Context, _ Tx) error {
 			d := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
-				Headers: append(append([]kgo.RecordHeader(nil), r.Headers...),
-					kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(cause.Error())},
-					kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(w.key.Group)},
-					kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
-					kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-					kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(itoa(r.Offset))},
-					kgo.RecordHeader{Key: HeaderDLQToken, Value: []byte(w.token.String())},
-				)}
+				Headers: deadLetterHeaders(r, cause, w.key, w.token)}
 			// A produce failure is transient here, whatever its cause: the record must not
 			// be skipped until it is safely dead-lettered.
 			if err := w.r.client().ProduceSync(ctx, d).FirstErr(); err != nil {

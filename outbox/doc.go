@@ -71,6 +71,15 @@
 // recovers each shard into a new era (recorded, logged as a regression): expected after a long
 // full stop, not a fault.
 //
+// # Authenticating the source
+//
+// By default the inbox trusts the topic: any record with well-formed baton headers is judged by
+// its token and sequence, so only the relay's principal may have Write on a topic an inbox reads
+// (SECURITY.md). Where that ACL is not the boundary, give the relays and the inbox the same
+// [SigningKeys]: the relay signs each record (HMAC-SHA256, header baton-signature) and the inbox
+// refuses unsigned, forged or altered records with [ErrBadSignature] before touching its keyed
+// fence, so a forged token cannot shadow a key's genuine records.
+//
 // # Layering
 //
 // This package, pgoutbox and sqliteoutbox do not import the consumer: [Relay.AfterCommit]

@@ -27,6 +27,7 @@ type Inbox[Tx any] struct {
 	name  string
 	keyed fence.KeyedSink[Tx]
 	tel   *telemetry
+	keys  [][]byte // SigningKeys: a record must verify under one of them; nil trusts the topic
 }
 
 // NewInbox returns an inbox named name (the receiver: one name per logical consumer of the
@@ -49,7 +50,7 @@ func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*
 	if err != nil {
 		return nil, fmt.Errorf("outbox: instruments: %w", err)
 	}
-	return &Inbox[Tx]{name: name, keyed: keyed, tel: tel}, nil
+	return &Inbox[Tx]{name: name, keyed: keyed, tel: tel, keys: c.keys}, nil
 }
 
 // Envelope is what the relay's headers say about a record.
@@ -94,11 +95,19 @@ func ParseEnvelope(rec *kgo.Record) (Envelope, error) {
 //
 // The scope is the inbox name plus the source partition, the id the record key: per key,
 // records of one source partition are admitted in (token, seq) order. Records without the
-// baton headers fail with [ErrNotBaton], keyless ones with [ErrNoKey]; store errors are
+// baton headers fail with [ErrNotBaton], keyless ones with [ErrNoKey]; with [SigningKeys], a
+// record whose baton-signature does not verify fails with [ErrBadSignature] (and ErrNotBaton)
+// and is counted in baton.inbox.drops (reason "forged") before the keyed fence is touched; store errors are
 // returned as they are, and the caller must roll back on any error.
 func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.Verdict, error) {
 	if rec == nil {
 		return 0, fmt.Errorf("%w: nil record", ErrInvalid)
+	}
+	if in.keys != nil {
+		if err := verify(in.keys, rec); err != nil {
+			in.tel.drops.Add(ctx, 1, metric.WithAttributes(attribute.String("baton.inbox", in.name), attribute.String("reason", "forged")))
+			return 0, err
+		}
 	}
 	env, err := ParseEnvelope(rec)
 	if err != nil {

@@ -43,12 +43,14 @@ type Relay struct {
 	store  Store
 	batch  int
 	tel    *telemetry
+	sign   []byte // SigningKeys' first key, or nil
 }
 
 type config struct {
 	telemetryConfig
 	batch    int
 	batchSet bool
+	keys     [][]byte // SigningKeys
 }
 
 // Option configures [NewRelay] and [NewInbox].
@@ -109,7 +111,11 @@ func NewRelay(client *kgo.Client, store Store, opts ...Option) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("outbox: instruments: %w", err)
 	}
-	return &Relay{client: client, store: store, batch: c.batch, tel: tel}, nil
+	r := &Relay{client: client, store: store, batch: c.batch, tel: tel}
+	if len(c.keys) > 0 {
+		r.sign = c.keys[0]
+	}
+	return r, nil
 }
 
 // Flush publishes every pending row of src, in sequence order, batch by batch: it produces a
@@ -245,6 +251,11 @@ func (r *Relay) record(ctx context.Context, row *Row) *kgo.Record {
 		kgo.RecordHeader{Key: HeaderIdempotencyKey, Value: []byte(row.IdempotencyKey)},
 		kgo.RecordHeader{Key: HeaderSource, Value: []byte(row.Source.String())},
 	)
+	rec := &kgo.Record{Topic: row.Topic, Key: row.Key, Value: row.Value}
+	if r.sign != nil {
+		rec.Headers = hs
+		hs = append(hs, kgo.RecordHeader{Key: HeaderSignature, Value: []byte(signature(r.sign, rec))})
+	}
 	c := propagation.MapCarrier{}
 	r.tel.prop.Inject(ctx, c)
 	if tp := c[HeaderTraceParent]; tp != "" {
@@ -253,7 +264,8 @@ func (r *Relay) record(ctx context.Context, row *Row) *kgo.Record {
 			hs = append(hs, kgo.RecordHeader{Key: HeaderTraceState, Value: []byte(ts)})
 		}
 	}
-	return &kgo.Record{Topic: row.Topic, Key: row.Key, Value: row.Value, Headers: hs}
+	rec.Headers = hs
+	return rec
 }
 
 // header returns the value of the last header named key.

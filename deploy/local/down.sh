@@ -8,4 +8,5 @@ rc=0
 "$HERE/redis.sh" stop || rc=$?
 "$HERE/etcd.sh" stop || rc=$?
 "$HERE/zookeeper.sh" stop || rc=$?
+"$HERE/postgres-secure.sh" "${1:-stop}" || rc=$?
 exit $rc

@@ -9,3 +9,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/etcd.sh" env
 "$HERE/zookeeper.sh" env
 "$HERE/chromium.sh" env
+if [[ -n "${BATON_SECURE:-}" ]]; then "$HERE/postgres-secure.sh" env; fi

@@ -13,6 +13,16 @@
 #   kafka.sh status   exit 0 if the broker answers on $KAFKA_HOST:$KAFKA_PORT
 #   kafka.sh env      print the environment variables the tests read
 #
+# Secure mode, BATON_SECURE=1: a second listener, SASL_SSL on $KAFKA_SECURE_PORT, next to the
+# plaintext one: TLS with a certificate from a throwaway CA (tls.sh, in $BATON_STATE_DIR/tls),
+# mutual TLS (ssl.client.auth=required), SASL/SCRAM-SHA-512 with two users created by Kafka's own
+# storage tool at format time (baton-admin, a super user; baton-runtime, which has no ACL until a
+# test grants one), and the ACL authorizer (StandardAuthorizer, deny when no ACL matches). The
+# plaintext and controller listeners stay for the rest of the suite and the broker itself: their
+# principal, ANONYMOUS, is a super user. Passwords are random, in $BATON_STATE_DIR/secrets (mode
+# 600); 'env' prints the files' paths, never the passwords. Turning the mode on for an existing
+# data directory needs 'reset' first (SCRAM users are created when the storage is formatted).
+#
 # Version: Kafka 4.1.1. It is the newest release whose broker was researched for this setup
 # (SLF4J 1.7 + log4j 2.24.3, KRaft --standalone formatting), and Baton uses the classic group
 # protocol, whose generation is Baton's epoch source on every 4.x broker. Kafka 4.3 brings
@@ -37,6 +47,10 @@ KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
 KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-120}"
 KAFKA_LOG_LEVEL="${KAFKA_LOG_LEVEL:-INFO}"
+BATON_SECURE="${BATON_SECURE:-}"
+KAFKA_SECURE_PORT="${KAFKA_SECURE_PORT:-$((KAFKA_PORT + 2))}"
+TLS_DIR="${TLS_DIR:-$BATON_STATE_DIR/tls}"
+SECRETS="${SECRETS:-$BATON_STATE_DIR/secrets}"
 # JAVA or JAVA_HOME pins the JVM; otherwise 'java' on PATH if it is 17+, else the newest Debian
 # OpenJDK 17+ under JVM_DIR.
 JAVA="${JAVA:-${JAVA_HOME:+$JAVA_HOME/bin/java}}"
@@ -54,6 +68,15 @@ log() { printf '[kafka.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # shellcheck source=deploy/local/lib.sh
 . "$HERE/lib.sh"
+# shellcheck source=deploy/local/tls.sh
+. "$HERE/tls.sh"
+
+# secret NAME prints the password in $SECRETS/NAME.pass, making a random one first if needed.
+secret() {
+  mkdir -p "$SECRETS"; chmod 755 "$SECRETS"
+  [[ -s "$SECRETS/$1.pass" ]] || (umask 077; openssl rand -hex 16 >"$SECRETS/$1.pass")
+  cat "$SECRETS/$1.pass"
+}
 
 # java_major JAVA prints the JVM's major version ("17"), or fails if it does not run.
 java_major() {
@@ -118,17 +141,24 @@ fetch() {
 
 write_config() {
   mkdir -p "$CONF" "$DATA" "$LOGS" "$KAFKA_DIR/tmp"
+  local listeners="PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT"
+  local protocols="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+  if [[ -n "$BATON_SECURE" ]]; then
+    listeners="$listeners,SASL_SSL://$KAFKA_HOST:$KAFKA_SECURE_PORT"
+    protocols="$protocols,SASL_SSL:SASL_SSL"
+  fi
+  (umask 077; : >"$CONF/server.properties")
   cat >"$CONF/server.properties" <<EOF
 # Written by deploy/local/kafka.sh. KRaft combined mode, one node.
 process.roles=broker,controller
 node.id=1
 # Dynamic quorum (KIP-853), the 4.x default: formatted with --standalone.
 controller.quorum.bootstrap.servers=$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$KAFKA_HOST:$KAFKA_PORT,CONTROLLER://$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+listeners=$listeners
+advertised.listeners=$listeners
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=$protocols
 log.dirs=$DATA
 # One node: every internal topic has replication factor 1 and min ISR 1.
 offsets.topic.replication.factor=1
@@ -152,6 +182,26 @@ log.cleaner.dedupe.buffer.size=33554432
 num.network.threads=2
 num.io.threads=4
 EOF
+  if [[ -n "$BATON_SECURE" ]]; then
+    local pass; pass="$(cat "$TLS_DIR/store.pass")"
+    cat >>"$CONF/server.properties" <<EOF
+# BATON_SECURE=1: SASL_SSL (SCRAM-SHA-512 over mutual TLS) and the ACL authorizer.
+sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PKCS12
+listener.name.sasl_ssl.ssl.keystore.location=$TLS_DIR/server.p12
+listener.name.sasl_ssl.ssl.keystore.password=$pass
+listener.name.sasl_ssl.ssl.key.password=$pass
+listener.name.sasl_ssl.ssl.truststore.type=PKCS12
+listener.name.sasl_ssl.ssl.truststore.location=$TLS_DIR/truststore.p12
+listener.name.sasl_ssl.ssl.truststore.password=$pass
+listener.name.sasl_ssl.ssl.client.auth=required
+authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer
+allow.everyone.if.no.acl.found=false
+super.users=User:ANONYMOUS;User:baton-admin
+EOF
+  fi
   cat >"$CONF/log4j2.properties" <<EOF
 status = warn
 appender.console.type = Console
@@ -213,14 +263,23 @@ start() {
   JAVA="$(find_java)"
   fetch
   if api_versions_ok; then die "something this script did not start already answers on $KAFKA_HOST:$KAFKA_PORT; set KAFKA_PORT"; fi
+  if [[ -n "$BATON_SECURE" ]]; then tls_make "$TLS_DIR" || die "could not make the test CA in $TLS_DIR"; fi
   write_config
   if [[ ! -f "$DATA/meta.properties" ]]; then
-    local cid="${KAFKA_CLUSTER_ID:-}"
+    local cid="${KAFKA_CLUSTER_ID:-}" scram=()
     [[ -n "$cid" ]] || cid="$(storage_tool random-uuid | tail -n1)"
+    if [[ -n "$BATON_SECURE" ]]; then
+      # Kafka's own tooling creates the SCRAM credentials (KIP-900: format --add-scram).
+      scram=(--add-scram "SCRAM-SHA-512=[name=baton-admin,password=$(secret kafka-admin)]"
+        --add-scram "SCRAM-SHA-512=[name=baton-runtime,password=$(secret kafka-runtime)]")
+    fi
     log "formatting $DATA (cluster id $cid)"
-    storage_tool format --standalone -t "$cid" -c "$CONF/server.properties" >"$LOGS/format.out"
+    storage_tool format --standalone -t "$cid" -c "$CONF/server.properties" "${scram[@]}" >"$LOGS/format.out"
+    if [[ -n "$BATON_SECURE" ]]; then touch "$KAFKA_DIR/secure.formatted"; fi
+  elif [[ -n "$BATON_SECURE" && ! -f "$KAFKA_DIR/secure.formatted" ]]; then
+    die "$DATA was formatted without BATON_SECURE=1, so it has no SCRAM users: 'kafka.sh reset' first"
   fi
-  log "starting Kafka $KAFKA_VERSION on $KAFKA_HOST:$KAFKA_PORT"
+  log "starting Kafka $KAFKA_VERSION on $KAFKA_HOST:$KAFKA_PORT${BATON_SECURE:+ (SASL_SSL on $KAFKA_SECURE_PORT)}"
   local t0=$SECONDS
   # shellcheck disable=SC2086  # word splitting of KAFKA_HEAP_OPTS / KAFKA_OPTS is intended
   nohup "$JAVA" $KAFKA_HEAP_OPTS \
@@ -258,6 +317,16 @@ stop() {
 
 print_env() {
   echo "export BATON_KAFKA_BROKERS='$KAFKA_HOST:$KAFKA_PORT'"
+  [[ -n "$BATON_SECURE" ]] || return 0
+  # The SASL_SSL listener, as internal/testenv reads it: file paths, never a secret.
+  echo "export BATON_SECURE_KAFKA_BROKERS='localhost:$KAFKA_SECURE_PORT'"
+  echo "export BATON_SECURE_KAFKA_CA='$TLS_DIR/ca.crt'"
+  echo "export BATON_SECURE_KAFKA_CERT='$TLS_DIR/client.crt'"
+  echo "export BATON_SECURE_KAFKA_KEY='$TLS_DIR/client.key'"
+  echo "export BATON_SECURE_KAFKA_USER='baton-runtime'"
+  echo "export BATON_SECURE_KAFKA_PASSWORD_FILE='$SECRETS/kafka-runtime.pass'"
+  echo "export BATON_SECURE_KAFKA_ADMIN_USER='baton-admin'"
+  echo "export BATON_SECURE_KAFKA_ADMIN_PASSWORD_FILE='$SECRETS/kafka-admin.pass'"
 }
 
 case "${1:-start}" in
@@ -267,7 +336,7 @@ case "${1:-start}" in
   stop) stop TERM ;;
   kill) stop KILL ;;
   restart) stop TERM; start ;;
-  reset) stop TERM; rm -rf "$DATA" "$LOGS" ;;
+  reset) stop TERM; rm -rf "$DATA" "$LOGS" "$KAFKA_DIR/secure.formatted" ;;
   status) if api_versions_ok; then log "up on $KAFKA_HOST:$KAFKA_PORT"; else log "down"; exit 1; fi ;;
   env) print_env ;;
   *) echo "usage: $0 {install|fetch|start|stop|kill|restart|reset|status|env}" >&2; exit 2 ;;

@@ -14,6 +14,14 @@
 # The cluster lives in its own data directory on its own port (15432 by default), so a system
 # PostgreSQL on 5432 is never touched. As root the server runs as the 'postgres' user that
 # Debian's package creates (PostgreSQL refuses to run as root).
+#
+# Secure mode, PG_SECURE=1 (postgres-secure.sh sets it, with its own directory and port): TLS
+# with a server certificate from the throwaway CA of tls.sh (CN/SAN localhost, 127.0.0.1), a
+# pg_hba that rejects every connection without TLS (hostnossl ... reject) and takes only
+# scram-sha-256 over TLS, and two roles instead of one: baton_migrate owns the database and
+# runs the DDL (Migrate), baton_runtime may only connect (the stores' RuntimeGrants give it
+# select/insert/update on their tables). Passwords are random, in a pgpass file in
+# $BATON_STATE_DIR/secrets (mode 600) that the URLs name (passfile=...): 'env' prints no secret.
 set -euo pipefail
 
 BATON_STATE_DIR="${BATON_STATE_DIR:-${TMPDIR:-/tmp}/baton-local}"
@@ -24,6 +32,9 @@ PG_USER="${PG_USER:-baton}"
 PG_PASSWORD="${PG_PASSWORD:-baton}"
 PG_DB="${PG_DB:-baton}"
 PG_START_TIMEOUT="${PG_START_TIMEOUT:-60}"
+PG_SECURE="${PG_SECURE:-}"
+TLS_DIR="${TLS_DIR:-$BATON_STATE_DIR/tls}"
+SECRETS="${SECRETS:-$BATON_STATE_DIR/secrets}"
 
 DATA="$PG_DIR/data"
 RUN="$PG_DIR/run"
@@ -33,6 +44,15 @@ log() { printf '[postgres.sh] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 # shellcheck source=deploy/local/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=deploy/local/tls.sh
+. "$(dirname "${BASH_SOURCE[0]}")/tls.sh"
+
+# secret NAME prints the password in $SECRETS/NAME.pass, making a random one first if needed.
+secret() {
+  mkdir -p "$SECRETS"; chmod 755 "$SECRETS"
+  [[ -s "$SECRETS/$1.pass" ]] || (umask 077; openssl rand -hex 16 >"$SECRETS/$1.pass")
+  cat "$SECRETS/$1.pass"
+}
 
 find_bin() {
   if [[ -n "${PG_BIN:-}" ]]; then [[ -x "$PG_BIN/pg_ctl" ]] && { echo "$PG_BIN"; return 0; }; return 1; fi
@@ -106,6 +126,30 @@ local all all trust
 host all all 127.0.0.1/32 scram-sha-256
 host all all ::1/128 scram-sha-256
 EOF
+    if [[ -n "$PG_SECURE" ]]; then
+      tls_make "$TLS_DIR" || die "could not make the test CA in $TLS_DIR"
+      command install -m 600 "$TLS_DIR/server.key" "$DATA/server.key"
+      command install -m 644 "$TLS_DIR/server.crt" "$DATA/server.crt"
+      command install -m 644 "$TLS_DIR/ca.crt" "$DATA/ca.crt"
+      [[ "$(id -u)" -eq 0 ]] && chown postgres:postgres "$DATA/server.key" "$DATA/server.crt" "$DATA/ca.crt"
+      cat >>"$DATA/postgresql.conf" <<EOF
+# PG_SECURE=1: TLS only (pg_hba), scram-sha-256 passwords.
+ssl = on
+ssl_cert_file = 'server.crt'
+ssl_key_file = 'server.key'
+ssl_ca_file = 'ca.crt'
+ssl_min_protocol_version = 'TLSv1.2'
+password_encryption = 'scram-sha-256'
+EOF
+      # No TLS, no entry: hostnossl rejects before any password is exchanged.
+      cat >"$DATA/pg_hba.conf" <<EOF
+local all all trust
+hostnossl all all 0.0.0.0/0 reject
+hostnossl all all ::/0 reject
+hostssl all all 127.0.0.1/32 scram-sha-256
+hostssl all all ::1/128 scram-sha-256
+EOF
+    fi
   fi
   log "starting PostgreSQL ($("$bin/postgres" --version | awk '{print $3}')) on $PG_HOST:$PG_PORT"
   local t0=$SECONDS
@@ -121,7 +165,37 @@ EOF
   if [[ -z "$(psql_super postgres -tAc "SELECT 1 FROM pg_database WHERE datname = '$PG_DB'")" ]]; then
     psql_super postgres -c "CREATE DATABASE \"$PG_DB\" OWNER \"$PG_USER\""
   fi
+  if [[ -n "$PG_SECURE" ]]; then secure_roles; fi
   log "ready after $((SECONDS - t0))s (data $DATA; log $LOGFILE)"
+}
+
+# secure_roles makes the migration role (owns the database and its public schema: runs Migrate)
+# and the runtime role (connect only; the stores' RuntimeGrants add table privileges), with
+# random passwords written to a pgpass file. PUBLIC loses CREATE and TEMP: the runtime role can
+# create nothing.
+secure_roles() {
+  local mig run
+  mig="$(secret pg-migrate)"; run="$(secret pg-runtime)"
+  psql_super postgres >/dev/null <<EOF
+DO \$\$ BEGIN
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'baton_migrate') THEN CREATE ROLE baton_migrate LOGIN; END IF;
+  IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'baton_runtime') THEN CREATE ROLE baton_runtime LOGIN; END IF;
+END \$\$;
+ALTER ROLE baton_migrate PASSWORD '$mig';
+ALTER ROLE baton_runtime PASSWORD '$run' NOCREATEDB NOCREATEROLE;
+ALTER DATABASE "$PG_DB" OWNER TO baton_migrate;
+REVOKE ALL ON DATABASE "$PG_DB" FROM PUBLIC;
+GRANT CONNECT ON DATABASE "$PG_DB" TO baton_runtime;
+EOF
+  psql_super "$PG_DB" >/dev/null <<EOF
+ALTER SCHEMA public OWNER TO baton_migrate;
+REVOKE CREATE ON SCHEMA public FROM PUBLIC;
+EOF
+  (umask 077
+   {
+     printf 'localhost:%s:%s:baton_migrate:%s\n127.0.0.1:%s:%s:baton_migrate:%s\n' "$PG_PORT" "$PG_DB" "$mig" "$PG_PORT" "$PG_DB" "$mig"
+     printf 'localhost:%s:%s:baton_runtime:%s\n127.0.0.1:%s:%s:baton_runtime:%s\n' "$PG_PORT" "$PG_DB" "$run" "$PG_PORT" "$PG_DB" "$run"
+   } >"$SECRETS/pgpass.tmp" && mv "$SECRETS/pgpass.tmp" "$SECRETS/pgpass")
 }
 
 stop() {
@@ -143,7 +217,14 @@ kill_pg() {
 }
 
 print_env() {
-  echo "export BATON_POSTGRES_URL='postgres://$PG_USER:$PG_PASSWORD@$PG_HOST:$PG_PORT/$PG_DB?sslmode=disable'"
+  if [[ -z "$PG_SECURE" ]]; then
+    echo "export BATON_POSTGRES_URL='postgres://$PG_USER:$PG_PASSWORD@$PG_HOST:$PG_PORT/$PG_DB?sslmode=disable'"
+    return 0
+  fi
+  # verify-full: the server's certificate must chain to the test CA and name the host we dial.
+  local q="sslmode=verify-full&sslrootcert=$TLS_DIR/ca.crt&passfile=$SECRETS/pgpass"
+  echo "export BATON_SECURE_POSTGRES_URL='postgres://baton_runtime@localhost:$PG_PORT/$PG_DB?$q'"
+  echo "export BATON_SECURE_POSTGRES_ADMIN_URL='postgres://baton_migrate@localhost:$PG_PORT/$PG_DB?$q'"
 }
 
 case "${1:-start}" in

@@ -9,3 +9,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/redis.sh" start
 "$HERE/etcd.sh" start
 "$HERE/zookeeper.sh" start
+if [[ -n "${BATON_SECURE:-}" ]]; then "$HERE/postgres-secure.sh" start; fi

@@ -5,6 +5,11 @@
 # were already running are used and left running; services this script started are stopped when
 # CMD ends, also on failure or interrupt. Exits with CMD's status. With BATON_DRY_RUN=1 it only says what it would
 # install and run.
+#
+# BATON_SECURE=1 adds the secure services (secure tests, internal/testenv): the broker gets its
+# SASL_SSL listener with the ACL authorizer (kafka.sh), and a TLS-only PostgreSQL with a
+# migration and a runtime role runs next to the plaintext one (postgres-secure.sh); their
+# BATON_SECURE_* variables are exported too.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 [[ $# -gt 0 ]] || { echo "usage: $0 CMD [ARGS...]" >&2; exit 2; }
@@ -17,7 +22,9 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-for s in postgres kafka redis etcd zookeeper; do
+services=(postgres kafka redis etcd zookeeper)
+if [[ -n "${BATON_SECURE:-}" ]]; then services+=(postgres-secure); fi
+for s in "${services[@]}"; do
   if ! "$HERE/$s.sh" status 2>/dev/null; then
     started+=("$s")
     "$HERE/$s.sh" start

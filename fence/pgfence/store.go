@@ -61,7 +61,8 @@ func KeyedTable(name string) Option { return func(c *config) error { c.keyed = n
 // advanced in the caller's transaction. It is safe for concurrent use when its DB is.
 type Store struct {
 	db     DB
-	schema string // schema.sql with the quoted names substituted
+	schema string    // schema.sql with the quoted names substituted
+	tables [3]string // fence, recoveries, keyed table names as configured (RuntimeGrants)
 
 	sqlClaim, sqlLoad, sqlAdvance, sqlRecover, sqlRecoveries string
 	sqlAdmit, sqlLoadKeyed                                   string
@@ -116,6 +117,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	f, r, k := sqlident.Quote(c.table), sqlident.Quote(c.recoveries), sqlident.Quote(c.keyed)
 	s := &Store{
 		db:     db,
+		tables: [3]string{c.table, c.recoveries, c.keyed},
 		schema: strings.NewReplacer("{{fences}}", f, "{{recoveries}}", r, "{{keyed}}", k).Replace(schemaSQL),
 	}
 	s.prepareSQL(f, r, k)

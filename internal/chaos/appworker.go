@@ -66,7 +66,7 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 	wg.Add(1)
 	go func() { defer wg.Done(); f.watch(wctx) }()
 
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2*time.Millisecond), kgo.AlwaysRetryEOF())
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2 * time.Millisecond), kgo.AlwaysRetryEOF()}, cfg.Kafka...)...)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func runUnfencedApp(ctx context.Context, cfg WorkerConfig, app App, env AppEnv) 
 	wg.Add(1)
 	go func() { defer wg.Done(); f.watch(wctx) }()
 
-	prod, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2*time.Millisecond), kgo.AlwaysRetryEOF())
+	prod, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2 * time.Millisecond), kgo.AlwaysRetryEOF()}, cfg.Kafka...)...)
 	if err != nil {
 		return err
 	}

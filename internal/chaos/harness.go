@@ -18,7 +18,13 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/internal/secure"
 )
+
+// WorkerKafkaEnv prefixes the environment variables through which a worker process learns
+// Config.WorkerKafka (secure.FromEnv).
+const WorkerKafkaEnv = "BATON_CHAOS_KAFKA_"
 
 // FaultKind names a fault the harness injects.
 type FaultKind string
@@ -73,7 +79,13 @@ type Config struct {
 	Seed      int64         // picks targets and order
 	Settle    time.Duration // bound for applying everything after the last fault; default 90s
 
-	Brokers     []string
+	Brokers []string
+	// Kafka are extra client options for the harness's own clients (creating topics, producing
+	// the workload, deleting the group): e.g. TLS and SASL as an admin principal.
+	Kafka []kgo.Opt
+	// WorkerKafka is how the worker processes reach a TLS/SASL listener; they get it through
+	// the environment (WorkerKafkaEnv), as file paths, so no secret is on their command line.
+	WorkerKafka secure.Kafka
 	PostgresURL string // the workers' database (exactly one of PostgresURL, SQLitePath)
 	SQLitePath  string
 	RedisAddr   string // lock mode
@@ -217,8 +229,8 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	h := &harness{cfg: cfg, db: db, rng: rand.New(rand.NewSource(cfg.Seed)), procs: map[string]*proc{}, t0: time.Now()}
 	// AlwaysRetryEOF: a restarting broker closes connections during the handshake, which
 	// franz-go otherwise takes for a TLS/SASL misconfiguration and does not retry.
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond),
-		kgo.RecordRetries(1<<30), kgo.RequestRetries(1<<20), kgo.RetryTimeout(5*time.Minute), kgo.AlwaysRetryEOF())
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5 * time.Millisecond),
+		kgo.RecordRetries(1 << 30), kgo.RequestRetries(1 << 20), kgo.RetryTimeout(5 * time.Minute), kgo.AlwaysRetryEOF()}, cfg.Kafka...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -261,6 +273,9 @@ func (h *harness) start(ctx context.Context) error {
 	}
 	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
+	if h.cfg.WorkerKafka.Enabled() {
+		cmd.Env = append(os.Environ(), h.cfg.WorkerKafka.Env(WorkerKafkaEnv)...)
+	}
 	cmd.Stdout = io.Discard
 	logf, err := os.CreateTemp(h.cfg.LogDir, "baton-chaos-"+id+"-*.log")
 	if err == nil {

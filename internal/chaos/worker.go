@@ -53,6 +53,8 @@ type WorkerConfig struct {
 	LockTTL        time.Duration // lock mode's lease; default SessionTimeout
 	RedisAddr      string        // lock mode
 	Logger         *slog.Logger
+	// Kafka are extra client options for every client of the worker (TLS, SASL).
+	Kafka []kgo.Opt
 }
 
 func (c *WorkerConfig) defaults() error {
@@ -75,7 +77,7 @@ func (c *WorkerConfig) defaults() error {
 }
 
 func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
-	return []kgo.Opt{
+	return append([]kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.ClientID(c.ID), // names the member in 'baton status' and on the status page
 		kgo.SessionTimeout(c.SessionTimeout),
@@ -84,7 +86,7 @@ func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 		kgo.FetchMaxWait(250 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.AlwaysRetryEOF(), // brokers restart during chaos runs; the configuration is known good
-	}
+	}, c.Kafka...)
 }
 
 // freezer implements the harness's freeze faults inside a worker. SIGUSR1 asks the worker to

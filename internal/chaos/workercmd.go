@@ -18,6 +18,7 @@ import (
 
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/secure"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
@@ -134,6 +135,11 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 		ID: a.ID, Mode: a.Mode, Brokers: a.Brokers, Group: a.Group, Topic: a.Topic,
 		SessionTimeout: a.SessionTimeout, RedisAddr: a.RedisAddr,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", a.ID),
+	}
+	if k := secure.FromEnv(WorkerKafkaEnv); k.Enabled() {
+		if cfg.Kafka, err = k.Opts(); err != nil {
+			return err
+		}
 	}
 	if a.SQLitePath != "" {
 		store, err := sqlitefence.Open(a.SQLitePath)

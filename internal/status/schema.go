@@ -51,20 +51,25 @@ func Schema(w io.Writer, dialect Dialect, tables Tables, runtimeRole string) err
 		fmt.Fprintln(w, strings.TrimSpace(m.Schema()))
 		fmt.Fprintln(w)
 	}
-	if g := RuntimeGrants(dialect, tables, runtimeRole); g != "" {
-		fmt.Fprintln(w, g)
+	if runtimeRole != "" && dialect == Postgres {
+		fmt.Fprintf(w, "-- Least-privilege runtime role %s (no DDL, no TRUNCATE): run as the migration role after the DDL.\n", runtimeRole)
+		for _, m := range ms {
+			g, ok := m.(interface {
+				RuntimeGrants(string) ([]string, error)
+			})
+			if !ok {
+				continue
+			}
+			stmts, err := g.RuntimeGrants(runtimeRole)
+			if err != nil {
+				return errorf(ErrUsage, "runtime role: %v", err)
+			}
+			for _, st := range stmts {
+				fmt.Fprintln(w, strings.TrimSuffix(st, ";")+";")
+			}
+		}
 	}
 	return nil
-}
-
-// RuntimeGrants returns the GRANTs of a least-privilege runtime role (no DDL rights) on the
-// tables, for the migration role to run after Migrate; "" when there is nothing to grant
-// (SQLite has no roles).
-//
-// GRANTS GO HERE: written on a parallel branch (issue 11, deploy/k8s's migration Job);
-// 'baton schema -runtime-role' prints whatever this returns after the DDL.
-func RuntimeGrants(dialect Dialect, tables Tables, role string) string {
-	return ""
 }
 
 // Migrate applies the DDL of every Baton table (see [Schema]) on the store at addr, with the

@@ -84,6 +84,7 @@ type Store struct {
 	prop     propagation.TextMapPropagator
 	lockName string // advisory lock serializing Migrate
 	schema   string
+	tables   [3]string // outbox, cursors, fence table names as configured (RuntimeGrants)
 
 	appendSQL, staleSQL, pendingSQL, markSQL, backlogSQL, cleanupSQL string
 }
@@ -119,7 +120,8 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockName: "baton/pgoutbox/migrate/" + c.table}
+	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockName: "baton/pgoutbox/migrate/" + c.table,
+		tables: [3]string{c.table, cursors, c.fences}}
 	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(c.fences))
 	return s, nil
 }

@@ -1,0 +1,4 @@
+package consumer
+
+// DeadLetterHeaders exposes deadLetterHeaders to the external tests (the fuzzer).
+var DeadLetterHeaders = deadLetterHeaders
