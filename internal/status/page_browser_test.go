@@ -187,11 +187,11 @@ func TestPageInBrowser(t *testing.T) {
 // docMetric is a line of the table in telemetry's doc.go.
 var docMetric = regexp.MustCompile(`^//\t(baton_[a-z_]+)\s+(.*)$`)
 
-// checkMetricsDocumented scrapes url and checks every metric listed in telemetry/doc.go is
+// checkMetricsDocumented scrapes url and checks every metric listed in internal/telemetry/doc.go is
 // there with every label listed.
 func checkMetricsDocumented(t *testing.T, url string) {
 	t.Helper()
-	f, err := os.Open("../../telemetry/doc.go")
+	f, err := os.Open("../telemetry/doc.go")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func checkMetricsDocumented(t *testing.T, url string) {
 		}
 	}
 	if len(want) < 10 {
-		t.Fatalf("found %d metrics in telemetry/doc.go's table; the test's parser is broken", len(want))
+		t.Fatalf("found %d metrics in internal/telemetry/doc.go's table; the test's parser is broken", len(want))
 	}
 	// The gauges are observed from the page's last read, the consumer's counters on its own
 	// schedule; retry briefly until everything was exported once.
@@ -238,7 +238,7 @@ func checkMetricsDocumented(t *testing.T, url string) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	t.Errorf("/metrics lacks what telemetry/doc.go lists: %q", missing)
+	t.Errorf("/metrics lacks what internal/telemetry/doc.go lists: %q", missing)
 }
 
 func get(url string) (string, error) {
