@@ -225,9 +225,10 @@ func TestRegressionRecovered(t *testing.T) {
 // With RecoverRegressions off, a regression is reported and the partition is left alone:
 // nothing applied, nothing recovered.
 // A recreated group whose generation comes back to exactly the stored epoch presents an equal
-// token. Equal tokens are how one owner writes many batches, so the sink would accept it; but
-// a zombie of the old incarnation holds the same token. The consumer must treat an equal
-// stored token it did not write as a regression and move to a new era.
+// token, which a zombie of the old incarnation also holds. The sink refuses an equal token held
+// by another claimant (finding 1 of issue 10: no Load-and-compare in the consumer); the member
+// proves it is current and moves to a new era, after which the zombie is refused. (Mutant
+// EqualTokenOtherClaimantAccepted: taking the equal token over skips the recovery.)
 func TestRegressionAtEqualGeneration(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
 	const keys, n = 2, 5
