@@ -127,9 +127,9 @@ type countingSink struct {
 	pos map[int32]int64 // last applied offset per partition
 }
 
-func (s *countingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, pgx.Tx) error) error {
+func (s *countingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, pgx.Tx) error) error {
 	start := time.Now()
-	if err := s.Sink.Apply(ctx, k, t, position, fn); err != nil {
+	if err := s.Sink.Apply(ctx, k, t, first, position, fn); err != nil {
 		return err
 	}
 	d := time.Since(start)
@@ -148,7 +148,7 @@ func (s *countingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, po
 // Apply is begin, fn, commit. It protects nothing; it prices the fence.
 type unfencedSink struct{ pool *pgxpool.Pool }
 
-func (unfencedSink) Claim(context.Context, fence.Key, fence.Token) (fence.State, error) {
+func (unfencedSink) Claim(context.Context, fence.Key, fence.Token, string) (fence.State, error) {
 	return fence.State{Position: fence.NoPosition}, nil
 }
 
@@ -156,15 +156,15 @@ func (unfencedSink) Load(context.Context, fence.Key) (fence.State, error) {
 	return fence.State{Position: fence.NoPosition}, nil
 }
 
-func (s unfencedSink) Apply(ctx context.Context, _ fence.Key, _ fence.Token, _ int64, fn func(context.Context, pgx.Tx) error) error {
+func (s unfencedSink) Apply(ctx context.Context, _ fence.Key, _ fence.Token, _, _ int64, fn func(context.Context, pgx.Tx) error) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return fn(ctx, tx) })
 }
 
-func (unfencedSink) Advance(context.Context, pgx.Tx, fence.Key, fence.Token, int64) error {
+func (unfencedSink) Advance(context.Context, pgx.Tx, fence.Key, fence.Token, int64, int64) error {
 	return nil
 }
 
-func (unfencedSink) Recover(context.Context, fence.Key, fence.Token, int64, string) (fence.Token, error) {
+func (unfencedSink) Recover(context.Context, fence.Key, fence.Token, int64, string, string) (fence.Token, error) {
 	return fence.Token{}, errors.New("unfenced sink: nothing to recover")
 }
 

@@ -142,7 +142,7 @@ func Claim[Tx any](ctx context.Context, s fence.Sink[Tx], l *Lease) (fence.State
 	if err := l.Err(); err != nil {
 		return fence.State{}, err
 	}
-	st, err := s.Claim(ctx, l.key, l.token)
+	st, err := s.Claim(ctx, l.key, l.token, l.claimant())
 	if err != nil {
 		return st, l.annotate(err)
 	}
@@ -176,11 +176,16 @@ func Apply[Tx any](ctx context.Context, s fence.Sink[Tx], l *Lease, position int
 		}
 		return nil
 	}
-	if err := s.Apply(ctx, l.key, l.token, position, guarded); err != nil {
+	if err := s.Apply(ctx, l.key, l.token, position, position, guarded); err != nil {
 		return l.annotate(err)
 	}
 	return nil
 }
+
+// claimant is the identity the sink stores with the lease's token: the grant's id, unique per
+// acquisition, so that of two holders presenting one token (a source whose tokens went
+// backwards) at most one holds it.
+func (l *Lease) claimant() string { return "lease/" + l.id }
 
 // bind returns a context that ends when ctx or the lease ends, with the lease's cause.
 func (l *Lease) bind(ctx context.Context) (context.Context, func()) {

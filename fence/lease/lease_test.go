@@ -315,7 +315,7 @@ func tokenRegression[Tx any](t *testing.T, e sinkEnv[Tx]) {
 		t.Fatalf("value = %q, want a1", got)
 	}
 	// The operator proves B is the current holder and recovers: the fence moves to era 1.
-	to, err := e.sink.Recover(ctx, b.Key(), a.Token(), b.Token().Epoch, "etcd restored from snapshot")
+	to, err := e.sink.Recover(ctx, b.Key(), a.Token(), b.Token().Epoch, "operator", "etcd restored from snapshot")
 	if err != nil || to != (fence.Token{Era: 1, Epoch: 3}) {
 		t.Fatalf("Recover = %s, %v", to, err)
 	}

@@ -84,7 +84,7 @@ func TestSecureRuntimeRoleCannotChangeTheFence(t *testing.T) {
 	s, sp := secureStore(t)
 	ctx := testenv.Context(t, time.Minute)
 	k := fence.Key{Group: "g", Topic: "t", Partition: 0}
-	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 1}); err != nil {
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 1}, "test"); err != nil {
 		t.Fatalf("claim as the runtime role: %v", err)
 	}
 	for _, q := range []string{

@@ -281,8 +281,7 @@ type attemptSink[T any] struct {
 	wait *dueTable // batches that were not due: wait for them outside the transaction (apps)
 }
 
-func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, T) error) error {
-	const first = -1 // the sink sees only the batch's last offset; chaos_applied has the range
+func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, T) error) error {
 	if s.wait != nil {
 		s.wait.wait(ctx, k)
 	}
@@ -292,7 +291,7 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 	}
 	delayed := false
 	err := s.f.write(func() error {
-		return s.Sink.Apply(ctx, k, t, position, func(ctx context.Context, tx T) error {
+		return s.Sink.Apply(ctx, k, t, first, position, func(ctx context.Context, tx T) error {
 			if err := fn(ctx, tx); err != nil {
 				return err
 			}

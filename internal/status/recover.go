@@ -135,9 +135,9 @@ func (c *Collector) Recover(ctx context.Context, req RecoverRequest) ([]Recovere
 	return done, nil
 }
 
-// sinkRecover is the one call of fence.Sink.Recover in the operator's tools. Recover is about
-// to take the claimant as its own argument (a parallel branch); until then the claimant is
-// recorded in the reason. Merge: pass claimant to Recover and drop the suffix.
+// sinkRecover is the one call of fence.Sink.Recover in the operator's tools: the new era's token
+// is held by the operator's claimant, and the reason records who too (the recoveries table
+// keeps reasons, not claimants).
 func sinkRecover(ctx context.Context, s recoverer, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
-	return s.Recover(ctx, k, expected, epoch, reason+" (by "+claimant+")")
+	return s.Recover(ctx, k, expected, epoch, claimant, reason+" (by "+claimant+")")
 }

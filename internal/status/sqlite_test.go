@@ -25,7 +25,7 @@ func TestSQLiteStoreKafkaDown(t *testing.T) {
 	}
 	defer st.Close()
 	k := fence.Key{Group: "g", Topic: "t", Partition: 2}
-	if _, err := st.Claim(ctx, k, fence.Token{Epoch: 7}); err != nil {
+	if _, err := st.Claim(ctx, k, fence.Token{Epoch: 7}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	c, err := status.NewCollector(status.Config{Brokers: []string{"127.0.0.1:1"}, Store: path, Group: "g", Timeout: time.Second})

@@ -376,7 +376,7 @@ func (s *Store) Backlogs(ctx context.Context, group string) (map[fence.Key]int64
 // recoverer is what recover needs of a fence store: both pgfence and sqlitefence have it.
 type recoverer interface {
 	Load(ctx context.Context, k fence.Key) (fence.State, error)
-	Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error)
+	Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error)
 }
 
 // sink returns the fence store on this database, for Load and Recover.

@@ -87,7 +87,7 @@ func TestSecureRelayOverSASLSSL(t *testing.T) {
 	topic := ke.Topic(t, 1)
 	src := fence.Key{Group: "g", Topic: "orders", Partition: 0}
 	tok := fence.Token{Epoch: 1}
-	if _, err := fences.Claim(ctx, src, tok); err != nil {
+	if _, err := fences.Claim(ctx, src, tok, "test"); err != nil {
 		t.Fatal(err)
 	}
 	const n = 50
@@ -95,7 +95,7 @@ func TestSecureRelayOverSASLSSL(t *testing.T) {
 	for i := range msgs {
 		msgs[i] = outbox.Message{Topic: topic, Key: []byte(fmt.Sprint(i % 5)), Value: []byte(fmt.Sprint(i))}
 	}
-	if err := fences.Apply(ctx, src, tok, 0, func(ctx context.Context, tx pgx.Tx) error {
+	if err := fences.Apply(ctx, src, tok, 0, 0, func(ctx context.Context, tx pgx.Tx) error {
 		return store.Append(ctx, tx, src, tok, msgs...)
 	}); err != nil {
 		t.Fatal(err)

@@ -175,7 +175,7 @@ func TestZombie(t *testing.T) {
 	if err := lease.Apply(ctx, sink, b, 2, put("b2")); err != nil {
 		t.Fatal(err)
 	}
-	err = sink.Apply(ctx, a.Key(), a.Token(), 3, put("a3"))
+	err = sink.Apply(ctx, a.Key(), a.Token(), 3, 3, put("a3"))
 	var stale *fence.StaleError
 	if !errors.As(err, &stale) || stale.Stored != b.Token() {
 		t.Fatalf("zombie write = %v, want stale with B's token stored", err)

@@ -55,7 +55,7 @@ func (g anyTarget[Tx]) apply(ctx context.Context, l *lease.Lease, pos int64, val
 	return lease.Apply(ctx, g.s, l, pos, g.write(l.Key().Topic, value, during))
 }
 func (g anyTarget[Tx]) raw(ctx context.Context, k fence.Key, t fence.Token, pos int64, value string) error {
-	return g.s.Apply(ctx, k, t, pos, g.write(k.Topic, value, nil))
+	return g.s.Apply(ctx, k, t, pos, pos, g.write(k.Topic, value, nil))
 }
 func (g anyTarget[Tx]) claim(ctx context.Context, l *lease.Lease) (fence.State, error) {
 	return lease.Claim(ctx, g.s, l)

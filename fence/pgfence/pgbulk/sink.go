@@ -58,13 +58,13 @@ func NewSink(s *pgfence.Store, db Beginner) (*Sink, error) {
 var _ fence.Sink[pgx.Tx] = (*Sink)(nil)
 
 // Apply is pgfence's Apply with the fence statement pipelined into fn's first batch.
-func (s *Sink) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (s *Sink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgbulk: apply %s: begin: %w", k, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after a commit
-	ft := &fencedTx{Tx: tx, s: s.Store, k: k, t: t, pos: position}
+	ft := &fencedTx{Tx: tx, s: s.Store, k: k, t: t, first: first, pos: position}
 	ferr := fn(ctx, ft)
 	if ft.err != nil { // the fence refused or failed: that, not what fn made of it
 		return ft.err
@@ -99,6 +99,7 @@ type fencedTx struct {
 	s        *pgfence.Store
 	k        fence.Key
 	t        fence.Token
+	first    int64
 	pos      int64
 	advanced bool
 	err      error // the fence's error, if it refused or failed
@@ -110,7 +111,7 @@ func (f *fencedTx) advance(ctx context.Context) error {
 		return f.err
 	}
 	f.advanced = true
-	f.err = f.s.Advance(ctx, f.Tx, f.k, f.t, f.pos)
+	f.err = f.s.Advance(ctx, f.Tx, f.k, f.t, f.first, f.pos)
 	return f.err
 }
 
@@ -122,7 +123,7 @@ func (f *fencedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 		return f.Tx.SendBatch(ctx, b)
 	}
 	f.advanced = true
-	err := f.s.AdvanceBatch(ctx, f.Tx, f.k, f.t, f.pos, func(fb *pgx.Batch) error {
+	err := f.s.AdvanceBatch(ctx, f.Tx, f.k, f.t, f.first, f.pos, func(fb *pgx.Batch) error {
 		fb.QueuedQueries = append(fb.QueuedQueries, b.QueuedQueries...)
 		return nil
 	})
@@ -135,7 +136,8 @@ func (f *fencedTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 // refused reports whether err is the fence's verdict rather than the caller's statements'.
 func refused(err error) bool {
 	var stale *fence.StaleError
-	return errors.As(err, &stale) || errors.Is(err, fence.ErrDuplicate) || errors.Is(err, fence.ErrInvalid)
+	return errors.As(err, &stale) || errors.Is(err, fence.ErrDuplicate) || errors.Is(err, fence.ErrOverlap) ||
+		errors.Is(err, fence.ErrNotClaimed) || errors.Is(err, fence.ErrInvalid)
 }
 
 func (f *fencedTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {

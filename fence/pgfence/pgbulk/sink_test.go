@@ -160,11 +160,11 @@ func TestSinkPipelinesTheFence(t *testing.T) {
 	}
 	k := fence.Key{Group: "g", Topic: "t", Partition: 3}
 	cur, old := fence.Token{Epoch: 5}, fence.Token{Epoch: 4}
-	if _, err := sink.Claim(ctx, k, cur); err != nil {
+	if _, err := sink.Claim(ctx, k, cur, "test"); err != nil {
 		t.Fatal(err)
 	}
 	write := func(fs fence.Sink[pgx.Tx], tok fence.Token, pos, v int64, ignore bool) error {
-		return fs.Apply(ctx, k, tok, pos, func(ctx context.Context, tx pgx.Tx) error {
+		return fs.Apply(ctx, k, tok, pos, pos, func(ctx context.Context, tx pgx.Tx) error {
 			err := up.Exec(ctx, tx, [][]any{foldRow("a", v), foldRow("b", v)})
 			if ignore {
 				return nil
@@ -201,14 +201,14 @@ func TestSinkPipelinesTheFence(t *testing.T) {
 		t.Errorf("after two applied and four refused batches: n=%d last=%d, want 2 and 2", n, last)
 	}
 	// A handler that writes with Exec first, or not at all, still advances the fence.
-	err = sink.Apply(ctx, k, cur, 12, func(ctx context.Context, tx pgx.Tx) error {
+	err = sink.Apply(ctx, k, cur, 12, 12, func(ctx context.Context, tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `SELECT 1`)
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := sink.Apply(ctx, k, cur, 13, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+	if err := sink.Apply(ctx, k, cur, 13, 13, func(context.Context, pgx.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	st, err := sink.Load(ctx, k)
@@ -216,7 +216,7 @@ func TestSinkPipelinesTheFence(t *testing.T) {
 		t.Errorf("position %d (%v), want 13", st.Position, err)
 	}
 	// A caller's statement that fails is the caller's error, and nothing commits.
-	err = sink.Apply(ctx, k, cur, 14, func(ctx context.Context, tx pgx.Tx) error {
+	err = sink.Apply(ctx, k, cur, 14, 14, func(ctx context.Context, tx pgx.Tx) error {
 		var b pgx.Batch
 		b.Queue(`INSERT INTO kv (key) VALUES (NULL)`) // the primary key is NOT NULL
 		return tx.SendBatch(ctx, &b).Close()

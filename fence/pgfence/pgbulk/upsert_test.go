@@ -205,11 +205,11 @@ func TestQueueBesideTheFence(t *testing.T) {
 	}
 	k := fence.Key{Group: "g", Topic: "t", Partition: 0}
 	old, cur := fence.Token{Epoch: 1}, fence.Token{Epoch: 2}
-	if _, err := s.Claim(ctx, k, cur); err != nil {
+	if _, err := s.Claim(ctx, k, cur, "test"); err != nil {
 		t.Fatal(err)
 	}
 	write := func(tok fence.Token, pos int64, v int64) error {
-		return s.ApplyBatch(ctx, k, tok, pos, func(b *pgx.Batch) error {
+		return s.ApplyBatch(ctx, k, tok, pos, pos, func(b *pgx.Batch) error {
 			return up.Queue(b, [][]any{foldRow("a", v), foldRow("a", v+1)})
 		})
 	}
