@@ -7,7 +7,8 @@
 //	BEGIN                                              BEGIN
 //	  fence Advance(p, T, offset)  ── row lock         Inbox.Admit(tx, rec): KeyedSink.Admit
 //	  UPDATE accounts ...          (state change)        scope = "billing|" + baton-source
-//	  Append(tx, p, T, msgs) ── checks fence(p)==T,      id    = record key
+//	  Append(tx, p, T, msgs) ── checks fence(p)==T,        + "|" + rec.Topic/rec.Partition
+//	                                                     id    = record key
 //	    seq := cursor(p).last_seq + 1 ...                (T, seq) > stored? Admitted
 //	    INSERT outbox rows (p, seq, T, traceparent)                 else Duplicate / Stale
 //	COMMIT ── state + rows, or neither                 apply effect if Admitted
@@ -81,13 +82,54 @@
 //
 //   - The state change and its outbox rows: one transaction.
 //   - Effects applied by receivers through an [Inbox]: the admission is stored atomically with
-//     the receiver's write, per (receiver, source partition, record key), in (token, seq) order,
-//     so re-published copies and zombie records are dropped.
+//     the receiver's write, per (receiver, source partition, destination topic and partition,
+//     record key), in (token, seq) order, so re-published copies and zombie records are dropped.
 //
 // Best effort: side effects with no token check (third-party APIs, devices, email). They get the
 // record's baton-idempotency-key ("group/topic/partition/seq", or the key given in
 // [Message.IdempotencyKey]); whether a retried call is deduplicated is up to the third party.
 // Receivers that consume without the inbox see every record at least once.
+//
+// # Admission scope
+//
+// Sequences rise per source partition across every destination topic, but Kafka orders records
+// only within one partition. So the inbox scopes each admission by the destination topic and
+// partition the record was read from (kgo.Record.Topic and Partition), not only by the source
+// partition and key: within that scope the records of one source reach the receiver in the
+// relay's produce order (seq order, re-publishes starting again from the first unmarked row),
+// which is the order the (token, seq) comparison assumes, whatever the receiver reads in
+// between. With the source and key alone, a receiver reading topics A and B with one inbox
+// that read B's seq 8 before A's seq 7 dropped A's record as a duplicate although it was never
+// applied. The alternative, checking that one inbox only ever sees one destination partition,
+// would refuse legitimate receivers (a consumer of several topics, or of a topic whose key
+// moves after the topic grows) without making the assumption hold; the scope makes it hold by
+// construction.
+//
+// The price: a record is deduplicated only against copies in the same destination partition.
+// The relay's copies of a row go to the partition its key hashes to, so they meet as long as
+// the destination's partition count and the relay client's partitioner (franz-go's default
+// hashes the key) stay the same. If a destination topic gains partitions while copies are in
+// flight (published but not yet marked: at most one relay batch per source partition, plus a
+// deposed relay's), a copy may land in the key's new partition and be applied again, and the
+// key's older records still unread in the old partition are applied after its newer ones.
+// Grow a destination topic only after its receivers have caught up and its relays are idle
+// (every source's backlog 0), exactly like a source topic (drain, then grow).
+//
+// Upgrading a receiver from the old scope (receiver "|" source, before issue 10): admissions
+// stored under the old scope are no longer consulted, so the first record of each key after
+// the upgrade is admitted. A copy of a record the receiver applied BEFORE the upgrade that it
+// reads again AFTER it is therefore applied twice. Such copies exist only (a) when a receiver
+// that is not a Baton consumer resumes from a committed offset older than what it applied (a
+// Baton consumer receiver, outboxconsumer.Handler, skips those by its fence position), and (b)
+// when a relay re-publishes (a crash between produce and mark: at most one batch per source
+// partition) or a deposed relay publishes late. To upgrade with no such copy in flight, stop
+// the receiver after its lag on the destination topics is 0 (and, for (a), after it committed
+// its offsets), wait until every source's outbox backlog is 0, then start the new version. The
+// old admissions are then dead weight: once the new version runs, delete the keyed-fence rows
+// (pgfence's and sqlitefence's table "baton_fences_keyed" by default) whose scope is of the old
+// form, "receiver|group/topic/partition", without the "|topic/partition" suffix of the read
+// position; in PostgreSQL: DELETE FROM baton_fences_keyed WHERE scope LIKE 'billing|%' AND
+// scope !~ '\|[A-Za-z0-9._-]+/[0-9]+$'.
 //
 // # Observability
 //

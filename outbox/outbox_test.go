@@ -3,6 +3,7 @@ package outbox
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -63,3 +64,24 @@ func TestNewRelayRefusesNonIdempotentClient(t *testing.T) {
 }
 
 type nopStore struct{ Store }
+
+func TestAdmissionScope(t *testing.T) {
+	src := fence.Key{Group: "g", Topic: "orders", Partition: 3}
+	if got, want := admissionScope("billing", src, "invoices", 7), "billing|g/orders/3|invoices/7"; got != want {
+		t.Fatalf("admissionScope = %q, want %q", got, want)
+	}
+	seen := map[string]bool{}
+	long := fence.Key{Group: strings.Repeat("g", fence.MaxIdentifierLen), Topic: "orders", Partition: 3}
+	for _, s := range []string{
+		admissionScope("billing", src, "invoices", 7),
+		admissionScope("billing", src, "invoices", 8),
+		admissionScope("billing", src, "receipts", 7),
+		admissionScope("billing", long, "invoices", 7),
+		admissionScope("billing", long, "invoices", 8),
+	} {
+		if seen[s] || fencestore.ValidateIdentifier("scope", s) != nil {
+			t.Fatalf("scope %q collides or is invalid", s)
+		}
+		seen[s] = true
+	}
+}
