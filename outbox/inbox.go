@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -31,7 +32,8 @@ type Inbox[Tx any] struct {
 }
 
 // NewInbox returns an inbox named name (the receiver: one name per logical consumer of the
-// records, stable across restarts) over keyed. [BatchSize] does not apply to an inbox.
+// records, stable across restarts) over keyed. [BatchSize], [FlushTimeout] and [GiveUpAfter]
+// do not apply to an inbox.
 func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*Inbox[Tx], error) {
 	if err := fencestore.ValidateIdentifier("inbox name", name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -43,8 +45,8 @@ func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*
 	if err != nil {
 		return nil, err
 	}
-	if c.batchSet {
-		return nil, fmt.Errorf("%w: BatchSize applies to relays, not inboxes", ErrInvalid)
+	if len(c.relayOnly) > 0 {
+		return nil, fmt.Errorf("%w: %s apply to relays, not inboxes", ErrInvalid, strings.Join(c.relayOnly, ", "))
 	}
 	tel, err := c.build()
 	if err != nil {
