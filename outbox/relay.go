@@ -81,8 +81,9 @@ type Relay struct {
 	giveUpAfter time.Duration
 	tel         *telemetry
 
-	mu    sync.Mutex
-	stuck map[fence.Key]stuckRow // per source partition: its first row that keeps failing
+	mu      sync.Mutex
+	stuck   map[fence.Key]stuckRow // per source partition: its first row whose failure may be permanent
+	failing map[fence.Key]int64    // per source partition: the seq the last flush could not deliver
 }
 
 // stuckRow is a row whose failure may be permanent but must persist before it is given up.
@@ -196,7 +197,7 @@ func NewRelay(client *kgo.Client, store Store, opts ...Option) (*Relay, error) {
 		return nil, fmt.Errorf("outbox: instruments: %w", err)
 	}
 	return &Relay{client: client, store: store, batch: c.batch, timeout: c.timeout, giveUpAfter: c.giveUpAfter,
-		tel: tel, stuck: map[fence.Key]stuckRow{}}, nil
+		tel: tel, stuck: map[fence.Key]stuckRow{}, failing: map[fence.Key]int64{}}, nil
 }
 
 // Flush publishes every pending row of src, in sequence order, batch by batch: it produces a
@@ -243,6 +244,11 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 		if created := rows[0].CreatedAt; !created.IsZero() {
 			r.tel.oldest.Record(ctx, max(0, time.Since(created).Seconds()), attrs)
 		}
+		if r.failedBefore(src, rows[0].Seq) {
+			// The last flush stopped at this row: try it alone first, so that a row that
+			// keeps failing does not re-publish the rows behind it at every flush.
+			rows = rows[:1]
+		}
 		errs := r.publish(produceCtx, rows)
 		acked := 0
 		for acked < len(rows) && errs[acked] == nil {
@@ -269,6 +275,7 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 			}
 		}
 		row, perr := &rows[acked], errs[acked]
+		r.setFailing(src, row.Seq)
 		reason, err := r.permanent(ctx, produceCtx, src, row, perr)
 		if err != nil {
 			return n, r.flushErr(parent, produceCtx, err)
@@ -371,6 +378,24 @@ func (r *Relay) clearStuck(src fence.Key) {
 	r.mu.Lock()
 	delete(r.stuck, src)
 	r.mu.Unlock()
+}
+
+func (r *Relay) setFailing(src fence.Key, seq int64) {
+	r.mu.Lock()
+	r.failing[src] = seq
+	r.mu.Unlock()
+}
+
+// failedBefore reports whether the last flush of src stopped at row seq; once src moved past
+// that row it forgets it.
+func (r *Relay) failedBefore(src fence.Key, seq int64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.failing[src]
+	if ok && f != seq {
+		delete(r.failing, src)
+	}
+	return ok && f == seq
 }
 
 // topicMissing asks the cluster whether topic exists, without creating it. Only an explicit

@@ -1,0 +1,246 @@
+package outbox_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/sqliteoutbox"
+)
+
+// relayEnv is a claimed source partition with an SQLite outbox, a kfake cluster and a relay.
+type relayEnv struct {
+	ctx     context.Context
+	src     fence.Key
+	tok     fence.Token
+	fences  *sqlitefence.Store
+	box     *sqliteoutbox.Store
+	client  *kgo.Client
+	brokers []string
+	reader  *sdkmetric.ManualReader
+	relay   *outbox.Relay
+}
+
+func newRelayEnv(t *testing.T, kopts []kfake.Opt, opts ...outbox.Option) *relayEnv {
+	t.Helper()
+	e := &relayEnv{ctx: testenv.Context(t, time.Minute), src: fence.Key{Group: "g", Topic: "orders", Partition: 0}, tok: fence.Token{Epoch: 1}}
+	e.brokers = testenv.FakeKafka(t, kopts...)
+	e.reader = sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(e.reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	var err error
+	if e.fences, err = sqlitefence.Open(filepath.Join(t.TempDir(), "r.db")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.fences.Close() })
+	if e.box, err = sqliteoutbox.New(e.fences.DB()); err == nil {
+		err = e.box.Migrate(e.ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fences.Claim(e.ctx, e.src, e.tok); err != nil {
+		t.Fatal(err)
+	}
+	if e.client, err = kgo.NewClient(kgo.SeedBrokers(e.brokers...)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.client.Close)
+	if e.relay, err = outbox.NewRelay(e.client, e.box, append([]outbox.Option{outbox.MeterProvider(mp)}, opts...)...); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e *relayEnv) append(t *testing.T, msgs ...outbox.Message) {
+	t.Helper()
+	if err := e.fences.Apply(e.ctx, e.src, e.tok, int64(time.Now().UnixNano()), func(ctx context.Context, tx *sql.Tx) error {
+		return e.box.Append(ctx, tx, e.src, e.tok, msgs...)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *relayEnv) pendingValues(t *testing.T) []string {
+	t.Helper()
+	rows, err := e.box.Pending(e.ctx, e.src, e.tok, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var vs []string
+	for _, r := range rows {
+		vs = append(vs, string(r.Value))
+	}
+	return vs
+}
+
+// metrics returns the dead_lettered counter by reason and the oldest_pending_age gauge.
+func (e *relayEnv) metrics(t *testing.T) (dead map[string]int64, oldest float64) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := e.reader.Collect(e.ctx, &rm); err != nil {
+		t.Fatal(err)
+	}
+	dead, oldest = map[string]int64{}, -1
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				if m.Name == "baton.outbox.dead_lettered" {
+					for _, p := range d.DataPoints {
+						r, _ := p.Attributes.Value(attribute.Key("reason"))
+						dead[r.AsString()] += p.Value
+					}
+				}
+			case metricdata.Gauge[float64]:
+				if m.Name == "baton.outbox.oldest_pending_age" && len(d.DataPoints) == 1 {
+					oldest = d.DataPoints[0].Value
+				}
+			}
+		}
+	}
+	return dead, oldest
+}
+
+func (e *relayEnv) consume(t *testing.T, topic string, atLeast int) []string {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(e.brokers...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second)
+	defer cancel()
+	var vs []string
+	for len(vs) < atLeast && ctx.Err() == nil {
+		for _, r := range cl.PollFetches(ctx).Records() {
+			vs = append(vs, string(r.Value))
+		}
+	}
+	return vs
+}
+
+// A row larger than its destination topic's max.message.bytes (below the store's append check)
+// used to fail every Flush at the same row for ever (issue 10, finding 9). It is dead-lettered
+// under the fence, with its reason, after the row produced alone is refused again, and the rows
+// after it are delivered, including a small one to the same topic that the broker refused only
+// because it shared the too-large record batch.
+func TestRelayDeadLettersARowTheTopicRefusesAndGoesOn(t *testing.T) {
+	e := newRelayEnv(t, []kfake.Opt{kfake.SeedTopics(1, "dest")}, outbox.BatchSize(10))
+	adm := kadm.NewClient(e.client)
+	if _, err := adm.CreateTopic(e.ctx, 1, 1, map[string]*string{"max.message.bytes": kadm.StringPtr("1000")}, "small"); err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 3000) // incompressible: the producer compresses batches
+	if _, err := rand.Read(big); err != nil {
+		t.Fatal(err)
+	}
+	e.append(t,
+		outbox.Message{Topic: "dest", Key: []byte("k"), Value: []byte("a")},
+		outbox.Message{Topic: "small", Key: []byte("k"), Value: big},
+		outbox.Message{Topic: "small", Key: []byte("k"), Value: []byte("c")},
+		outbox.Message{Topic: "dest", Key: []byte("k"), Value: []byte("d")})
+
+	n, err := e.relay.Flush(e.ctx, e.src, e.tok)
+	if err != nil || n != 3 {
+		t.Fatalf("Flush = %d, %v; want 3 delivered and the large row dead-lettered", n, err)
+	}
+	if p := e.pendingValues(t); len(p) != 0 {
+		t.Fatalf("pending after Flush: %q", p)
+	}
+	dl, err := e.box.DeadLetters(e.ctx, e.src, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dl) != 1 || dl[0].Seq != 2 || !bytes.Equal(dl[0].Value, big) || dl[0].By != e.tok ||
+		!strings.HasPrefix(dl[0].Reason, outbox.ReasonMessageTooLarge+": ") {
+		t.Fatalf("dead letters = %+v, want seq 2 with reason %s", dl, outbox.ReasonMessageTooLarge)
+	}
+	if got := e.consume(t, "small", 1); len(got) != 1 || got[0] != "c" {
+		t.Fatalf("topic small holds %q, want [c]", got)
+	}
+	if got := e.consume(t, "dest", 2); len(got) < 2 || got[0] != "a" || got[len(got)-1] != "d" {
+		t.Fatalf("topic dest holds %q, want a, then d (maybe twice)", got)
+	}
+	dead, oldest := e.metrics(t)
+	if dead[outbox.ReasonMessageTooLarge] != 1 || len(dead) != 1 {
+		t.Errorf("dead_lettered = %v, want 1 %s", dead, outbox.ReasonMessageTooLarge)
+	}
+	if oldest != 0 {
+		t.Errorf("oldest_pending_age = %v after everything was delivered or dead-lettered, want 0", oldest)
+	}
+}
+
+// A row whose destination topic does not exist holds up each Flush for at most FlushTimeout
+// (the AfterCommit hook returns, the rows stay pending, the oldest-row gauge shows the age),
+// and is dead-lettered only once metadata confirmed the topic missing at 3 flushes or more over
+// GiveUpAfter; the row behind it is delivered then.
+func TestRelayMissingTopicIsBoundedThenDeadLettered(t *testing.T) {
+	const timeout, giveUp = 400 * time.Millisecond, 1500 * time.Millisecond
+	e := newRelayEnv(t, []kfake.Opt{kfake.SeedTopics(1, "dest")}, outbox.FlushTimeout(timeout), outbox.GiveUpAfter(giveUp))
+	e.append(t,
+		outbox.Message{Topic: "gone", Key: []byte("k"), Value: []byte("lost")},
+		outbox.Message{Topic: "dest", Key: []byte("k"), Value: []byte("b")})
+	hook := e.relay.AfterCommit()
+	start := time.Now()
+	flushes := 0
+	for {
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("after %d flushes the row is still pending: %q", flushes, e.pendingValues(t))
+		}
+		began := time.Now()
+		err := hook(e.ctx, e.src, e.tok)
+		took := time.Since(began)
+		flushes++
+		if took > timeout+time.Second {
+			t.Fatalf("flush %d held up the partition for %v, FlushTimeout is %v", flushes, took, timeout)
+		}
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, outbox.ErrFlushTimeout) {
+			t.Fatalf("flush %d: %v, want ErrFlushTimeout", flushes, err)
+		}
+		switch p := e.pendingValues(t); {
+		case len(p) == 2: // still waiting for the topic
+		case len(p) == 1 && p[0] == "b": // dead-lettered, then the flush ran out of time
+		default:
+			t.Fatalf("flush %d: pending %q, want both rows kept, or b after lost was dead-lettered", flushes, p)
+		}
+		if _, oldest := e.metrics(t); oldest <= 0 {
+			t.Fatalf("flush %d: oldest_pending_age = %v with a stuck row, want > 0", flushes, oldest)
+		}
+	}
+	if elapsed := time.Since(start); flushes < 3 || elapsed < giveUp {
+		t.Fatalf("dead-lettered after %d flushes and %v, want at least 3 and %v", flushes, elapsed, giveUp)
+	}
+	dl, err := e.box.DeadLetters(e.ctx, e.src, 10)
+	if err != nil || len(dl) != 1 || dl[0].Seq != 1 || !strings.HasPrefix(dl[0].Reason, outbox.ReasonUnknownTopic+": ") {
+		t.Fatalf("dead letters = %+v, %v; want seq 1, %s", dl, err, outbox.ReasonUnknownTopic)
+	}
+	// b shared the first flush's batch with the stuck row, so it was published then, and
+	// again after the row was dead-lettered; the flushes in between tried the stuck row alone.
+	if got := e.consume(t, "dest", 2); len(got) != 2 || got[0] != "b" || got[1] != "b" {
+		t.Fatalf("dest holds %q, want b published twice (the first batch, then after the dead letter)", got)
+	}
+	if dead, oldest := e.metrics(t); dead[outbox.ReasonUnknownTopic] != 1 || oldest != 0 {
+		t.Fatalf("dead_lettered %v, oldest_pending_age %v; want 1 %s and 0", dead, oldest, outbox.ReasonUnknownTopic)
+	}
+}
