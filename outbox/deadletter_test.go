@@ -38,7 +38,7 @@ type relayEnv struct {
 	relay   *outbox.Relay
 }
 
-func newRelayEnv(t *testing.T, kopts []kfake.Opt, opts ...outbox.Option) *relayEnv {
+func newRelayEnv(t *testing.T, kopts []kfake.Opt, copts []kgo.Opt, opts ...outbox.Option) *relayEnv {
 	t.Helper()
 	e := &relayEnv{ctx: testenv.Context(t, time.Minute), src: fence.Key{Group: "g", Topic: "orders", Partition: 0}, tok: fence.Token{Epoch: 1}}
 	e.brokers = testenv.FakeKafka(t, kopts...)
@@ -59,7 +59,7 @@ func newRelayEnv(t *testing.T, kopts []kfake.Opt, opts ...outbox.Option) *relayE
 	if _, err := e.fences.Claim(e.ctx, e.src, e.tok); err != nil {
 		t.Fatal(err)
 	}
-	if e.client, err = kgo.NewClient(kgo.SeedBrokers(e.brokers...)); err != nil {
+	if e.client, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(e.brokers...)}, copts...)...); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(e.client.Close)
@@ -143,7 +143,7 @@ func (e *relayEnv) consume(t *testing.T, topic string, atLeast int) []string {
 // after it are delivered, including a small one to the same topic that the broker refused only
 // because it shared the too-large record batch.
 func TestRelayDeadLettersARowTheTopicRefusesAndGoesOn(t *testing.T) {
-	e := newRelayEnv(t, []kfake.Opt{kfake.SeedTopics(1, "dest")}, outbox.BatchSize(10))
+	e := newRelayEnv(t, []kfake.Opt{kfake.SeedTopics(1, "dest")}, nil, outbox.BatchSize(10))
 	adm := kadm.NewClient(e.client)
 	if _, err := adm.CreateTopic(e.ctx, 1, 1, map[string]*string{"max.message.bytes": kadm.StringPtr("1000")}, "small"); err != nil {
 		t.Fatal(err)
@@ -194,7 +194,11 @@ func TestRelayDeadLettersARowTheTopicRefusesAndGoesOn(t *testing.T) {
 // GiveUpAfter; the row behind it is delivered then.
 func TestRelayMissingTopicIsBoundedThenDeadLettered(t *testing.T) {
 	const timeout, giveUp = 400 * time.Millisecond, 1500 * time.Millisecond
-	e := newRelayEnv(t, []kfake.Opt{kfake.SeedTopics(1, "dest")}, outbox.FlushTimeout(timeout), outbox.GiveUpAfter(giveUp))
+	// UnknownTopicRetries(-1): the client waits for a missing topic for ever (franz-go's
+	// default gives up after 4 metadata loads, which on a real cluster takes a while), so
+	// only the relay's own bound ends each flush.
+	e := newRelayEnv(t, []kfake.Opt{kfake.SeedTopics(1, "dest")}, []kgo.Opt{kgo.UnknownTopicRetries(-1)},
+		outbox.FlushTimeout(timeout), outbox.GiveUpAfter(giveUp))
 	e.append(t,
 		outbox.Message{Topic: "gone", Key: []byte("k"), Value: []byte("lost")},
 		outbox.Message{Topic: "dest", Key: []byte("k"), Value: []byte("b")})
@@ -202,11 +206,13 @@ func TestRelayMissingTopicIsBoundedThenDeadLettered(t *testing.T) {
 	start := time.Now()
 	flushes := 0
 	for {
-		if time.Since(start) > 20*time.Second {
+		if time.Since(start) > 10*time.Second {
 			t.Fatalf("after %d flushes the row is still pending: %q", flushes, e.pendingValues(t))
 		}
 		began := time.Now()
-		err := hook(e.ctx, e.src, e.tok)
+		hctx, cancel := context.WithTimeout(e.ctx, timeout+2*time.Second) // fails fast without the relay's bound
+		err := hook(hctx, e.src, e.tok)
+		cancel()
 		took := time.Since(began)
 		flushes++
 		if took > timeout+time.Second {
