@@ -8,12 +8,15 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -248,5 +251,105 @@ func TestRelayMissingTopicIsBoundedThenDeadLettered(t *testing.T) {
 	}
 	if dead, oldest := e.metrics(t); dead[outbox.ReasonUnknownTopic] != 1 || oldest != 0 {
 		t.Fatalf("dead_lettered %v, oldest_pending_age %v; want 1 %s and 0", dead, oldest, outbox.ReasonUnknownTopic)
+	}
+}
+
+// A topic the relay's principal may not write to (TopicAuthorizationFailed on produce, here
+// injected into kfake's produce handling) is given up only after GiveUpAfter, since an ACL may
+// still be granted; until then the row stays pending and each flush tries it alone.
+func TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter(t *testing.T) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "dest", "denied"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	ctx := testenv.Context(t, time.Minute)
+	probe, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	details, err := kadm.NewClient(probe).ListTopics(ctx, "denied")
+	probe.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deniedID := details["denied"].ID
+	var refused atomic.Int64
+	cluster.ControlKey(int16(kmsg.Produce), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		req := kr.(*kmsg.ProduceRequest)
+		denied := false
+		for _, rt := range req.Topics {
+			denied = denied || rt.Topic == "denied" || rt.TopicID == deniedID
+		}
+		if !denied {
+			return nil, nil, false
+		}
+		refused.Add(1)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			code := kerr.NotLeaderForPartition.Code // the other topics of the request: retried
+			if rt.Topic == "denied" || rt.TopicID == deniedID {
+				code = kerr.TopicAuthorizationFailed.Code
+			}
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+
+	const giveUp = time.Second
+	e := newRelayEnv(t, nil, nil, outbox.FlushTimeout(2*time.Second), outbox.GiveUpAfter(giveUp))
+	// newRelayEnv made its own cluster; point a relay at this one instead.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.MetadataMinAge(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	relay, err := outbox.NewRelay(cl, e.box, outbox.FlushTimeout(2*time.Second), outbox.GiveUpAfter(giveUp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.brokers = cluster.ListenAddrs()
+	e.append(t,
+		outbox.Message{Topic: "denied", Key: []byte("k"), Value: []byte("x")},
+		outbox.Message{Topic: "dest", Key: []byte("k"), Value: []byte("y")})
+	start := time.Now()
+	flushes := 0
+	for {
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("still pending after %d flushes: %q", flushes, e.pendingValues(t))
+		}
+		_, err := relay.Flush(ctx, e.src, e.tok)
+		flushes++
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, kerr.TopicAuthorizationFailed) {
+			t.Fatalf("flush %d: %v, want TopicAuthorizationFailed", flushes, err)
+		}
+		if p := e.pendingValues(t); len(p) != 2 {
+			t.Fatalf("flush %d: pending %q before GiveUpAfter, want both rows", flushes, p)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if elapsed := time.Since(start); elapsed < giveUp || flushes < 3 {
+		t.Fatalf("given up after %v and %d flushes, want at least %v and 3", elapsed, flushes, giveUp)
+	}
+	dl, err := e.box.DeadLetters(ctx, e.src, 10)
+	if err != nil || len(dl) != 1 || dl[0].Seq != 1 || !strings.HasPrefix(dl[0].Reason, outbox.ReasonTopicAuthorization+": ") {
+		t.Fatalf("dead letters = %+v, %v; want seq 1 %s", dl, err, outbox.ReasonTopicAuthorization)
+	}
+	if got := e.consume(t, "dest", 1); len(got) < 1 || got[0] != "y" {
+		t.Fatalf("dest holds %q, want y", got)
+	}
+	if n := refused.Load(); n < 3 {
+		t.Fatalf("the broker refused %d produce requests, want at least 3", n)
 	}
 }

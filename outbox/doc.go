@@ -54,6 +54,44 @@
 // overtake a newer one of the same key. Delivery is at least once; a crash between produce and
 // mark re-publishes at most one batch.
 //
+// # Undeliverable rows
+//
+// Rows are delivered in sequence order, so a row the broker refuses for ever would hold up
+// every row behind it. Three things bound that. First, each Flush returns within
+// [FlushTimeout] (default 5s) with [ErrFlushTimeout]: the acknowledged prefix is marked, the
+// rest stays pending, and the consumer goes on with its next batch, so a stuck row delays a
+// partition's processing by at most that much per batch. (A produce request already sent is
+// waited for by franz-go, which cannot fail an idempotent batch in flight; that adds up to
+// the client's request timeout to a flush on a broker that stops answering.) Second, the relay
+// dead-letters a row that can never be delivered: Store.DeadLetter, a conditional write under
+// the fence like MarkDelivered (only the current token, only the first pending row), keeps the
+// row with its reason in the store's dead-letter table and moves past it. Third, the stuck row
+// is visible: baton.outbox.oldest_pending_age rises, and baton.outbox.dead_lettered counts
+// what was given up, by reason.
+//
+// Which errors are permanent for a row, conservatively (everything else is retried for ever):
+//
+//   - kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord: the broker refuses
+//     the record itself (a topic max.message.bytes below the append check, a keyless record
+//     to a compacted topic). Kafka refuses whole record batches, so a small row sharing a
+//     batch with a large one gets the same error: the relay dead-letters a row only after it
+//     was produced ALONE and refused again with the same error.
+//   - A missing destination topic (kerr.UnknownTopicOrPartition, or a produce that timed out
+//     while franz-go waited for the topic): only after a metadata request confirmed the topic
+//     missing at each of at least 3 flushes spanning [GiveUpAfter] (default 10 minutes), so a
+//     topic being created, or a metadata answer from a lagging broker, does not lose a row.
+//   - kerr.TopicAuthorizationFailed: after [GiveUpAfter] as well, since an ACL may be granted.
+//
+// Not permanent: ClusterAuthorizationFailed (every row of the client fails: dead-lettering
+// would empty the outbox), broker or network errors, timeouts with the topic present. The
+// GiveUpAfter clock is the relay's memory, so a restart or a takeover starts it again; that
+// only delays a dead letter. A dead-lettered row is not retried: an operator reads it from the
+// dead-letter table (pgoutbox/sqliteoutbox Store.DeadLetters, or the table name+"_dead_letters")
+// and re-appends its message once the cause is fixed, or drops it; Cleanup never deletes it.
+// Receivers see a gap in the source's sequence; the inbox does not need sequences to be
+// contiguous. A row that failed a flush is produced alone first at the next flush, so the rows
+// behind a stuck row are not re-published at every flush.
+//
 // Applications that append outside a Baton consumer (an HTTP service writing state and outbox
 // rows in one transaction) use a standalone relay (outboxconsumer.NewStandaloneRelay): a Baton
 // consumer group on a small coordination topic of N partitions, the shards, to which nothing is
@@ -134,9 +172,12 @@
 // # Observability
 //
 // Metrics (OTel API; providers from options, default the globals): baton.outbox.backlog (gauge
-// per source partition, recorded by Flush), baton.outbox.delivered, baton.outbox.commit_to_ack
-// (seconds from the row's append, store clock, to its acknowledgement, relay clock),
-// baton.inbox.admitted and baton.inbox.drops{reason=duplicate|stale}. Append captures the W3C
+// per source partition, recorded by Flush), baton.outbox.oldest_pending_age (gauge per source
+// partition: seconds since the append of its oldest undelivered row, 0 when none; a row that
+// cannot be delivered shows as an age that keeps rising), baton.outbox.delivered,
+// baton.outbox.dead_lettered (counter per source partition and destination topic, with the
+// reason label), baton.outbox.commit_to_ack (seconds from the row's append, store clock, to its
+// acknowledgement, relay clock), baton.inbox.admitted and baton.inbox.drops{reason=duplicate|stale}. Append captures the W3C
 // trace context of its ctx; the relay starts a producer span as a child of it and injects that
 // into the record; Inbox.Admit starts a consumer span as a child of the record's.
 package outbox
