@@ -353,3 +353,39 @@ func TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter(t *testing.T) {
 		t.Fatalf("the broker refused %d produce requests, want at least 3", n)
 	}
 }
+
+// A row that failed the last flush is tried alone first; once it goes through (its topic was
+// created), the same Flush delivers the rows behind it too.
+func TestRelayStuckRowRecoversAndTheRestFollows(t *testing.T) {
+	e := newRelayEnv(t, []kfake.Opt{kfake.SeedTopics(1, "dest")}, []kgo.Opt{kgo.UnknownTopicRetries(-1), kgo.MetadataMinAge(50 * time.Millisecond)},
+		outbox.FlushTimeout(500*time.Millisecond), outbox.GiveUpAfter(time.Hour), outbox.BatchSize(10))
+	e.append(t,
+		outbox.Message{Topic: "late", Key: []byte("k"), Value: []byte("1")},
+		outbox.Message{Topic: "dest", Key: []byte("k"), Value: []byte("2")},
+		outbox.Message{Topic: "dest", Key: []byte("k"), Value: []byte("3")})
+	if n, err := e.relay.Flush(e.ctx, e.src, e.tok); n != 0 || !errors.Is(err, outbox.ErrFlushTimeout) {
+		t.Fatalf("Flush before the topic exists = %d, %v; want 0, ErrFlushTimeout", n, err)
+	}
+	if _, err := kadm.NewClient(e.client).CreateTopic(e.ctx, 1, 1, nil, "late"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := e.relay.Flush(e.ctx, e.src, e.tok)
+		if err == nil {
+			if n != 3 {
+				t.Fatalf("Flush after the topic was created = %d, want all 3 rows", n)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Flush after the topic was created: %v", err)
+		}
+	}
+	if p := e.pendingValues(t); len(p) != 0 {
+		t.Fatalf("pending %q, want none", p)
+	}
+	if dl, err := e.box.DeadLetters(e.ctx, e.src, 10); err != nil || len(dl) != 0 {
+		t.Fatalf("dead letters %v, %v; want none", dl, err)
+	}
+}

@@ -3,8 +3,10 @@ package outbox
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
@@ -85,3 +87,26 @@ func TestAdmissionScope(t *testing.T) {
 		seen[s] = true
 	}
 }
+
+func TestRelayOptions(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	_, err = NewRelay(cl, nopStore{}, FlushTimeout(0), GiveUpAfter(-time.Second), BatchSize(0), nil)
+	for _, want := range []string{"flush timeout", "give-up time", "batch size", "option 3 is nil"} {
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("NewRelay with bad options = %v; want ErrInvalid naming %q", err, want)
+		}
+	}
+	if _, err := NewRelay(cl, nopStore{}, FlushTimeout(time.Second), GiveUpAfter(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewInbox[int]("r", nopKeyed{}, FlushTimeout(time.Second), GiveUpAfter(time.Minute))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "FlushTimeout, GiveUpAfter") {
+		t.Fatalf("NewInbox with relay options = %v, want ErrInvalid naming them", err)
+	}
+}
+
+type nopKeyed struct{ fence.KeyedSink[int] }

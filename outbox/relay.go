@@ -244,6 +244,7 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 		if created := rows[0].CreatedAt; !created.IsZero() {
 			r.tel.oldest.Record(ctx, max(0, time.Since(created).Seconds()), attrs)
 		}
+		read := len(rows)
 		if r.failedBefore(src, rows[0].Seq) {
 			// The last flush stopped at this row: try it alone first, so that a row that
 			// keeps failing does not re-publish the rows behind it at every flush.
@@ -268,7 +269,7 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 					r.tel.oldest.Record(ctx, 0, attrs)
 					return n, nil
 				}
-				if len(rows) < r.batch {
+				if read < r.batch && len(rows) == read {
 					return n, nil
 				}
 				continue
@@ -276,9 +277,18 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 		}
 		row, perr := &rows[acked], errs[acked]
 		r.setFailing(src, row.Seq)
-		reason, err := r.permanent(ctx, produceCtx, src, row, perr)
-		if err != nil {
-			return n, r.flushErr(parent, produceCtx, err)
+		reason, alone := r.permanent(ctx, produceCtx, src, row, perr)
+		if alone {
+			// Refused in its batch but delivered alone: mark it and go on.
+			backlog, err := r.store.MarkDelivered(ctx, src, tok, row.Seq)
+			if err != nil {
+				return n, r.flushErr(parent, produceCtx, err)
+			}
+			n++
+			r.tel.delivered.Add(ctx, 1, attrs)
+			r.tel.backlog.Record(ctx, backlog, attrs)
+			r.clearStuck(src)
+			continue
 		}
 		if reason == "" {
 			return n, r.flushErr(parent, produceCtx, fmt.Errorf("outbox: publishing %s seq %d..%d: %w", src, row.Seq, rows[len(rows)-1].Seq, perr))
@@ -312,9 +322,9 @@ func (r *Relay) flushErr(parent, produceCtx context.Context, err error) error {
 }
 
 // permanent returns the dead-letter reason of row, whose publish failed with perr, or "" if
-// the row may still be delivered. produceCtx bounds a produce of the row alone.
-func (r *Relay) permanent(ctx, produceCtx context.Context, src fence.Key, row *Row, perr error) (string, error) {
-	var reason string
+// the row may still be delivered; delivered reports that the row, produced alone to decide,
+// was acknowledged. produceCtx bounds that produce.
+func (r *Relay) permanent(ctx, produceCtx context.Context, src fence.Key, row *Row, perr error) (reason string, delivered bool) {
 	switch {
 	case errors.Is(perr, kerr.MessageTooLarge):
 		reason = ReasonMessageTooLarge
@@ -323,7 +333,7 @@ func (r *Relay) permanent(ctx, produceCtx context.Context, src fence.Key, row *R
 	case errors.Is(perr, kerr.InvalidRecord):
 		reason = ReasonInvalidRecord
 	case errors.Is(perr, kerr.TopicAuthorizationFailed):
-		return r.persists(src, row.Seq, ReasonTopicAuthorization), nil
+		return r.persists(src, row.Seq, ReasonTopicAuthorization), false
 	case errors.Is(perr, kerr.UnknownTopicOrPartition), errors.Is(perr, kerr.UnknownTopicID),
 		errors.Is(perr, context.DeadlineExceeded) && errors.Is(context.Cause(produceCtx), ErrFlushTimeout):
 		// franz-go waits for a missing topic to appear for longer than a flush lasts, so a
@@ -331,30 +341,30 @@ func (r *Relay) permanent(ctx, produceCtx context.Context, src fence.Key, row *R
 		missing, err := r.topicMissing(ctx, row.Topic)
 		if err != nil || !missing {
 			r.clearStuck(src)
-			return "", nil // not confirmed: transient
+			return "", false // not confirmed: transient
 		}
-		return r.persists(src, row.Seq, ReasonUnknownTopic), nil
+		return r.persists(src, row.Seq, ReasonUnknownTopic), false
 	default:
 		r.clearStuck(src)
-		return "", nil
+		return "", false
 	}
 	// The error may be the batch's rather than the row's (a broker refuses a whole record
 	// batch that is too large): only the row produced alone decides. Everything before it
 	// is marked, so producing it alone keeps the order.
 	if produceCtx.Err() != nil {
-		return "", nil
+		return "", false
 	}
 	res := r.client.ProduceSync(produceCtx, r.record(produceCtx, row))
 	err := res.FirstErr()
 	switch {
 	case err == nil:
-		return "", nil // delivered alone; the next round marks it (re-publishing it: a duplicate the inbox drops)
+		return "", true
 	case reason == ReasonMessageTooLarge && errors.Is(err, kerr.MessageTooLarge),
 		reason == ReasonRecordListTooLarge && errors.Is(err, kerr.RecordListTooLarge),
 		reason == ReasonInvalidRecord && errors.Is(err, kerr.InvalidRecord):
-		return reason, nil
+		return reason, false
 	}
-	return "", nil
+	return "", false
 }
 
 // persists counts one more flush that saw row seq of src fail for reason and returns reason
@@ -533,13 +543,15 @@ func header(rec *kgo.Record, key string) ([]byte, bool) {
 
 func newConfig(opts []Option) (config, error) {
 	c := config{batch: DefaultBatchSize, timeout: DefaultFlushTimeout, giveUpAfter: DefaultGiveUpAfter}
-	for _, o := range opts {
+	var errs []error
+	for i, o := range opts {
 		if o == nil {
-			return c, fmt.Errorf("%w: nil option", ErrInvalid)
+			errs = append(errs, fmt.Errorf("%w: option %d is nil", ErrInvalid, i))
+			continue
 		}
 		if err := o(&c); err != nil {
-			return c, err
+			errs = append(errs, err)
 		}
 	}
-	return c, nil
+	return c, errors.Join(errs...)
 }
