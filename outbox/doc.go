@@ -7,7 +7,8 @@
 //	BEGIN                                              BEGIN
 //	  fence Advance(p, T, offset)  ── row lock         Inbox.Admit(tx, rec): KeyedSink.Admit
 //	  UPDATE accounts ...          (state change)        scope = "billing|" + baton-source
-//	  Append(tx, p, T, msgs) ── checks fence(p)==T,      id    = record key
+//	  Append(tx, p, T, msgs) ── checks fence(p)==T,        + "|" + rec.Topic/rec.Partition
+//	                                                     id    = record key
 //	    seq := cursor(p).last_seq + 1 ...                (T, seq) > stored? Admitted
 //	    INSERT outbox rows (p, seq, T, traceparent)                 else Duplicate / Stale
 //	COMMIT ── state + rows, or neither                 apply effect if Admitted
@@ -53,6 +54,44 @@
 // overtake a newer one of the same key. Delivery is at least once; a crash between produce and
 // mark re-publishes at most one batch.
 //
+// # Undeliverable rows
+//
+// Rows are delivered in sequence order, so a row the broker refuses for ever would hold up
+// every row behind it. Three things bound that. First, each Flush returns within
+// [FlushTimeout] (default 5s) with [ErrFlushTimeout]: the acknowledged prefix is marked, the
+// rest stays pending, and the consumer goes on with its next batch, so a stuck row delays a
+// partition's processing by at most that much per batch. (A produce request already sent is
+// waited for by franz-go, which cannot fail an idempotent batch in flight; that adds up to
+// the client's request timeout to a flush on a broker that stops answering.) Second, the relay
+// dead-letters a row that can never be delivered: Store.DeadLetter, a conditional write under
+// the fence like MarkDelivered (only the current token, only the first pending row), keeps the
+// row with its reason in the store's dead-letter table and moves past it. Third, the stuck row
+// is visible: baton.outbox.oldest_pending_age rises, and baton.outbox.dead_lettered counts
+// what was given up, by reason.
+//
+// Which errors are permanent for a row, conservatively (everything else is retried for ever):
+//
+//   - kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord: the broker refuses
+//     the record itself (a topic max.message.bytes below the append check, a keyless record
+//     to a compacted topic). Kafka refuses whole record batches, so a small row sharing a
+//     batch with a large one gets the same error: the relay dead-letters a row only after it
+//     was produced ALONE and refused again with the same error.
+//   - A missing destination topic (kerr.UnknownTopicOrPartition, or a produce that timed out
+//     while franz-go waited for the topic): only after a metadata request confirmed the topic
+//     missing at each of at least 3 flushes spanning [GiveUpAfter] (default 10 minutes), so a
+//     topic being created, or a metadata answer from a lagging broker, does not lose a row.
+//   - kerr.TopicAuthorizationFailed: after [GiveUpAfter] as well, since an ACL may be granted.
+//
+// Not permanent: ClusterAuthorizationFailed (every row of the client fails: dead-lettering
+// would empty the outbox), broker or network errors, timeouts with the topic present. The
+// GiveUpAfter clock is the relay's memory, so a restart or a takeover starts it again; that
+// only delays a dead letter. A dead-lettered row is not retried: an operator reads it from the
+// dead-letter table (pgoutbox/sqliteoutbox Store.DeadLetters, or the table name+"_dead_letters")
+// and re-appends its message once the cause is fixed, or drops it; Cleanup never deletes it.
+// Receivers see a gap in the source's sequence; the inbox does not need sequences to be
+// contiguous. A row that failed a flush is produced alone first at the next flush, so the rows
+// behind a stuck row are not re-published at every flush.
+//
 // Applications that append outside a Baton consumer (an HTTP service writing state and outbox
 // rows in one transaction) use a standalone relay (outboxconsumer.NewStandaloneRelay): a Baton
 // consumer group on a small coordination topic of N partitions, the shards, to which nothing is
@@ -90,20 +129,64 @@
 //
 //   - The state change and its outbox rows: one transaction.
 //   - Effects applied by receivers through an [Inbox]: the admission is stored atomically with
-//     the receiver's write, per (receiver, source partition, record key), in (token, seq) order,
-//     so re-published copies and zombie records are dropped.
+//     the receiver's write, per (receiver, source partition, destination topic and partition,
+//     record key), in (token, seq) order, so re-published copies and zombie records are dropped.
 //
 // Best effort: side effects with no token check (third-party APIs, devices, email). They get the
 // record's baton-idempotency-key ("group/topic/partition/seq", or the key given in
 // [Message.IdempotencyKey]); whether a retried call is deduplicated is up to the third party.
 // Receivers that consume without the inbox see every record at least once.
 //
+// # Admission scope
+//
+// Sequences rise per source partition across every destination topic, but Kafka orders records
+// only within one partition. So the inbox scopes each admission by the destination topic and
+// partition the record was read from (kgo.Record.Topic and Partition), not only by the source
+// partition and key: within that scope the records of one source reach the receiver in the
+// relay's produce order (seq order, re-publishes starting again from the first unmarked row),
+// which is the order the (token, seq) comparison assumes, whatever the receiver reads in
+// between. With the source and key alone, a receiver reading topics A and B with one inbox
+// that read B's seq 8 before A's seq 7 dropped A's record as a duplicate although it was never
+// applied. The alternative, checking that one inbox only ever sees one destination partition,
+// would refuse legitimate receivers (a consumer of several topics, or of a topic whose key
+// moves after the topic grows) without making the assumption hold; the scope makes it hold by
+// construction.
+//
+// The price: a record is deduplicated only against copies in the same destination partition.
+// The relay's copies of a row go to the partition its key hashes to, so they meet as long as
+// the destination's partition count and the relay client's partitioner (franz-go's default
+// hashes the key) stay the same. If a destination topic gains partitions while copies are in
+// flight (published but not yet marked: at most one relay batch per source partition, plus a
+// deposed relay's), a copy may land in the key's new partition and be applied again, and the
+// key's older records still unread in the old partition are applied after its newer ones.
+// Grow a destination topic only after its receivers have caught up and its relays are idle
+// (every source's backlog 0), exactly like a source topic (drain, then grow).
+//
+// Upgrading a receiver from the old scope (receiver "|" source, before issue 10): admissions
+// stored under the old scope are no longer consulted, so the first record of each key after
+// the upgrade is admitted. A copy of a record the receiver applied BEFORE the upgrade that it
+// reads again AFTER it is therefore applied twice. Such copies exist only (a) when a receiver
+// that is not a Baton consumer resumes from a committed offset older than what it applied (a
+// Baton consumer receiver, outboxconsumer.Handler, skips those by its fence position), and (b)
+// when a relay re-publishes (a crash between produce and mark: at most one batch per source
+// partition) or a deposed relay publishes late. To upgrade with no such copy in flight, stop
+// the receiver after its lag on the destination topics is 0 (and, for (a), after it committed
+// its offsets), wait until every source's outbox backlog is 0, then start the new version. The
+// old admissions are then dead weight: once the new version runs, delete the keyed-fence rows
+// (pgfence's and sqlitefence's table "baton_fences_keyed" by default) whose scope is of the old
+// form, "receiver|group/topic/partition", without the "|topic/partition" suffix of the read
+// position; in PostgreSQL: DELETE FROM baton_fences_keyed WHERE scope LIKE 'billing|%' AND
+// scope !~ '\|[A-Za-z0-9._-]+/[0-9]+$'.
+//
 // # Observability
 //
 // Metrics (OTel API; providers from options, default the globals): baton.outbox.backlog (gauge
-// per source partition, recorded by Flush), baton.outbox.delivered, baton.outbox.commit_to_ack
-// (seconds from the row's append, store clock, to its acknowledgement, relay clock),
-// baton.inbox.admitted and baton.inbox.drops{reason=duplicate|stale}. Append captures the W3C
+// per source partition, recorded by Flush), baton.outbox.oldest_pending_age (gauge per source
+// partition: seconds since the append of its oldest undelivered row, 0 when none; a row that
+// cannot be delivered shows as an age that keeps rising), baton.outbox.delivered,
+// baton.outbox.dead_lettered (counter per source partition and destination topic, with the
+// reason label), baton.outbox.commit_to_ack (seconds from the row's append, store clock, to its
+// acknowledgement, relay clock), baton.inbox.admitted and baton.inbox.drops{reason=duplicate|stale}. Append captures the W3C
 // trace context of its ctx; the relay starts a producer span as a child of it and injects that
 // into the record; Inbox.Admit starts a consumer span as a child of the record's.
 package outbox

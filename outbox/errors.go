@@ -32,6 +32,10 @@ var (
 	// record key, so keyless records cannot be deduplicated.
 	ErrNoKey = errors.New("outbox: record has no key")
 
+	// ErrFlushTimeout means a [Relay.Flush] ran out of its [FlushTimeout]: the rows not yet
+	// acknowledged stay pending for the next Flush.
+	ErrFlushTimeout = errors.New("outbox: flush timeout; the rest stays pending")
+
 	// ErrNotIdempotent means the relay's client was built with kgo.DisableIdempotentWrite:
 	// without the idempotent producer a retried batch may be reordered.
 	ErrNotIdempotent = errors.New("outbox: the relay's kafka client must produce idempotently")

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -21,8 +22,9 @@ import (
 
 // Inbox deduplicates relayed records at a receiver, atomically with the receiver's own write:
 // inside the receiver's transaction it admits a record only if its (token, seq) is higher than
-// anything admitted before for the same (receiver, source partition, record key), through a
-// [fence.KeyedSink] stored next to the receiver's data. Safe for concurrent use.
+// anything admitted before for the same (receiver, source partition, destination topic and
+// partition the record was read from, record key), through a [fence.KeyedSink] stored next to
+// the receiver's data. Safe for concurrent use.
 type Inbox[Tx any] struct {
 	name  string
 	keyed fence.KeyedSink[Tx]
@@ -31,7 +33,8 @@ type Inbox[Tx any] struct {
 }
 
 // NewInbox returns an inbox named name (the receiver: one name per logical consumer of the
-// records, stable across restarts) over keyed. [BatchSize] does not apply to an inbox.
+// records, stable across restarts) over keyed. [BatchSize], [FlushTimeout] and [GiveUpAfter]
+// do not apply to an inbox.
 func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*Inbox[Tx], error) {
 	if err := fencestore.ValidateIdentifier("inbox name", name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -43,8 +46,8 @@ func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*
 	if err != nil {
 		return nil, err
 	}
-	if c.batchSet {
-		return nil, fmt.Errorf("%w: BatchSize applies to relays, not inboxes", ErrInvalid)
+	if len(c.relayOnly) > 0 {
+		return nil, fmt.Errorf("%w: %s apply to relays, not inboxes", ErrInvalid, strings.Join(c.relayOnly, ", "))
 	}
 	tel, err := c.build()
 	if err != nil {
@@ -93,11 +96,16 @@ func ParseEnvelope(rec *kgo.Record) (Envelope, error) {
 // [fence.Stale] (an older owner's record after a newer owner's: a zombie's). The entity row
 // stays locked until tx ends, so concurrent receivers of the same key serialize.
 //
-// The scope is the inbox name plus the source partition, the id the record key: per key,
-// records of one source partition are admitted in (token, seq) order. Records without the
-// baton headers fail with [ErrNotBaton], keyless ones with [ErrNoKey]; with [SigningKeys], a
-// record whose baton-signature does not verify fails with [ErrBadSignature] (and ErrNotBaton)
-// and is counted in baton.inbox.drops (reason "forged") before the keyed fence is touched; store errors are
+// The scope is the inbox name, the source partition and the destination topic and partition
+// rec was read from (rec.Topic, rec.Partition); the id is the record key. So per key, the
+// records of one source partition in one destination partition are admitted in (token, seq)
+// order, which is the order Kafka gives them: reading several destination topics or
+// partitions in any interleaving never drops a record that was not applied (see the package
+// documentation, "Admission scope"). Records without the baton headers fail with
+// [ErrNotBaton], keyless ones with [ErrNoKey], ones without a topic or with a negative
+// partition (not read from Kafka) with [ErrInvalid]; with [SigningKeys], a record whose
+// baton-signature does not verify fails with [ErrBadSignature] (and ErrNotBaton) and is counted
+// in baton.inbox.drops (reason "forged") before the keyed fence is touched; store errors are
 // returned as they are, and the caller must roll back on any error.
 func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.Verdict, error) {
 	if rec == nil {
@@ -116,6 +124,9 @@ func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.V
 	if len(rec.Key) == 0 {
 		return 0, ErrNoKey
 	}
+	if rec.Topic == "" || rec.Partition < 0 {
+		return 0, fmt.Errorf("%w: record has no topic or partition (topic %q, partition %d): the inbox scopes admissions by where a record was read", ErrInvalid, rec.Topic, rec.Partition)
+	}
 	carrier := propagation.MapCarrier{}
 	if tp, ok := header(rec, HeaderTraceParent); ok {
 		carrier[HeaderTraceParent] = string(tp)
@@ -131,7 +142,7 @@ func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.V
 			attribute.Int64("baton.outbox.seq", env.Seq),
 		))
 	defer span.End()
-	v, err := in.keyed.Admit(ctx, tx, in.name+"|"+env.Source.String(), entityID(rec.Key), env.Token, env.Seq)
+	v, err := in.keyed.Admit(ctx, tx, admissionScope(in.name, env.Source, rec.Topic, rec.Partition), entityID(rec.Key), env.Token, env.Seq)
 	if err != nil {
 		span.RecordError(err)
 		return 0, err
@@ -145,6 +156,19 @@ func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.V
 		in.tel.drops.Add(ctx, 1, metric.WithAttributes(attribute.String("baton.inbox", in.name), attribute.String("reason", v.String())))
 	}
 	return v, nil
+}
+
+// admissionScope is the keyed-fence scope of the records of src read from (topic, partition)
+// by the inbox named name: "name|group/topic/partition|topic/partition". A scope longer than
+// fence.MaxIdentifierLen (long group and topic names) is replaced by "h:" and its SHA-256; the
+// readable form always contains "|", the hashed one never, so the two cannot collide.
+func admissionScope(name string, src fence.Key, topic string, partition int32) string {
+	s := name + "|" + src.String() + "|" + topic + "/" + strconv.FormatInt(int64(partition), 10)
+	if len(s) > fence.MaxIdentifierLen || !utf8.ValidString(s) {
+		sum := sha256.Sum256([]byte(s))
+		return "h:" + hex.EncodeToString(sum[:])
+	}
+	return s
 }
 
 // entityID maps a record key to a keyed-fence id, which must be UTF-8 without NUL and at most

@@ -30,6 +30,9 @@ const DefaultMaxMessageBytes = 1_000_000
 // MaxIdempotencyKeyLen bounds a caller-given idempotency key.
 const MaxIdempotencyKeyLen = 1024
 
+// MaxReasonLen bounds the reason stored with a dead-lettered row ([Store.DeadLetter]).
+const MaxReasonLen = 1024
+
 // Message is one record to publish, appended to the outbox in the transaction of the state
 // change that caused it.
 type Message struct {
@@ -53,6 +56,15 @@ type Row struct {
 	TraceParent    string      // W3C trace context captured at Append ("" if none)
 	TraceState     string
 	CreatedAt      time.Time // the store's clock at Append; commit->ack latency is measured from it
+}
+
+// DeadRow is an outbox row the relay gave up on ([Store.DeadLetter]), as the store keeps it
+// for an operator: the row, why, and which owner dead-lettered it when.
+type DeadRow struct {
+	Row
+	Reason string      // the reason label (e.g. "message_too_large") and the broker's error
+	By     fence.Token // the token of the owner whose relay dead-lettered it
+	At     time.Time   // when (the store's clock)
 }
 
 // IdempotencyKey is the key derived for the row of src with sequence seq: "group/topic/partition/seq".

@@ -3,7 +3,10 @@ package outbox
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
@@ -63,3 +66,47 @@ func TestNewRelayRefusesNonIdempotentClient(t *testing.T) {
 }
 
 type nopStore struct{ Store }
+
+func TestAdmissionScope(t *testing.T) {
+	src := fence.Key{Group: "g", Topic: "orders", Partition: 3}
+	if got, want := admissionScope("billing", src, "invoices", 7), "billing|g/orders/3|invoices/7"; got != want {
+		t.Fatalf("admissionScope = %q, want %q", got, want)
+	}
+	seen := map[string]bool{}
+	long := fence.Key{Group: strings.Repeat("g", fence.MaxIdentifierLen), Topic: "orders", Partition: 3}
+	for _, s := range []string{
+		admissionScope("billing", src, "invoices", 7),
+		admissionScope("billing", src, "invoices", 8),
+		admissionScope("billing", src, "receipts", 7),
+		admissionScope("billing", long, "invoices", 7),
+		admissionScope("billing", long, "invoices", 8),
+	} {
+		if seen[s] || fencestore.ValidateIdentifier("scope", s) != nil {
+			t.Fatalf("scope %q collides or is invalid", s)
+		}
+		seen[s] = true
+	}
+}
+
+func TestRelayOptions(t *testing.T) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	_, err = NewRelay(cl, nopStore{}, FlushTimeout(0), GiveUpAfter(-time.Second), BatchSize(0), nil)
+	for _, want := range []string{"flush timeout", "give-up time", "batch size", "option 3 is nil"} {
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(fmt.Sprint(err), want) {
+			t.Errorf("NewRelay with bad options = %v; want ErrInvalid naming %q", err, want)
+		}
+	}
+	if _, err := NewRelay(cl, nopStore{}, FlushTimeout(time.Second), GiveUpAfter(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = NewInbox[int]("r", nopKeyed{}, FlushTimeout(time.Second), GiveUpAfter(time.Minute))
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "FlushTimeout, GiveUpAfter") {
+		t.Fatalf("NewInbox with relay options = %v, want ErrInvalid naming them", err)
+	}
+}
+
+type nopKeyed struct{ fence.KeyedSink[int] }

@@ -18,11 +18,13 @@ type telemetry struct {
 	tracer trace.Tracer
 	prop   propagation.TextMapPropagator
 
-	backlog   metric.Int64Gauge
-	delivered metric.Int64Counter
-	latency   metric.Float64Histogram
-	admitted  metric.Int64Counter
-	drops     metric.Int64Counter
+	backlog      metric.Int64Gauge
+	oldest       metric.Float64Gauge
+	delivered    metric.Int64Counter
+	deadLettered metric.Int64Counter
+	latency      metric.Float64Histogram
+	admitted     metric.Int64Counter
+	drops        metric.Int64Counter
 }
 
 type telemetryConfig struct {
@@ -43,6 +45,16 @@ func (c telemetryConfig) build() (*telemetry, error) {
 	var err error
 	if t.backlog, err = m.Int64Gauge("baton.outbox.backlog",
 		metric.WithDescription("Outbox rows of a source partition appended but not yet delivered, as of the last flush."),
+		metric.WithUnit("{message}")); err != nil {
+		return nil, err
+	}
+	if t.oldest, err = m.Float64Gauge("baton.outbox.oldest_pending_age",
+		metric.WithDescription("Age of a source partition's oldest undelivered outbox row (relay clock minus the row's append time), as of the last flush; 0 when nothing is pending. A row that cannot be delivered shows as a rising age."),
+		metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if t.deadLettered, err = m.Int64Counter("baton.outbox.dead_lettered",
+		metric.WithDescription("Outbox rows the relay gave up on and dead-lettered, by reason."),
 		metric.WithUnit("{message}")); err != nil {
 		return nil, err
 	}

@@ -32,6 +32,25 @@ func ValidateAppend(src fence.Key, tok fence.Token, msgs []outbox.Message, maxBy
 	return nil
 }
 
+// ValidateDeadLetter checks DeadLetter's arguments before any statement: the source key, the
+// token, a sequence of at least 1 and a reason that is non-empty, valid UTF-8 without NUL
+// bytes and at most outbox.MaxReasonLen bytes.
+func ValidateDeadLetter(src fence.Key, tok fence.Token, seq int64, reason string) error {
+	if err := src.Validate(); err != nil {
+		return fmt.Errorf("%w: source: %w", outbox.ErrInvalid, err)
+	}
+	if err := tok.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+	}
+	if seq < 1 {
+		return fmt.Errorf("%w: seq %d", outbox.ErrInvalid, seq)
+	}
+	if reason == "" || len(reason) > outbox.MaxReasonLen || !utf8.ValidString(reason) || strings.IndexByte(reason, 0) >= 0 {
+		return fmt.Errorf("%w: dead-letter reason must be 1 to %d bytes of UTF-8 without NUL", outbox.ErrInvalid, outbox.MaxReasonLen)
+	}
+	return nil
+}
+
 func validateMessage(m *outbox.Message, maxBytes int) error {
 	if m.Topic == "" {
 		return outbox.ErrNoTopic

@@ -18,6 +18,10 @@
 //     before any statement is sent, and nothing is written.
 //   - Cleanup deletes delivered rows only, and never lets a sequence or idempotency key be
 //     handed out again.
+//   - Fenced dead letters: DeadLetter succeeds only for the owner's exact token (a deposed
+//     owner's fails with a *fence.StaleError, others with outbox.ErrUnfenced) and only for the
+//     first pending row (outbox.ErrInvalid otherwise); the row is kept with its reason and the
+//     dead-lettering token, never pending again, and its sequence is never handed out again.
 //
 // Every case runs under a deadline ([Timeout]) and rolls back the transactions it opened in
 // t.Cleanup, so a broken store fails in seconds instead of hanging. The suite's own tests

@@ -31,6 +31,8 @@ type Store[Tx any] interface {
 	Backlog(ctx context.Context, src fence.Key) (int64, error)
 	// Cleanup deletes delivered rows appended more than olderThan ago.
 	Cleanup(ctx context.Context, olderThan time.Duration) (int64, error)
+	// DeadLetters returns up to limit dead-lettered rows of src in sequence order.
+	DeadLetters(ctx context.Context, src fence.Key, limit int) ([]outbox.DeadRow, error)
 }
 
 // Env is one freshly created store under test, with the fence sink of the same database.
@@ -68,6 +70,8 @@ func Run[Tx any](t *testing.T, open func(t *testing.T) Env[Tx]) {
 		{"RelayFenced", relayFenced[Tx]},
 		{"BadInputRefusedBeforeAnyStatement", badInput[Tx]},
 		{"CleanupNeverReusesSequences", cleanupNeverReuses[Tx]},
+		{"DeadLetterFenced", deadLetterFenced[Tx]},
+		{"DeadLetteredRowsSkippedNeverReused", deadLetteredSkipped[Tx]},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -558,4 +562,97 @@ func cleanupNeverReuses[Tx any](t *testing.T, e env[Tx]) {
 	}
 	_, err := e.Store.Cleanup(e.ctx, -time.Second)
 	wantIs(t, "Cleanup with a negative retention", err, outbox.ErrInvalid)
+}
+
+func (e env[Tx]) deadLetters(t *testing.T, src fence.Key) []outbox.DeadRow {
+	t.Helper()
+	d, err := e.Store.DeadLetters(e.ctx, src, 100)
+	if err != nil {
+		t.Fatalf("DeadLetters(%s): %v", src, err)
+	}
+	return d
+}
+
+// Dead-lettering is a fenced mark of exactly the first pending row: a deposed owner's fails
+// with a *fence.StaleError, an unclaimed source or a token the fence does not store with
+// ErrUnfenced, a row that is not the first pending one (or is already past) or a bad reason
+// with ErrInvalid; none of them changes anything. The owner's keeps the row with its reason
+// and token and moves past it.
+func deadLetterFenced[Tx any](t *testing.T, e env[Tx]) {
+	k := key("dead")
+	e.claim(t, k, tok(0, 1))
+	e.mustAppend(t, k, tok(0, 1), msg("a"), msg("b"), msg("c"))
+
+	_, err := e.Store.DeadLetter(e.ctx, k, tok(0, 1), 2, "reason")
+	wantIs(t, "DeadLetter of a row that is not the first pending one", err, outbox.ErrInvalid)
+	_, err = e.Store.DeadLetter(e.ctx, k, tok(0, 1), 4, "reason")
+	wantIs(t, "DeadLetter of a sequence never allocated", err, outbox.ErrInvalid)
+	for _, bad := range []string{"", "nul\x00", "\xff", strings.Repeat("r", outbox.MaxReasonLen+1)} {
+		_, err = e.Store.DeadLetter(e.ctx, k, tok(0, 1), 1, bad)
+		wantIs(t, fmt.Sprintf("DeadLetter with reason %q", bad), err, outbox.ErrInvalid)
+	}
+	_, err = e.Store.DeadLetter(e.ctx, k, tok(0, 2), 1, "reason")
+	wantIs(t, "DeadLetter under a token the fence does not store", err, outbox.ErrUnfenced)
+	_, err = e.Store.DeadLetter(e.ctx, key("dead-unfenced"), tok(0, 1), 1, "reason")
+	wantIs(t, "DeadLetter of an unclaimed source", err, outbox.ErrUnfenced)
+
+	e.claim(t, k, tok(0, 2)) // takeover
+	_, err = e.Store.DeadLetter(e.ctx, k, tok(0, 1), 1, "zombie")
+	wantStale(t, "DeadLetter of a deposed relay", err, k, tok(0, 2), tok(0, 1))
+	wantPending(t, e, k, tok(0, 2), []int64{1, 2, 3}, []string{"a", "b", "c"})
+	if n := e.backlog(t, k); n != 3 {
+		t.Fatalf("Backlog = %d after refused dead letters, want 3", n)
+	}
+	if d := e.deadLetters(t, k); len(d) != 0 {
+		t.Fatalf("DeadLetters = %d rows after refused dead letters, want none", len(d))
+	}
+
+	backlog, err := e.Store.DeadLetter(e.ctx, k, tok(0, 2), 1, "message_too_large: 2 MB")
+	if err != nil || backlog != 2 {
+		t.Fatalf("DeadLetter(1) by the owner = %d, %v; want backlog 2", backlog, err)
+	}
+	wantPending(t, e, k, tok(0, 2), []int64{2, 3}, []string{"b", "c"})
+	_, err = e.Store.DeadLetter(e.ctx, k, tok(0, 2), 1, "again")
+	wantIs(t, "DeadLetter of a row already dead-lettered", err, outbox.ErrInvalid)
+	d := e.deadLetters(t, k)
+	if len(d) != 1 {
+		t.Fatalf("DeadLetters = %d rows, want 1", len(d))
+	}
+	if g := d[0]; g.Seq != 1 || string(g.Value) != "a" || g.Topic != "dest" || g.Token != tok(0, 1) ||
+		g.By != tok(0, 2) || g.Reason != "message_too_large: 2 MB" || g.IdempotencyKey == "" || g.Source != k {
+		t.Fatalf("dead letter = seq %d value %q topic %q token %s by %s reason %q key %q source %s; want seq 1, a, dest, 0.1, by 0.2, the reason",
+			g.Seq, g.Value, g.Topic, g.Token, g.By, g.Reason, g.IdempotencyKey, g.Source)
+	}
+}
+
+// Dead-lettered rows are never pending again and their sequences are never handed out again:
+// appends continue after them, through Cleanup and a takeover, and Cleanup keeps the dead
+// letters.
+func deadLetteredSkipped[Tx any](t *testing.T, e env[Tx]) {
+	k := key("dead-skip")
+	e.claim(t, k, tok(0, 1))
+	e.mustAppend(t, k, tok(0, 1), msg("a"), msg("b"))
+	if _, err := e.Store.MarkDelivered(e.ctx, k, tok(0, 1), 1); err != nil {
+		t.Fatalf("MarkDelivered: %v", err)
+	}
+	backlog, err := e.Store.DeadLetter(e.ctx, k, tok(0, 1), 2, "unknown_topic")
+	if err != nil || backlog != 0 {
+		t.Fatalf("DeadLetter(2) = %d, %v; want backlog 0", backlog, err)
+	}
+	wantPending(t, e, k, tok(0, 1), nil, nil)
+	e.mustAppend(t, k, tok(0, 1), msg("c"))
+	wantPending(t, e, k, tok(0, 1), []int64{3}, []string{"c"})
+	if _, err := e.Store.Cleanup(e.ctx, 0); err != nil {
+		t.Fatalf("Cleanup: %v", err)
+	}
+	wantPending(t, e, k, tok(0, 1), []int64{3}, []string{"c"})
+	e.claim(t, k, tok(0, 2))
+	e.mustAppend(t, k, tok(0, 2), msg("d"))
+	wantPending(t, e, k, tok(0, 2), []int64{3, 4}, []string{"c", "d"})
+	if d := e.deadLetters(t, k); len(d) != 1 || d[0].Seq != 2 || string(d[0].Value) != "b" {
+		t.Fatalf("DeadLetters after Cleanup and a takeover = %+v, want seq 2 (b) kept", d)
+	}
+	if n := e.backlog(t, k); n != 2 {
+		t.Fatalf("Backlog = %d, want 2", n)
+	}
 }

@@ -75,6 +75,11 @@ var mutants = map[string]struct {
 	"MarksWhenStale":            {mutant{markStale: true}, []string{"RelayFenced"}},
 	"MarksUnfenced":             {mutant{markUnfenced: true}, []string{"RelayFenced"}},
 	"NoValidation":              {mutant{noValidation: true}, []string{"BadInputRefusedBeforeAnyStatement"}},
+	"DeadLetterWhenStale":       {mutant{deadStale: true}, []string{"DeadLetterFenced"}},
+	"DeadLetterUnfenced":        {mutant{deadUnfenced: true}, []string{"DeadLetterFenced"}},
+	"DeadLetterAnyRow":          {mutant{deadAnyRow: true}, []string{"DeadLetterFenced"}},
+	"DeadLetterLeavesPending":   {mutant{deadPending: true}, []string{"DeadLetterFenced", "DeadLetteredRowsSkippedNeverReused"}},
+	"DeadLetterReusesSequence":  {mutant{deadReuses: true}, []string{"DeadLetteredRowsSkippedNeverReused"}},
 }
 
 const mutantEnv = "OUTBOXTEST_MUTANT"
@@ -140,6 +145,7 @@ type mutant struct {
 
 	appendStale, appendUnfenced, gaps, cleanupResets, cleanupAll bool
 	pendingStale, markStale, markUnfenced, noValidation          bool
+	deadStale, deadUnfenced, deadAnyRow, deadPending, deadReuses bool
 }
 
 const cursors = sqliteoutbox.DefaultTable + "_cursors"
@@ -196,6 +202,35 @@ func (m *mutant) Cleanup(ctx context.Context, olderThan time.Duration) (int64, e
 	n, err := m.Store.Cleanup(ctx, olderThan)
 	if m.cleanupResets && err == nil {
 		_, err = m.db.ExecContext(ctx, `DELETE FROM `+cursors+` WHERE delivered_seq = last_seq`)
+	}
+	return n, err
+}
+
+func (m *mutant) DeadLetter(ctx context.Context, src fence.Key, tok fence.Token, seq int64, reason string) (int64, error) {
+	n, err := m.Store.DeadLetter(ctx, src, tok, seq, reason)
+	var se *fence.StaleError
+	switch {
+	case m.deadStale && errors.As(err, &se):
+		return m.Store.DeadLetter(ctx, src, se.Stored, seq, reason)
+	case m.deadUnfenced && errors.Is(err, outbox.ErrUnfenced):
+		return 0, nil
+	case m.deadAnyRow && errors.Is(err, outbox.ErrInvalid) && seq > 1:
+		if _, err := m.Store.MarkDelivered(ctx, src, tok, seq-1); err != nil {
+			return 0, err
+		}
+		return m.Store.DeadLetter(ctx, src, tok, seq, reason)
+	case m.deadPending && err == nil:
+		_, err = m.db.ExecContext(ctx, `UPDATE `+cursors+` SET delivered_seq = delivered_seq - 1 WHERE grp = ? AND topic = ? AND partition = ?`,
+			src.Group, src.Topic, src.Partition)
+		return n + 1, err
+	case m.deadReuses && err == nil:
+		if _, err := m.db.ExecContext(ctx, `DELETE FROM `+sqliteoutbox.DefaultTable+` WHERE grp = ? AND topic = ? AND partition = ? AND seq = ?`,
+			src.Group, src.Topic, src.Partition, seq); err != nil {
+			return 0, err
+		}
+		_, err = m.db.ExecContext(ctx, `UPDATE `+cursors+` SET last_seq = last_seq - 1, delivered_seq = delivered_seq - 1
+			WHERE grp = ? AND topic = ? AND partition = ? AND last_seq = ?`, src.Group, src.Topic, src.Partition, seq)
+		return n, err
 	}
 	return n, err
 }

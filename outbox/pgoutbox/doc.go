@@ -10,7 +10,11 @@
 // writes; Cleanup deletes delivered rows older than a given age (sequences are never reused,
 // because the cursor keeps them). Table names are validated and quoted; New does no I/O, and
 // Migrate creates the tables idempotently under an advisory lock (Schema returns the same DDL).
-// The default tables are baton_outbox and baton_outbox_cursors, checked against pgfence's
+// DeadLetter is the relay's fenced give-up on the first pending row: in the same statement as
+// the fence check it moves the cursor past the row and copies it, with the reason, into
+// baton_outbox_dead_letters, which Cleanup never touches (DeadLetters lists them; Migrate
+// creates that table in an existing database too, CREATE TABLE IF NOT EXISTS).
+// The default tables are baton_outbox, baton_outbox_cursors and baton_outbox_dead_letters, checked against pgfence's
 // baton_fences ([DefaultFenceTable] is pgfence.DefaultTable); sqliteoutbox uses the same names.
 // The store passes the outbox/outboxtest conformance suite against a real server.
 //

@@ -452,7 +452,7 @@ func TestInboxVerdictsAreAtomicWithTheReceiversWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := func(tok string, seq int, key string) *kgo.Record {
-		return &kgo.Record{Key: []byte(key), Value: []byte(tok + "/" + strconv.Itoa(seq)), Headers: []kgo.RecordHeader{
+		return &kgo.Record{Topic: "invoices", Key: []byte(key), Value: []byte(tok + "/" + strconv.Itoa(seq)), Headers: []kgo.RecordHeader{
 			{Key: outbox.HeaderToken, Value: []byte(tok)},
 			{Key: outbox.HeaderSeq, Value: []byte(strconv.Itoa(seq))},
 			{Key: outbox.HeaderSource, Value: []byte("g/orders/3")},
@@ -500,6 +500,21 @@ func TestInboxVerdictsAreAtomicWithTheReceiversWrite(t *testing.T) {
 	if n := e.count(`SELECT balance FROM accounts WHERE id = 'a'`); n != 2 {
 		t.Fatalf("balance of a is %d, want 2 (only admitted, committed records applied)", n)
 	}
+	// Another destination topic, or another partition of the same one, is another scope
+	// (issue 10, finding 6): a record read there is compared only with records read there.
+	other := rec("0.1", 5, "a")
+	other.Topic = "receipts"
+	if v := receive(other, false); v != fence.Admitted {
+		t.Fatalf("seq 5 of a read from another topic: %s, want admitted", v)
+	}
+	other = rec("0.1", 5, "a")
+	other.Partition = 1
+	if v := receive(other, false); v != fence.Admitted {
+		t.Fatalf("seq 5 of a read from another partition: %s, want admitted", v)
+	}
+	if v := receive(other, false); v != fence.Duplicate {
+		t.Fatalf("seq 5 of a read again from that partition: %s, want duplicate", v)
+	}
 	// Records without the relay's headers, and keyless ones, are refused clearly.
 	err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error {
 		if _, err := in.Admit(e.ctx, tx, &kgo.Record{Key: []byte("a")}); !errors.Is(err, outbox.ErrNotBaton) {
@@ -508,6 +523,11 @@ func TestInboxVerdictsAreAtomicWithTheReceiversWrite(t *testing.T) {
 		r := rec("0.1", 1, "")
 		if _, err := in.Admit(e.ctx, tx, r); !errors.Is(err, outbox.ErrNoKey) {
 			t.Errorf("keyless record: %v, want ErrNoKey", err)
+		}
+		r = rec("0.1", 1, "a")
+		r.Topic = ""
+		if _, err := in.Admit(e.ctx, tx, r); !errors.Is(err, outbox.ErrInvalid) {
+			t.Errorf("record without a topic: %v, want ErrInvalid", err)
 		}
 		return nil
 	})

@@ -35,3 +35,31 @@ CREATE TABLE IF NOT EXISTS {{cursors}} (
     delivered_at  timestamptz,
     PRIMARY KEY (group_id, topic, partition)
 );
+
+-- Rows the relay gave up on (outbox.Relay: a produce error that is permanent for the row, e.g.
+-- the destination refuses its size, or the topic stayed missing): a full copy of the row, the
+-- reason, and the token of the owner that dead-lettered it. The cursor's delivered_seq moved
+-- past the row in the same statement, so the relay goes on with the next row, and the sequence
+-- is never handed out again. Cleanup never deletes these: delete them yourself once handled
+-- (re-append the message, or drop it).
+CREATE TABLE IF NOT EXISTS {{deadletters}} (
+    group_id        text        NOT NULL,
+    topic           text        NOT NULL,
+    partition       integer     NOT NULL CHECK (partition >= 0),
+    seq             bigint      NOT NULL CHECK (seq >= 1),
+    era             bigint      NOT NULL,
+    epoch           bigint      NOT NULL,
+    dest_topic      text        NOT NULL,
+    msg_key         bytea,
+    msg_value       bytea,
+    headers         bytea,
+    idempotency_key text        NOT NULL,
+    traceparent     text        NOT NULL DEFAULT '',
+    tracestate      text        NOT NULL DEFAULT '',
+    created_at      timestamptz NOT NULL,
+    reason          text        NOT NULL CHECK (reason <> ''),
+    by_era          bigint      NOT NULL,
+    by_epoch        bigint      NOT NULL,
+    dead_at         timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (group_id, topic, partition, seq)
+);

@@ -33,6 +33,7 @@ const (
 	DefaultTable      = "baton_outbox"
 	DefaultFenceTable = pgfence.DefaultTable
 	cursorsSuffix     = "_cursors"
+	deadSuffix        = "_dead_letters"
 )
 
 type config struct {
@@ -45,7 +46,7 @@ type config struct {
 type Option func(*config) error
 
 // Table sets the outbox table name (default [DefaultTable]); the store also uses
-// name+"_cursors". "table" or "schema.table", validated by internal/sqlident.
+// name+"_cursors" and name+"_dead_letters". "table" or "schema.table", validated by internal/sqlident.
 func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
 
 // FenceTable names the pgfence fence table the store checks tokens against (default
@@ -86,7 +87,7 @@ type Store struct {
 	schema   string
 	tables   [3]string // outbox, cursors, fence table names as configured (RuntimeGrants)
 
-	appendSQL, staleSQL, pendingSQL, markSQL, backlogSQL, cleanupSQL string
+	appendSQL, staleSQL, pendingSQL, markSQL, deadSQL, deadListSQL, backlogSQL, cleanupSQL string
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -111,8 +112,8 @@ func New(db DB, opts ...Option) (*Store, error) {
 			errs = append(errs, err)
 		}
 	}
-	cursors := c.table + cursorsSuffix
-	for _, n := range []string{c.table, cursors, c.fences} {
+	cursors, dead := c.table+cursorsSuffix, c.table+deadSuffix
+	for _, n := range []string{c.table, cursors, dead, c.fences} {
 		if err := sqlident.Validate(n); err != nil {
 			errs = append(errs, fmt.Errorf("%w: pgoutbox: table name: %w", outbox.ErrInvalid, err))
 		}
@@ -122,12 +123,12 @@ func New(db DB, opts ...Option) (*Store, error) {
 	}
 	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockName: "baton/pgoutbox/migrate/" + c.table,
 		tables: [3]string{c.table, cursors, c.fences}}
-	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(c.fences))
+	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(dead), sqlident.Quote(c.fences))
 	return s, nil
 }
 
-func (s *Store) prepare(o, c, f string) {
-	r := strings.NewReplacer("{{outbox}}", o, "{{cursors}}", c, "{{fences}}", f)
+func (s *Store) prepare(o, c, d, f string) {
+	r := strings.NewReplacer("{{outbox}}", o, "{{cursors}}", c, "{{deadletters}}", d, "{{fences}}", f)
 	s.schema = r.Replace(schemaSQL)
 	// Append in one statement: lock the fence row FOR SHARE only if it stores exactly the
 	// token (a concurrent Claim waits for the caller's commit; a changed token matches nothing),
@@ -176,6 +177,37 @@ UPDATE {{cursors}} c SET delivered_seq = GREATEST(c.delivered_seq, $6), delivere
 FROM f
 WHERE c.group_id = $1 AND c.topic = $2 AND c.partition = $3 AND $6 <= c.last_seq
 RETURNING c.last_seq - c.delivered_seq`)
+	// Dead-lettering is a mark of one row, fenced like markSQL in the same statement: the
+	// cursor moves past seq only if seq is the first pending row (delivered_seq = seq-1), the
+	// row exists and the fence stores exactly the token; the row's copy goes to the
+	// dead-letter table in the same statement, so either both happen or neither.
+	s.deadSQL = r.Replace(`
+WITH f AS (
+    SELECT 1 FROM {{fences}}
+    WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
+    FOR SHARE
+), c AS (
+    UPDATE {{cursors}} c SET delivered_seq = $6, delivered_at = now()
+    FROM f
+    WHERE c.group_id = $1 AND c.topic = $2 AND c.partition = $3
+      AND c.delivered_seq = $6 - 1 AND $6 <= c.last_seq
+      AND EXISTS (SELECT 1 FROM {{outbox}} o
+                  WHERE o.group_id = $1 AND o.topic = $2 AND o.partition = $3 AND o.seq = $6)
+    RETURNING c.last_seq - c.delivered_seq AS backlog
+), d AS (
+    INSERT INTO {{deadletters}} (group_id, topic, partition, seq, era, epoch, dest_topic, msg_key,
+        msg_value, headers, idempotency_key, traceparent, tracestate, created_at, reason, by_era, by_epoch)
+    SELECT o.group_id, o.topic, o.partition, o.seq, o.era, o.epoch, o.dest_topic, o.msg_key,
+        o.msg_value, o.headers, o.idempotency_key, o.traceparent, o.tracestate, o.created_at, $7, $4, $5
+    FROM {{outbox}} o, c
+    WHERE o.group_id = $1 AND o.topic = $2 AND o.partition = $3 AND o.seq = $6
+    RETURNING 1
+)
+SELECT c.backlog FROM c`)
+	s.deadListSQL = r.Replace(`
+SELECT seq, era, epoch, dest_topic, msg_key, msg_value, headers, idempotency_key, traceparent, tracestate,
+       created_at, reason, by_era, by_epoch, dead_at
+FROM {{deadletters}} WHERE group_id = $1 AND topic = $2 AND partition = $3 ORDER BY seq LIMIT $4`)
 	s.backlogSQL = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE group_id = $1 AND topic = $2 AND partition = $3`)
 	s.cleanupSQL = r.Replace(`
 DELETE FROM {{outbox}} o USING {{cursors}} c
@@ -341,6 +373,57 @@ func (s *Store) MarkDelivered(ctx context.Context, src fence.Key, tok fence.Toke
 		return 0, fmt.Errorf("pgoutbox: marking %s delivered through %d: %w", src, through, err)
 	}
 	return backlog, nil
+}
+
+// DeadLetter implements [outbox.Store]: one statement moves the cursor past seq and copies
+// the row, with reason and tok, into the dead-letter table (name+"_dead_letters"), only if the
+// fence stores exactly tok and seq is the first pending row.
+func (s *Store) DeadLetter(ctx context.Context, src fence.Key, tok fence.Token, seq int64, reason string) (int64, error) {
+	if err := outboxstore.ValidateDeadLetter(src, tok, seq, reason); err != nil {
+		return 0, err
+	}
+	var backlog int64
+	err := s.db.QueryRow(ctx, s.deadSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, seq, reason).Scan(&backlog)
+	if errors.Is(err, pgx.ErrNoRows) {
+		if err := s.check(ctx, s.db, src, tok); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %s: seq %d is not the first pending row", outbox.ErrInvalid, src, seq)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("pgoutbox: dead-lettering %s seq %d: %w", src, seq, err)
+	}
+	return backlog, nil
+}
+
+// DeadLetters returns up to limit dead-lettered rows of src in sequence order, for operators.
+// It is not fenced: it only reads.
+func (s *Store) DeadLetters(ctx context.Context, src fence.Key, limit int) ([]outbox.DeadRow, error) {
+	rows, err := s.db.Query(ctx, s.deadListSQL, src.Group, src.Topic, src.Partition, limit)
+	if err != nil {
+		return nil, fmt.Errorf("pgoutbox: dead letters of %s: %w", src, err)
+	}
+	defer rows.Close()
+	var out []outbox.DeadRow
+	for rows.Next() {
+		d := outbox.DeadRow{Row: outbox.Row{Source: src}}
+		var hs []byte
+		if err := rows.Scan(&d.Seq, &d.Token.Era, &d.Token.Epoch, &d.Topic, &d.Key, &d.Value, &hs, &d.IdempotencyKey,
+			&d.TraceParent, &d.TraceState, &d.CreatedAt, &d.Reason, &d.By.Era, &d.By.Epoch, &d.At); err != nil {
+			return nil, fmt.Errorf("pgoutbox: dead letters of %s: %w", src, err)
+		}
+		if d.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
+			return nil, fmt.Errorf("pgoutbox: dead letter %s seq %d: %w", src, d.Seq, err)
+		}
+		if d.IdempotencyKey == "" {
+			d.IdempotencyKey = outbox.IdempotencyKey(src, d.Seq)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgoutbox: dead letters of %s: %w", src, err)
+	}
+	return out, nil
 }
 
 // Backlog returns how many rows of src are appended and not yet delivered.

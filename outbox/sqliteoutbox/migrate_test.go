@@ -1,11 +1,14 @@
 package sqliteoutbox_test
 
 import (
+	"context"
 	"database/sql"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 
@@ -58,7 +61,7 @@ func TestMigrateAndSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, want := objects(t, b), objects(t, a)
-	if len(want) != 2 || !slices.Equal(got, want) {
+	if len(want) != 3 || !slices.Equal(got, want) {
 		t.Errorf("Schema() created %q\nMigrate created %q", got, want)
 	}
 }
@@ -83,4 +86,34 @@ func objects(t *testing.T, db *sql.DB) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// A database migrated before dead letters existed (no dead-letter table) gains it at the next
+// Migrate, with its pending rows intact, and the relay can dead-letter them.
+func TestMigrateAddsDeadLettersToAnOldDatabase(t *testing.T) {
+	ctx, fences, store := open(t)
+	tok := fence.Token{Epoch: 1}
+	if _, err := fences.Claim(ctx, src, tok, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fences.Apply(ctx, src, tok, 0, 0, func(ctx context.Context, tx *sql.Tx) error {
+		return store.Append(ctx, tx, src, tok, outbox.Message{Topic: "d", Value: []byte("a")}, outbox.Message{Topic: "d", Value: []byte("b")})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fences.DB().ExecContext(ctx, `DROP TABLE baton_outbox_dead_letters`); err != nil { // the old schema
+		t.Fatal(err)
+	}
+	if _, err := store.DeadLetter(ctx, src, tok, 1, "r"); err == nil {
+		t.Fatal("DeadLetter without the table succeeded")
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := store.DeadLetter(ctx, src, tok, 1, "r"); err != nil || b != 1 {
+		t.Fatalf("DeadLetter after Migrate = %d, %v", b, err)
+	}
+	if rows, err := store.Pending(ctx, src, tok, 10); err != nil || len(rows) != 1 || string(rows[0].Value) != "b" {
+		t.Fatalf("Pending after Migrate = %v, %v", rows, err)
+	}
 }

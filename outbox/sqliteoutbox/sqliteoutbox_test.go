@@ -136,7 +136,7 @@ func TestSQLiteBadInputWritesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &kgo.Record{Key: []byte{0, 1}, Headers: []kgo.RecordHeader{
+	rec := &kgo.Record{Topic: "dest", Key: []byte{0, 1}, Headers: []kgo.RecordHeader{
 		{Key: outbox.HeaderToken, Value: []byte("0.1")}, {Key: outbox.HeaderSeq, Value: []byte("1")}, {Key: outbox.HeaderSource, Value: []byte("g/orders/1")},
 	}}
 	for _, want := range []fence.Verdict{fence.Admitted, fence.Duplicate} {

@@ -23,6 +23,7 @@ const (
 	DefaultTable      = "baton_outbox"
 	DefaultFenceTable = sqlitefence.DefaultTable
 	cursorsSuffix     = "_cursors"
+	deadSuffix        = "_dead_letters"
 )
 
 type config struct {
@@ -34,7 +35,8 @@ type config struct {
 // Option configures [New].
 type Option func(*config) error
 
-// Table sets the outbox table name (default [DefaultTable]); the store also uses name+"_cursors".
+// Table sets the outbox table name (default [DefaultTable]); the store also uses name+"_cursors"
+// and name+"_dead_letters".
 func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
 
 // FenceTable names the sqlitefence fence table (default [DefaultFenceTable]); it must be the
@@ -70,7 +72,7 @@ type Store struct {
 	prop     propagation.TextMapPropagator
 	schema   string
 
-	allocSQL, insertSQL, fenceSQL, pendingSQL, markSQL, backlogSQL, cleanupSQL string
+	allocSQL, insertSQL, fenceSQL, pendingSQL, markSQL, deadMarkSQL, deadCopySQL, deadListSQL, backlogSQL, cleanupSQL string
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -98,8 +100,8 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 			errs = append(errs, err)
 		}
 	}
-	cursors := c.table + cursorsSuffix
-	for _, n := range []string{c.table, cursors, c.fences} {
+	cursors, dead := c.table+cursorsSuffix, c.table+deadSuffix
+	for _, n := range []string{c.table, cursors, dead, c.fences} {
 		if err := sqlident.Validate(n); err != nil {
 			errs = append(errs, fmt.Errorf("%w: sqliteoutbox: table name: %w", outbox.ErrInvalid, err))
 		}
@@ -107,7 +109,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	r := strings.NewReplacer("{{outbox}}", sqlident.Quote(c.table), "{{cursors}}", sqlident.Quote(cursors), "{{fences}}", sqlident.Quote(c.fences))
+	r := strings.NewReplacer("{{outbox}}", sqlident.Quote(c.table), "{{cursors}}", sqlident.Quote(cursors), "{{deadletters}}", sqlident.Quote(dead), "{{fences}}", sqlident.Quote(c.fences))
 	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, schema: r.Replace(schemaSQL)}
 	const holds = `EXISTS (SELECT 1 FROM {{fences}} f WHERE f.grp = ?1 AND f.topic = ?2 AND f.partition = ?3 AND f.era = ?4 AND f.epoch = ?5)`
 	s.allocSQL = r.Replace(`INSERT INTO {{cursors}} AS c (grp, topic, partition, last_seq)
@@ -129,6 +131,20 @@ ORDER BY o.seq LIMIT ?6`)
 	s.markSQL = r.Replace(`UPDATE {{cursors}} SET delivered_seq = max(delivered_seq, ?6)
 WHERE grp = ?1 AND topic = ?2 AND partition = ?3 AND ?6 <= last_seq AND ` + holds + `
 RETURNING last_seq - delivered_seq`)
+	// Dead-lettering: the fenced mark of exactly the first pending row (delivered_seq = seq-1,
+	// the row exists), then, in the same transaction, the row's copy with the reason.
+	s.deadMarkSQL = r.Replace(`UPDATE {{cursors}} SET delivered_seq = ?6
+WHERE grp = ?1 AND topic = ?2 AND partition = ?3 AND delivered_seq = ?6 - 1 AND ?6 <= last_seq AND ` + holds + `
+  AND EXISTS (SELECT 1 FROM {{outbox}} o WHERE o.grp = ?1 AND o.topic = ?2 AND o.partition = ?3 AND o.seq = ?6)
+RETURNING last_seq - delivered_seq`)
+	s.deadCopySQL = r.Replace(`INSERT INTO {{deadletters}} (grp, topic, partition, seq, era, epoch, dest_topic, msg_key, msg_value,
+    headers, idempotency_key, traceparent, tracestate, created_ns, reason, by_era, by_epoch, dead_ns)
+SELECT grp, topic, partition, seq, era, epoch, dest_topic, msg_key, msg_value, headers, idempotency_key,
+    traceparent, tracestate, created_ns, ?5, ?6, ?7, ?8
+FROM {{outbox}} WHERE grp = ?1 AND topic = ?2 AND partition = ?3 AND seq = ?4`)
+	s.deadListSQL = r.Replace(`SELECT seq, era, epoch, dest_topic, msg_key, msg_value, headers, idempotency_key,
+    traceparent, tracestate, created_ns, reason, by_era, by_epoch, dead_ns
+FROM {{deadletters}} WHERE grp = ? AND topic = ? AND partition = ? ORDER BY seq LIMIT ?`)
 	s.backlogSQL = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE grp = ? AND topic = ? AND partition = ?`)
 	s.cleanupSQL = r.Replace(`DELETE FROM {{outbox}} WHERE created_ns < ?1 AND seq <= (SELECT c.delivered_seq FROM {{cursors}} c
     WHERE c.grp = {{outbox}}.grp AND c.topic = {{outbox}}.topic AND c.partition = {{outbox}}.partition)`)
@@ -272,6 +288,74 @@ func (s *Store) MarkDelivered(ctx context.Context, src fence.Key, tok fence.Toke
 		return 0, fmt.Errorf("sqliteoutbox: marking %s delivered through %d: %w", src, through, err)
 	}
 	return backlog, nil
+}
+
+// DeadLetter implements [outbox.Store]: in one transaction, the fenced UPDATE of the cursor
+// past seq (only if the fence stores exactly tok and seq is the first pending row) and the
+// copy of the row, with reason and tok, into the dead-letter table (name+"_dead_letters").
+func (s *Store) DeadLetter(ctx context.Context, src fence.Key, tok fence.Token, seq int64, reason string) (int64, error) {
+	if err := outboxstore.ValidateDeadLetter(src, tok, seq, reason); err != nil {
+		return 0, err
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("sqliteoutbox: dead-lettering %s seq %d: %w", src, seq, err)
+	}
+	defer func() { _ = tx.Rollback() }() // no-op after a commit
+	var backlog int64
+	err = tx.QueryRowContext(ctx, s.deadMarkSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, seq).Scan(&backlog)
+	if errors.Is(err, sql.ErrNoRows) {
+		if err := s.check(ctx, tx, src, tok); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %s: seq %d is not the first pending row", outbox.ErrInvalid, src, seq)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqliteoutbox: dead-lettering %s seq %d: %w", src, seq, err)
+	}
+	res, err := tx.ExecContext(ctx, s.deadCopySQL, src.Group, src.Topic, src.Partition, seq, reason, tok.Era, tok.Epoch, time.Now().UnixNano())
+	if err == nil {
+		var n int64
+		if n, err = res.RowsAffected(); err == nil && n != 1 {
+			err = fmt.Errorf("copied %d rows", n)
+		}
+	}
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("sqliteoutbox: dead-lettering %s seq %d: %w", src, seq, err)
+	}
+	return backlog, nil
+}
+
+// DeadLetters returns up to limit dead-lettered rows of src in sequence order, for operators.
+// It is not fenced: it only reads.
+func (s *Store) DeadLetters(ctx context.Context, src fence.Key, limit int) ([]outbox.DeadRow, error) {
+	rows, err := s.db.QueryContext(ctx, s.deadListSQL, src.Group, src.Topic, src.Partition, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqliteoutbox: dead letters of %s: %w", src, err)
+	}
+	defer rows.Close()
+	var out []outbox.DeadRow
+	for rows.Next() {
+		d := outbox.DeadRow{Row: outbox.Row{Source: src}}
+		var hs []byte
+		var created, at int64
+		if err := rows.Scan(&d.Seq, &d.Token.Era, &d.Token.Epoch, &d.Topic, &d.Key, &d.Value, &hs, &d.IdempotencyKey,
+			&d.TraceParent, &d.TraceState, &created, &d.Reason, &d.By.Era, &d.By.Epoch, &at); err != nil {
+			return nil, fmt.Errorf("sqliteoutbox: dead letters of %s: %w", src, err)
+		}
+		d.CreatedAt, d.At = time.Unix(0, created), time.Unix(0, at)
+		if d.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
+			return nil, fmt.Errorf("sqliteoutbox: dead letter %s seq %d: %w", src, d.Seq, err)
+		}
+		out = append(out, d)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqliteoutbox: dead letters of %s: %w", src, err)
+	}
+	return out, nil
 }
 
 // Backlog returns how many rows of src are appended and not yet delivered.
