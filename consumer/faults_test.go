@@ -3,8 +3,10 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -353,4 +355,40 @@ func TestBackpressurePauseClearedAcrossRebalance(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkFold(t, store, keys, n)
+}
+
+// A handler error that happens to wrap a fence sentinel (its own idempotency layer, an
+// append under another key's fence) is the handler's failure, not the sink's verdict on the
+// batch: it is retried like any transient error. Read as the sink's ErrDuplicate it would make
+// the worker skip a batch the sink never applied (the mutant HandlerErrorReadAsVerdict).
+func TestHandlerErrorWrappingAFenceSentinelIsRetried(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	const keys, n = 2, 5
+	produceSeq(t, brokers, "orders", keys, 1, n)
+	store := newStore(t)
+	f := newFolder()
+	var failed atomic.Int32
+	f.block = func(_ context.Context, b *consumer.Batch) error {
+		if failed.Add(1) == 1 {
+			return fmt.Errorf("my idempotency layer: %w", fence.ErrDuplicate)
+		}
+		return nil
+	}
+	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), consumer.RetryBackoff(10*time.Millisecond, 50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := start(t, c)
+	waitFor(t, "every record applied after the handler's failure", 15*time.Second, allApplied(store, keys, n))
+	if err := mb.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if failed.Load() < 2 {
+		t.Fatalf("the handler ran %d times: the failure never happened or was never retried", failed.Load())
+	}
+	checkFold(t, store, keys, n)
+	if v := f.Violations(); len(v) > 0 {
+		t.Fatalf("violations: %v", v)
+	}
 }

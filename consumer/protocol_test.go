@@ -694,6 +694,7 @@ var mutants = map[string][]string{
 	"BlindHeartbeatProof":             {"TestStaleClaimOfZombieNeverRecovers"},
 	"EqualTokenOtherClaimantAccepted": {"TestRegressionAtEqualGeneration"},
 	"RecoverConflictRetriedSame":      {"TestRecoverConflictReloads"},
+	"HandlerErrorReadAsVerdict":       {"TestHandlerErrorWrappingAFenceSentinelIsRetried"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

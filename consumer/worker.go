@@ -216,30 +216,36 @@ func (w *worker[Tx]) apply(recs []*kgo.Record) bool {
 		last := recs[len(recs)-1]
 		err := w.attempt("apply", func() error { return w.applyOnce(recs) })
 		var se *fence.StaleError
+		verdict := sinkVerdict(err)
 		switch {
 		case err == nil:
 			return true
-		case errors.Is(err, fence.ErrDuplicate):
+		case verdict && errors.Is(err, fence.ErrDuplicate):
 			// Already applied (a retried commit that had succeeded): skip it.
 			w.r.c.m.duplicates.Add(w.ctx, int64(len(recs)), partAttrs(w.id))
 			w.advanced(last)
 			return true
-		case errors.Is(err, fence.ErrOverlap):
+		case verdict && errors.Is(err, fence.ErrOverlap):
 			// Part of the batch was applied: reload the position, apply the rest.
 			if !w.reload() {
 				return false
 			}
-		case errors.As(err, &se):
+		case verdict && errors.As(err, &se):
 			w.refused(err)
 			if !w.resettle(claimInput{Event: evWriteStale, Stored: se.Stored}) {
 				return false
 			}
-		case errors.Is(err, fence.ErrNotClaimed):
+		case verdict && errors.Is(err, fence.ErrNotClaimed):
 			if !w.resettle(claimInput{Event: evStart}) {
 				return false
 			}
 		case IsPermanent(err) && w.ctx.Err() == nil:
 			return w.poison(recs, err)
+		case verdict && w.ctx.Err() == nil:
+			// ErrInvalid (a token of a later era than the stored one: the fence row was
+			// deleted or restored from a backup after a recovery) or ErrConflict: never
+			// silently kept, never retried blindly.
+			return w.stuck("apply", err)
 		default:
 			// Cancelled (revoked or lost): attempt returns nothing else.
 			return false
@@ -320,7 +326,12 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 	b := &Batch{Key: w.key, Token: tok, Records: recs}
 	start := time.Now()
 	err := w.r.c.sink.Apply(ctx, w.key, tok, recs[0].Offset, last.Offset, func(ctx context.Context, tx Tx) error {
-		return w.handler.Handle(ctx, tx, b)
+		if err := w.handler.Handle(ctx, tx, b); err != nil && !is(mutantHandlerVerdict) {
+			return &handlerError{err: err}
+		} else if err != nil {
+			return err
+		}
+		return nil
 	})
 	outcome := outcomeOf(err)
 	w.r.c.m.applyLatency.Record(w.ctx, time.Since(start).Seconds(), withOutcome(w.id, outcome))
@@ -480,10 +491,7 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 	backoff := w.r.c.cfg.retryMin
 	for n := 1; ; n++ {
 		err := once()
-		if err == nil || errors.Is(err, fence.ErrDuplicate) || errors.Is(err, fence.ErrStale) ||
-			errors.Is(err, fence.ErrOverlap) || errors.Is(err, fence.ErrNotClaimed) ||
-			errors.Is(err, fence.ErrConflict) || errors.Is(err, fence.ErrInvalid) ||
-			IsPermanent(err) || w.ctx.Err() != nil {
+		if err == nil || sinkVerdict(err) || IsPermanent(err) || w.ctx.Err() != nil {
 			return err
 		}
 		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, what))
@@ -662,4 +670,28 @@ func newClaimant(member string) string {
 		member = "member"
 	}
 	return member + "/" + hex.EncodeToString(b[:])
+}
+
+// handlerError marks an error the handler returned, so that a fence sentinel it happens to
+// wrap (its own idempotency layer, another key's outbox append) is never read as the sink's
+// verdict on this batch: a handler error wrapping fence.ErrDuplicate must be retried, not make
+// the worker skip records the sink never applied.
+type handlerError struct{ err error }
+
+func (e *handlerError) Error() string { return e.err.Error() }
+func (e *handlerError) Unwrap() error { return e.err }
+
+// sinkVerdict reports whether err is the sink's verdict on a write or a claim (stale,
+// duplicate, overlap, not claimed, conflict, invalid) and not an error the handler returned.
+func sinkVerdict(err error) bool {
+	if err == nil {
+		return false
+	}
+	var he *handlerError
+	if errors.As(err, &he) {
+		return false
+	}
+	return errors.Is(err, fence.ErrDuplicate) || errors.Is(err, fence.ErrStale) ||
+		errors.Is(err, fence.ErrOverlap) || errors.Is(err, fence.ErrNotClaimed) ||
+		errors.Is(err, fence.ErrConflict) || errors.Is(err, fence.ErrInvalid)
 }
