@@ -1,0 +1,88 @@
+package consumer
+
+// The model check: an exhaustive, bounded, breadth-first exploration of every interleaving
+// of an abstract model of Baton's ownership protocol (see model_engine_test.go for the
+// explorer and model_system_test.go for the model). The model calls the real rules: the
+// fence rules of fence/fencestore for every sink step, and the consumer's claim decision for
+// every worker step, so a change to either is model-checked.
+
+import (
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// modelBound returns the fault budget of the CI run, raised with BATON_MODEL_FAULTS for a
+// deeper local run.
+func modelBound(t *testing.T, def int) int {
+	t.Helper()
+	v := os.Getenv("BATON_MODEL_FAULTS")
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > 8 {
+		t.Fatalf("BATON_MODEL_FAULTS=%q: want an integer in [0, 8]", v)
+	}
+	return n
+}
+
+// TestModel explores the protocol as it is and requires every invariant to hold in every
+// reachable state, and the bounded liveness property from every reachable state.
+func TestModel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model check: skipped with -short")
+	}
+	cfg := defaultModel()
+	cfg.faults = modelBound(t, cfg.faults)
+	start := time.Now()
+	res := explore(cfg)
+	t.Logf("model %s: %d states, %d transitions, depth %d, %v", cfg, res.states, res.edges, res.depth, time.Since(start).Round(time.Millisecond))
+	if res.violation != nil {
+		t.Fatalf("invariant violated: %s\n%s", res.violation.what, res.trace(res.violation.state))
+	}
+	if res.stuck >= 0 {
+		t.Fatalf("liveness violated: from this state no fault-free path lets the current owner apply the log\n%s", res.trace(res.stuck))
+	}
+}
+
+// modelFinding is one finding of issue 10 that the model must rediscover when its fix is
+// reverted: the protocol with that fix reverted, the faults that expose it, and what the
+// model must report (an invariant's text, or "liveness").
+type modelFinding struct {
+	name  string
+	proto func() protocol
+	allow faultSet
+	want  string
+}
+
+// TestModelFindsRevertedFixes runs the model against each reverted fix and requires the
+// counterexample; the traces are logged (go test -v -run TestModelFindsRevertedFixes).
+func TestModelFindsRevertedFixes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model check: skipped with -short")
+	}
+	for _, f := range modelFindings() {
+		t.Run(f.name, func(t *testing.T) {
+			cfg := defaultModel()
+			cfg.proto, cfg.allow = f.proto(), f.allow
+			start := time.Now()
+			res := explore(cfg)
+			var got, trace string
+			switch {
+			case res.violation != nil:
+				got, trace = res.violation.what, res.trace(res.violation.state)
+			case res.stuck >= 0:
+				got, trace = "liveness: no fault-free path lets the current owner apply the log", res.trace(res.stuck)
+			default:
+				t.Fatalf("model %s: %d states, no counterexample; want %q", cfg, res.states, f.want)
+			}
+			t.Logf("model %s: %d states, %v: %s\n%s", cfg, res.states, time.Since(start).Round(time.Millisecond), got, trace)
+			if !strings.Contains(got, f.want) {
+				t.Fatalf("counterexample %q, want one containing %q", got, f.want)
+			}
+		})
+	}
+}

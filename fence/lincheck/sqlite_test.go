@@ -1,0 +1,95 @@
+package lincheck
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
+)
+
+func sqliteTarget(s *sqlitefence.Store) *target {
+	return &target{
+		claim: func(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+			return s.Claim(ctx, k, t)
+		},
+		load: s.Load,
+		apply: func(ctx context.Context, k fence.Key, t fence.Token, first, last int64) error {
+			return s.Apply(ctx, k, t, last, func(context.Context, *sql.Tx) error { return nil })
+		},
+		recover: func(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant string) (fence.Token, error) {
+			return s.Recover(ctx, k, expected, epoch, "lincheck")
+		},
+		effect: func(_ context.Context, _ opKind, err error) (outcome, bool) {
+			if errors.Is(err, sqlitefence.ErrBusy) {
+				return outNoEffect, false // the write lock was never taken
+			}
+			// Cancelled or closed mid-call: the commit may have happened, but in this
+			// process, so not after the call returned.
+			return outUnknown, false
+		},
+	}
+}
+
+// TestSQLite: four clients on two handles of one database file, calls cancelled at random
+// instants (short deadlines), and one handle closed and reopened in the middle of the run.
+func TestSQLite(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fence.db")
+	open := func() *sqlitefence.Store {
+		s, err := sqlitefence.Open(path, sqlitefence.BusyTimeout(2*time.Second))
+		if err != nil {
+			t.Fatalf("open %s: %v", path, err)
+		}
+		return s
+	}
+	a, b := open(), open()
+	var cur [2]atomic.Pointer[target]
+	cur[0].Store(sqliteTarget(a))
+	cur[1].Store(sqliteTarget(b))
+	stores := []*sqlitefence.Store{a, b}
+	defer func() {
+		for _, s := range stores {
+			_ = s.Close()
+		}
+	}()
+	h := newHistory()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var next atomic.Int64
+	w := workload{
+		keys:     []fence.Key{{Group: "g", Topic: "t", Partition: 0}, {Group: "g", Topic: "t", Partition: 1}},
+		clients:  4,
+		calls:    250,
+		opTimout: 5 * time.Millisecond, // many calls are cancelled mid-statement
+		tgt:      func() *target { return cur[next.Add(1)%2].Load() },
+		pace:     time.Millisecond,
+	}
+	reopened := make(chan struct{})
+	var after atomic.Int64 // calls recorded when the handle was reopened, 0 before
+	w.more = func() bool { n := after.Load(); return n == 0 || h.len() < int(n)+300 }
+	go func() {
+		defer close(reopened)
+		for h.len() < 300 && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+		// "Restart": close handle b under the clients' feet and reopen the file.
+		old := stores[1]
+		_ = old.Close()
+		n := open()
+		stores[1] = n
+		cur[1].Store(sqliteTarget(n))
+		after.Store(int64(h.len()) + 1)
+	}()
+	w.run(ctx, h, uint64(time.Now().UnixNano()))
+	<-reopened
+	t.Logf("handle closed and reopened after call %d", after.Load())
+	if ctx.Err() != nil {
+		t.Fatalf("the workload did not finish in time: %s", h.summary())
+	}
+	h.check(t)
+}
