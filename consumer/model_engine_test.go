@@ -52,7 +52,7 @@ func explore(cfg modelConfig) *result {
 		r.via = append(r.via, l)
 		return i, true
 	}
-	add(cfg.initial(), -1, label{kind: stepInit})
+	add(cfg.initial().canonical(), -1, label{kind: stepInit})
 	depth := make([]int32, 1, 1<<16)
 	var buf []transition
 	for head := 0; head < len(r.nodes); head++ {

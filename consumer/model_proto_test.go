@@ -17,6 +17,9 @@ var modelKey = fence.Key{Group: "g", Topic: "t", Partition: 0}
 type protocol struct {
 	name string
 	step func(s mstate, i int, canFault bool) []wstep
+	// relayReclaims: a Flush refused because the fence moved re-runs the claim decision
+	// (otherwise the relay retries it until the next record's write notices).
+	relayReclaims bool
 }
 
 type wstep struct {
@@ -26,7 +29,7 @@ type wstep struct {
 	violation string
 }
 
-func realProtocol() protocol { return legacyProtocol() }
+func realProtocol() protocol { return specProtocol() }
 
 // legacyProtocol is the claim path as it was before issue 10 (Load, compare locally, Claim;
 // Heartbeat proof; Recover conflict retried; verify at the assignment epoch only), over the

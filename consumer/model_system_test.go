@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/fencestore"
 )
 
 // The model. One partition P of a log of logLen records, a consumer group with a coordinator,
@@ -30,7 +31,20 @@ import (
 const (
 	slots  = 3 // member processes
 	logLen = 2 // records in P: offsets 0..logLen-1
+
+	maxRows = logLen + 1 // outbox rows (one per applied record; +1 so a double apply shows)
+	maxMsgs = 2          // published messages not yet consumed by the receiver
 )
+
+// orow is an outbox row: appended under tok, for the record at offset off. Its sequence is
+// its index + 1.
+type orow struct{ tok tok8 }
+
+// omsg is a published outbox message: the row's original token and sequence.
+type omsg struct {
+	tok tok8
+	seq int8
+}
 
 type tok8 struct{ era, epoch int8 }
 
@@ -54,7 +68,20 @@ type wstate struct {
 	ours    tok8 // legacy: the token this worker last claimed or recovered to
 	seen    tok8 // the stored token of the last refusal (Recover's expected)
 	revoked bool // a revocation or loss is pending delivery
+	// claimedOK: the last claim succeeded (the proof that follows leads to applying);
+	// proof: ghost, whether the last proof of currentness was sound.
+	claimedOK bool
+	proof     int8
+	// The relay (outbox steps): the pending rows it read under its token and not yet marked.
+	rfrom, rto int8 // sequences rfrom..rto; rto == 0: none read
+	published  bool // rfrom..rto were produced, not yet marked
 }
+
+const (
+	proofNone int8 = iota
+	proofSound
+	proofUnsound
+)
 
 type pc int8
 
@@ -74,6 +101,7 @@ func (p pc) String() string {
 
 // mstate is the whole system state. It is comparable: the explorer dedups on it.
 type mstate struct {
+	outbox     bool // the outbox is modelled (constant)
 	faults     int8
 	inc        int8 // group incarnation
 	gen        int8 // current generation
@@ -86,6 +114,16 @@ type mstate struct {
 	sTok      tok8 // the sink's fence for P
 	sClaimant int8
 	sPos      int8
+
+	// The outbox (cfg.outbox): rows next to the fence, the relay cursor, the destination
+	// topic's unconsumed messages, and the receiver's inbox for the key.
+	rows      [maxRows]orow
+	nrows     int8
+	delivered int8 // rows 1..delivered are marked delivered
+	msgs      [maxMsgs]omsg
+	nmsgs     int8
+	inTok     tok8 // the inbox's stored (token, seq); inSeq 0: nothing admitted
+	inSeq     int8
 
 	// Ghost state, for the invariants only.
 	applied      [logLen]int8 // how many times each offset was committed
@@ -100,7 +138,11 @@ func (s mstate) String() string {
 	if s.loading {
 		b.WriteString(" LOADING")
 	}
-	fmt.Fprintf(&b, " members=%v sink={%s %s pos=%d} applied=%v |", s.member, s.sTok, claimantOf(s.sClaimant), s.sPos, s.applied)
+	fmt.Fprintf(&b, " members=%v sink={%s %s pos=%d} applied=%v", s.member, s.sTok, claimantOf(s.sClaimant), s.sPos, s.applied)
+	if s.nrows > 0 || s.nmsgs > 0 || s.inSeq > 0 {
+		fmt.Fprintf(&b, " outbox={rows %d delivered %d} topic=%v inbox={%s seq %d}", s.nrows, s.delivered, s.msgs[:s.nmsgs], s.inTok, s.inSeq)
+	}
+	b.WriteString(" |")
 	for i, w := range s.w {
 		if w.id == 0 {
 			continue
@@ -131,6 +173,8 @@ const (
 	stepRevoke
 	stepWorker
 	stepWorkerReplyLost
+	stepRelay
+	stepAdmit
 )
 
 type label struct {
@@ -159,6 +203,10 @@ func (l label) String() string {
 		return "coordinator loaded"
 	case stepRevoke:
 		return fmt.Sprintf("p%d: revoke/lost delivered", l.slot)
+	case stepAdmit:
+		return "receiver: " + l.what
+	case stepRelay:
+		return fmt.Sprintf("p%d relay: %s", l.slot, l.what)
 	case stepWorkerReplyLost:
 		return fmt.Sprintf("FAULT p%d: %s (reply lost)", l.slot, l.what)
 	}
@@ -170,6 +218,10 @@ type modelConfig struct {
 	maxStates int
 	proto     protocol
 	allow     faultSet // the fault kinds explored; 0: all
+	outbox    bool     // model the outbox: append, relay (read, produce, mark), admit
+	// strictGoal: liveness requires the current owner to hold the fence, not only to have
+	// applied everything.
+	strictGoal bool
 }
 
 // faultSet is a set of fault kinds (bits 1<<stepKind).
@@ -186,7 +238,11 @@ func faultsOf(kinds ...stepKind) faultSet {
 func (c modelConfig) allows(k stepKind) bool { return c.allow == 0 || c.allow&(1<<k) != 0 }
 
 func (c modelConfig) String() string {
-	return fmt.Sprintf("{protocol %s, %d processes, %d records, %d faults}", c.proto.name, slots, logLen, c.faults)
+	ob := ""
+	if c.outbox {
+		ob = ", outbox"
+	}
+	return fmt.Sprintf("{protocol %s, %d processes, %d records, %d faults%s}", c.proto.name, slots, logLen, c.faults, ob)
 }
 
 func defaultModel() modelConfig {
@@ -199,6 +255,7 @@ func (c modelConfig) initial() mstate {
 	s := mstate{inc: 1, gen: 1, owner: -1, nextMember: 1, nextWorker: 1, sPos: int8(fence.NoPosition)}
 	s.member[0], s.member[1] = 1, 2
 	s.nextMember = 3
+	s.outbox = c.outbox
 	s.assign(0)
 	return s
 }
@@ -238,10 +295,67 @@ func (s *mstate) members() []int {
 	return m
 }
 
-// goal: the current owner's worker holds the fence and has applied the whole log.
+// goal: the current owner's worker is running and has applied the whole log (and, with the
+// outbox, every row was delivered and its effect admitted). With strictGoal it must also hold
+// the fence: a zombie's late claim on a partition with nothing left to apply is then a
+// liveness failure too (the owner notices only at its next write).
 func (c modelConfig) goal(s mstate) bool {
 	o := int(s.owner)
-	return o >= 0 && s.current(o) && s.w[o].pc == pcRun && s.sClaimant == s.w[o].id && s.sPos == logLen-1 && s.w[o].pos == logLen-1
+	ok := o >= 0 && s.current(o) && s.w[o].pc == pcRun && s.sPos == logLen-1 && s.w[o].pos == logLen-1
+	if c.strictGoal {
+		ok = ok && s.sClaimant == s.w[o].id
+	}
+	if c.outbox {
+		ok = ok && s.delivered == s.nrows && s.inSeq == s.nrows && s.nmsgs == 0
+	}
+	return ok
+}
+
+// canonical renames the member and worker ids in order of appearance (they are only ever
+// compared for equality, and fresh ones are taken above every id in use), and clears the
+// fields a worker no longer reads, so that states differing only there are one state.
+func (s mstate) canonical() mstate {
+	var wmap, mmap [64]int8
+	var nw, nm int8
+	wid := func(id int8) int8 {
+		if id == 0 {
+			return 0
+		}
+		if wmap[id] == 0 {
+			nw++
+			wmap[id] = nw
+		}
+		return wmap[id]
+	}
+	mid := func(id int8) int8 {
+		if id == 0 {
+			return 0
+		}
+		if mmap[id] == 0 {
+			nm++
+			mmap[id] = nm
+		}
+		return mmap[id]
+	}
+	for i := range slots {
+		w := &s.w[i]
+		switch w.pc {
+		case pcStopped:
+			*w = wstate{id: w.id, pc: pcStopped, member: w.member, revoked: w.revoked}
+		case pcRun:
+			w.seen, w.claimedOK, w.ours = tok8{}, false, tok8{}
+		case pcLoad, pcClaim:
+			w.pos = 0
+		}
+		w.id = wid(w.id)
+		w.member = mid(w.member)
+	}
+	s.sClaimant = wid(s.sClaimant)
+	for i := range slots {
+		s.member[i] = mid(s.member[i])
+	}
+	s.nextWorker, s.nextMember = nw+1, nm+1
+	return s
 }
 
 func (c modelConfig) successors(s mstate, out []transition) []transition {
@@ -249,6 +363,7 @@ func (c modelConfig) successors(s mstate, out []transition) []transition {
 		if fault {
 			n.faults++
 		}
+		n = n.canonical()
 		out = append(out, transition{label: l, next: n, fault: fault, violation: v})
 	}
 	if int(s.faults) < c.faults {
@@ -259,6 +374,10 @@ func (c modelConfig) successors(s mstate, out []transition) []transition {
 		n.loading = false
 		emit(label{kind: stepLoadEnd}, n, false, "")
 	}
+	if c.outbox && s.nmsgs > 0 {
+		n, what, v := s.admit()
+		emit(label{kind: stepAdmit, what: what}, n, false, v)
+	}
 	for i := range slots {
 		if !s.active(i) {
 			continue
@@ -267,6 +386,11 @@ func (c modelConfig) successors(s mstate, out []transition) []transition {
 			n := s
 			n.w[i] = wstate{}
 			emit(label{kind: stepRevoke, slot: int8(i)}, n, false, "")
+		}
+		if c.outbox && s.w[i].pc == pcRun {
+			for _, ws := range relayStep(s, i, c.proto.relayReclaims) {
+				emit(label{kind: stepRelay, slot: int8(i), what: ws.what}, ws.next, false, ws.violation)
+			}
 		}
 		for _, ws := range c.proto.step(s, i, int(s.faults) < c.faults && c.allows(stepWorkerReplyLost)) {
 			kind := stepWorker
@@ -282,7 +406,7 @@ func (c modelConfig) successors(s mstate, out []transition) []transition {
 func (c modelConfig) faultSteps(s mstate, out []transition) []transition {
 	emit := func(l label, n mstate) {
 		n.faults++
-		out = append(out, transition{label: l, next: n, fault: true})
+		out = append(out, transition{label: l, next: n.canonical(), fault: true})
 	}
 	ms := s.members()
 	for _, j := range ms { // a rebalance: P moves to j or is retained by j
@@ -397,6 +521,13 @@ func (s *mstate) commit(i int, first, last int8) string {
 	if s.maxCommit.less(w.tok) {
 		s.maxCommit = w.tok
 	}
+	// The handler appends one outbox row per record (ignored when the outbox is not
+	// modelled). Append checks that the fence stores exactly the token, in the same
+	// transaction: after Advance it does.
+	for o := first; s.outbox && o <= last && s.nrows < maxRows; o++ {
+		s.rows[s.nrows] = orow{tok: w.tok}
+		s.nrows++
+	}
 	s.sTok, s.sClaimant, s.sPos = w.tok, w.id, last
 	w.pos = last
 	return strings.Join(v, "; ")
@@ -414,4 +545,68 @@ func (s *mstate) took(i int, t tok8, recovered bool) string {
 		s.ownerClaimed = true
 	}
 	return v
+}
+
+// relayStep is the relay's flush under the worker's token, in three atomic steps: read the
+// pending rows (only while the fence stores exactly the token), produce them with their
+// original token and sequence, mark them delivered (a conditional write: only while the fence
+// still stores the token).
+func relayStep(s mstate, i int, reclaim bool) []wstep {
+	w := s.w[i]
+	n := s
+	nw := &n.w[i]
+	switch {
+	case w.rto == 0:
+		if s.delivered == s.nrows {
+			return nil
+		}
+		if s.sTok != w.tok {
+			if !reclaim {
+				return nil // Flush fails (stale) at every attempt
+			}
+			nw.pc, nw.claimedOK = pcLoad, false
+			return []wstep{{what: fmt.Sprintf("flush under %s refused (stored %s): re-claim", w.tok, s.sTok), next: n}}
+		}
+		nw.rfrom, nw.rto = s.delivered+1, s.nrows
+		return []wstep{{what: fmt.Sprintf("read pending rows %d..%d under %s", nw.rfrom, nw.rto, w.tok), next: n}}
+	case !w.published:
+		if int(s.nmsgs)+int(w.rto-w.rfrom+1) > maxMsgs {
+			return nil // the topic's bound: wait for the receiver
+		}
+		for q := w.rfrom; q <= w.rto; q++ {
+			n.msgs[n.nmsgs] = omsg{tok: s.rows[q-1].tok, seq: q}
+			n.nmsgs++
+		}
+		nw.published = true
+		return []wstep{{what: fmt.Sprintf("produce rows %d..%d", w.rfrom, w.rto), next: n}}
+	default:
+		what := fmt.Sprintf("mark %d delivered under %s", w.rto, w.tok)
+		switch {
+		case s.sTok != w.tok:
+			what += ": stale, refused"
+		case s.delivered < w.rto:
+			n.delivered = w.rto
+		}
+		nw.rfrom, nw.rto, nw.published = 0, 0, false
+		return []wstep{{what: what, next: n}}
+	}
+}
+
+// admit is the receiver consuming the oldest published message through its inbox, with the
+// real keyed-fence rule.
+func (s mstate) admit() (mstate, string, string) {
+	m := s.msgs[0]
+	copy(s.msgs[:], s.msgs[1:])
+	s.nmsgs--
+	s.msgs[s.nmsgs] = omsg{}
+	v := fencestore.CheckAdmit(s.inTok.token(), int64(s.inSeq), s.inSeq > 0, m.tok.token(), int64(m.seq))
+	what := fmt.Sprintf("admit (%s, seq %d): %s", m.tok, m.seq, v)
+	var bad string
+	if v == fence.Admitted {
+		if m.seq != s.inSeq+1 {
+			bad = fmt.Sprintf("receiver applied seq %d after seq %d: effects lost or applied twice", m.seq, s.inSeq)
+		}
+		s.inTok, s.inSeq = m.tok, m.seq
+	}
+	return s, what, bad
 }

@@ -35,8 +35,16 @@ func TestModel(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model check: skipped with -short")
 	}
-	cfg := defaultModel()
-	cfg.faults = modelBound(t, cfg.faults)
+	for _, outbox := range []bool{false, true} {
+		cfg := defaultModel()
+		cfg.faults = modelBound(t, cfg.faults)
+		cfg.outbox = outbox
+		checkModel(t, cfg)
+	}
+}
+
+func checkModel(t *testing.T, cfg modelConfig) {
+	t.Helper()
 	start := time.Now()
 	res := explore(cfg)
 	t.Logf("model %s: %d states, %d transitions, depth %d, %v", cfg, res.states, res.edges, res.depth, time.Since(start).Round(time.Millisecond))
