@@ -411,8 +411,8 @@ type timedSink struct {
 	done    chan struct{}
 }
 
-func (s *timedSink) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	st, err := s.Sink.Claim(ctx, k, t)
+func (s *timedSink) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	st, err := s.Sink.Claim(ctx, k, t, claimant)
 	if err == nil {
 		s.mu.Lock()
 		s.pos[k.Partition] = st.Position
@@ -421,9 +421,9 @@ func (s *timedSink) Claim(ctx context.Context, k fence.Key, t fence.Token) (fenc
 	return st, err
 }
 
-func (s *timedSink) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, pgx.Tx) error) error {
+func (s *timedSink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, pgx.Tx) error) error {
 	start := time.Now()
-	if err := s.Sink.Apply(ctx, k, t, position, fn); err != nil {
+	if err := s.Sink.Apply(ctx, k, t, first, position, fn); err != nil {
 		return err
 	}
 	s.st.batch(time.Since(start))
@@ -442,7 +442,7 @@ func (s *timedSink) Apply(ctx context.Context, k fence.Key, t fence.Token, posit
 // price the fence.
 type unfencedSink struct{ pool *pgxpool.Pool }
 
-func (unfencedSink) Claim(context.Context, fence.Key, fence.Token) (fence.State, error) {
+func (unfencedSink) Claim(context.Context, fence.Key, fence.Token, string) (fence.State, error) {
 	return fence.State{Position: fence.NoPosition}, nil
 }
 
@@ -450,7 +450,7 @@ func (unfencedSink) Load(context.Context, fence.Key) (fence.State, error) {
 	return fence.State{Position: fence.NoPosition}, nil
 }
 
-func (s unfencedSink) Apply(ctx context.Context, _ fence.Key, _ fence.Token, _ int64, fn func(context.Context, pgx.Tx) error) error {
+func (s unfencedSink) Apply(ctx context.Context, _ fence.Key, _ fence.Token, _, _ int64, fn func(context.Context, pgx.Tx) error) error {
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -462,11 +462,11 @@ func (s unfencedSink) Apply(ctx context.Context, _ fence.Key, _ fence.Token, _ i
 	return tx.Commit(ctx)
 }
 
-func (unfencedSink) Advance(context.Context, pgx.Tx, fence.Key, fence.Token, int64) error {
+func (unfencedSink) Advance(context.Context, pgx.Tx, fence.Key, fence.Token, int64, int64) error {
 	return nil
 }
 
-func (unfencedSink) Recover(context.Context, fence.Key, fence.Token, int64, string) (fence.Token, error) {
+func (unfencedSink) Recover(context.Context, fence.Key, fence.Token, int64, string, string) (fence.Token, error) {
 	return fence.Token{}, errors.New("unfenced sink: nothing to recover")
 }
 

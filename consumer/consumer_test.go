@@ -96,10 +96,10 @@ func TestResumesFromSinkPosition(t *testing.T) {
 	ctx := context.Background()
 	key := fence.Key{Group: "g", Topic: "orders", Partition: 0}
 	// A previous owner applied offsets 0..19 (the first 20 records) at token 0.0.
-	if _, err := s.Claim(ctx, key, fence.Token{}); err != nil {
+	if _, err := s.Claim(ctx, key, fence.Token{}, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(ctx, key, fence.Token{}, 19, func(ctx context.Context, tx *memfence.Tx) error {
+	if err := s.Apply(ctx, key, fence.Token{}, 19, 19, func(ctx context.Context, tx *memfence.Tx) error {
 		for k := 0; k < keys; k++ {
 			if err := tx.Put("k/k"+strconv.Itoa(k), []byte("5,5")); err != nil {
 				return err

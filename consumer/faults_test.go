@@ -35,17 +35,17 @@ func newGatedSink(s fence.Sink[*memfence.Tx]) *gatedSink {
 
 func (g *gatedSink) arm() { g.mu.Lock(); g.armed = true; g.mu.Unlock() }
 
-func (g *gatedSink) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int64, fn func(context.Context, *memfence.Tx) error) error {
+func (g *gatedSink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos int64, fn func(context.Context, *memfence.Tx) error) error {
 	g.mu.Lock()
 	held := g.armed
 	g.armed = false
 	g.mu.Unlock()
 	if !held {
-		return g.Sink.Apply(ctx, k, t, pos, fn)
+		return g.Sink.Apply(ctx, k, t, first, pos, fn)
 	}
 	close(g.entered)
 	<-g.release
-	err := g.Sink.Apply(context.WithoutCancel(ctx), k, t, pos, fn)
+	err := g.Sink.Apply(context.WithoutCancel(ctx), k, t, first, pos, fn)
 	g.result <- err
 	return err
 }
@@ -188,7 +188,7 @@ func TestRegressionRecovered(t *testing.T) {
 	ctx := context.Background()
 	key := fence.Key{Group: "g", Topic: "orders", Partition: 0}
 	old := fence.Token{Era: 0, Epoch: 1000} // the previous incarnation of the group got far
-	if _, err := store.Claim(ctx, key, old); err != nil {
+	if _, err := store.Claim(ctx, key, old, "test"); err != nil {
 		t.Fatal(err)
 	}
 	m := newMeter()
@@ -214,7 +214,7 @@ func TestRegressionRecovered(t *testing.T) {
 	if len(recs) != 1 || recs[0].From != old || recs[0].To.Era != 1 {
 		t.Fatalf("recoveries %+v, want one from %s to era 1", recs, old)
 	}
-	if _, err := store.Claim(ctx, key, fence.Token{Era: 0, Epoch: 5000}); !errors.Is(err, fence.ErrStale) {
+	if _, err := store.Claim(ctx, key, fence.Token{Era: 0, Epoch: 5000}, "test"); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("old-era claim: %v, want stale", err)
 	}
 }
@@ -233,7 +233,7 @@ func TestRegressionAtEqualGeneration(t *testing.T) {
 	ctx := context.Background()
 	key := fence.Key{Group: "g", Topic: "orders", Partition: 0}
 	old := fence.Token{Era: 0, Epoch: 1} // the old incarnation's single member, at generation 1
-	if _, err := store.Claim(ctx, key, old); err != nil {
+	if _, err := store.Claim(ctx, key, old, "test"); err != nil {
 		t.Fatal(err)
 	}
 	m := newMeter()
@@ -257,7 +257,7 @@ func TestRegressionAtEqualGeneration(t *testing.T) {
 		t.Fatalf("recoveries %+v, want one from %s to 1.1 (the new member joined at generation 1)", recs, old)
 	}
 	// The old incarnation's zombie, holding the equal token, is now refused.
-	err = store.Apply(ctx, key, old, 1<<40, func(context.Context, *memfence.Tx) error { return nil })
+	err = store.Apply(ctx, key, old, 1<<40, 1<<40, func(context.Context, *memfence.Tx) error { return nil })
 	if !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("zombie of the old incarnation with token %s: %v, want stale", old, err)
 	}
@@ -270,7 +270,7 @@ func TestRegressionNotRecoveredWhenOff(t *testing.T) {
 	ctx := context.Background()
 	key := fence.Key{Group: "g", Topic: "orders", Partition: 0}
 	old := fence.Token{Era: 0, Epoch: 1000}
-	if _, err := store.Claim(ctx, key, old); err != nil {
+	if _, err := store.Claim(ctx, key, old, "test"); err != nil {
 		t.Fatal(err)
 	}
 	m := newMeter()

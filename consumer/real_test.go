@@ -228,7 +228,7 @@ func TestRealGroupDeletedRegression(t *testing.T) {
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM kv WHERE count <> 8 OR last <> 8`).Scan(&bad); err != nil || bad != 0 {
 		t.Fatalf("%d keys differ from their fold (%v)", bad, err)
 	}
-	if _, err := sink.Claim(ctx, key, fence.Token{Era: before.Token.Era, Epoch: before.Token.Epoch + 100}); !errors.Is(err, fence.ErrStale) {
+	if _, err := sink.Claim(ctx, key, fence.Token{Era: before.Token.Era, Epoch: before.Token.Epoch + 100}, "test"); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("old-era claim: %v, want stale", err)
 	}
 }

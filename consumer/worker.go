@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -20,10 +22,11 @@ import (
 // "owned by the goroutine" are touched only by run's goroutine; the registry fields are
 // guarded by run.mu.
 type worker[Tx any] struct {
-	r     *run[Tx]
-	id    partition.ID
-	key   fence.Key
-	epoch int64
+	r        *run[Tx]
+	id       partition.ID
+	key      fence.Key
+	epoch    int64
+	claimant string // this worker incarnation's identity at the sink: member id + "/" + random
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -48,8 +51,9 @@ type worker[Tx any] struct {
 
 func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 	ctx, cancel := context.WithCancel(r.ctx)
+	member, _ := r.client().GroupMetadata()
 	return &worker[Tx]{
-		r: r, id: id, epoch: epoch,
+		r: r, id: id, epoch: epoch, claimant: newClaimant(member),
 		key:    id.Key(r.c.group),
 		ctx:    ctx,
 		cancel: cancel,
@@ -229,7 +233,7 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 	defer span.End()
 	b := &Batch{Key: w.key, Token: w.token, Records: recs}
 	start := time.Now()
-	err := w.r.c.sink.Apply(ctx, w.key, w.token, last.Offset, func(ctx context.Context, tx Tx) error {
+	err := w.r.c.sink.Apply(ctx, w.key, w.token, recs[0].Offset, last.Offset, func(ctx context.Context, tx Tx) error {
 		return w.handler.Handle(ctx, tx, b)
 	})
 	outcome := outcomeOf(err)
@@ -326,7 +330,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		topic = r.Topic + ".dlq"
 	}
 	err := w.attempt("dead-letter", func() error {
-		return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, func(ctx context.Context, _ Tx) error {
+		return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, _ Tx) error {
 			d := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
 				Headers: append(append([]kgo.RecordHeader(nil), r.Headers...),
 					kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(cause.Error())},
@@ -408,7 +412,7 @@ func (w *worker[Tx]) claim() bool {
 				return &fence.StaleError{Key: w.key, Stored: st.Token, Presented: tok}
 			}
 			ours = tok
-			got, err := w.r.c.sink.Claim(w.ctx, w.key, tok)
+			got, err := w.r.c.sink.Claim(w.ctx, w.key, tok, w.claimant)
 			if err != nil {
 				return err
 			}
@@ -448,7 +452,7 @@ func (w *worker[Tx]) claim() bool {
 		reason := fmt.Sprintf("consumer group %s generation went back to %d, not above stored %s; member verified current with the coordinator", w.key.Group, w.epoch, stale.Stored)
 		var to fence.Token
 		err = w.attempt("recover", func() (err error) {
-			to, err = w.r.c.sink.Recover(w.ctx, w.key, stale.Stored, w.epoch, reason)
+			to, err = w.r.c.sink.Recover(w.ctx, w.key, stale.Stored, w.epoch, w.claimant, reason)
 			return err
 		})
 		switch {
@@ -462,4 +466,15 @@ func (w *worker[Tx]) claim() bool {
 			return false
 		}
 	}
+}
+
+// newClaimant returns a claimant id unique to one partition worker incarnation: the member id
+// (coordinator-generated per join) and 64 random bits, never reused across restarts.
+func newClaimant(member string) string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	if member == "" {
+		member = "member"
+	}
+	return member + "/" + hex.EncodeToString(b[:])
 }

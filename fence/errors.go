@@ -16,6 +16,16 @@ var (
 	// fact succeeded). The caller's writes were rolled back; skipping the batch is correct.
 	ErrDuplicate = errors.New("fence: position already applied")
 
+	// ErrNotClaimed means a write presented a token higher than the stored one: writes
+	// happen only under the token a Claim (or Recover) stored, so the writer must claim
+	// first. Nothing was written.
+	ErrNotClaimed = errors.New("fence: token not claimed")
+
+	// ErrOverlap means a batch spans the stored position: part of it (up to the stored
+	// position) was applied before. Nothing was written; the caller reloads the state and
+	// applies only the records after the stored position.
+	ErrOverlap = errors.New("fence: batch overlaps the applied position")
+
 	// ErrRegression means the epoch source went backwards: a writer that proved it is the
 	// current owner presented a token lower than the stored one (the consumer group was
 	// deleted or expired and recreated). Errors returned for it are *RegressionError.
@@ -31,7 +41,8 @@ var (
 	ErrInvalid = errors.New("fence: invalid argument")
 )
 
-// StaleError is returned (wrapped or not) when a presented token is lower than the stored one.
+// StaleError is returned (wrapped or not) when a presented token is lower than the stored one,
+// or equal to it while another claimant holds it (then Stored == Presented).
 type StaleError struct {
 	Key       Key
 	Stored    Token // the highest token the sink has accepted
@@ -39,6 +50,9 @@ type StaleError struct {
 }
 
 func (e *StaleError) Error() string {
+	if e.Stored == e.Presented {
+		return fmt.Sprintf("fence: stale token for %s: token %s is held by another claimant", e.Key, e.Presented)
+	}
 	return fmt.Sprintf("fence: stale token for %s: presented %s, stored %s", e.Key, e.Presented, e.Stored)
 }
 

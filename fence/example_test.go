@@ -26,18 +26,18 @@ func Example_zombieRefused() {
 	}
 
 	old := fence.Token{Epoch: 33} // assigned at generation 33
-	st, _ := sink.Claim(ctx, k, old)
+	st, _ := sink.Claim(ctx, k, old, "fencetest")
 	fmt.Println("client 1 claims", old, "resume after", st.Position)
-	_ = sink.Apply(ctx, k, old, 0, setBalance("100"))
+	_ = sink.Apply(ctx, k, old, 0, 0, setBalance("100"))
 
 	// Client 1 pauses; its session expires; the group rebalances at generation 34.
 	next := fence.Token{Epoch: 34}
-	st, _ = sink.Claim(ctx, k, next)
+	st, _ = sink.Claim(ctx, k, next, "fencetest")
 	fmt.Println("client 2 claims", next, "resume after", st.Position)
-	_ = sink.Apply(ctx, k, next, 1, setBalance("70"))
+	_ = sink.Apply(ctx, k, next, 1, 1, setBalance("70"))
 
 	// Client 1 wakes up and writes what it computed before the pause.
-	err = sink.Apply(ctx, k, old, 1, setBalance("150"))
+	err = sink.Apply(ctx, k, old, 1, 1, setBalance("150"))
 	fmt.Println("client 1 writes:", err)
 	var stale *fence.StaleError
 	fmt.Println("stale:", errors.As(err, &stale) && stale.Presented == old && stale.Stored == next)

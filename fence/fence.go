@@ -63,8 +63,9 @@ func validateIdentifier(what, s string) error {
 
 // State is what a sink stores for one fence.
 type State struct {
-	Token    Token // the highest token accepted
-	Position int64 // the last applied position (offset), NoPosition if none
+	Token    Token  // the highest token accepted
+	Position int64  // the last applied position (offset), NoPosition if none
+	Claimant string // who holds Token: the claimant of the last Claim or Recover; "" for nobody
 }
 
 // Applied reports whether position is at or below the stored position: a record there was
@@ -87,30 +88,36 @@ type Recovery struct {
 // All methods are safe for concurrent use; concurrent writers to the same key are serialized by
 // the store, and a lower token can never commit after a higher one was accepted.
 type Sink[Tx any] interface {
-	// Claim raises the stored token to t if the stored one is lower or equal, and returns the
-	// state as it stands afterwards (its Position is where the new owner resumes). A higher
-	// stored token fails with a *StaleError (errors.Is ErrStale) and changes nothing.
-	Claim(ctx context.Context, k Key, t Token) (State, error)
-
-	// Load returns the stored state; a key never claimed has the zero token and NoPosition.
+	// Claim takes the fence for claimant with token t, in one atomic step, and returns the
+	// state as it stands afterwards (its Position is where the new owner resumes). It
+	// accepts a token higher than the stored one, and the stored token itself only when
+	// claimant already holds it (an idempotent re-claim, e.g. after a lost reply) or nobody
+	// does (the zero token of a fence never claimed). So at most one claimant ever holds a
+	// given token. A lower stored token, or an equal one held by another claimant, fails
+	// with a *StaleError (errors.Is ErrStale) and changes nothing. claimant must be a valid
+	// identifier (non-empty, at most MaxIdentifierLen bytes of UTF-8 without NUL).
+	Claim(ctx context.Context, k Key, t Token, claimant string) (State, error)
+	// Load returns the stored state; a key never claimed has the zero token, NoPosition and
+	// no claimant.
 	Load(ctx context.Context, k Key) (State, error)
-
-	// Apply runs fn in a new transaction after checking and advancing the fence to
-	// (t, position), and commits both or neither. It fails with a *StaleError if the stored
-	// token is higher than t, with ErrDuplicate if the stored position is at or beyond
-	// position, and with fn's error if fn fails; in each case nothing is committed.
-	Apply(ctx context.Context, k Key, t Token, position int64, fn func(ctx context.Context, tx Tx) error) error
-
+	// Apply runs fn in a new transaction after checking and advancing the fence over the
+	// batch of positions first..last, and commits both or neither. t must equal the stored
+	// token: a lower one fails with a *StaleError, a higher one with ErrNotClaimed (writes
+	// happen only under a claimed token). A batch at or below the stored position fails
+	// with ErrDuplicate (skip it); a batch that spans it (first <= stored < last) with
+	// ErrOverlap (reload and apply only the records after the stored position). Positions
+	// may have gaps: first need only be above the stored position. fn's error fails it too;
+	// in each case nothing is committed.
+	Apply(ctx context.Context, k Key, t Token, first, last int64, fn func(ctx context.Context, tx Tx) error) error
 	// Advance is Apply's check-and-advance inside a transaction the caller holds. On error
 	// the caller must roll back. The fence row stays locked until the caller's transaction ends.
-	Advance(ctx context.Context, tx Tx, k Key, t Token, position int64) error
-
+	Advance(ctx context.Context, tx Tx, k Key, t Token, first, last int64) error
 	// Recover is the only way to accept an owner whose epoch went backwards. If the stored
-	// token equals expected it stores Token{Era: expected.Era+1, Epoch: epoch}, records a
-	// [Recovery] with reason, and returns the new token; otherwise it fails with ErrConflict.
-	// Callers must first prove that the presenting member is the current owner.
-	Recover(ctx context.Context, k Key, expected Token, epoch int64, reason string) (Token, error)
-
+	// token equals expected it stores Token{Era: expected.Era+1, Epoch: epoch} held by
+	// claimant, records a [Recovery] with reason, and returns the new token; otherwise it
+	// fails with ErrConflict. Callers must first prove that the presenting member is the
+	// current owner.
+	Recover(ctx context.Context, k Key, expected Token, epoch int64, claimant, reason string) (Token, error)
 	// Recoveries lists the recorded recoveries for k, oldest first.
 	Recoveries(ctx context.Context, k Key) ([]Recovery, error)
 }

@@ -44,11 +44,11 @@ func TestMetrics(t *testing.T) {
 	}
 	src := fence.Key{Group: "g", Topic: "orders", Partition: 0}
 	tok := fence.Token{Epoch: 1}
-	if _, err := fences.Claim(ctx, src, tok); err != nil {
+	if _, err := fences.Claim(ctx, src, tok, "test"); err != nil {
 		t.Fatal(err)
 	}
 	const n = 5
-	if err := fences.Apply(ctx, src, tok, 0, func(ctx context.Context, tx *sql.Tx) error {
+	if err := fences.Apply(ctx, src, tok, 0, 0, func(ctx context.Context, tx *sql.Tx) error {
 		msgs := make([]outbox.Message, n)
 		for i := range msgs {
 			msgs[i] = outbox.Message{Topic: "cmds", Key: []byte("dev"), Value: []byte{byte(i)}}
@@ -93,7 +93,7 @@ func TestMetrics(t *testing.T) {
 	nextPos := func() int64 { pos++; return pos }
 	admit := func(r *kgo.Record) fence.Verdict {
 		var v fence.Verdict
-		err := fences.Apply(ctx, fence.Key{Group: "gw", Topic: "cmds", Partition: 0}, fence.Token{Epoch: 1}, nextPos(), func(ctx context.Context, tx *sql.Tx) error {
+		err := fences.Apply(ctx, fence.Key{Group: "gw", Topic: "cmds", Partition: 0}, fence.Token{Epoch: 1}, nextPos(), nextPos(), func(ctx context.Context, tx *sql.Tx) error {
 			var err error
 			v, err = in.Admit(ctx, tx, r)
 			return err
@@ -103,7 +103,7 @@ func TestMetrics(t *testing.T) {
 		}
 		return v
 	}
-	if _, err := fences.Claim(ctx, fence.Key{Group: "gw", Topic: "cmds", Partition: 0}, fence.Token{Epoch: 1}); err != nil {
+	if _, err := fences.Claim(ctx, fence.Key{Group: "gw", Topic: "cmds", Partition: 0}, fence.Token{Epoch: 1}, "test"); err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range recs {

@@ -37,17 +37,17 @@ func newGate[Tx any](s fence.Sink[Tx]) *gate[Tx] {
 
 func (g *gate[Tx]) arm() { g.mu.Lock(); g.armed = true; g.mu.Unlock() }
 
-func (g *gate[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int64, fn func(context.Context, Tx) error) error {
+func (g *gate[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos int64, fn func(context.Context, Tx) error) error {
 	g.mu.Lock()
 	hold := g.armed
 	g.armed = false
 	g.mu.Unlock()
 	if !hold {
-		return g.Sink.Apply(ctx, k, t, pos, fn)
+		return g.Sink.Apply(ctx, k, t, first, pos, fn)
 	}
 	close(g.held)
 	<-g.proceed
-	err := g.Sink.Apply(context.WithoutCancel(ctx), k, t, pos, fn)
+	err := g.Sink.Apply(context.WithoutCancel(ctx), k, t, first, pos, fn)
 	g.result <- err
 	return err
 }

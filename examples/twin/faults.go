@@ -41,7 +41,7 @@ func newGate[Tx any](s fence.Sink[Tx]) *gate[Tx] {
 
 func (g *gate[Tx]) arm() { g.mu.Lock(); g.armed = true; g.mu.Unlock() }
 
-func (g *gate[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int64, fn func(context.Context, Tx) error) error {
+func (g *gate[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos int64, fn func(context.Context, Tx) error) error {
 	g.mu.Lock()
 	hold := g.armed
 	g.armed = false
@@ -52,7 +52,7 @@ func (g *gate[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, pos in
 		<-g.proceed
 		ctx = context.WithoutCancel(ctx)
 	}
-	err := g.Sink.Apply(ctx, k, t, pos, fn)
+	err := g.Sink.Apply(ctx, k, t, first, pos, fn)
 	if errors.Is(err, fence.ErrStale) {
 		g.refused.Add(1)
 	}

@@ -28,28 +28,50 @@ func ValidateIdentifier(what, s string) error {
 	return nil
 }
 
-// CheckAdvance is the fence rule every store applies, written once: it returns nil if a write
-// under t up to position may advance a fence in state s, a *fence.StaleError if t is lower
-// than the stored token, and fence.ErrDuplicate if position is not beyond the stored position.
-func CheckAdvance(k fence.Key, s fence.State, t fence.Token, position int64) error {
-	if err := CheckClaim(k, s, t); err != nil {
-		return err
-	}
-	if position <= s.Position {
-		return fmt.Errorf("%w: %s at %d, stored position %d", fence.ErrDuplicate, k, position, s.Position)
-	}
-	return nil
-}
-
-// CheckClaim is the claim rule every store applies, written once: t may take the fence in
-// state s if it is not lower than the stored token and does not invent a later era (eras
-// advance only through Recover).
-func CheckClaim(k fence.Key, s fence.State, t fence.Token) error {
+// CheckAdvance is the write rule every store applies, written once: it returns nil if a
+// write of the batch first..last under t may advance a fence in state s. The token must equal
+// the stored one: a lower token is a *fence.StaleError, a higher one fence.ErrNotClaimed
+// (writes happen only under a claimed token, and since at most one claimant holds a token the
+// token identifies the writer), a later era fence.ErrInvalid. Then the positions: last at or
+// below the stored position is fence.ErrDuplicate (skip the batch), first at or below it
+// fence.ErrOverlap (part of the batch was applied: reload, apply the suffix). Positions may
+// have gaps (Kafka transaction markers, compaction), so the rule is "first > stored", not
+// "first == stored+1". Stale wins over duplicate and overlap: a zombie must stop, not skip.
+func CheckAdvance(k fence.Key, s fence.State, t fence.Token, first, last int64) error {
 	if t.Less(s.Token) {
 		return &fence.StaleError{Key: k, Stored: s.Token, Presented: t}
 	}
 	if t.Era > s.Token.Era {
 		return fmt.Errorf("%w: %s: token %s is of a later era than the stored %s; eras advance only through Recover", fence.ErrInvalid, k, t, s.Token)
+	}
+	if t != s.Token {
+		return fmt.Errorf("%w: %s: token %s, stored %s; claim it first", fence.ErrNotClaimed, k, t, s.Token)
+	}
+	if last <= s.Position {
+		return fmt.Errorf("%w: %s at %d..%d, stored position %d", fence.ErrDuplicate, k, first, last, s.Position)
+	}
+	if first <= s.Position {
+		return fmt.Errorf("%w: %s: batch %d..%d, stored position %d", fence.ErrOverlap, k, first, last, s.Position)
+	}
+	return nil
+}
+
+// CheckClaim is the claim rule every store applies, written once: claimant may take the fence
+// in state s with t if t is higher than the stored token, or equal to it and claimant already
+// holds it (an idempotent re-claim) or nobody does (the zero token with no claimant: a fence
+// never claimed). A lower token, or an equal one another claimant holds, is a
+// *fence.StaleError (Stored == Presented for the latter); a token of a later era is
+// fence.ErrInvalid (eras advance only through Recover). So at most one claimant ever holds a
+// given token.
+func CheckClaim(k fence.Key, s fence.State, t fence.Token, claimant string) error {
+	if t.Less(s.Token) {
+		return &fence.StaleError{Key: k, Stored: s.Token, Presented: t}
+	}
+	if t.Era > s.Token.Era {
+		return fmt.Errorf("%w: %s: token %s is of a later era than the stored %s; eras advance only through Recover", fence.ErrInvalid, k, t, s.Token)
+	}
+	if t == s.Token && s.Claimant != claimant && !(s.Claimant == "" && s.Token.IsZero()) {
+		return &fence.StaleError{Key: k, Stored: s.Token, Presented: t}
 	}
 	return nil
 }
@@ -69,23 +91,30 @@ func CheckAdmit(storedToken fence.Token, storedSeq int64, found bool, t fence.To
 }
 
 // ValidateClaim checks the arguments of Claim.
-func ValidateClaim(k fence.Key, t fence.Token) error {
+func ValidateClaim(k fence.Key, t fence.Token, claimant string) error {
 	if err := k.Validate(); err != nil {
+		return err
+	}
+	if err := ValidateIdentifier("claimant", claimant); err != nil {
 		return err
 	}
 	return t.Validate()
 }
 
-// ValidateWrite checks the arguments of Apply and Advance.
-func ValidateWrite(k fence.Key, t fence.Token, position int64) error {
+// ValidateWrite checks the arguments of Apply and Advance: a batch of positions first..last,
+// 0 <= first <= last.
+func ValidateWrite(k fence.Key, t fence.Token, first, last int64) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
 	if err := t.Validate(); err != nil {
 		return err
 	}
-	if position < 0 {
-		return fmt.Errorf("%w: position %d is negative", fence.ErrInvalid, position)
+	if first < 0 {
+		return fmt.Errorf("%w: position %d is negative", fence.ErrInvalid, first)
+	}
+	if first > last {
+		return fmt.Errorf("%w: batch %d..%d ends before it starts", fence.ErrInvalid, first, last)
 	}
 	return nil
 }
@@ -108,8 +137,11 @@ func ValidateAdmit(scope, id string, t fence.Token, seq int64) error {
 }
 
 // ValidateRecover checks the arguments of Sink.Recover.
-func ValidateRecover(k fence.Key, expected fence.Token, epoch int64, reason string) error {
+func ValidateRecover(k fence.Key, expected fence.Token, epoch int64, claimant, reason string) error {
 	if err := k.Validate(); err != nil {
+		return err
+	}
+	if err := ValidateIdentifier("claimant", claimant); err != nil {
 		return err
 	}
 	if err := expected.Validate(); err != nil {

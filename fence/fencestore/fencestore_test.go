@@ -15,49 +15,61 @@ func tok(era, epoch int64) fence.Token { return fence.Token{Era: era, Epoch: epo
 func TestCheckClaim(t *testing.T) {
 	tests := []struct {
 		stored, presented fence.Token
+		holder, claimant  string
 		want              error // nil, fence.ErrStale or fence.ErrInvalid
 	}{
-		{fence.Token{}, fence.Token{}, nil},
-		{fence.Token{}, tok(0, 5), nil},
-		{tok(0, 5), tok(0, 5), nil}, // equal: the same owner claims again
-		{tok(0, 5), tok(0, 6), nil},
-		{tok(0, 5), tok(0, 4), fence.ErrStale},
-		{tok(0, 5), fence.Token{}, fence.ErrStale},
-		{tok(1, 2), tok(0, 99), fence.ErrStale}, // an old era, however high its epoch
-		{tok(1, 2), tok(1, 3), nil},
-		{tok(0, 5), tok(1, 0), fence.ErrInvalid}, // a later era comes only from Recover
-		{tok(1, 5), tok(3, 5), fence.ErrInvalid},
+		{fence.Token{}, fence.Token{}, "", "c", nil}, // the zero token of a fence never claimed: nobody holds it
+		{fence.Token{}, fence.Token{}, "a", "c", fence.ErrStale},
+		{fence.Token{}, tok(0, 5), "", "c", nil},
+		{tok(0, 5), tok(0, 5), "c", "c", nil},            // the same claimant re-claims (a lost reply)
+		{tok(0, 5), tok(0, 5), "a", "c", fence.ErrStale}, // equal token, another claimant: refused
+		{tok(0, 5), tok(0, 5), "", "c", fence.ErrStale},  // a legacy row: nobody can prove it held it
+		{tok(0, 5), tok(0, 6), "a", "c", nil},
+		{tok(0, 5), tok(0, 4), "c", "c", fence.ErrStale},
+		{tok(0, 5), fence.Token{}, "c", "c", fence.ErrStale},
+		{tok(1, 2), tok(0, 99), "c", "c", fence.ErrStale}, // an old era, however high its epoch
+		{tok(1, 2), tok(1, 3), "a", "c", nil},
+		{tok(0, 5), tok(1, 0), "c", "c", fence.ErrInvalid}, // a later era comes only from Recover
+		{tok(1, 5), tok(3, 5), "c", "c", fence.ErrInvalid},
 	}
 	for _, tt := range tests {
-		s := fence.State{Token: tt.stored, Position: 7}
-		err := CheckClaim(tk, s, tt.presented)
+		s := fence.State{Token: tt.stored, Position: 7, Claimant: tt.holder}
+		err := CheckClaim(tk, s, tt.presented, tt.claimant)
 		checkErr(t, "CheckClaim", tt.stored, tt.presented, err, tt.want)
 	}
 }
 
 func TestCheckAdvance(t *testing.T) {
-	s := fence.State{Token: tok(0, 5), Position: 10}
+	s := fence.State{Token: tok(0, 5), Position: 10, Claimant: "c"}
 	tests := []struct {
-		tok  fence.Token
-		pos  int64
-		want error
+		tok         fence.Token
+		first, last int64
+		want        error
 	}{
-		{tok(0, 5), 11, nil},
-		{tok(0, 5), 1 << 50, nil}, // gaps are fine
-		{tok(0, 6), 11, nil},
-		{tok(0, 5), 10, fence.ErrDuplicate},
-		{tok(0, 5), 0, fence.ErrDuplicate},
-		{tok(0, 6), 10, fence.ErrDuplicate},
-		{tok(0, 4), 11, fence.ErrStale},
-		{tok(0, 4), 10, fence.ErrStale}, // stale wins over duplicate: a zombie must stop, not skip
-		{tok(1, 0), 11, fence.ErrInvalid},
+		{tok(0, 5), 11, 11, nil},
+		{tok(0, 5), 11, 40, nil},
+		{tok(0, 5), 1 << 50, 1 << 51, nil}, // gaps are fine: first > stored, not first == stored+1
+		{tok(0, 6), 11, 11, fence.ErrNotClaimed},
+		{tok(0, 5), 10, 10, fence.ErrDuplicate},
+		{tok(0, 5), 0, 10, fence.ErrDuplicate},
+		{tok(0, 5), 0, 0, fence.ErrDuplicate},
+		{tok(0, 5), 10, 11, fence.ErrOverlap}, // a batch spanning the stored position
+		{tok(0, 5), 1, 50, fence.ErrOverlap},
+		{tok(0, 6), 1, 50, fence.ErrNotClaimed},
+		{tok(0, 4), 11, 11, fence.ErrStale},
+		{tok(0, 4), 10, 10, fence.ErrStale}, // stale wins over duplicate: a zombie must stop, not skip
+		{tok(0, 4), 5, 20, fence.ErrStale},  // and over overlap
+		{tok(1, 0), 11, 11, fence.ErrInvalid},
 	}
 	for _, tt := range tests {
-		err := CheckAdvance(tk, s, tt.tok, tt.pos)
+		err := CheckAdvance(tk, s, tt.tok, tt.first, tt.last)
 		checkErr(t, "CheckAdvance", s.Token, tt.tok, err, tt.want)
 	}
-	if err := CheckAdvance(tk, fence.State{Position: fence.NoPosition}, tok(0, 1), 0); err != nil {
-		t.Errorf("first write at offset 0 of a new fence: %v", err)
+	if err := CheckAdvance(tk, fence.State{Position: fence.NoPosition}, fence.Token{}, 0, 0); err != nil {
+		t.Errorf("first write at offset 0 of a new fence under the zero token: %v", err)
+	}
+	if err := CheckAdvance(tk, fence.State{Position: fence.NoPosition}, tok(0, 1), 0, 0); !errors.Is(err, fence.ErrNotClaimed) {
+		t.Errorf("write under an unclaimed token: %v, want ErrNotClaimed", err)
 	}
 }
 
@@ -73,7 +85,7 @@ func checkErr(t *testing.T, fn string, stored, presented fence.Token, err, want 
 		t.Errorf("%s(stored %s, presented %s) = %v, want %v", fn, stored, presented, err, want)
 		return
 	}
-	for _, other := range []error{fence.ErrStale, fence.ErrDuplicate, fence.ErrInvalid} {
+	for _, other := range []error{fence.ErrStale, fence.ErrDuplicate, fence.ErrInvalid, fence.ErrOverlap, fence.ErrNotClaimed} {
 		if other != want && errors.Is(err, other) {
 			t.Errorf("%s(stored %s, presented %s) = %v: is also %v", fn, stored, presented, err, other)
 		}
@@ -113,23 +125,27 @@ func TestValidate(t *testing.T) {
 	bad := fence.Key{Group: "", Topic: "t"}
 	ok := tok(0, 1)
 	invalid := map[string]error{
-		"ValidateClaim bad key":          ValidateClaim(bad, ok),
-		"ValidateClaim negative era":     ValidateClaim(tk, tok(-1, 0)),
-		"ValidateClaim negative epoch":   ValidateClaim(tk, tok(0, -1)),
-		"ValidateWrite bad key":          ValidateWrite(bad, ok, 0),
-		"ValidateWrite bad token":        ValidateWrite(tk, tok(0, -1), 0),
-		"ValidateWrite negative pos":     ValidateWrite(tk, ok, -1),
-		"ValidateWrite fence.NoPosition": ValidateWrite(tk, ok, fence.NoPosition),
+		"ValidateClaim bad key":          ValidateClaim(bad, ok, "c"),
+		"ValidateClaim negative era":     ValidateClaim(tk, tok(-1, 0), "c"),
+		"ValidateClaim negative epoch":   ValidateClaim(tk, tok(0, -1), "c"),
+		"ValidateClaim no claimant":      ValidateClaim(tk, ok, ""),
+		"ValidateClaim NUL claimant":     ValidateClaim(tk, ok, "a\x00"),
+		"ValidateWrite bad key":          ValidateWrite(bad, ok, 0, 0),
+		"ValidateWrite bad token":        ValidateWrite(tk, tok(0, -1), 0, 0),
+		"ValidateWrite negative pos":     ValidateWrite(tk, ok, -1, 0),
+		"ValidateWrite fence.NoPosition": ValidateWrite(tk, ok, fence.NoPosition, fence.NoPosition),
+		"ValidateWrite first > last":     ValidateWrite(tk, ok, 5, 4),
 		"ValidateAdmit empty scope":      ValidateAdmit("", "id", ok, 0),
 		"ValidateAdmit empty id":         ValidateAdmit("s", "", ok, 0),
 		"ValidateAdmit NUL":              ValidateAdmit("s", "i\x00", ok, 0),
 		"ValidateAdmit long id":          ValidateAdmit("s", strings.Repeat("i", fence.MaxIdentifierLen+1), ok, 0),
 		"ValidateAdmit bad token":        ValidateAdmit("s", "id", tok(-1, 0), 0),
 		"ValidateAdmit negative seq":     ValidateAdmit("s", "id", ok, -1),
-		"ValidateRecover bad key":        ValidateRecover(bad, ok, 1, "r"),
-		"ValidateRecover bad expected":   ValidateRecover(tk, tok(0, -1), 1, "r"),
-		"ValidateRecover negative":       ValidateRecover(tk, ok, -1, "r"),
-		"ValidateRecover without cause":  ValidateRecover(tk, ok, 1, ""),
+		"ValidateRecover bad key":        ValidateRecover(bad, ok, 1, "c", "r"),
+		"ValidateRecover bad expected":   ValidateRecover(tk, tok(0, -1), 1, "c", "r"),
+		"ValidateRecover negative":       ValidateRecover(tk, ok, -1, "c", "r"),
+		"ValidateRecover without cause":  ValidateRecover(tk, ok, 1, "c", ""),
+		"ValidateRecover no claimant":    ValidateRecover(tk, ok, 1, "", "r"),
 		"ValidateIdentifier empty":       ValidateIdentifier("x", ""),
 	}
 	for name, err := range invalid {
@@ -138,10 +154,11 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	valid := map[string]error{
-		"ValidateClaim":        ValidateClaim(tk, fence.Token{}),
-		"ValidateWrite":        ValidateWrite(tk, ok, 0),
+		"ValidateClaim":        ValidateClaim(tk, fence.Token{}, "c"),
+		"ValidateWrite":        ValidateWrite(tk, ok, 0, 0),
+		"ValidateWrite batch":  ValidateWrite(tk, ok, 3, 9),
 		"ValidateAdmit":        ValidateAdmit("s", "id", fence.Token{}, 0),
-		"ValidateRecover":      ValidateRecover(tk, fence.Token{}, 0, "group recreated"),
+		"ValidateRecover":      ValidateRecover(tk, fence.Token{}, 0, "c", "group recreated"),
 		"ValidateIdentifier":   ValidateIdentifier("x", strings.Repeat("x", fence.MaxIdentifierLen)),
 		"ValidateIdentifier ü": ValidateIdentifier("x", "ü"),
 	}

@@ -57,6 +57,10 @@ func Run[Tx any](t *testing.T, open func(t *testing.T) Env[Tx]) {
 		{"LaterEraNotInvented", s.laterEraNotInvented},
 		{"ResumePosition", s.resumePosition},
 		{"Duplicates", s.duplicates},
+		{"EqualTokenOneClaimant", s.equalTokenOneClaimant},
+		{"ClaimRaceOneClaimant", s.claimRaceOneClaimant},
+		{"WriteNeedsClaimedToken", s.writeNeedsClaimedToken},
+		{"OverlapRefused", s.overlapRefused},
 		{"RaceHighestTokenWins", s.raceHighestTokenWins},
 		{"AtomicUserWriteFails", s.atomicUserWriteFails},
 		{"AtomicFnError", s.atomicFnError},
@@ -113,13 +117,16 @@ func begin[Tx any](t *testing.T, env Env[Tx], ctx context.Context) (Tx, func() e
 	return tx, commit, rollback
 }
 
+// owner is the claimant of the suite's claims and recoveries.
+const owner = "fencetest"
+
 func tok(era, epoch int64) fence.Token { return fence.Token{Era: era, Epoch: epoch} }
 
 func key(topic string) fence.Key { return fence.Key{Group: "fencetest", Topic: topic, Partition: 3} }
 
 func claim[Tx any](t *testing.T, env Env[Tx], k fence.Key, tk fence.Token) fence.State {
 	t.Helper()
-	st, err := env.Sink.Claim(deadline(t), k, tk)
+	st, err := env.Sink.Claim(deadline(t), k, tk, owner)
 	if err != nil {
 		t.Fatalf("Claim(%s, %s): %v", k, tk, err)
 	}
@@ -145,7 +152,7 @@ func wantState[Tx any](t *testing.T, env Env[Tx], k fence.Key, want fence.State)
 // apply runs Apply with fn writing each key of writes to its value, in order.
 func apply[Tx any](t *testing.T, env Env[Tx], k fence.Key, tk fence.Token, pos int64, writes ...string) error {
 	t.Helper()
-	return env.Sink.Apply(deadline(t), k, tk, pos, func(ctx context.Context, tx Tx) error {
+	return env.Sink.Apply(deadline(t), k, tk, pos, pos, func(ctx context.Context, tx Tx) error {
 		for i := 0; i+1 < len(writes); i += 2 {
 			if err := env.Write(ctx, tx, writes[i], writes[i+1]); err != nil {
 				return err
@@ -223,7 +230,7 @@ func (s suite[Tx]) inTx(ctx context.Context, env Env[Tx], fn func(ctx context.Co
 		return commit()
 	}
 	k := fence.Key{Group: "fencetest-scratch", Topic: fmt.Sprint(s.scratch.Add(1)), Partition: 0}
-	return env.Sink.Apply(ctx, k, fence.Token{}, 0, fn)
+	return env.Sink.Apply(ctx, k, fence.Token{}, 0, 0, fn)
 }
 
 func (s suite[Tx]) monotonicClaims(t *testing.T) {
@@ -232,19 +239,21 @@ func (s suite[Tx]) monotonicClaims(t *testing.T) {
 	wantState(t, env, k, fence.State{Position: fence.NoPosition})
 	for _, e := range []int64{0, 1, 2, 5, 9, 9} { // the last one: an equal claim is accepted
 		got := claim(t, env, k, tok(0, e))
-		if want := (fence.State{Token: tok(0, e), Position: fence.NoPosition}); got != want {
+		if want := (fence.State{Token: tok(0, e), Position: fence.NoPosition, Claimant: owner}); got != want {
 			t.Fatalf("Claim(%s) = %+v, want %+v", tok(0, e), got, want)
 		}
-		wantState(t, env, k, fence.State{Token: tok(0, e), Position: fence.NoPosition})
+		wantState(t, env, k, fence.State{Token: tok(0, e), Position: fence.NoPosition, Claimant: owner})
 	}
 	mustApply(t, env, k, tok(0, 9), 3)
-	if got, want := claim(t, env, k, tok(0, 10)), (fence.State{Token: tok(0, 10), Position: 3}); got != want {
+	if got, want := claim(t, env, k, tok(0, 10)), (fence.State{Token: tok(0, 10), Position: 3, Claimant: owner}); got != want {
 		t.Fatalf("Claim after an apply = %+v, want %+v", got, want)
 	}
-	// Apply with a higher token than the stored one takes the fence without a separate claim.
-	mustApply(t, env, k, tok(0, 12), 4, "mono/12", "x")
-	wantState(t, env, k, fence.State{Token: tok(0, 12), Position: 4})
-	wantValue(t, env, "mono/12", "x")
+	// A write under a higher token than the stored one is refused: writes happen only under
+	// a claimed token.
+	err := apply(t, env, k, tok(0, 12), 4, "mono/12", "x")
+	wantIs(t, "Apply under an unclaimed higher token", err, fence.ErrNotClaimed)
+	wantAbsent(t, env, "mono/12")
+	wantState(t, env, k, fence.State{Token: tok(0, 10), Position: 3, Claimant: owner})
 }
 
 func (s suite[Tx]) equalTokenManyBatches(t *testing.T) {
@@ -255,7 +264,7 @@ func (s suite[Tx]) equalTokenManyBatches(t *testing.T) {
 	positions := []int64{0, 1, 2, 5, 6, 100, 101, 250, 1 << 40}
 	for _, p := range positions {
 		mustApply(t, env, k, tok(0, 7), p, fmt.Sprintf("eq/%d", p), "v")
-		wantState(t, env, k, fence.State{Token: tok(0, 7), Position: p})
+		wantState(t, env, k, fence.State{Token: tok(0, 7), Position: p, Claimant: owner})
 	}
 	for _, p := range positions {
 		wantValue(t, env, fmt.Sprintf("eq/%d", p), "v")
@@ -267,9 +276,9 @@ func (s suite[Tx]) lowerTokenRefused(t *testing.T) {
 	k := key("lower")
 	claim(t, env, k, tok(0, 5))
 	mustApply(t, env, k, tok(0, 5), 10, "lower/a", "owner")
-	want := fence.State{Token: tok(0, 5), Position: 10}
+	want := fence.State{Token: tok(0, 5), Position: 10, Claimant: owner}
 
-	_, err := env.Sink.Claim(deadline(t), k, tok(0, 4))
+	_, err := env.Sink.Claim(deadline(t), k, tok(0, 4), owner)
 	wantStale(t, err, k, tok(0, 5), tok(0, 4))
 	wantState(t, env, k, want)
 
@@ -280,7 +289,7 @@ func (s suite[Tx]) lowerTokenRefused(t *testing.T) {
 	wantAbsent(t, env, "lower/b")
 
 	// The zero token (no owner) is lower than any owner's.
-	_, err = env.Sink.Claim(deadline(t), k, fence.Token{})
+	_, err = env.Sink.Claim(deadline(t), k, fence.Token{}, owner)
 	wantStale(t, err, k, tok(0, 5), fence.Token{})
 	wantState(t, env, k, want)
 }
@@ -288,7 +297,7 @@ func (s suite[Tx]) lowerTokenRefused(t *testing.T) {
 func (s suite[Tx]) laterEraNotInvented(t *testing.T) {
 	env := s.open(t)
 	k := key("era")
-	_, err := env.Sink.Claim(deadline(t), k, tok(1, 0))
+	_, err := env.Sink.Claim(deadline(t), k, tok(1, 0), owner)
 	wantIs(t, "Claim of era 1 on a fresh fence", err, fence.ErrInvalid)
 	wantState(t, env, k, fence.State{Position: fence.NoPosition})
 
@@ -296,18 +305,18 @@ func (s suite[Tx]) laterEraNotInvented(t *testing.T) {
 	err = apply(t, env, k, tok(1, 0), 0, "era/x", "v")
 	wantIs(t, "Apply of era 1 over era 0", err, fence.ErrInvalid)
 	wantAbsent(t, env, "era/x")
-	wantState(t, env, k, fence.State{Token: tok(0, 3), Position: fence.NoPosition})
+	wantState(t, env, k, fence.State{Token: tok(0, 3), Position: fence.NoPosition, Claimant: owner})
 
-	nt, err := env.Sink.Recover(deadline(t), k, tok(0, 3), 1, "test: era advance")
+	nt, err := env.Sink.Recover(deadline(t), k, tok(0, 3), 1, owner, "test: era advance")
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
 	if nt != tok(1, 1) {
 		t.Fatalf("Recover = %s, want 1.1", nt)
 	}
-	_, err = env.Sink.Claim(deadline(t), k, tok(2, 0))
+	_, err = env.Sink.Claim(deadline(t), k, tok(2, 0), owner)
 	wantIs(t, "Claim of era 2 over era 1", err, fence.ErrInvalid)
-	wantState(t, env, k, fence.State{Token: tok(1, 1), Position: fence.NoPosition})
+	wantState(t, env, k, fence.State{Token: tok(1, 1), Position: fence.NoPosition, Claimant: owner})
 }
 
 func (s suite[Tx]) resumePosition(t *testing.T) {
@@ -323,7 +332,7 @@ func (s suite[Tx]) resumePosition(t *testing.T) {
 		mustApply(t, env, k, tok(0, 1), p)
 	}
 	// A new owner resumes after the last applied position, whatever Kafka's committed offset says.
-	if got, want := claim(t, env, k, tok(0, 2)), (fence.State{Token: tok(0, 2), Position: 4}); got != want {
+	if got, want := claim(t, env, k, tok(0, 2)), (fence.State{Token: tok(0, 2), Position: 4, Claimant: owner}); got != want {
 		t.Fatalf("Claim by the next owner = %+v, want %+v", got, want)
 	}
 	// Other keys are independent: same group and topic, another partition.
@@ -337,7 +346,7 @@ func (s suite[Tx]) duplicates(t *testing.T) {
 	k := key("dup")
 	claim(t, env, k, tok(0, 5))
 	mustApply(t, env, k, tok(0, 5), 10, "dup/10", "first")
-	want := fence.State{Token: tok(0, 5), Position: 10}
+	want := fence.State{Token: tok(0, 5), Position: 10, Claimant: owner}
 	if !want.Applied(10) || !want.Applied(9) || want.Applied(11) {
 		t.Fatalf("State.Applied is wrong around position 10")
 	}
@@ -348,10 +357,9 @@ func (s suite[Tx]) duplicates(t *testing.T) {
 		wantAbsent(t, env, fmt.Sprintf("dup/new%d", p))
 		wantState(t, env, k, want)
 	}
-	// A higher token at an applied position is a duplicate too, and does not raise the token:
-	// nothing is committed.
+	// A higher token is not claimed, whatever the position: nothing is committed.
 	err := apply(t, env, k, tok(0, 6), 10, "dup/hi", "v")
-	wantIs(t, "Apply at 10 under a higher token", err, fence.ErrDuplicate)
+	wantIs(t, "Apply at 10 under a higher token", err, fence.ErrNotClaimed)
 	wantAbsent(t, env, "dup/hi")
 	wantState(t, env, k, want)
 	// A lower token at an applied position is stale, not a duplicate: a zombie must stop,
@@ -360,6 +368,144 @@ func (s suite[Tx]) duplicates(t *testing.T) {
 	wantStale(t, err, k, tok(0, 5), tok(0, 4))
 	wantAbsent(t, env, "dup/lo")
 	wantState(t, env, k, want)
+}
+
+// equalTokenOneClaimant: a token is held by one claimant. Another claimant presenting the
+// same token is refused as stale (the equal-token race of a recreated group or a replaced
+// static member: two workers assigned at the same generation); the holder re-claims freely.
+func (s suite[Tx]) equalTokenOneClaimant(t *testing.T) {
+	env := s.open(t)
+	ctx := deadline(t)
+	k := key("one-claimant")
+	claim(t, env, k, tok(0, 4))
+	mustApply(t, env, k, tok(0, 4), 0)
+	if st, err := env.Sink.Claim(ctx, k, tok(0, 5), "n"); err != nil || st != (fence.State{Token: tok(0, 5), Position: 0, Claimant: "n"}) {
+		t.Fatalf("Claim(0.5) by n = %+v, %v", st, err)
+	}
+	_, err := env.Sink.Claim(ctx, k, tok(0, 5), "o")
+	wantStale(t, err, k, tok(0, 5), tok(0, 5))
+	if !strings.Contains(err.Error(), "another claimant") {
+		t.Errorf("refusal of an equal token held by another claimant says %q; want it to say so", err)
+	}
+	wantState(t, env, k, fence.State{Token: tok(0, 5), Position: 0, Claimant: "n"})
+	// The holder re-claims (a lost reply, a retry): accepted, nothing changes.
+	if st, err := env.Sink.Claim(ctx, k, tok(0, 5), "n"); err != nil || st != (fence.State{Token: tok(0, 5), Position: 0, Claimant: "n"}) {
+		t.Fatalf("re-claim by the holder = %+v, %v", st, err)
+	}
+	// A higher token takes it from anyone; a recovery hands it to its claimant.
+	claim(t, env, k, tok(0, 6))
+	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 0, Claimant: owner})
+	if _, err := env.Sink.Recover(ctx, k, tok(0, 6), 2, "r", "fencetest: recovery"); err != nil {
+		t.Fatalf("Recover: %v", err)
+	}
+	wantState(t, env, k, fence.State{Token: tok(1, 2), Position: 0, Claimant: "r"})
+	_, err = env.Sink.Claim(ctx, k, tok(1, 2), owner)
+	wantStale(t, err, k, tok(1, 2), tok(1, 2))
+	if _, err := env.Sink.Claim(ctx, k, tok(1, 2), "r"); err != nil {
+		t.Fatalf("re-claim by the recoverer: %v", err)
+	}
+	// A fence never claimed holds the zero token for nobody: anyone may claim it.
+	k2 := key("one-claimant-zero")
+	if st, err := env.Sink.Claim(ctx, k2, fence.Token{}, "z"); err != nil || st.Claimant != "z" {
+		t.Fatalf("Claim of the zero token of a new fence = %+v, %v", st, err)
+	}
+	_, err = env.Sink.Claim(ctx, k2, fence.Token{}, "y")
+	wantStale(t, err, k2, fence.Token{}, fence.Token{})
+	for _, bad := range []string{"", "a\x00b"} {
+		_, err := env.Sink.Claim(ctx, k2, tok(0, 9), bad)
+		wantIs(t, fmt.Sprintf("Claim with claimant %q", bad), err, fence.ErrInvalid)
+		_, err = env.Sink.Recover(ctx, k2, fence.Token{}, 9, bad, "r")
+		wantIs(t, fmt.Sprintf("Recover with claimant %q", bad), err, fence.ErrInvalid)
+	}
+}
+
+// claimRaceOneClaimant: many claimants race to claim the same token; exactly one wins.
+func (s suite[Tx]) claimRaceOneClaimant(t *testing.T) {
+	env := s.open(t)
+	ctx := deadline(t)
+	k := key("claim-race")
+	claim(t, env, k, tok(0, 4))
+	const n = 8
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = env.Sink.Claim(ctx, k, tok(0, 5), fmt.Sprintf("c%d", i))
+		}()
+	}
+	wg.Wait()
+	winner := ""
+	for i, err := range errs {
+		switch {
+		case err == nil && winner == "":
+			winner = fmt.Sprintf("c%d", i)
+		case err == nil:
+			t.Fatalf("both %s and c%d claimed token 0.5", winner, i)
+		default:
+			wantStale(t, err, k, tok(0, 5), tok(0, 5))
+		}
+	}
+	if winner == "" {
+		t.Fatalf("no claimant won: %v", errs)
+	}
+	wantState(t, env, k, fence.State{Token: tok(0, 5), Position: fence.NoPosition, Claimant: winner})
+}
+
+// writeNeedsClaimedToken: a write under a token higher than the stored one is refused with
+// ErrNotClaimed and changes nothing; stale still wins.
+func (s suite[Tx]) writeNeedsClaimedToken(t *testing.T) {
+	env := s.open(t)
+	k := key("not-claimed")
+	err := apply(t, env, k, tok(0, 1), 0, "nc/a", "v")
+	wantIs(t, "Apply on a fence never claimed", err, fence.ErrNotClaimed)
+	wantState(t, env, k, fence.State{Position: fence.NoPosition})
+	claim(t, env, k, tok(0, 3))
+	mustApply(t, env, k, tok(0, 3), 5)
+	err = apply(t, env, k, tok(0, 4), 6, "nc/a", "v")
+	wantIs(t, "Apply under a higher unclaimed token", err, fence.ErrNotClaimed)
+	wantAbsent(t, env, "nc/a")
+	wantState(t, env, k, fence.State{Token: tok(0, 3), Position: 5, Claimant: owner})
+}
+
+// overlapRefused: a batch that spans the stored position (part of it applied before) is
+// refused with ErrOverlap and changes nothing; the suffix then applies. Stale wins over it.
+func (s suite[Tx]) overlapRefused(t *testing.T) {
+	env := s.open(t)
+	ctx := deadline(t)
+	k := key("overlap")
+	claim(t, env, k, tok(0, 5))
+	if err := env.Sink.Apply(ctx, k, tok(0, 5), 1, 30, func(ctx context.Context, tx Tx) error {
+		return env.Write(ctx, tx, "ov/1-30", "v")
+	}); err != nil {
+		t.Fatalf("Apply 1..30: %v", err)
+	}
+	for _, first := range []int64{1, 30} {
+		err := env.Sink.Apply(ctx, k, tok(0, 5), first, 50, func(ctx context.Context, tx Tx) error {
+			return env.Write(ctx, tx, "ov/overlap", "v")
+		})
+		wantIs(t, fmt.Sprintf("Apply %d..50 after 30", first), err, fence.ErrOverlap)
+		if errors.Is(err, fence.ErrDuplicate) {
+			t.Fatalf("an overlap is not a duplicate: skipping it would lose 31..50: %v", err)
+		}
+		wantAbsent(t, env, "ov/overlap")
+		wantState(t, env, k, fence.State{Token: tok(0, 5), Position: 30, Claimant: owner})
+	}
+	// Stale wins over overlap.
+	claim(t, env, k, tok(0, 6))
+	noop := func(context.Context, Tx) error { return nil }
+	err := env.Sink.Apply(ctx, k, tok(0, 5), 20, 50, noop)
+	wantStale(t, err, k, tok(0, 6), tok(0, 5))
+	// The suffix applies, with a gap (offsets are not contiguous).
+	if err := env.Sink.Apply(ctx, k, tok(0, 6), 33, 50, func(ctx context.Context, tx Tx) error {
+		return env.Write(ctx, tx, "ov/33-50", "v")
+	}); err != nil {
+		t.Fatalf("Apply 33..50: %v", err)
+	}
+	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 50, Claimant: owner})
+	err = env.Sink.Apply(ctx, k, tok(0, 6), 60, 59, noop)
+	wantIs(t, "Apply 60..59", err, fence.ErrInvalid)
 }
 
 // raceHighestTokenWins runs owners with rising epochs that claim in turn while the earlier
@@ -394,7 +540,7 @@ func (s suite[Tx]) raceHighestTokenWins(t *testing.T) {
 			tk := tok(0, int64(10+i))
 			do := func(afterTop bool) error {
 				p := next.Add(1) - 1
-				err := env.Sink.Apply(ctx, k, tk, p, func(ctx context.Context, tx Tx) error {
+				err := env.Sink.Apply(ctx, k, tk, p, p, func(ctx context.Context, tx Tx) error {
 					return env.Write(ctx, tx, fmt.Sprintf("log/%d", p), tk.String())
 				})
 				mu.Lock()
@@ -403,7 +549,7 @@ func (s suite[Tx]) raceHighestTokenWins(t *testing.T) {
 				return err
 			}
 			<-turn[i]
-			_, claimErrs[i] = env.Sink.Claim(ctx, k, tk)
+			_, claimErrs[i] = env.Sink.Claim(ctx, k, tk, owner)
 			if claimErrs[i] == nil {
 				_ = do(false)
 			}
@@ -484,7 +630,7 @@ func (s suite[Tx]) raceHighestTokenWins(t *testing.T) {
 	if !slices.Contains(stale[:owners-1], true) {
 		t.Fatal("no lower owner was ever refused: the race did not happen")
 	}
-	wantState(t, env, k, fence.State{Token: top, Position: positions[len(positions)-1]})
+	wantState(t, env, k, fence.State{Token: top, Position: positions[len(positions)-1], Claimant: owner})
 }
 
 func (s suite[Tx]) atomicUserWriteFails(t *testing.T) {
@@ -492,7 +638,7 @@ func (s suite[Tx]) atomicUserWriteFails(t *testing.T) {
 	k := key("atomic-write")
 	claim(t, env, k, tok(0, 2))
 	mustApply(t, env, k, tok(0, 2), 0)
-	want := fence.State{Token: tok(0, 2), Position: 0}
+	want := fence.State{Token: tok(0, 2), Position: 0, Claimant: owner}
 	err := apply(t, env, k, tok(0, 2), 1, "aw/before", "v", "aw/failing", "fail")
 	if err == nil {
 		t.Fatal("Apply succeeded although the user write failed")
@@ -507,14 +653,14 @@ func (s suite[Tx]) atomicUserWriteFails(t *testing.T) {
 	wantState(t, env, k, want)
 	// The position was not consumed: the batch can be applied once the write succeeds.
 	mustApply(t, env, k, tok(0, 2), 1, "aw/before", "v")
-	wantState(t, env, k, fence.State{Token: tok(0, 2), Position: 1})
+	wantState(t, env, k, fence.State{Token: tok(0, 2), Position: 1, Claimant: owner})
 }
 
 func (s suite[Tx]) atomicFnError(t *testing.T) {
 	env := s.open(t)
 	k := key("atomic-fn")
 	claim(t, env, k, tok(0, 2))
-	err := env.Sink.Apply(deadline(t), k, tok(0, 2), 0, func(ctx context.Context, tx Tx) error {
+	err := env.Sink.Apply(deadline(t), k, tok(0, 2), 0, 0, func(ctx context.Context, tx Tx) error {
 		if err := env.Write(ctx, tx, "af/x", "v"); err != nil {
 			return err
 		}
@@ -522,7 +668,7 @@ func (s suite[Tx]) atomicFnError(t *testing.T) {
 	})
 	wantIs(t, "Apply with fn failing", err, errRollback)
 	wantAbsent(t, env, "af/x")
-	wantState(t, env, k, fence.State{Token: tok(0, 2), Position: fence.NoPosition})
+	wantState(t, env, k, fence.State{Token: tok(0, 2), Position: fence.NoPosition, Claimant: owner})
 }
 
 func (s suite[Tx]) atomicStaleWriteInvisible(t *testing.T) {
@@ -530,12 +676,12 @@ func (s suite[Tx]) atomicStaleWriteInvisible(t *testing.T) {
 	k := key("atomic-stale")
 	claim(t, env, k, tok(0, 9))
 	// A store may check before or after running fn; either way nothing may become visible.
-	err := env.Sink.Apply(deadline(t), k, tok(0, 8), 0, func(ctx context.Context, tx Tx) error {
+	err := env.Sink.Apply(deadline(t), k, tok(0, 8), 0, 0, func(ctx context.Context, tx Tx) error {
 		return env.Write(ctx, tx, "as/x", "zombie")
 	})
 	wantStale(t, err, k, tok(0, 9), tok(0, 8))
 	wantAbsent(t, env, "as/x")
-	wantState(t, env, k, fence.State{Token: tok(0, 9), Position: fence.NoPosition})
+	wantState(t, env, k, fence.State{Token: tok(0, 9), Position: fence.NoPosition, Claimant: owner})
 }
 
 func (s suite[Tx]) needBegin(t *testing.T) Env[Tx] {
@@ -555,15 +701,21 @@ func (s suite[Tx]) advanceInCallerTx(t *testing.T) {
 
 	// Stale: refused, and the caller rolls back.
 	tx, _, rollback := begin(t, env, ctx)
-	wantStale(t, env.Sink.Advance(ctx, tx, k, tok(0, 4), 0), k, tok(0, 5), tok(0, 4))
+	wantStale(t, env.Sink.Advance(ctx, tx, k, tok(0, 4), 0, 0), k, tok(0, 5), tok(0, 4))
 	if err := rollback(); err != nil {
 		t.Fatalf("rollback: %v", err)
 	}
-	wantState(t, env, k, fence.State{Token: tok(0, 5), Position: fence.NoPosition})
+	wantState(t, env, k, fence.State{Token: tok(0, 5), Position: fence.NoPosition, Claimant: owner})
+
+	// Not claimed: a higher token is refused.
+	tx, _, rollback = begin(t, env, ctx)
+	wantIs(t, "Advance under an unclaimed token", env.Sink.Advance(ctx, tx, k, tok(0, 6), 0, 0), fence.ErrNotClaimed)
+	_ = rollback()
+	claim(t, env, k, tok(0, 6))
 
 	// Rolled back: neither the advance nor the user write happened.
 	tx, _, rollback = begin(t, env, ctx)
-	if err := env.Sink.Advance(ctx, tx, k, tok(0, 6), 3); err != nil {
+	if err := env.Sink.Advance(ctx, tx, k, tok(0, 6), 3, 3); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
 	if err := env.Write(ctx, tx, "adv/rolled", "v"); err != nil {
@@ -572,13 +724,13 @@ func (s suite[Tx]) advanceInCallerTx(t *testing.T) {
 	if err := rollback(); err != nil {
 		t.Fatalf("rollback: %v", err)
 	}
-	wantState(t, env, k, fence.State{Token: tok(0, 5), Position: fence.NoPosition})
+	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: fence.NoPosition, Claimant: owner})
 	wantAbsent(t, env, "adv/rolled")
 
 	// Committed: two advances in one transaction, then visible together with the user write.
 	tx, commit, _ := begin(t, env, ctx)
 	for _, p := range []int64{3, 4} {
-		if err := env.Sink.Advance(ctx, tx, k, tok(0, 6), p); err != nil {
+		if err := env.Sink.Advance(ctx, tx, k, tok(0, 6), p, p); err != nil {
 			t.Fatalf("Advance to %d: %v", p, err)
 		}
 	}
@@ -588,20 +740,20 @@ func (s suite[Tx]) advanceInCallerTx(t *testing.T) {
 	if err := commit(); err != nil {
 		t.Fatalf("commit: %v", err)
 	}
-	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 4})
+	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 4, Claimant: owner})
 	wantValue(t, env, "adv/committed", "v")
 
 	// A duplicate through Advance.
 	tx, _, rollback = begin(t, env, ctx)
-	wantIs(t, "Advance to 4 again", env.Sink.Advance(ctx, tx, k, tok(0, 6), 4), fence.ErrDuplicate)
+	wantIs(t, "Advance to 4 again", env.Sink.Advance(ctx, tx, k, tok(0, 6), 4, 4), fence.ErrDuplicate)
 	_ = rollback()
-	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 4})
+	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 4, Claimant: owner})
 
 	// Invalid input through Advance.
 	tx, _, rollback = begin(t, env, ctx)
-	wantIs(t, "Advance to a negative position", env.Sink.Advance(ctx, tx, k, tok(0, 6), -1), fence.ErrInvalid)
+	wantIs(t, "Advance to a negative position", env.Sink.Advance(ctx, tx, k, tok(0, 6), -1, -1), fence.ErrInvalid)
 	_ = rollback()
-	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 4})
+	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 4, Claimant: owner})
 }
 
 // advanceHoldsKey checks that a transaction that advanced a fence holds it until it ends: a
@@ -615,7 +767,7 @@ func (s suite[Tx]) advanceHoldsKey(t *testing.T) {
 
 	// The old owner advanced and still holds its transaction; the new owner claims meanwhile.
 	tx, commit, _ := begin(t, env, ctx)
-	if err := env.Sink.Advance(ctx, tx, k, tok(0, 5), 10); err != nil {
+	if err := env.Sink.Advance(ctx, tx, k, tok(0, 5), 10, 10); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
 	if err := env.Write(ctx, tx, "held/10", "old owner"); err != nil {
@@ -627,7 +779,7 @@ func (s suite[Tx]) advanceHoldsKey(t *testing.T) {
 	}
 	claimed := make(chan result, 1)
 	go func() {
-		st, err := env.Sink.Claim(ctx, k, tok(0, 6))
+		st, err := env.Sink.Claim(ctx, k, tok(0, 6), owner)
 		claimed <- result{st, err}
 	}()
 	// Give the claim time to reach the fence before the commit. The assertions hold for a
@@ -641,21 +793,22 @@ func (s suite[Tx]) advanceHoldsKey(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("Claim during an open advance: %v", r.err)
 	}
-	if want := (fence.State{Token: tok(0, 6), Position: 10}); r.st != want {
+	if want := (fence.State{Token: tok(0, 6), Position: 10, Claimant: owner}); r.st != want {
 		t.Fatalf("Claim during an open advance = %+v, want %+v (it must see the advance that committed first)", r.st, want)
 	}
-	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 10})
+	wantState(t, env, k, fence.State{Token: tok(0, 6), Position: 10, Claimant: owner})
 	wantValue(t, env, "held/10", "old owner")
 
 	// The other way round: the new owner's advance is open, a zombie's Apply must wait and
 	// then be refused.
+	claim(t, env, k, tok(0, 7))
 	tx, commit, _ = begin(t, env, ctx)
-	if err := env.Sink.Advance(ctx, tx, k, tok(0, 7), 11); err != nil {
+	if err := env.Sink.Advance(ctx, tx, k, tok(0, 7), 11, 11); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
 	applied := make(chan error, 1)
 	go func() {
-		applied <- env.Sink.Apply(ctx, k, tok(0, 6), 12, func(ctx context.Context, tx Tx) error {
+		applied <- env.Sink.Apply(ctx, k, tok(0, 6), 12, 12, func(ctx context.Context, tx Tx) error {
 			return env.Write(ctx, tx, "held/12", "zombie")
 		})
 	}()
@@ -665,7 +818,7 @@ func (s suite[Tx]) advanceHoldsKey(t *testing.T) {
 	}
 	wantStale(t, <-applied, k, tok(0, 7), tok(0, 6))
 	wantAbsent(t, env, "held/12")
-	wantState(t, env, k, fence.State{Token: tok(0, 7), Position: 11})
+	wantState(t, env, k, fence.State{Token: tok(0, 7), Position: 11, Claimant: owner})
 }
 
 func (s suite[Tx]) durability(t *testing.T) {
@@ -677,7 +830,7 @@ func (s suite[Tx]) durability(t *testing.T) {
 	k, k2 := key("durable"), key("durable-2")
 	claim(t, env, k, tok(0, 3))
 	mustApply(t, env, k, tok(0, 3), 7, "dur/7", "v7")
-	if _, err := env.Sink.Recover(ctx, k, tok(0, 3), 1, "test: group recreated"); err != nil {
+	if _, err := env.Sink.Recover(ctx, k, tok(0, 3), 1, owner, "test: group recreated"); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
 	mustApply(t, env, k, tok(1, 1), 8, "dur/8", "v8")
@@ -697,8 +850,8 @@ func (s suite[Tx]) durability(t *testing.T) {
 
 	env = env.Reopen(t)
 
-	wantState(t, env, k, fence.State{Token: tok(1, 1), Position: 8})
-	wantState(t, env, k2, fence.State{Token: tok(0, 40), Position: fence.NoPosition})
+	wantState(t, env, k, fence.State{Token: tok(1, 1), Position: 8, Claimant: owner})
+	wantState(t, env, k2, fence.State{Token: tok(0, 40), Position: fence.NoPosition, Claimant: owner})
 	wantValue(t, env, "dur/7", "v7")
 	wantValue(t, env, "dur/8", "v8")
 	recs, err := env.Sink.Recoveries(ctx, k)
@@ -708,7 +861,7 @@ func (s suite[Tx]) durability(t *testing.T) {
 	if len(recs) != 1 || recs[0].From != tok(0, 3) || recs[0].To != tok(1, 1) || recs[0].Reason != "test: group recreated" {
 		t.Fatalf("Recoveries after reopen = %+v", recs)
 	}
-	_, err = env.Sink.Claim(ctx, k, tok(0, 99))
+	_, err = env.Sink.Claim(ctx, k, tok(0, 99), owner)
 	wantStale(t, err, k, tok(1, 1), tok(0, 99))
 	wantIs(t, "Apply at 8 after reopen", apply(t, env, k, tok(1, 1), 8), fence.ErrDuplicate)
 	if env.Keyed != nil {
@@ -732,28 +885,28 @@ func (s suite[Tx]) regressionAndRecover(t *testing.T) {
 
 	// The group was recreated: its current owner presents a low epoch. The sink cannot tell it
 	// from a zombie, so it refuses it; only Recover may let it in.
-	_, err := env.Sink.Claim(ctx, k, tok(0, 2))
+	_, err := env.Sink.Claim(ctx, k, tok(0, 2), owner)
 	wantStale(t, err, k, tok(0, 10), tok(0, 2))
 	wantStale(t, apply(t, env, k, tok(0, 2), 6, "reg/6", "v"), k, tok(0, 10), tok(0, 2))
 	wantAbsent(t, env, "reg/6")
 
-	_, err = env.Sink.Recover(ctx, k, tok(0, 9), 2, "test: wrong expectation")
+	_, err = env.Sink.Recover(ctx, k, tok(0, 9), 2, owner, "test: wrong expectation")
 	wantIs(t, "Recover with the wrong expected token", err, fence.ErrConflict)
-	_, err = env.Sink.Recover(ctx, k, tok(0, 10), 2, "")
+	_, err = env.Sink.Recover(ctx, k, tok(0, 10), 2, owner, "")
 	wantIs(t, "Recover without a reason", err, fence.ErrInvalid)
-	wantState(t, env, k, fence.State{Token: tok(0, 10), Position: 5})
+	wantState(t, env, k, fence.State{Token: tok(0, 10), Position: 5, Claimant: owner})
 	if recs, err := env.Sink.Recoveries(ctx, k); err != nil || len(recs) != 0 {
 		t.Fatalf("Recoveries after failed recoveries = %+v, %v; want none", recs, err)
 	}
 
-	nt, err := env.Sink.Recover(ctx, k, tok(0, 10), 2, "test: group recreated")
+	nt, err := env.Sink.Recover(ctx, k, tok(0, 10), 2, owner, "test: group recreated")
 	if err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
 	if nt != tok(1, 2) {
 		t.Fatalf("Recover = %s, want 1.2", nt)
 	}
-	wantState(t, env, k, fence.State{Token: tok(1, 2), Position: 5})
+	wantState(t, env, k, fence.State{Token: tok(1, 2), Position: 5, Claimant: owner})
 	recs, err := env.Sink.Recoveries(ctx, k)
 	if err != nil {
 		t.Fatal(err)
@@ -766,24 +919,24 @@ func (s suite[Tx]) regressionAndRecover(t *testing.T) {
 	}
 
 	// The compare-and-set: the same recovery again loses.
-	_, err = env.Sink.Recover(ctx, k, tok(0, 10), 3, "test: repeated")
+	_, err = env.Sink.Recover(ctx, k, tok(0, 10), 3, owner, "test: repeated")
 	wantIs(t, "Recover against a replaced token", err, fence.ErrConflict)
 
 	// Every old-era token is now refused, even with a higher epoch.
 	for _, old := range []fence.Token{tok(0, 2), tok(0, 10), tok(0, 11), tok(0, 1<<40)} {
-		_, err := env.Sink.Claim(ctx, k, old)
+		_, err := env.Sink.Claim(ctx, k, old, owner)
 		wantStale(t, err, k, tok(1, 2), old)
 		wantStale(t, apply(t, env, k, old, 6, "reg/old", "v"), k, tok(1, 2), old)
 	}
 	wantAbsent(t, env, "reg/old")
 
 	// The recovered owner resumes where the fence stood and writes on.
-	if got, want := claim(t, env, k, tok(1, 2)), (fence.State{Token: tok(1, 2), Position: 5}); got != want {
+	if got, want := claim(t, env, k, tok(1, 2)), (fence.State{Token: tok(1, 2), Position: 5, Claimant: owner}); got != want {
 		t.Fatalf("Claim by the recovered owner = %+v, want %+v", got, want)
 	}
 	mustApply(t, env, k, tok(1, 2), 6, "reg/6", "new era")
 	claim(t, env, k, tok(1, 3)) // the new era's next owner
-	wantState(t, env, k, fence.State{Token: tok(1, 3), Position: 6})
+	wantState(t, env, k, fence.State{Token: tok(1, 3), Position: 6, Claimant: owner})
 	wantValue(t, env, "reg/6", "new era")
 
 	if recs, _ := env.Sink.Recoveries(ctx, key("regress-other")); len(recs) != 0 {
@@ -804,7 +957,7 @@ func (s suite[Tx]) recoverConcurrent(t *testing.T) {
 	for i := range n {
 		wg.Go(func() {
 			<-start
-			tokens[i], errs[i] = env.Sink.Recover(ctx, k, tok(0, 10), int64(i+1), fmt.Sprintf("test: racer %d", i))
+			tokens[i], errs[i] = env.Sink.Recover(ctx, k, tok(0, 10), int64(i+1), owner, fmt.Sprintf("test: racer %d", i))
 		})
 	}
 	close(start)
@@ -823,7 +976,7 @@ func (s suite[Tx]) recoverConcurrent(t *testing.T) {
 	if won < 0 {
 		t.Fatal("no recovery succeeded")
 	}
-	wantState(t, env, k, fence.State{Token: tokens[won], Position: fence.NoPosition})
+	wantState(t, env, k, fence.State{Token: tokens[won], Position: fence.NoPosition, Claimant: owner})
 	recs, err := env.Sink.Recoveries(ctx, k)
 	if err != nil || len(recs) != 1 || recs[0].To != tokens[won] {
 		t.Fatalf("Recoveries = %+v, %v; want the one winner %s", recs, err, tokens[won])
@@ -988,18 +1141,18 @@ func (s suite[Tx]) badInput(t *testing.T) {
 	env := s.open(t)
 	ctx := deadline(t)
 	for name, k := range invalidKeys() {
-		_, err := env.Sink.Claim(ctx, k, tok(0, 1))
+		_, err := env.Sink.Claim(ctx, k, tok(0, 1), owner)
 		wantIs(t, "Claim with "+name, err, fence.ErrInvalid)
 		_, err = env.Sink.Load(ctx, k)
 		wantIs(t, "Load with "+name, err, fence.ErrInvalid)
 		wantIs(t, "Apply with "+name, apply(t, env, k, tok(0, 1), 0, "bad/key", "v"), fence.ErrInvalid)
-		_, err = env.Sink.Recover(ctx, k, tok(0, 0), 1, "test")
+		_, err = env.Sink.Recover(ctx, k, tok(0, 0), 1, owner, "test")
 		wantIs(t, "Recover with "+name, err, fence.ErrInvalid)
 		_, err = env.Sink.Recoveries(ctx, k)
 		wantIs(t, "Recoveries with "+name, err, fence.ErrInvalid)
 		if env.Begin != nil {
 			tx, _, rollback := begin(t, env, ctx)
-			wantIs(t, "Advance with "+name, env.Sink.Advance(ctx, tx, k, tok(0, 1), 0), fence.ErrInvalid)
+			wantIs(t, "Advance with "+name, env.Sink.Advance(ctx, tx, k, tok(0, 1), 0, 0), fence.ErrInvalid)
 			_ = rollback()
 		}
 	}
@@ -1007,17 +1160,17 @@ func (s suite[Tx]) badInput(t *testing.T) {
 
 	k := key("bad")
 	for _, bad := range []fence.Token{tok(-1, 0), tok(0, -1), tok(-1, -1)} {
-		_, err := env.Sink.Claim(ctx, k, bad)
+		_, err := env.Sink.Claim(ctx, k, bad, owner)
 		wantIs(t, fmt.Sprintf("Claim(%s)", bad), err, fence.ErrInvalid)
 		wantIs(t, fmt.Sprintf("Apply(%s)", bad), apply(t, env, k, bad, 0, "bad/token", "v"), fence.ErrInvalid)
-		_, err = env.Sink.Recover(ctx, k, bad, 1, "test")
+		_, err = env.Sink.Recover(ctx, k, bad, 1, owner, "test")
 		wantIs(t, fmt.Sprintf("Recover(expected %s)", bad), err, fence.ErrInvalid)
 	}
 	wantIs(t, "Apply at a negative position", apply(t, env, k, tok(0, 1), -1, "bad/pos", "v"), fence.ErrInvalid)
 	wantIs(t, "Apply at NoPosition", apply(t, env, k, tok(0, 1), fence.NoPosition-1, "bad/pos", "v"), fence.ErrInvalid)
-	_, err := env.Sink.Recover(ctx, k, tok(0, 0), -1, "test")
+	_, err := env.Sink.Recover(ctx, k, tok(0, 0), -1, owner, "test")
 	wantIs(t, "Recover to a negative epoch", err, fence.ErrInvalid)
-	_, err = env.Sink.Recover(ctx, k, tok(0, 0), 1, "")
+	_, err = env.Sink.Recover(ctx, k, tok(0, 0), 1, owner, "")
 	wantIs(t, "Recover without a reason", err, fence.ErrInvalid)
 	wantAbsent(t, env, "bad/token")
 	wantAbsent(t, env, "bad/pos")
@@ -1029,7 +1182,7 @@ func (s suite[Tx]) badInput(t *testing.T) {
 	maxKey := fence.Key{Group: strings.Repeat("g", fence.MaxIdentifierLen), Topic: "tópico ✓", Partition: 1<<31 - 1}
 	claim(t, env, maxKey, tok(0, 1<<62))
 	mustApply(t, env, maxKey, tok(0, 1<<62), 1<<62)
-	wantState(t, env, maxKey, fence.State{Token: tok(0, 1<<62), Position: 1 << 62})
+	wantState(t, env, maxKey, fence.State{Token: tok(0, 1<<62), Position: 1 << 62, Claimant: owner})
 }
 
 func (s suite[Tx]) keyedBadInput(t *testing.T) {

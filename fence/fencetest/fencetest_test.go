@@ -107,6 +107,18 @@ var mutants = map[string]struct {
 		wrap:  func(m *mutant) { m.claimForgetsPosition = true },
 		catch: []string{"MonotonicClaims", "ResumePosition", "RegressionAndRecover", "AdvanceHoldsKeyUntilTxEnds"},
 	},
+	"EqualTokenOtherClaimantAccepted": { // finding 1: the claimant is not checked
+		wrap:  func(m *mutant) { m.claimIgnoresClaimant = true },
+		catch: []string{"EqualTokenOneClaimant", "ClaimRaceOneClaimant"},
+	},
+	"WriteUnderUnclaimedToken": { // the old rule: a write under a higher token takes the fence
+		wrap:  func(m *mutant) { m.writeTakesFence = true },
+		catch: []string{"WriteNeedsClaimedToken", "MonotonicClaims"},
+	},
+	"OverlapApplied": { // the old rule: only the batch's last position is checked
+		wrap:  func(m *mutant) { m.overlapApplied = true },
+		catch: []string{"OverlapRefused"},
+	},
 	"TableAcceptsAll": {
 		wrap:  func(m *mutant) { m.tableAcceptsAll = true },
 		catch: []string{"TableNames"},
@@ -176,10 +188,16 @@ type mutant struct {
 	applyIgnoresToken, claimIgnoresToken, notAtomic, reapplyDuplicates bool
 	recoverNoCAS, admitAlways, noValidation, tableAcceptsAll           bool
 	equalRefused, claimForgetsPosition                                 bool
+	claimIgnoresClaimant, writeTakesFence, overlapApplied              bool
 }
 
-func (m *mutant) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	st, err := m.Store.Claim(ctx, k, t)
+func (m *mutant) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	st, err := m.Store.Claim(ctx, k, t, claimant)
+	var se *fence.StaleError
+	if m.claimIgnoresClaimant && errors.As(err, &se) && se.Stored == t {
+		held, _ := m.Store.Load(ctx, k)
+		st, err = m.Store.Claim(ctx, k, t, held.Claimant) // as if the equal token were ours
+	}
 	if m.claimForgetsPosition && err == nil {
 		st.Position = fence.NoPosition
 	}
@@ -200,7 +218,7 @@ func (m *mutant) Load(ctx context.Context, k fence.Key) (fence.State, error) {
 	return st, err
 }
 
-func (m *mutant) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int64, fn func(context.Context, *memfence.Tx) error) error {
+func (m *mutant) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos int64, fn func(context.Context, *memfence.Tx) error) error {
 	if m.applyIgnoresToken {
 		if st, err := m.Store.Load(ctx, k); err == nil && t.Less(st.Token) {
 			t = st.Token // writes as if it held the stored token
@@ -212,12 +230,22 @@ func (m *mutant) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int6
 		}
 	}
 	if m.notAtomic {
-		if err := m.Store.Apply(ctx, k, t, pos, nil); err != nil {
+		if err := m.Store.Apply(ctx, k, t, first, pos, nil); err != nil {
 			return err
 		}
-		return m.Store.Apply(ctx, fence.Key{Group: "side", Topic: "side", Partition: 0}, fence.Token{}, pos, fn)
+		return m.Store.Apply(ctx, fence.Key{Group: "side", Topic: "side", Partition: 0}, fence.Token{}, first, pos, fn)
 	}
-	err := m.Store.Apply(ctx, k, t, pos, fn)
+	if m.writeTakesFence {
+		if st, err := m.Store.Load(ctx, k); err == nil && st.Token.Less(t) && t.Era == st.Token.Era {
+			_, _ = m.Store.Claim(ctx, k, t, "mutant")
+		}
+	}
+	if m.overlapApplied {
+		if st, err := m.Store.Load(ctx, k); err == nil && first <= st.Position && st.Position < pos {
+			first = st.Position + 1
+		}
+	}
+	err := m.Store.Apply(ctx, k, t, first, pos, fn)
 	if m.reapplyDuplicates && errors.Is(err, fence.ErrDuplicate) {
 		tx, _ := m.Store.Begin(ctx)
 		if err := fn(ctx, tx); err != nil {
@@ -237,13 +265,13 @@ func (m *mutant) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int6
 	return err
 }
 
-func (m *mutant) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
+func (m *mutant) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
 	if m.recoverNoCAS {
 		if st, err := m.Store.Load(ctx, k); err == nil {
 			expected = st.Token
 		}
 	}
-	return m.Store.Recover(ctx, k, expected, epoch, reason)
+	return m.Store.Recover(ctx, k, expected, epoch, claimant, reason)
 }
 
 func (m *mutant) Admit(ctx context.Context, tx *memfence.Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {

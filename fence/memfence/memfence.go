@@ -147,17 +147,17 @@ func (s *Store) withKey(ctx context.Context, k fence.Key, fn func() error) error
 }
 
 // Claim implements [fence.Sink.Claim]. It waits for a transaction that holds k.
-func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	if err := fencestore.ValidateClaim(k, t); err != nil {
+func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	if err := fencestore.ValidateClaim(k, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	var st fence.State
 	err := s.withKey(ctx, k, func() error {
 		st = s.state(k)
-		if err := fencestore.CheckClaim(k, st, t); err != nil {
+		if err := fencestore.CheckClaim(k, st, t, claimant); err != nil {
 			return err
 		}
-		st.Token = t
+		st.Token, st.Claimant = t, claimant
 		s.fences[k] = st
 		return nil
 	})
@@ -179,14 +179,14 @@ func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
 
 // Apply implements [fence.Sink.Apply]: [Store.Begin], [Store.Advance], fn, [Tx.Commit]. A nil
 // fn only advances the fence.
-func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(ctx context.Context, tx *Tx) error) error {
+func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx *Tx) error) error {
 	tx, err := s.Begin(ctx)
 	if err != nil {
 		return err
 	}
 	// After Commit this only reports ErrTxDone; if fn panics it releases the key.
 	defer func() { _ = tx.Rollback() }()
-	if err := s.Advance(ctx, tx, k, t, position); err != nil {
+	if err := s.Advance(ctx, tx, k, t, first, last); err != nil {
 		return err
 	}
 	if fn != nil {
@@ -199,11 +199,11 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 
 // Advance implements [fence.Sink.Advance]. From its first success until tx ends, tx holds k:
 // other writers and claimers of k wait.
-func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token, position int64) error {
+func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token, first, last int64) error {
 	if err := s.checkTx(tx); err != nil {
 		return err
 	}
-	if err := fencestore.ValidateWrite(k, t, position); err != nil {
+	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	if err := tx.lock(ctx, k); err != nil {
@@ -215,16 +215,17 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 		st = s.state(k)
 		s.mu.Unlock()
 	}
-	if err := fencestore.CheckAdvance(k, st, t, position); err != nil {
+	if err := fencestore.CheckAdvance(k, st, t, first, last); err != nil {
 		return err
 	}
-	tx.fences[k] = fence.State{Token: t, Position: position}
+	st.Position = last
+	tx.fences[k] = st
 	return nil
 }
 
 // Recover implements [fence.Sink.Recover].
-func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
-	if err := fencestore.ValidateRecover(k, expected, epoch, reason); err != nil {
+func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
+	if err := fencestore.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -237,7 +238,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 			return fmt.Errorf("%w: %s: stored token %s, expected %s", fence.ErrConflict, k, st.Token, expected)
 		}
 		s.recoveries[k] = append(s.recoveries[k], fence.Recovery{Key: k, From: st.Token, To: next, Reason: reason, At: s.now()})
-		st.Token = next
+		st.Token, st.Claimant = next, claimant
 		s.fences[k] = st
 		return nil
 	})

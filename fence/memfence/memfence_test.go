@@ -82,7 +82,7 @@ func TestTxDone(t *testing.T) {
 		"Commit":   tx.Commit(),
 		"Rollback": tx.Rollback(),
 		"Put":      tx.Put("b", nil),
-		"Advance":  s.Advance(ctx, tx, k, fence.Token{}, 0),
+		"Advance":  s.Advance(ctx, tx, k, fence.Token{}, 0, 0),
 	} {
 		if !errors.Is(err, memfence.ErrTxDone) {
 			t.Errorf("%s after Commit: %v, want ErrTxDone", name, err)
@@ -102,10 +102,10 @@ func TestForeignTx(t *testing.T) {
 	b, _ := memfence.New()
 	tx, _ := b.Begin(ctx)
 	defer func() { _ = tx.Rollback() }()
-	if err := a.Advance(ctx, tx, k, fence.Token{}, 0); !errors.Is(err, fence.ErrInvalid) {
+	if err := a.Advance(ctx, tx, k, fence.Token{}, 0, 0); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Advance with another store's tx: %v, want ErrInvalid", err)
 	}
-	if err := a.Advance(ctx, nil, k, fence.Token{}, 0); !errors.Is(err, fence.ErrInvalid) {
+	if err := a.Advance(ctx, nil, k, fence.Token{}, 0, 0); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Advance with a nil tx: %v, want ErrInvalid", err)
 	}
 }
@@ -114,19 +114,22 @@ func TestForeignTx(t *testing.T) {
 // when its context ends, and the key is usable afterwards.
 func TestWaitRespectsContext(t *testing.T) {
 	s, _ := memfence.New()
+	if _, err := s.Claim(t.Context(), k, fence.Token{Epoch: 1}, "fencetest"); err != nil {
+		t.Fatal(err)
+	}
 	tx, _ := s.Begin(t.Context())
-	if err := s.Advance(t.Context(), tx, k, fence.Token{Epoch: 1}, 0); err != nil {
+	if err := s.Advance(t.Context(), tx, k, fence.Token{Epoch: 1}, 0, 0); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
-	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 2}); !errors.Is(err, context.Canceled) {
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 2}, "fencetest"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim while the key is held, ctx cancelled: %v", err)
 	}
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.Claim(t.Context(), k, fence.Token{Epoch: 2})
+	st, err := s.Claim(t.Context(), k, fence.Token{Epoch: 2}, "fencetest")
 	if err != nil || st.Position != 0 {
 		t.Fatalf("Claim after the commit = %+v, %v", st, err)
 	}
@@ -134,15 +137,18 @@ func TestWaitRespectsContext(t *testing.T) {
 
 func TestApplyReleasesKeyWhenFnPanics(t *testing.T) {
 	s, _ := memfence.New()
+	if _, err := s.Claim(t.Context(), k, fence.Token{Epoch: 1}, "fencetest"); err != nil {
+		t.Fatal(err)
+	}
 	func() {
 		defer func() { _ = recover() }()
-		_ = s.Apply(t.Context(), k, fence.Token{Epoch: 1}, 0, func(ctx context.Context, tx *memfence.Tx) error {
+		_ = s.Apply(t.Context(), k, fence.Token{Epoch: 1}, 0, 0, func(ctx context.Context, tx *memfence.Tx) error {
 			panic("boom")
 		})
 	}()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second) // a bound on a hang, not a timing assertion
 	defer cancel()
-	if err := s.Apply(ctx, k, fence.Token{Epoch: 1}, 0, nil); err != nil {
+	if err := s.Apply(ctx, k, fence.Token{Epoch: 1}, 0, 0, nil); err != nil {
 		t.Fatalf("Apply after a panicking fn: %v", err)
 	}
 }
@@ -153,7 +159,7 @@ func TestClock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Recover(t.Context(), k, fence.Token{}, 1, "test"); err != nil {
+	if _, err := s.Recover(t.Context(), k, fence.Token{}, 1, "fencetest", "test"); err != nil {
 		t.Fatal(err)
 	}
 	recs, _ := s.Recoveries(t.Context(), k)
@@ -168,7 +174,7 @@ func TestClock(t *testing.T) {
 func TestValuesAreCopied(t *testing.T) {
 	s, _ := memfence.New()
 	b := []byte("abc")
-	err := s.Apply(t.Context(), k, fence.Token{}, 0, func(ctx context.Context, tx *memfence.Tx) error {
+	err := s.Apply(t.Context(), k, fence.Token{}, 0, 0, func(ctx context.Context, tx *memfence.Tx) error {
 		return tx.Put("x", b)
 	})
 	if err != nil {

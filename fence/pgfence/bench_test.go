@@ -59,7 +59,7 @@ func BenchmarkUpsert(b *testing.B) {
 	)
 	k := fence.Key{Group: "bench", Topic: "t", Partition: 0}
 	tok := fence.Token{Epoch: 1}
-	if _, err := s.Claim(ctx, k, tok); err != nil {
+	if _, err := s.Claim(ctx, k, tok, "fencetest"); err != nil {
 		b.Fatal(err)
 	}
 	var position int64 // the fence's position, advanced by every fenced batch
@@ -110,7 +110,7 @@ func BenchmarkUpsert(b *testing.B) {
 		}
 		fenced := func(iter int64, queue func(int64) func(*pgx.Batch) error) error {
 			position++
-			return s.ApplyBatch(ctx, k, tok, position, queue(iter))
+			return s.ApplyBatch(ctx, k, tok, position, position, queue(iter))
 		}
 		shapes := []struct {
 			name             string
@@ -141,7 +141,7 @@ func BenchmarkUpsert(b *testing.B) {
 					return err
 				}
 				position++
-				if err := s.AdvanceBatch(ctx, tx, k, tok, position, func(bt *pgx.Batch) error {
+				if err := s.AdvanceBatch(ctx, tx, k, tok, position, position, func(bt *pgx.Batch) error {
 					bt.Queue(merge)
 					return nil
 				}); err != nil {

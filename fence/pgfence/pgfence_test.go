@@ -127,7 +127,7 @@ func TestQuotedAndQualifiedNames(t *testing.T) {
 			t.Fatalf("Migrate %s: %v", name, err)
 		}
 		k := fence.Key{Group: "g", Topic: name, Partition: 0}
-		if _, err := s.Claim(ctx, k, fence.Token{Epoch: 1}); err != nil {
+		if _, err := s.Claim(ctx, k, fence.Token{Epoch: 1}, "fencetest"); err != nil {
 			t.Fatalf("Claim on %s: %v", name, err)
 		}
 		var n int
@@ -193,34 +193,63 @@ func TestClaimAndLoad(t *testing.T) {
 	k := fence.Key{Group: "g", Topic: "t", Partition: 3}
 	mustState(t, s, k, fence.State{Position: fence.NoPosition})
 
-	if _, err := s.Claim(ctx, k, fence.Token{Era: 1, Epoch: 1}); !errors.Is(err, fence.ErrInvalid) {
+	if _, err := s.Claim(ctx, k, fence.Token{Era: 1, Epoch: 1}, "fencetest"); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("claim of an invented era on a new fence: %v, want ErrInvalid", err)
 	}
 	mustState(t, s, k, fence.State{Position: fence.NoPosition}) // and nothing was inserted
-	st, err := s.Claim(ctx, k, fence.Token{Epoch: 5})
-	if err != nil || st != (fence.State{Token: fence.Token{Epoch: 5}, Position: fence.NoPosition}) {
+	st, err := s.Claim(ctx, k, fence.Token{Epoch: 5}, "fencetest")
+	if err != nil || st != (fence.State{Token: fence.Token{Epoch: 5}, Position: fence.NoPosition, Claimant: "fencetest"}) {
 		t.Fatalf("Claim = %+v, %v", st, err)
 	}
-	if err := s.Apply(ctx, k, fence.Token{Epoch: 5}, 10, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+	if err := s.Apply(ctx, k, fence.Token{Epoch: 5}, 10, 10, func(context.Context, pgx.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	// A later claim keeps the position: it is where the new owner resumes.
-	st, err = s.Claim(ctx, k, fence.Token{Epoch: 7})
-	if err != nil || st != (fence.State{Token: fence.Token{Epoch: 7}, Position: 10}) {
+	st, err = s.Claim(ctx, k, fence.Token{Epoch: 7}, "fencetest")
+	if err != nil || st != (fence.State{Token: fence.Token{Epoch: 7}, Position: 10, Claimant: "fencetest"}) {
 		t.Fatalf("Claim = %+v, %v", st, err)
 	}
-	if st, err = s.Claim(ctx, k, fence.Token{Epoch: 7}); err != nil || st.Token.Epoch != 7 {
+	if st, err = s.Claim(ctx, k, fence.Token{Epoch: 7}, "fencetest"); err != nil || st.Token.Epoch != 7 {
 		t.Fatalf("re-claim with the same token = %+v, %v", st, err)
 	}
-	_, err = s.Claim(ctx, k, fence.Token{Epoch: 6})
+	_, err = s.Claim(ctx, k, fence.Token{Epoch: 6}, "fencetest")
 	var se *fence.StaleError
 	if !errors.As(err, &se) || se.Stored != (fence.Token{Epoch: 7}) || se.Presented != (fence.Token{Epoch: 6}) || se.Key != k {
 		t.Fatalf("lower claim: %v, want StaleError stored 0.7", err)
 	}
-	if _, err := s.Claim(ctx, k, fence.Token{Era: 1, Epoch: 1}); !errors.Is(err, fence.ErrInvalid) {
+	if _, err := s.Claim(ctx, k, fence.Token{Era: 1, Epoch: 1}, "fencetest"); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("claim of an invented era: %v, want ErrInvalid", err)
 	}
-	mustState(t, s, k, fence.State{Token: fence.Token{Epoch: 7}, Position: 10})
+	// The same token held by another claimant is refused, atomically in the claim statement.
+	_, err = s.Claim(ctx, k, fence.Token{Epoch: 7}, "other")
+	if !errors.As(err, &se) || se.Stored != (fence.Token{Epoch: 7}) || se.Presented != (fence.Token{Epoch: 7}) {
+		t.Fatalf("equal claim by another claimant: %v, want StaleError", err)
+	}
+	mustState(t, s, k, fence.State{Token: fence.Token{Epoch: 7}, Position: 10, Claimant: "fencetest"})
+}
+
+// A fence table created before the claimant column existed is upgraded by Migrate, and its
+// rows hold their token for nobody.
+func TestMigrateAddsClaimant(t *testing.T) {
+	ctx := testenv.Context(t, time.Minute)
+	s, pool := newStore(t)
+	k := fence.Key{Group: "g", Topic: "legacy", Partition: 0}
+	if _, err := pool.Exec(ctx, `ALTER TABLE baton_fences DROP COLUMN claimant`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO baton_fences (group_id, topic, partition, era, epoch, position) VALUES ('g', 'legacy', 0, 0, 5, 9)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustState(t, s, k, fence.State{Token: fence.Token{Epoch: 5}, Position: 9})
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 5}, "c"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("equal claim of a legacy row: %v, want stale (nobody can prove it held it)", err)
+	}
+	if st, err := s.Claim(ctx, k, fence.Token{Epoch: 6}, "c"); err != nil || st.Position != 9 {
+		t.Fatalf("higher claim of a legacy row = %+v, %v", st, err)
+	}
 }
 
 func TestApplyClassifies(t *testing.T) {
@@ -228,40 +257,49 @@ func TestApplyClassifies(t *testing.T) {
 	s, pool := newStore(t)
 	k := fence.Key{Group: "g", Topic: "t", Partition: 0}
 	tok := fence.Token{Epoch: 2}
-	if _, err := s.Claim(ctx, k, tok); err != nil {
+	if _, err := s.Claim(ctx, k, tok, "fencetest"); err != nil {
 		t.Fatal(err)
 	}
 	write := func(v string) func(context.Context, pgx.Tx) error {
 		return func(ctx context.Context, tx pgx.Tx) error { return writeKV(ctx, tx, "a", v) }
 	}
-	if err := s.Apply(ctx, k, tok, 5, write("1")); err != nil {
+	if err := s.Apply(ctx, k, tok, 5, 5, write("1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(ctx, k, tok, 5, write("dup")); !errors.Is(err, fence.ErrDuplicate) {
+	if err := s.Apply(ctx, k, tok, 5, 5, write("dup")); !errors.Is(err, fence.ErrDuplicate) {
 		t.Fatalf("same position: %v, want ErrDuplicate", err)
 	}
-	if err := s.Apply(ctx, k, tok, 4, write("dup")); !errors.Is(err, fence.ErrDuplicate) {
+	if err := s.Apply(ctx, k, tok, 4, 4, write("dup")); !errors.Is(err, fence.ErrDuplicate) {
 		t.Fatalf("lower position: %v, want ErrDuplicate", err)
 	}
-	if err := s.Apply(ctx, k, fence.Token{Epoch: 1}, 9, write("stale")); !errors.Is(err, fence.ErrStale) {
+	if err := s.Apply(ctx, k, fence.Token{Epoch: 1}, 9, 9, write("stale")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("lower token: %v, want ErrStale", err)
 	}
-	if err := s.Apply(ctx, k, tok, 6, write("fail")); err == nil {
+	if err := s.Apply(ctx, k, tok, 6, 6, write("fail")); err == nil {
 		t.Fatal("a failing user write committed")
 	}
-	mustState(t, s, k, fence.State{Token: tok, Position: 5}) // the failed write did not advance
+	mustState(t, s, k, fence.State{Token: tok, Position: 5, Claimant: "fencetest"}) // the failed write did not advance
 	if v, _ := readKV(t, pool, "a"); v != "1" {
 		t.Fatalf("kv a = %q, want 1", v)
 	}
-	// A higher epoch of the same era may advance without a claim; it raises the token.
-	if err := s.Apply(ctx, k, fence.Token{Epoch: 3}, 6, write("3")); err != nil {
+	// A higher epoch is not claimed: refused, nothing changes; claimed, it writes.
+	if err := s.Apply(ctx, k, fence.Token{Epoch: 3}, 6, 6, write("3")); !errors.Is(err, fence.ErrNotClaimed) {
+		t.Fatalf("unclaimed higher token: %v, want ErrNotClaimed", err)
+	}
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 3}, "fencetest"); err != nil {
 		t.Fatal(err)
 	}
-	mustState(t, s, k, fence.State{Token: fence.Token{Epoch: 3}, Position: 6})
-	if err := s.Apply(ctx, k, fence.Token{Era: 1, Epoch: 3}, 7, write("x")); !errors.Is(err, fence.ErrInvalid) {
+	if err := s.Apply(ctx, k, fence.Token{Epoch: 3}, 1, 6, write("3")); !errors.Is(err, fence.ErrOverlap) {
+		t.Fatalf("batch spanning the stored position: %v, want ErrOverlap", err)
+	}
+	if err := s.Apply(ctx, k, fence.Token{Epoch: 3}, 6, 6, write("3")); err != nil {
+		t.Fatal(err)
+	}
+	mustState(t, s, k, fence.State{Token: fence.Token{Epoch: 3}, Position: 6, Claimant: "fencetest"})
+	if err := s.Apply(ctx, k, fence.Token{Era: 1, Epoch: 3}, 7, 7, write("x")); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("invented era: %v, want ErrInvalid", err)
 	}
-	if err := s.Apply(ctx, fence.Key{Group: "g", Topic: "new", Partition: 0}, fence.Token{Era: 2}, 0, write("x")); !errors.Is(err, fence.ErrInvalid) {
+	if err := s.Apply(ctx, fence.Key{Group: "g", Topic: "new", Partition: 0}, fence.Token{Era: 2}, 0, 0, write("x")); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("invented era on a new fence: %v, want ErrInvalid", err)
 	}
 	if v, _ := readKV(t, pool, "a"); v != "3" {
@@ -274,7 +312,7 @@ func TestApplyBatchPipelined(t *testing.T) {
 	s, pool := newStore(t)
 	k := fence.Key{Group: "g", Topic: "t", Partition: 1}
 	tok := fence.Token{Epoch: 4}
-	if _, err := s.Claim(ctx, k, tok); err != nil {
+	if _, err := s.Claim(ctx, k, tok, "fencetest"); err != nil {
 		t.Fatal(err)
 	}
 	queue := func(vals ...string) func(*pgx.Batch) error {
@@ -287,7 +325,7 @@ func TestApplyBatchPipelined(t *testing.T) {
 	}
 	// The fence is the first statement of the batch the caller's statements are in.
 	var sent *pgx.Batch
-	err := s.ApplyBatch(ctx, k, tok, 100, func(b *pgx.Batch) error {
+	err := s.ApplyBatch(ctx, k, tok, 100, 100, func(b *pgx.Batch) error {
 		sent = b
 		return queue("a", "b", "c")(b)
 	})
@@ -297,7 +335,7 @@ func TestApplyBatchPipelined(t *testing.T) {
 	if n := sent.Len(); n != 4 || sent.QueuedQueries[0].SQL != s.sqlAdvance {
 		t.Fatalf("batch of %d statements, first %q; want the fence then 3", n, sent.QueuedQueries[0].SQL)
 	}
-	mustState(t, s, k, fence.State{Token: tok, Position: 100})
+	mustState(t, s, k, fence.State{Token: tok, Position: 100, Claimant: "fencetest"})
 	for i, want := range []string{"a", "b", "c"} {
 		if v, _ := readKV(t, pool, fmt.Sprintf("k%d", i)); v != want {
 			t.Fatalf("k%d = %q, want %q", i, v, want)
@@ -309,30 +347,30 @@ func TestApplyBatchPipelined(t *testing.T) {
 		b.Queue(upsertKV, "k0", "dup").Exec(func(pgconn.CommandTag) error { ran = true; return nil })
 		return nil
 	}
-	if err := s.ApplyBatch(ctx, k, tok, 100, dup); !errors.Is(err, fence.ErrDuplicate) {
+	if err := s.ApplyBatch(ctx, k, tok, 100, 100, dup); !errors.Is(err, fence.ErrDuplicate) {
 		t.Fatalf("replayed batch: %v, want ErrDuplicate", err)
 	}
 	if !ran {
 		t.Fatal("the caller's statement's callback did not run")
 	}
-	err = s.ApplyBatch(ctx, k, fence.Token{Epoch: 3}, 200, queue("stale"))
+	err = s.ApplyBatch(ctx, k, fence.Token{Epoch: 3}, 200, 200, queue("stale"))
 	var se *fence.StaleError
 	if !errors.As(err, &se) || se.Stored != tok {
 		t.Fatalf("lower token: %v, want StaleError stored %s", err, tok)
 	}
 	// A refused fence is reported even when a caller's statement failed too.
-	if err := s.ApplyBatch(ctx, k, fence.Token{Epoch: 3}, 200, queue("fail")); !errors.Is(err, fence.ErrStale) {
+	if err := s.ApplyBatch(ctx, k, fence.Token{Epoch: 3}, 200, 200, queue("fail")); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("lower token and failing write: %v, want ErrStale", err)
 	}
 	// A failing caller statement rolls back the fence.
-	if err := s.ApplyBatch(ctx, k, tok, 101, queue("x", "fail")); err == nil || errors.Is(err, fence.ErrStale) {
+	if err := s.ApplyBatch(ctx, k, tok, 101, 101, queue("x", "fail")); err == nil || errors.Is(err, fence.ErrStale) {
 		t.Fatalf("failing write: %v, want the write's error", err)
 	}
 	fnErr := errors.New("fn")
-	if err := s.ApplyBatch(ctx, k, tok, 101, func(*pgx.Batch) error { return fnErr }); !errors.Is(err, fnErr) {
+	if err := s.ApplyBatch(ctx, k, tok, 101, 101, func(*pgx.Batch) error { return fnErr }); !errors.Is(err, fnErr) {
 		t.Fatalf("fn error: %v", err)
 	}
-	mustState(t, s, k, fence.State{Token: tok, Position: 100})
+	mustState(t, s, k, fence.State{Token: tok, Position: 100, Claimant: "fencetest"})
 	if v, _ := readKV(t, pool, "k0"); v != "a" {
 		t.Fatalf("k0 = %q, want a", v)
 	}
@@ -342,22 +380,22 @@ func TestApplyBatchPipelined(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if err := s.AdvanceBatch(ctx, tx, k, tok, 150, queue("own")); err != nil {
+	if err := s.AdvanceBatch(ctx, tx, k, tok, 150, 150, queue("own")); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mustState(t, s, k, fence.State{Token: tok, Position: 150})
+	mustState(t, s, k, fence.State{Token: tok, Position: 150, Claimant: "fencetest"})
 	if v, _ := readKV(t, pool, "k0"); v != "own" {
 		t.Fatalf("k0 = %q, want own", v)
 	}
 }
 
-// TestAdvanceRace is the READ COMMITTED argument run against the server: writer A (higher
-// token) advances and holds the row lock; writer B (lower token, which the committed state
-// before A would admit) blocks on that lock, and once A commits re-evaluates its WHERE on A's
-// row version and is refused as stale.
+// TestAdvanceRace is the READ COMMITTED argument run against the server: writer A advances
+// over 10 and holds the row lock; writer B (a batch 5..20 under the same token, which the
+// committed state before A would admit) blocks on that lock, and once A commits re-evaluates
+// its WHERE on A's row version and is refused as an overlap.
 func TestAdvanceRace(t *testing.T) {
 	for _, pipelined := range []bool{false, true} {
 		t.Run(fmt.Sprintf("pipelined=%v", pipelined), func(t *testing.T) {
@@ -365,8 +403,8 @@ func TestAdvanceRace(t *testing.T) {
 			ctx := testenv.Context(t, 15*time.Second)
 			s, pool := newStore(t)
 			k := fence.Key{Group: "g", Topic: "t", Partition: 0}
-			low, high := fence.Token{Epoch: 1}, fence.Token{Epoch: 2}
-			if _, err := s.Claim(ctx, k, low); err != nil {
+			low := fence.Token{Epoch: 1}
+			if _, err := s.Claim(ctx, k, low, "fencetest"); err != nil {
 				t.Fatal(err)
 			}
 			txA, err := pool.Begin(ctx)
@@ -374,7 +412,7 @@ func TestAdvanceRace(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = txA.Rollback(ctx) }()
-			if err := s.Advance(ctx, txA, k, high, 10); err != nil {
+			if err := s.Advance(ctx, txA, k, low, 10, 10); err != nil {
 				t.Fatal(err)
 			}
 			if err := writeKV(ctx, txA, "x", "A"); err != nil {
@@ -393,13 +431,13 @@ func TestAdvanceRace(t *testing.T) {
 			errB := make(chan error, 1)
 			go func() {
 				if pipelined {
-					errB <- s.AdvanceBatch(ctx, txB, k, low, 20, func(b *pgx.Batch) error {
+					errB <- s.AdvanceBatch(ctx, txB, k, low, 5, 20, func(b *pgx.Batch) error {
 						b.Queue(upsertKV, "x", "B")
 						return nil
 					})
 					return
 				}
-				err := s.Advance(ctx, txB, k, low, 20)
+				err := s.Advance(ctx, txB, k, low, 5, 20)
 				if err == nil {
 					err = writeKV(ctx, txB, "x", "B")
 				}
@@ -424,13 +462,11 @@ func TestAdvanceRace(t *testing.T) {
 			if err := txA.Commit(ctx); err != nil {
 				t.Fatal(err)
 			}
-			err = <-errB
-			var se *fence.StaleError
-			if !errors.As(err, &se) || se.Stored != high || se.Presented != low {
-				t.Fatalf("B after A committed: %v, want StaleError stored %s", err, high)
+			if err := <-errB; !errors.Is(err, fence.ErrOverlap) {
+				t.Fatalf("B after A committed: %v, want ErrOverlap", err)
 			}
 			_ = txB.Rollback(ctx)
-			mustState(t, s, k, fence.State{Token: high, Position: 10})
+			mustState(t, s, k, fence.State{Token: low, Position: 10, Claimant: "fencetest"})
 			if v, _ := readKV(t, pool, "x"); v != "A" {
 				t.Fatalf("x = %q, want A", v)
 			}
@@ -442,41 +478,41 @@ func TestRecover(t *testing.T) {
 	ctx := testenv.Context(t, time.Minute)
 	s, _ := newStore(t)
 	k := fence.Key{Group: "g", Topic: "t", Partition: 2}
-	if _, err := s.Recover(ctx, k, fence.Token{Epoch: 3}, 1, "r"); !errors.Is(err, fence.ErrConflict) {
+	if _, err := s.Recover(ctx, k, fence.Token{Epoch: 3}, 1, "fencetest", "r"); !errors.Is(err, fence.ErrConflict) {
 		t.Fatalf("recover a missing fence from 0.3: %v, want ErrConflict", err)
 	}
 	mustState(t, s, k, fence.State{Position: fence.NoPosition})
-	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 9}); err != nil {
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 9}, "fencetest"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(ctx, k, fence.Token{Epoch: 9}, 41, func(context.Context, pgx.Tx) error { return nil }); err != nil {
+	if err := s.Apply(ctx, k, fence.Token{Epoch: 9}, 41, 41, func(context.Context, pgx.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Recover(ctx, k, fence.Token{Epoch: 8}, 1, "r"); !errors.Is(err, fence.ErrConflict) {
+	if _, err := s.Recover(ctx, k, fence.Token{Epoch: 8}, 1, "fencetest", "r"); !errors.Is(err, fence.ErrConflict) {
 		t.Fatalf("recover with the wrong expectation: %v, want ErrConflict", err)
 	}
-	to, err := s.Recover(ctx, k, fence.Token{Epoch: 9}, 1, "group recreated")
+	to, err := s.Recover(ctx, k, fence.Token{Epoch: 9}, 1, "fencetest", "group recreated")
 	if err != nil || to != (fence.Token{Era: 1, Epoch: 1}) {
 		t.Fatalf("Recover = %s, %v", to, err)
 	}
-	mustState(t, s, k, fence.State{Token: to, Position: 41}) // the position survives
-	if _, err := s.Recover(ctx, k, fence.Token{Epoch: 9}, 1, "again"); !errors.Is(err, fence.ErrConflict) {
+	mustState(t, s, k, fence.State{Token: to, Position: 41, Claimant: "fencetest"}) // the position survives
+	if _, err := s.Recover(ctx, k, fence.Token{Epoch: 9}, 1, "fencetest", "again"); !errors.Is(err, fence.ErrConflict) {
 		t.Fatalf("second recover from the same token: %v, want ErrConflict", err)
 	}
-	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 10}); !errors.Is(err, fence.ErrStale) {
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 10}, "fencetest"); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("claim of the old era after recover: %v, want ErrStale", err)
 	}
-	if _, err := s.Claim(ctx, k, fence.Token{Era: 1, Epoch: 2}); err != nil {
+	if _, err := s.Claim(ctx, k, fence.Token{Era: 1, Epoch: 2}, "fencetest"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Recover(ctx, k, fence.Token{Era: 1, Epoch: 2}, 0, "twice"); err != nil {
+	if _, err := s.Recover(ctx, k, fence.Token{Era: 1, Epoch: 2}, 0, "fencetest", "twice"); err != nil {
 		t.Fatal(err)
 	}
 	k2 := fence.Key{Group: "g", Topic: "t2", Partition: 0}
-	if to, err := s.Recover(ctx, k2, fence.Token{}, 4, "new"); err != nil || to != (fence.Token{Era: 1, Epoch: 4}) {
+	if to, err := s.Recover(ctx, k2, fence.Token{}, 4, "fencetest", "new"); err != nil || to != (fence.Token{Era: 1, Epoch: 4}) {
 		t.Fatalf("recover a missing fence from the zero token = %s, %v", to, err)
 	}
-	if _, err := s.Recover(ctx, k, fence.Token{Era: 2}, 1, ""); !errors.Is(err, fence.ErrInvalid) {
+	if _, err := s.Recover(ctx, k, fence.Token{Era: 2}, 1, "fencetest", ""); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("empty reason: %v", err)
 	}
 	rs, err := s.Recoveries(ctx, k)

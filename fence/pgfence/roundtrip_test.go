@@ -67,7 +67,7 @@ func TestApplyBatchAddsNoRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, tok := fence.Key{Group: "g", Topic: "t"}, fence.Token{Epoch: 1}
-	if _, err := s.Claim(ctx, k, tok); err != nil {
+	if _, err := s.Claim(ctx, k, tok, "fencetest"); err != nil {
 		t.Fatal(err)
 	}
 	queue := func(b *pgx.Batch) error {
@@ -93,7 +93,7 @@ func TestApplyBatchAddsNoRoundTrip(t *testing.T) {
 	if err := unfenced(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.ApplyBatch(ctx, k, tok, 1, queue); err != nil {
+	if err := s.ApplyBatch(ctx, k, tok, 1, 1, queue); err != nil {
 		t.Fatal(err)
 	}
 	c.take()
@@ -101,7 +101,7 @@ func TestApplyBatchAddsNoRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	uq, ub, usql := c.take()
-	if err := s.ApplyBatch(ctx, k, tok, 2, queue); err != nil {
+	if err := s.ApplyBatch(ctx, k, tok, 2, 2, queue); err != nil {
 		t.Fatal(err)
 	}
 	fq, fb, fsql := c.take()

@@ -3,7 +3,8 @@
 -- transaction lock so concurrent migrations do not race on the catalog.
 
 -- One fence per (consumer group, topic, partition): the highest accepted token and the last
--- applied position (offset). Tokens are (era, epoch) compared lexicographically.
+-- applied position (offset), and who holds the token. Tokens are (era, epoch) compared
+-- lexicographically.
 CREATE TABLE IF NOT EXISTS {{fences}} (
     group_id   text        NOT NULL,
     topic      text        NOT NULL,
@@ -11,9 +12,14 @@ CREATE TABLE IF NOT EXISTS {{fences}} (
     era        bigint      NOT NULL CHECK (era >= 0),
     epoch      bigint      NOT NULL CHECK (epoch >= 0),
     position   bigint      NOT NULL CHECK (position >= -1),
+    claimant   text        NOT NULL DEFAULT '',
     updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (group_id, topic, partition)
 );
+
+-- Who holds the stored token (Claim, Recover): at most one claimant per token. Added to
+-- tables created before it existed; '' means nobody.
+ALTER TABLE {{fences}} ADD COLUMN IF NOT EXISTS claimant text NOT NULL DEFAULT '';
 
 -- The audit trail of explicit era advances (Recover), oldest first by seq.
 CREATE TABLE IF NOT EXISTS {{recoveries}} (

@@ -140,33 +140,37 @@ func (s *Store) prepareSQL(f, r, k string) {
 	// When the row exists the INSERT always conflicts, and ON CONFLICT DO UPDATE locks the
 	// row and re-evaluates its WHERE on the latest committed version: that lock is what
 	// serializes writers of one fence. The WHERE clauses are CheckClaim and CheckAdvance
-	// written in SQL: same era, epoch not lower (and, to advance, a later position).
+	// written in SQL: same era and a higher epoch, or the same epoch already held by this
+	// claimant (or by nobody: the zero token of a fence never claimed); to advance, exactly
+	// the stored token and a batch starting after the stored position.
 	const exists = `EXISTS (SELECT 1 FROM %[1]s e WHERE e.group_id = $1 AND e.topic = $2 AND e.partition = $3)`
-	s.sqlClaim = fmt.Sprintf(`INSERT INTO %[1]s AS f (group_id, topic, partition, era, epoch, position, updated_at)
-SELECT $1::text, $2::text, $3::integer, $4::bigint, $5::bigint, -1, now()
+	s.sqlClaim = fmt.Sprintf(`INSERT INTO %[1]s AS f (group_id, topic, partition, era, epoch, position, claimant, updated_at)
+SELECT $1::text, $2::text, $3::integer, $4::bigint, $5::bigint, -1, $6::text, now()
 WHERE $4::bigint = 0 OR `+exists+`
 ON CONFLICT (group_id, topic, partition) DO UPDATE
-SET epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at
-WHERE f.era = EXCLUDED.era AND f.epoch <= EXCLUDED.epoch
-RETURNING f.era, f.epoch, f.position`, f)
+SET epoch = EXCLUDED.epoch, claimant = EXCLUDED.claimant, updated_at = EXCLUDED.updated_at
+WHERE f.era = EXCLUDED.era AND (f.epoch < EXCLUDED.epoch OR (f.epoch = EXCLUDED.epoch AND
+  (f.claimant = EXCLUDED.claimant OR (f.claimant = '' AND f.era = 0 AND f.epoch = 0))))
+RETURNING f.era, f.epoch, f.position, f.claimant`, f)
 
-	s.sqlLoad = fmt.Sprintf(`SELECT era, epoch, position FROM %s WHERE group_id = $1 AND topic = $2 AND partition = $3`, f)
+	s.sqlLoad = fmt.Sprintf(`SELECT era, epoch, position, claimant FROM %s WHERE group_id = $1 AND topic = $2 AND partition = $3`, f)
 
+	// A missing fence is the zero token: only a write under the zero token may create it.
 	s.sqlAdvance = fmt.Sprintf(`INSERT INTO %[1]s AS f (group_id, topic, partition, era, epoch, position, updated_at)
-SELECT $1::text, $2::text, $3::integer, $4::bigint, $5::bigint, $6::bigint, now()
-WHERE $4::bigint = 0 OR `+exists+`
+SELECT $1::text, $2::text, $3::integer, $4::bigint, $5::bigint, $7::bigint, now()
+WHERE ($4::bigint = 0 AND $5::bigint = 0) OR `+exists+`
 ON CONFLICT (group_id, topic, partition) DO UPDATE
-SET epoch = EXCLUDED.epoch, position = EXCLUDED.position, updated_at = EXCLUDED.updated_at
-WHERE f.era = EXCLUDED.era AND f.epoch <= EXCLUDED.epoch AND f.position < EXCLUDED.position`, f)
+SET position = EXCLUDED.position, updated_at = EXCLUDED.updated_at
+WHERE f.era = EXCLUDED.era AND f.epoch = EXCLUDED.epoch AND f.position < $6::bigint`, f)
 
 	// Recover is one statement: the compare-and-set on the fence and the audit row commit
 	// together or not at all. A missing fence counts as the zero token.
 	s.sqlRecover = fmt.Sprintf(`WITH cas AS (
-INSERT INTO %[1]s AS f (group_id, topic, partition, era, epoch, position, updated_at)
-SELECT $1::text, $2::text, $3::integer, $6::bigint, $7::bigint, -1, now()
+INSERT INTO %[1]s AS f (group_id, topic, partition, era, epoch, position, claimant, updated_at)
+SELECT $1::text, $2::text, $3::integer, $6::bigint, $7::bigint, -1, $9::text, now()
 WHERE ($4::bigint = 0 AND $5::bigint = 0) OR `+exists+`
 ON CONFLICT (group_id, topic, partition) DO UPDATE
-SET era = EXCLUDED.era, epoch = EXCLUDED.epoch, updated_at = EXCLUDED.updated_at
+SET era = EXCLUDED.era, epoch = EXCLUDED.epoch, claimant = EXCLUDED.claimant, updated_at = EXCLUDED.updated_at
 WHERE f.era = $4::bigint AND f.epoch = $5::bigint
 RETURNING f.era)
 INSERT INTO %[2]s (group_id, topic, partition, from_era, from_epoch, to_era, to_epoch, reason, at)
@@ -192,14 +196,14 @@ const maxAttempts = 3
 
 // Claim raises the fence to t if the stored token is not higher and of the same era, and
 // returns the state afterwards. See fence.Sink.
-func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	if err := fencestore.ValidateClaim(k, t); err != nil {
+func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	if err := fencestore.ValidateClaim(k, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	for range maxAttempts {
 		var st fence.State
-		err := s.db.QueryRow(ctx, s.sqlClaim, k.Group, k.Topic, k.Partition, t.Era, t.Epoch).
-			Scan(&st.Token.Era, &st.Token.Epoch, &st.Position)
+		err := s.db.QueryRow(ctx, s.sqlClaim, k.Group, k.Topic, k.Partition, t.Era, t.Epoch, claimant).
+			Scan(&st.Token.Era, &st.Token.Epoch, &st.Position, &st.Claimant)
 		if err == nil {
 			return st, nil
 		}
@@ -210,7 +214,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.St
 		if err != nil {
 			return fence.State{}, fmt.Errorf("pgfence: claim %s: %w", k, err)
 		}
-		if err := fencestore.CheckClaim(k, stored, t); err != nil {
+		if err := fencestore.CheckClaim(k, stored, t, claimant); err != nil {
 			return fence.State{}, err
 		}
 	}
@@ -235,27 +239,28 @@ type queryRower interface {
 
 func (s *Store) load(ctx context.Context, q queryRower, k fence.Key) (fence.State, error) {
 	var st fence.State
-	err := q.QueryRow(ctx, s.sqlLoad, k.Group, k.Topic, k.Partition).Scan(&st.Token.Era, &st.Token.Epoch, &st.Position)
+	err := q.QueryRow(ctx, s.sqlLoad, k.Group, k.Topic, k.Partition).Scan(&st.Token.Era, &st.Token.Epoch, &st.Position, &st.Claimant)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fence.State{Position: fence.NoPosition}, nil
 	}
 	return st, err
 }
 
-func (s *Store) advanceArgs(k fence.Key, t fence.Token, position int64) []any {
-	return []any{k.Group, k.Topic, k.Partition, t.Era, t.Epoch, position}
+func (s *Store) advanceArgs(k fence.Key, t fence.Token, first, last int64) []any {
+	return []any{k.Group, k.Topic, k.Partition, t.Era, t.Epoch, first, last}
 }
 
-// Advance checks and advances the fence of k to (t, position) inside tx, with one statement.
-// It fails with a *fence.StaleError if a higher token is stored, fence.ErrDuplicate if the
-// stored position is at or beyond position, and fence.ErrInvalid if t is of an era the fence
-// never reached. On success the fence row stays locked until tx ends, so no other writer of k
+// Advance checks and advances the fence of k over the batch first..last under t inside tx,
+// with one statement. It fails with a *fence.StaleError if a higher token is stored,
+// fence.ErrNotClaimed if t is higher than the stored token, fence.ErrDuplicate if the stored
+// position is at or beyond last, fence.ErrOverlap if it lies within first..last, and
+// fence.ErrInvalid if t is of an era the fence never reached. On success the fence row stays locked until tx ends, so no other writer of k
 // can commit in between; on any error the caller must roll tx back.
-func (s *Store) Advance(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, position int64) error {
-	if err := fencestore.ValidateWrite(k, t, position); err != nil {
+func (s *Store) Advance(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, first, last int64) error {
+	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
-	args := s.advanceArgs(k, t, position)
+	args := s.advanceArgs(k, t, first, last)
 	for range maxAttempts {
 		tag, err := tx.Exec(ctx, s.sqlAdvance, args...)
 		if err != nil {
@@ -264,11 +269,11 @@ func (s *Store) Advance(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Tok
 		if tag.RowsAffected() == 1 {
 			return nil
 		}
-		if err := s.refused(ctx, tx, k, t, position); !errors.Is(err, errAdmits) {
+		if err := s.refused(ctx, tx, k, t, first, last); !errors.Is(err, errAdmits) {
 			return err
 		}
 	}
-	return fmt.Errorf("pgfence: advance %s: refused %d times though the stored state admits %s at %d", k, maxAttempts, t, position)
+	return fmt.Errorf("pgfence: advance %s: refused %d times though the stored state admits %s at %d..%d", k, maxAttempts, t, first, last)
 }
 
 var errAdmits = errors.New("pgfence: stored state admits the write")
@@ -277,12 +282,12 @@ var errAdmits = errors.New("pgfence: stored state admits the write")
 // same transaction when it is still usable: the refused ON CONFLICT has locked the row, so the
 // read sees exactly the version that refused). It returns errAdmits if the state read admits
 // the write after all.
-func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.Token, position int64) error {
+func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.Token, first, last int64) error {
 	stored, err := s.load(ctx, q, k)
 	if err != nil {
 		return fmt.Errorf("pgfence: advance %s: read refused fence: %w", k, err)
 	}
-	if err := fencestore.CheckAdvance(k, stored, t, position); err != nil {
+	if err := fencestore.CheckAdvance(k, stored, t, first, last); err != nil {
 		return err
 	}
 	return errAdmits
@@ -291,8 +296,8 @@ func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.
 // Apply runs fn in a new transaction after Advance, and commits both or neither. See
 // fence.Sink. A commit whose outcome is unknown fails with [ErrCommitUnknown]. For batches of
 // statements prefer [Store.ApplyBatch], which saves the fence's round trip.
-func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := fencestore.ValidateWrite(k, t, position); err != nil {
+func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	tx, err := s.db.Begin(ctx)
@@ -300,7 +305,7 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 		return fmt.Errorf("pgfence: apply %s: begin: %w", k, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }() // no-op after a commit
-	if err := s.Advance(ctx, tx, k, t, position); err != nil {
+	if err := s.Advance(ctx, tx, k, t, first, last); err != nil {
 		return err
 	}
 	if err := fn(ctx, tx); err != nil {
@@ -319,12 +324,12 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 //
 // The errors are those of Advance, or the first error of the caller's statements; on any error
 // the caller must roll back.
-func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, position int64, fn func(b *pgx.Batch) error) error {
-	if err := fencestore.ValidateWrite(k, t, position); err != nil {
+func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, first, last int64, fn func(b *pgx.Batch) error) error {
+	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
-	b.Queue(s.sqlAdvance, s.advanceArgs(k, t, position)...)
+	b.Queue(s.sqlAdvance, s.advanceArgs(k, t, first, last)...)
 	if err := fn(b); err != nil {
 		return err
 	}
@@ -340,14 +345,14 @@ func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fenc
 	if cerr == nil {
 		// tx is usable and holds the row lock: classify exactly, and retry on the
 		// (recovery-race) case where the stored state admits the write.
-		if err := s.refused(ctx, tx, k, t, position); !errors.Is(err, errAdmits) {
+		if err := s.refused(ctx, tx, k, t, first, last); !errors.Is(err, errAdmits) {
 			return err
 		}
-		return s.Advance(ctx, tx, k, t, position)
+		return s.Advance(ctx, tx, k, t, first, last)
 	}
 	// A caller's statement failed, so tx is aborted: classify from the committed state.
 	// The refusal stands either way, since the caller's statements must be rolled back.
-	if err := s.refused(ctx, s.db, k, t, position); !errors.Is(err, errAdmits) {
+	if err := s.refused(ctx, s.db, k, t, first, last); !errors.Is(err, errAdmits) {
 		return err
 	}
 	return cerr
@@ -356,8 +361,8 @@ func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fenc
 // ApplyBatch is Apply with the pipelining of [Store.AdvanceBatch]: begin, one batch holding
 // the fence statement and the statements fn queues, commit. It costs the same round trips as
 // the same batch without a fence.
-func (s *Store) ApplyBatch(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(b *pgx.Batch) error) error {
-	if err := fencestore.ValidateWrite(k, t, position); err != nil {
+func (s *Store) ApplyBatch(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(b *pgx.Batch) error) error {
+	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	tx, err := s.db.Begin(ctx)
@@ -365,7 +370,7 @@ func (s *Store) ApplyBatch(ctx context.Context, k fence.Key, t fence.Token, posi
 		return fmt.Errorf("pgfence: apply %s: begin: %w", k, err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if err := s.AdvanceBatch(ctx, tx, k, t, position, fn); err != nil {
+	if err := s.AdvanceBatch(ctx, tx, k, t, first, last, fn); err != nil {
 		return err
 	}
 	return commit(ctx, tx, k)
@@ -388,8 +393,8 @@ func commit(ctx context.Context, tx pgx.Tx, k fence.Key) error {
 // Recover compare-and-sets the fence of k from expected to {expected.Era+1, epoch} and records
 // the recovery, in one statement. It fails with fence.ErrConflict if the stored token is not
 // expected (a fence never claimed stores the zero token). See fence.Sink.
-func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
-	if err := fencestore.ValidateRecover(k, expected, epoch, reason); err != nil {
+func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
+	if err := fencestore.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == 1<<63-1 {
@@ -400,7 +405,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 	}
 	to := fence.Token{Era: expected.Era + 1, Epoch: epoch}
 	tag, err := s.db.Exec(ctx, s.sqlRecover, k.Group, k.Topic, k.Partition,
-		expected.Era, expected.Epoch, to.Era, to.Epoch, reason)
+		expected.Era, expected.Epoch, to.Era, to.Epoch, reason, claimant)
 	if err != nil {
 		return fence.Token{}, fmt.Errorf("pgfence: recover %s: %w", k, err)
 	}

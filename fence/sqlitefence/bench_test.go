@@ -51,7 +51,7 @@ func newBenchEnv(b *testing.B, sync Synchronous, n int) *benchEnv {
 	for i := range n {
 		e.keys = append(e.keys, "key-"+strconv.Itoa(i))
 	}
-	if _, err := s.Claim(context.Background(), e.k, e.t); err != nil {
+	if _, err := s.Claim(context.Background(), e.k, e.t, "fencetest"); err != nil {
 		b.Fatal(err)
 	}
 	return e
@@ -87,7 +87,7 @@ func (e *benchEnv) unfenced(ctx context.Context, v int) error {
 
 // fenced commits one batch through Apply at position pos.
 func (e *benchEnv) fenced(ctx context.Context, pos int64, v int) error {
-	return e.s.Apply(ctx, e.k, e.t, pos, func(ctx context.Context, tx *sql.Tx) error { return e.upsert(ctx, tx, v) })
+	return e.s.Apply(ctx, e.k, e.t, pos, pos, func(ctx context.Context, tx *sql.Tx) error { return e.upsert(ctx, tx, v) })
 }
 
 func benchUpsert(b *testing.B, sync Synchronous, n int, fenced bool) {

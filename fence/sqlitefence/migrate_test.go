@@ -2,8 +2,11 @@ package sqlitefence
 
 import (
 	"database/sql"
+	"errors"
 	"slices"
 	"testing"
+
+	"github.com/batonhq/baton/fence"
 )
 
 // New does no I/O: it succeeds on a closed database and the first use reports the closing.
@@ -40,7 +43,7 @@ func TestMigrateAndSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Claim(ctx, key1, tok(0, 1)); err != nil {
+	if _, err := s.Claim(ctx, key1, tok(0, 1), "fencetest"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Migrate(ctx); err != nil { // and once more over data
@@ -81,4 +84,37 @@ func schemaObjects(t *testing.T, db *sql.DB) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// A fence table created before the claimant column existed is upgraded by Migrate; its rows
+// hold their token for nobody, so an equal claim is refused and a higher one takes it.
+func TestMigrateAddsClaimant(t *testing.T) {
+	ctx := t.Context()
+	db := openPlainDB(t, tempPath(t), "_busy_timeout=5000")
+	if _, err := db.ExecContext(ctx, `CREATE TABLE baton_fences (grp TEXT NOT NULL, topic TEXT NOT NULL,
+		partition INTEGER NOT NULL, era INTEGER NOT NULL, epoch INTEGER NOT NULL, position INTEGER NOT NULL,
+		PRIMARY KEY (grp, topic, partition)) STRICT, WITHOUT ROWID;
+		INSERT INTO baton_fences VALUES ('g', 't', 0, 0, 5, 9);`); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for range 2 {
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := fence.Key{Group: "g", Topic: "t", Partition: 0}
+	if st, err := s.Load(ctx, k); err != nil || st != (fence.State{Token: fence.Token{Epoch: 5}, Position: 9}) {
+		t.Fatalf("legacy row = %+v, %v", st, err)
+	}
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 5}, "c"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("equal claim of a legacy row: %v, want stale", err)
+	}
+	if st, err := s.Claim(ctx, k, fence.Token{Epoch: 6}, "c"); err != nil || st.Position != 9 || st.Claimant != "c" {
+		t.Fatalf("higher claim of a legacy row = %+v, %v", st, err)
+	}
 }

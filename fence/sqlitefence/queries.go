@@ -7,14 +7,18 @@ import "strings"
 type queries struct {
 	schema string
 
-	// Fences. A write may move the fence only within the stored era (eras advance only through
-	// Recover) and never to a lower epoch, hence "era = ? AND epoch <= ?". The insert of a
-	// missing row runs only for era 0, the era of a fence never recovered.
+	// Fences: fencestore.CheckClaim and CheckAdvance in SQL. A claim may move the fence only
+	// within the stored era (eras advance only through Recover), to a higher epoch or to the
+	// same epoch already held by this claimant (or by nobody: the zero token of a fence never
+	// claimed). A write needs exactly the stored token and a batch starting after the stored
+	// position. The insert of a missing row runs only for era 0 (a claim) or the zero token
+	// (a write), the state of a fence never claimed.
 	claimUpdate   string
 	claimInsert   string
 	advanceUpdate string
 	advanceInsert string
 	load          string
+	addClaimant   string // upgrades a fence table created before the claimant column
 
 	recoverFromZero string // CAS for an expected zero token: the row may not exist yet
 	recoverUpdate   string // CAS for any other expected token
@@ -37,20 +41,22 @@ func newQueries(n names) queries {
 	return queries{
 		schema: schema,
 
-		claimUpdate: `UPDATE ` + n.fence + ` SET epoch = ?5` + key +
-			` AND era = ?4 AND epoch <= ?5 RETURNING position`,
-		claimInsert: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position)` +
-			` VALUES (?1, ?2, ?3, 0, ?4, -1) ON CONFLICT DO NOTHING`,
-		advanceUpdate: `UPDATE ` + n.fence + ` SET epoch = ?5, position = ?6` + key +
-			` AND era = ?4 AND epoch <= ?5 AND position < ?6`,
+		claimUpdate: `UPDATE ` + n.fence + ` SET epoch = ?5, claimant = ?6` + key +
+			` AND era = ?4 AND (epoch < ?5 OR (epoch = ?5 AND` +
+			` (claimant = ?6 OR (claimant = '' AND era = 0 AND epoch = 0)))) RETURNING position`,
+		claimInsert: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position, claimant)` +
+			` VALUES (?1, ?2, ?3, 0, ?4, -1, ?5) ON CONFLICT DO NOTHING`,
+		advanceUpdate: `UPDATE ` + n.fence + ` SET position = ?7` + key +
+			` AND era = ?4 AND epoch = ?5 AND position < ?6`,
 		advanceInsert: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position)` +
-			` VALUES (?1, ?2, ?3, 0, ?4, ?5) ON CONFLICT DO NOTHING`,
-		load: `SELECT era, epoch, position FROM ` + n.fence + key,
+			` VALUES (?1, ?2, ?3, 0, 0, ?4) ON CONFLICT DO NOTHING`,
+		load:        `SELECT era, epoch, position, claimant FROM ` + n.fence + key,
+		addClaimant: `ALTER TABLE ` + n.fence + ` ADD COLUMN claimant TEXT NOT NULL DEFAULT ''`,
 
-		recoverFromZero: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position)` +
-			` VALUES (?1, ?2, ?3, 1, ?4, -1)` +
-			` ON CONFLICT (grp, topic, partition) DO UPDATE SET era = 1, epoch = ?4 WHERE era = 0 AND epoch = 0`,
-		recoverUpdate: `UPDATE ` + n.fence + ` SET era = ?4 + 1, epoch = ?6` + key +
+		recoverFromZero: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position, claimant)` +
+			` VALUES (?1, ?2, ?3, 1, ?4, -1, ?5)` +
+			` ON CONFLICT (grp, topic, partition) DO UPDATE SET era = 1, epoch = ?4, claimant = ?5 WHERE era = 0 AND epoch = 0`,
+		recoverUpdate: `UPDATE ` + n.fence + ` SET era = ?4 + 1, epoch = ?6, claimant = ?7` + key +
 			` AND era = ?4 AND epoch = ?5`,
 		recoveryInsert: `INSERT INTO ` + n.recovery +
 			` (grp, topic, partition, from_era, from_epoch, to_era, to_epoch, reason, at_unix_ns)` +

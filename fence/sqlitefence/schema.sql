@@ -5,8 +5,9 @@
 -- STRICT makes SQLite enforce the column types; the CHECK constraints keep hand-edited rows
 -- from holding tokens or positions the fence rules could never produce.
 
--- One row per fence (group, topic, partition): the highest accepted token and the last
--- applied position (-1 for none).
+-- One row per fence (group, topic, partition): the highest accepted token, the last
+-- applied position (-1 for none) and who holds the token ('' for nobody). Migrate adds the
+-- claimant column to tables created before it existed.
 CREATE TABLE IF NOT EXISTS {{fence}} (
     grp       TEXT    NOT NULL,
     topic     TEXT    NOT NULL,
@@ -14,6 +15,7 @@ CREATE TABLE IF NOT EXISTS {{fence}} (
     era       INTEGER NOT NULL CHECK (era >= 0),
     epoch     INTEGER NOT NULL CHECK (epoch >= 0),
     position  INTEGER NOT NULL CHECK (position >= -1),
+    claimant  TEXT    NOT NULL DEFAULT '',
     PRIMARY KEY (grp, topic, partition)
 ) STRICT, WITHOUT ROWID;
 

@@ -20,14 +20,14 @@ var errBroken = errors.New("sqlitefence: conditional write affected no row, yet 
 // returns the state afterwards. It fails with a *[fence.StaleError] if the stored token is
 // higher, with [fence.ErrInvalid] if t is of a later era than the stored token, and with
 // [ErrBusy] if the write lock stayed busy past the busy timeout.
-func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	if err := fencestore.ValidateClaim(k, t); err != nil {
+func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	if err := fencestore.ValidateClaim(k, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	var st fence.State
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx, _ func()) error {
 		var err error
-		st, err = s.claim(ctx, tx, k, t)
+		st, err = s.claim(ctx, tx, k, t, claimant)
 		return err
 	})
 	if err != nil {
@@ -36,28 +36,28 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.St
 	return st, nil
 }
 
-func (s *Store) claim(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token) (fence.State, error) {
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
 	var pos int64
-	err := tx.QueryRowContext(ctx, s.q.claimUpdate, k.Group, k.Topic, k.Partition, t.Era, t.Epoch).Scan(&pos)
+	err := tx.QueryRowContext(ctx, s.q.claimUpdate, k.Group, k.Topic, k.Partition, t.Era, t.Epoch, claimant).Scan(&pos)
 	if err == nil {
-		return fence.State{Token: t, Position: pos}, nil
+		return fence.State{Token: t, Position: pos, Claimant: claimant}, nil
 	}
 	if !errors.Is(err, sql.ErrNoRows) {
 		return fence.State{}, err
 	}
 	if t.Era == 0 {
-		res, err := tx.ExecContext(ctx, s.q.claimInsert, k.Group, k.Topic, k.Partition, t.Epoch)
+		res, err := tx.ExecContext(ctx, s.q.claimInsert, k.Group, k.Topic, k.Partition, t.Epoch, claimant)
 		if n, err := affected(res, err); err != nil {
 			return fence.State{}, err
 		} else if n == 1 {
-			return fence.State{Token: t, Position: fence.NoPosition}, nil
+			return fence.State{Token: t, Position: fence.NoPosition, Claimant: claimant}, nil
 		}
 	}
 	cur, err := s.loadTx(ctx, tx, k)
 	if err != nil {
 		return fence.State{}, err
 	}
-	if err := fencestore.CheckClaim(k, cur, t); err != nil {
+	if err := fencestore.CheckClaim(k, cur, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	return fence.State{}, fmt.Errorf("%w: claim %s with %s, stored %s", errBroken, k, t, cur.Token)
@@ -80,27 +80,27 @@ type querier interface {
 
 func (s *Store) loadTx(ctx context.Context, q querier, k fence.Key) (fence.State, error) {
 	st := fence.State{Position: fence.NoPosition}
-	err := q.QueryRowContext(ctx, s.q.load, k.Group, k.Topic, k.Partition).Scan(&st.Token.Era, &st.Token.Epoch, &st.Position)
+	err := q.QueryRowContext(ctx, s.q.load, k.Group, k.Topic, k.Partition).Scan(&st.Token.Era, &st.Token.Epoch, &st.Position, &st.Claimant)
 	if errors.Is(err, sql.ErrNoRows) {
 		return st, nil
 	}
 	return st, err
 }
 
-// Apply implements [fence.Sink]: in one transaction it checks and advances the fence to
-// (t, position), runs fn, and commits. It fails with a *[fence.StaleError], with
-// [fence.ErrDuplicate], with [fence.ErrInvalid] for a token of a later era than the stored one,
+// Apply implements [fence.Sink]: in one transaction it checks and advances the fence over the
+// batch first..last under t, runs fn, and commits. It fails with a *[fence.StaleError], with
+// [fence.ErrNotClaimed], [fence.ErrDuplicate], [fence.ErrOverlap], with [fence.ErrInvalid] for a token of a later era than the stored one,
 // with fn's error, or with [ErrBusy]; in each case nothing is committed. SQLITE_BUSY before fn
 // runs is retried within the busy timeout; fn is never run twice by one Apply.
-func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := fencestore.ValidateWrite(k, t, position); err != nil {
+func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalid)
 	}
 	return s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx, irrevocable func()) error {
-		if err := s.advance(ctx, tx, k, t, position); err != nil {
+		if err := s.advance(ctx, tx, k, t, first, last); err != nil {
 			return err
 		}
 		irrevocable()
@@ -115,25 +115,25 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, position 
 // it ends. It fails like Apply; a busy error (the lock was not had within the connection's
 // busy_timeout, or a DEFERRED tx that had already read could not upgrade) is wrapped in
 // [ErrBusy] and cannot be retried inside tx.
-func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, position int64) error {
-	if err := fencestore.ValidateWrite(k, t, position); err != nil {
+func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, first, last int64) error {
+	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", fence.ErrInvalid)
 	}
-	return wrapBusy(s.advance(ctx, tx, k, t, position))
+	return wrapBusy(s.advance(ctx, tx, k, t, first, last))
 }
 
-func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, position int64) error {
+func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, first, last int64) error {
 	res, err := s.stmts.exec(ctx, s.db, s.q, tx, func(p *preparedStmts) *sql.Stmt { return p.advance }, s.q.advanceUpdate,
-		k.Group, k.Topic, k.Partition, t.Era, t.Epoch, position)
+		k.Group, k.Topic, k.Partition, t.Era, t.Epoch, first, last)
 	n, err := affected(res, err)
 	if err != nil || n == 1 {
 		return err
 	}
-	if t.Era == 0 {
-		res, err := tx.ExecContext(ctx, s.q.advanceInsert, k.Group, k.Topic, k.Partition, t.Epoch, position)
+	if t.IsZero() { // a missing fence is the zero token: only a write under it may create it
+		res, err := tx.ExecContext(ctx, s.q.advanceInsert, k.Group, k.Topic, k.Partition, last)
 		n, err := affected(res, err)
 		if err != nil || n == 1 {
 			return err
@@ -143,18 +143,18 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 	if err != nil {
 		return err
 	}
-	if err := fencestore.CheckAdvance(k, cur, t, position); err != nil {
+	if err := fencestore.CheckAdvance(k, cur, t, first, last); err != nil {
 		return err
 	}
-	return fmt.Errorf("%w: advance %s to %s at %d, stored %s at %d", errBroken, k, t, position, cur.Token, cur.Position)
+	return fmt.Errorf("%w: advance %s under %s over %d..%d, stored %s at %d", errBroken, k, t, first, last, cur.Token, cur.Position)
 }
 
 // Recover implements [fence.Sink]: if the stored token equals expected it stores
 // Token{Era: expected.Era+1, Epoch: epoch}, keeps the stored position, records a
 // [fence.Recovery] in the same transaction and returns the new token. Otherwise it fails with
 // [fence.ErrConflict] and changes nothing.
-func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, reason string) (fence.Token, error) {
-	if err := fencestore.ValidateRecover(k, expected, epoch, reason); err != nil {
+func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
+	if err := fencestore.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -165,9 +165,9 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 		var res sql.Result
 		var err error
 		if expected.IsZero() {
-			res, err = tx.ExecContext(ctx, s.q.recoverFromZero, k.Group, k.Topic, k.Partition, epoch)
+			res, err = tx.ExecContext(ctx, s.q.recoverFromZero, k.Group, k.Topic, k.Partition, epoch, claimant)
 		} else {
-			res, err = tx.ExecContext(ctx, s.q.recoverUpdate, k.Group, k.Topic, k.Partition, expected.Era, expected.Epoch, epoch)
+			res, err = tx.ExecContext(ctx, s.q.recoverUpdate, k.Group, k.Topic, k.Partition, expected.Era, expected.Epoch, epoch, claimant)
 		}
 		n, err := affected(res, err)
 		if err != nil {

@@ -71,7 +71,7 @@ func TestOpenPathIsNotAURI(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "a?b#c%20d.db")
 	s := openT(t, path)
-	if _, err := s.Claim(t.Context(), key1, tok(0, 1)); err != nil {
+	if _, err := s.Claim(t.Context(), key1, tok(0, 1), "fencetest"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -102,17 +102,20 @@ func TestBadArguments(t *testing.T) {
 		"new nil db":       func() error { _, err := New(nil); return err },
 		"new other driver": func() error { _, err := New(other); return err },
 		"new sync":         func() error { _, err := New(plain, Sync(SyncNormal)); return err },
-		"advance nil tx":   func() error { return openT(t, tempPath(t)).Advance(t.Context(), nil, key1, tok(0, 1), 0) },
-		"apply nil fn":     func() error { return openT(t, tempPath(t)).Apply(t.Context(), key1, tok(0, 1), 0, nil) },
+		"advance nil tx":   func() error { return openT(t, tempPath(t)).Advance(t.Context(), nil, key1, tok(0, 1), 0, 0) },
+		"apply nil fn":     func() error { return openT(t, tempPath(t)).Apply(t.Context(), key1, tok(0, 1), 0, 0, nil) },
 		"recover max era": func() error {
-			_, err := openT(t, tempPath(t)).Recover(t.Context(), key1, tok(1<<63-1, 0), 1, "r")
+			_, err := openT(t, tempPath(t)).Recover(t.Context(), key1, tok(1<<63-1, 0), 1, "c", "r")
 			return err
 		},
 		"admit nil tx": func() error {
 			_, err := openT(t, tempPath(t)).Admit(t.Context(), nil, "s", "i", tok(0, 1), 0)
 			return err
 		},
-		"claim invalid key": func() error { _, err := openT(t, tempPath(t)).Claim(t.Context(), fence.Key{}, tok(0, 1)); return err },
+		"claim invalid key": func() error {
+			_, err := openT(t, tempPath(t)).Claim(t.Context(), fence.Key{}, tok(0, 1), "c")
+			return err
+		},
 	} {
 		if err := f(); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("%s: err = %v, want ErrInvalid", name, err)
@@ -173,7 +176,7 @@ func TestTableNames(t *testing.T) {
 		if err := s.Migrate(ctx); err != nil {
 			t.Fatalf("Table(%q): migrate: %v", name, err)
 		}
-		if _, err := s.Claim(ctx, key1, tok(0, int64(i+1))); err != nil {
+		if _, err := s.Claim(ctx, key1, tok(0, int64(i+1)), "fencetest"); err != nil {
 			t.Fatalf("Table(%q): claim: %v", name, err)
 		}
 		stores[name] = s
@@ -227,7 +230,7 @@ func TestOpenBeginsImmediate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if _, err := b.Claim(t.Context(), key1, tok(0, 1)); !errors.Is(err, ErrBusy) {
+	if _, err := b.Claim(t.Context(), key1, tok(0, 1), "fencetest"); !errors.Is(err, ErrBusy) {
 		t.Fatalf("claim while another handle holds an empty transaction: err = %v, want ErrBusy", err)
 	}
 }
@@ -242,12 +245,12 @@ func TestBusySurfaced(t *testing.T) {
 	}
 	b := openT(t, path, BusyTimeout(20*time.Millisecond))
 	ctx := t.Context()
-	if _, err := b.Claim(ctx, key1, tok(0, 1)); err != nil {
+	if _, err := b.Claim(ctx, key1, tok(0, 1), "fencetest"); err != nil {
 		t.Fatal(err)
 	}
 	release := holdWriteLock(t, a.DB())
 	called := false
-	err := b.Apply(ctx, key1, tok(0, 1), 0, func(ctx context.Context, tx *sql.Tx) error {
+	err := b.Apply(ctx, key1, tok(0, 1), 0, 0, func(ctx context.Context, tx *sql.Tx) error {
 		called = true
 		return writeKV(ctx, tx, "k", "v")
 	})
@@ -276,6 +279,9 @@ func TestBusyRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := a.Claim(t.Context(), key1, tok(0, 1), "fencetest"); err != nil {
+		t.Fatal(err)
+	}
 	release := holdWriteLock(t, a.DB())
 	var retries atomic.Int32
 	b.onBusy = func() {
@@ -284,7 +290,7 @@ func TestBusyRetried(t *testing.T) {
 		}
 	}
 	calls := 0
-	err = b.Apply(t.Context(), key1, tok(0, 1), 0, func(context.Context, *sql.Tx) error {
+	err = b.Apply(t.Context(), key1, tok(0, 1), 0, 0, func(context.Context, *sql.Tx) error {
 		calls++
 		return nil
 	})
@@ -307,7 +313,7 @@ func TestBusyWaitCancelled(t *testing.T) {
 	holdWriteLock(t, a.DB())
 	ctx, cancel := context.WithCancel(t.Context())
 	b.onBusy = cancel
-	if _, err := b.Claim(ctx, key1, tok(0, 1)); !errors.Is(err, context.Canceled) {
+	if _, err := b.Claim(ctx, key1, tok(0, 1), "fencetest"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("claim with ctx cancelled while busy: err = %v, want context.Canceled", err)
 	}
 }
@@ -331,7 +337,7 @@ func TestTwoHandlesRace(t *testing.T) {
 	if _, err := a.DB().Exec(`CREATE TABLE log (position INTEGER NOT NULL, epoch INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Claim(ctx, key1, tok(0, 1)); err != nil {
+	if _, err := a.Claim(ctx, key1, tok(0, 1), "fencetest"); err != nil {
 		t.Fatal(err)
 	}
 
@@ -362,7 +368,7 @@ func TestTwoHandlesRace(t *testing.T) {
 				return err
 			}
 			next := st.Position + 1
-			err = s.Apply(ctx, key1, tok(0, epoch), next, func(ctx context.Context, tx *sql.Tx) error {
+			err = s.Apply(ctx, key1, tok(0, epoch), next, next, func(ctx context.Context, tx *sql.Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO log (position, epoch) VALUES (?, ?)`, next, epoch)
 				return err
 			})
@@ -401,7 +407,7 @@ func TestTwoHandlesRace(t *testing.T) {
 			// SQLite's busy handler polls and is not fair: the old owner's writers, handing the
 			// lock to each other inside their process, may keep the takeover out for a while.
 			for {
-				_, err := b.Claim(ctx, key1, tok(0, 2))
+				_, err := b.Claim(ctx, key1, tok(0, 2), "fencetest")
 				if err == nil {
 					break
 				}
@@ -478,17 +484,17 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if _, err := s.DB().Exec(userSchema); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Claim(ctx, key1, tok(0, 7)); err != nil {
+	if _, err := s.Claim(ctx, key1, tok(0, 7), "fencetest"); err != nil {
 		t.Fatal(err)
 	}
 	for pos := int64(0); pos < 3; pos++ {
-		if err := s.Apply(ctx, key1, tok(0, 7), pos, func(ctx context.Context, tx *sql.Tx) error {
+		if err := s.Apply(ctx, key1, tok(0, 7), pos, pos, func(ctx context.Context, tx *sql.Tx) error {
 			return writeKV(ctx, tx, "k", "v")
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := s.Recover(ctx, key2, tok(0, 0), 3, "group recreated"); err != nil {
+	if _, err := s.Recover(ctx, key2, tok(0, 0), 3, "fencetest", "group recreated"); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := s.DB().BeginTx(ctx, nil)
@@ -506,10 +512,10 @@ func TestDurableAcrossReopen(t *testing.T) {
 	}
 
 	s = openT(t, path)
-	if st, err := s.Load(ctx, key1); err != nil || st != (fence.State{Token: tok(0, 7), Position: 2}) {
+	if st, err := s.Load(ctx, key1); err != nil || st != (fence.State{Token: tok(0, 7), Position: 2, Claimant: "fencetest"}) {
 		t.Errorf("load after reopen = %v, %v", st, err)
 	}
-	if st, err := s.Load(ctx, key2); err != nil || st != (fence.State{Token: tok(1, 3), Position: fence.NoPosition}) {
+	if st, err := s.Load(ctx, key2); err != nil || st != (fence.State{Token: tok(1, 3), Position: fence.NoPosition, Claimant: "fencetest"}) {
 		t.Errorf("recovered fence after reopen = %v, %v", st, err)
 	}
 	if rs, err := s.Recoveries(ctx, key2); err != nil || len(rs) != 1 || rs[0].To != tok(1, 3) || rs[0].Reason != "group recreated" {
@@ -528,7 +534,7 @@ func TestDurableAcrossReopen(t *testing.T) {
 	if err := tx.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(ctx, key1, tok(0, 6), 3, func(context.Context, *sql.Tx) error { return nil }); !errors.Is(err, fence.ErrStale) {
+	if err := s.Apply(ctx, key1, tok(0, 6), 3, 3, func(context.Context, *sql.Tx) error { return nil }); !errors.Is(err, fence.ErrStale) {
 		t.Errorf("stale apply after reopen: err = %v, want ErrStale", err)
 	}
 }
@@ -552,7 +558,7 @@ func TestForeignTransactionRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback()
-	if err := s.Advance(ctx, tx, key1, tok(0, 1), 0); err == nil {
+	if err := s.Advance(ctx, tx, key1, tok(0, 1), 0, 0); err == nil {
 		t.Error("Advance accepted a transaction of another database")
 	}
 	if _, err := s.Admit(ctx, tx, "s", "i", tok(0, 1), 0); err == nil {

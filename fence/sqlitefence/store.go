@@ -171,8 +171,15 @@ func (s *Store) Schema() string { return s.q.schema }
 // concurrently, from several processes too: SQLite serializes the DDL under its write lock.
 func (s *Store) Migrate(ctx context.Context) error {
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx, _ func()) error {
-		_, err := tx.ExecContext(ctx, s.q.schema)
-		return err
+		if _, err := tx.ExecContext(ctx, s.q.schema); err != nil {
+			return err
+		}
+		// A table created before the claimant column existed gets it; SQLite has no
+		// ADD COLUMN IF NOT EXISTS, and a failed statement leaves the transaction usable.
+		if _, err := tx.ExecContext(ctx, s.q.addClaimant); err != nil && !strings.Contains(err.Error(), "duplicate column name") {
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("sqlitefence: migrate: %w", err)

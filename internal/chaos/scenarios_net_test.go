@@ -110,7 +110,7 @@ func netscPG(t *testing.T, ctx context.Context) (*pgxpool.Pool, *pgfence.Store, 
 	if err := store.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Claim(ctx, netscKey, netscTokA); err != nil {
+	if _, err := store.Claim(ctx, netscKey, netscTokA, "test"); err != nil {
 		t.Fatal(err)
 	}
 	return pool, store, schema
@@ -195,7 +195,7 @@ func TestScenario3NetworkDelay(t *testing.T) {
 		before := proxy.counters()
 		proxy.hold() // from the first byte of the Apply
 		done := make(chan error, 1)
-		go func() { done <- sinkA.Apply(ctx, netscKey, netscTokA, 1, netscInsert("A", netscTokA, 1, nil)) }()
+		go func() { done <- sinkA.Apply(ctx, netscKey, netscTokA, 1, 1, netscInsert("A", netscTokA, 1, nil)) }()
 		netscWaitFor(t, "A's first bytes held", time.Minute, func() bool { return proxy.counters().held > 0 })
 
 		// While held, nothing of A's transaction reached the server.
@@ -246,15 +246,15 @@ func TestScenario3NetworkDelay(t *testing.T) {
 		before := proxy.counters()
 		proxy.hold()
 		done := make(chan error, 1)
-		go func() { done <- sinkA.Apply(ctx, netscKey, netscTokA, 2, netscInsert("A", netscTokA, 2, nil)) }()
+		go func() { done <- sinkA.Apply(ctx, netscKey, netscTokA, 2, 2, netscInsert("A", netscTokA, 2, nil)) }()
 		netscWaitFor(t, "A's first bytes held", time.Minute, func() bool { return proxy.counters().held > 0 })
 
 		// A's lease expires; B claims with 0.6 over its own connection and writes.
-		st, err := store.Claim(ctx, netscKey, netscTokB)
+		st, err := store.Claim(ctx, netscKey, netscTokB, "test")
 		if err != nil || st.Token != netscTokB || st.Position != fence.NoPosition {
 			t.Fatalf("B's claim: %+v, %v", st, err)
 		}
-		if err := store.Apply(ctx, netscKey, netscTokB, 1, netscInsert("B", netscTokB, 1, nil)); err != nil {
+		if err := store.Apply(ctx, netscKey, netscTokB, 1, 1, netscInsert("B", netscTokB, 1, nil)); err != nil {
 			t.Fatalf("B's write: %v", err)
 		}
 		if c := proxy.counters(); c.forwarded != before.forwarded {
@@ -298,7 +298,7 @@ func TestScenario3NetworkDelay(t *testing.T) {
 		// fence row is locked by A's open transaction and A's user write is what is held.
 		done := make(chan error, 1)
 		go func() {
-			done <- sinkA.Apply(ctx, netscKey, netscTokA, 1, netscInsert("A", netscTokA, 1, proxy.hold))
+			done <- sinkA.Apply(ctx, netscKey, netscTokA, 1, 1, netscInsert("A", netscTokA, 1, proxy.hold))
 		}()
 		netscWaitFor(t, "A's user write held", time.Minute, func() bool { return proxy.counters().held > 0 })
 
@@ -314,7 +314,7 @@ func TestScenario3NetworkDelay(t *testing.T) {
 		}
 		claimDone := make(chan claimed, 1)
 		go func() {
-			st, err := sinkB.Claim(ctx, netscKey, netscTokB)
+			st, err := sinkB.Claim(ctx, netscKey, netscTokB, "test")
 			claimDone <- claimed{st, err}
 		}()
 		// B's claim is blocked by A's backend on the fence row, as the server reports.
@@ -341,7 +341,7 @@ func TestScenario3NetworkDelay(t *testing.T) {
 		if c.err != nil || c.st.Token != netscTokB || c.st.Position != 1 {
 			t.Fatalf("B's claim: %+v, %v; want %s resuming after A's position 1", c.st, c.err, netscTokB)
 		}
-		if err := sinkB.Apply(ctx, netscKey, netscTokB, c.st.Position+1, netscInsert("B", netscTokB, c.st.Position+1, nil)); err != nil {
+		if err := sinkB.Apply(ctx, netscKey, netscTokB, c.st.Position+1, c.st.Position+1, netscInsert("B", netscTokB, c.st.Position+1, nil)); err != nil {
 			t.Fatalf("B's write: %v", err)
 		}
 		if p := proxy.counters(); p.held == 0 || p.flushed != p.held {
@@ -398,8 +398,8 @@ func (s *netscSink) arm(p int32) { s.mu.Lock(); s.armed, s.armFor = true, p; s.m
 
 func (s *netscSink) open() { s.openOnce.Do(func() { close(s.gate) }) }
 
-func (s *netscSink) Claim(ctx context.Context, k fence.Key, t fence.Token) (fence.State, error) {
-	st, err := s.Sink.Claim(ctx, k, t)
+func (s *netscSink) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	st, err := s.Sink.Claim(ctx, k, t, claimant)
 	if err == nil {
 		s.mu.Lock()
 		s.claims = append(s.claims, netscClaim{k, t, st.Position})
@@ -408,7 +408,7 @@ func (s *netscSink) Claim(ctx context.Context, k fence.Key, t fence.Token) (fenc
 	return st, err
 }
 
-func (s *netscSink) Apply(ctx context.Context, k fence.Key, t fence.Token, pos int64, fn func(context.Context, pgx.Tx) error) error {
+func (s *netscSink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos int64, fn func(context.Context, pgx.Tx) error) error {
 	s.mu.Lock()
 	held := s.armed && (s.armFor < 0 || s.armFor == k.Partition)
 	if held {
@@ -424,10 +424,10 @@ func (s *netscSink) Apply(ctx context.Context, k fence.Key, t fence.Token, pos i
 		<-s.gate
 		// A partitioned process does not see its cancellation either: the queued write goes
 		// to the database whatever happened to the member meanwhile.
-		err = s.Sink.Apply(context.WithoutCancel(ctx), k, t, pos, fn)
+		err = s.Sink.Apply(context.WithoutCancel(ctx), k, t, first, pos, fn)
 		s.result <- err
 	} else {
-		err = s.Sink.Apply(ctx, k, t, pos, fn)
+		err = s.Sink.Apply(ctx, k, t, first, pos, fn)
 	}
 	var se *fence.StaleError
 	if errors.As(err, &se) {
@@ -833,10 +833,10 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A owns the partition with 0.5 and commits its batch at position 1.
-	if _, err := store1.Claim(ctx, netscKey, netscTokA); err != nil {
+	if _, err := store1.Claim(ctx, netscKey, netscTokA, "test"); err != nil {
 		t.Fatal(err)
 	}
-	if err := store1.Apply(ctx, netscKey, netscTokA, 1, netscInsert("A", netscTokA, 1, nil)); err != nil {
+	if err := store1.Apply(ctx, netscKey, netscTokA, 1, 1, netscInsert("A", netscTokA, 1, nil)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -865,10 +865,10 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 	// The takeover, on the primary: B claims with 0.6 and commits position 2. A is now a
 	// zombie with a batch ending at position 3: beyond B's position, so only the token can
 	// refuse it.
-	if st, err := store1.Claim(ctx, netscKey, netscTokB); err != nil || st.Position != 1 {
+	if st, err := store1.Claim(ctx, netscKey, netscTokB, "test"); err != nil || st.Position != 1 {
 		t.Fatalf("B's claim: %+v, %v", st, err)
 	}
-	if err := store1.Apply(ctx, netscKey, netscTokB, 2, netscInsert("B", netscTokB, 2, nil)); err != nil {
+	if err := store1.Apply(ctx, netscKey, netscTokB, 2, 2, netscInsert("B", netscTokB, 2, nil)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -906,7 +906,7 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 		if st := netscLoad(t, ctx, store2); st.Token != netscTokB || st.Position != 2 {
 			t.Fatalf("fence after the restart %+v, want %s @2", st, netscTokB)
 		}
-		err = store2.Apply(ctx, netscKey, netscTokA, 3, netscInsert("A", netscTokA, 3, nil))
+		err = store2.Apply(ctx, netscKey, netscTokA, 3, 3, netscInsert("A", netscTokA, 3, nil))
 		var se *fence.StaleError
 		if !errors.As(err, &se) || se.Stored != netscTokB {
 			t.Fatalf("A's zombie write after the restart returned %v; want *fence.StaleError against %s", err, netscTokB)
@@ -924,7 +924,7 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 		if st := netscLoad(t, ctx, storeR); st.Token != netscTokA || st.Position != 1 {
 			t.Fatalf("promoted copy's fence %+v, want %s @1: the copy must predate the takeover", st, netscTokA)
 		}
-		if err := storeR.Apply(ctx, netscKey, netscTokA, 3, netscInsert("A", netscTokA, 3, nil)); err != nil {
+		if err := storeR.Apply(ctx, netscKey, netscTokA, 3, 3, netscInsert("A", netscTokA, 3, nil)); err != nil {
 			t.Fatalf("A's zombie write on the promoted stale replica returned %v; this test documents that it is ACCEPTED", err)
 		}
 		t.Logf("documented limit (DESIGN.md, What Baton does not cover): after a failover to a replica that lost "+
@@ -998,10 +998,10 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 		// there: B's claim restores 0.6 and resumes after the zombie's write. B's batch at 2,
 		// acknowledged by the lost primary, is gone: that loss is the failover's, and no fence
 		// can repair it.
-		if st, err := storeR.Claim(ctx, netscKey, netscTokB); err != nil || st.Position != 3 {
+		if st, err := storeR.Claim(ctx, netscKey, netscTokB, "test"); err != nil || st.Position != 3 {
 			t.Fatalf("B's claim on the promoted copy: %+v, %v", st, err)
 		}
-		if err := storeR.Apply(ctx, netscKey, netscTokA, 4, netscInsert("A", netscTokA, 4, nil)); !errors.Is(err, fence.ErrStale) {
+		if err := storeR.Apply(ctx, netscKey, netscTokA, 4, 4, netscInsert("A", netscTokA, 4, nil)); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("A's next zombie write after B's claim on the promoted copy returned %v, want stale", err)
 		}
 	})

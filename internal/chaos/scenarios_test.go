@@ -161,23 +161,23 @@ func scenario1Decisions(t *testing.T, now func() time.Time) decisions {
 		}
 	}
 	write := func(tok fence.Token, pos int64) error {
-		return s.Apply(ctx, k, tok, pos, func(_ context.Context, tx *memfence.Tx) error {
+		return s.Apply(ctx, k, tok, pos, pos, func(_ context.Context, tx *memfence.Tx) error {
 			return tx.Put("balance", []byte(tok.String()))
 		})
 	}
 	a, b := fence.Token{Epoch: 33}, fence.Token{Epoch: 34}
-	_, err = s.Claim(ctx, k, a)
+	_, err = s.Claim(ctx, k, a, "test")
 	note(err)
 	note(write(a, 10)) // client 1 writes under 33
-	_, err = s.Claim(ctx, k, b)
+	_, err = s.Claim(ctx, k, b, "test")
 	note(err)          // client 2 takes over with 34
 	note(write(b, 20)) // and writes
 	note(write(a, 30)) // client 1 wakes: refused
 	note(write(b, 20)) // a replay: duplicate
 	// The group is deleted and restarts at generation 1: refused, then recovered explicitly.
-	_, err = s.Claim(ctx, k, fence.Token{Epoch: 1})
+	_, err = s.Claim(ctx, k, fence.Token{Epoch: 1}, "test")
 	note(err)
-	to, err := s.Recover(ctx, k, b, 1, "scenario 2: group recreated")
+	to, err := s.Recover(ctx, k, b, 1, "test", "scenario 2: group recreated")
 	note(err)
 	note(write(to, 40))
 	note(write(b, 50)) // the old era, however high its epoch, stays refused
@@ -300,10 +300,10 @@ func TestScenario6RenewalRace(t *testing.T) {
 			t.Fatal(err)
 		}
 		k := fence.Key{Group: group, Topic: topic, Partition: 0}
-		if _, err := s.Claim(ctx, k, fence.Token{Epoch: int64(newGen)}); err != nil {
+		if _, err := s.Claim(ctx, k, fence.Token{Epoch: int64(newGen)}, "test"); err != nil {
 			t.Fatal(err)
 		}
-		err = s.Apply(ctx, k, fence.Token{Epoch: int64(old)}, 0, func(context.Context, *memfence.Tx) error { return nil })
+		err = s.Apply(ctx, k, fence.Token{Epoch: int64(old)}, 0, 0, func(context.Context, *memfence.Tx) error { return nil })
 		if !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("write under the old generation %d: %v, want ErrStale", old, err)
 		}

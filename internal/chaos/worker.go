@@ -281,15 +281,14 @@ type attemptSink[T any] struct {
 	id string
 }
 
-func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, position int64, fn func(context.Context, T) error) error {
-	const first = -1 // the sink sees only the batch's last offset; chaos_applied has the range
+func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, T) error) error {
 	zombie := s.f.point(ctx, k.Partition, t, first, position)
 	if zombie {
 		ctx = context.WithoutCancel(ctx)
 	}
 	delayed := false
 	err := s.f.write(func() error {
-		return s.Sink.Apply(ctx, k, t, position, func(ctx context.Context, tx T) error {
+		return s.Sink.Apply(ctx, k, t, first, position, func(ctx context.Context, tx T) error {
 			if err := fn(ctx, tx); err != nil {
 				return err
 			}

@@ -64,7 +64,7 @@ func PrepareShards[Tx any](ctx context.Context, sink fence.Sink[Tx], group, coor
 	}
 	for i := range shards {
 		k := ShardKey(group, coordTopic, i)
-		if _, err := sink.Claim(ctx, k, fence.Token{}); err != nil && !errors.Is(err, fence.ErrStale) {
+		if _, err := sink.Claim(ctx, k, fence.Token{}, "outboxconsumer.PrepareShards"); err != nil && !errors.Is(err, fence.ErrStale) {
 			return fmt.Errorf("outboxconsumer: preparing shard %s: %w", k, err)
 		}
 	}

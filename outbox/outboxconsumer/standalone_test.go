@@ -543,7 +543,7 @@ func TestAppendCurrent(t *testing.T) {
 		t.Fatalf("append to a prepared shard: %s, %v; want the zero token", tok, err)
 	}
 	relayTok := fence.Token{Epoch: 3}
-	if _, err := app.Claim(ctx, src, relayTok); err != nil {
+	if _, err := app.Claim(ctx, src, relayTok, "test"); err != nil {
 		t.Fatal(err)
 	}
 	if err := outboxconsumer.PrepareShards(ctx, sink, relayGroup, coordTopic, 2); err != nil {
@@ -634,7 +634,7 @@ type claimFirst struct {
 func (c *claimFirst) Append(ctx context.Context, tx pgx.Tx, src fence.Key, tok fence.Token, msgs ...outbox.Message) error {
 	if !c.done {
 		c.done = true
-		if _, err := c.fences.Claim(ctx, src, c.tok); err != nil {
+		if _, err := c.fences.Claim(ctx, src, c.tok, "test"); err != nil {
 			return err
 		}
 	}

@@ -95,7 +95,7 @@ func msg(v string) outbox.Message {
 
 func (e env[Tx]) claim(t *testing.T, k fence.Key, tk fence.Token) {
 	t.Helper()
-	if _, err := e.Fences.Claim(e.ctx, k, tk); err != nil {
+	if _, err := e.Fences.Claim(e.ctx, k, tk, "outboxtest"); err != nil {
 		t.Fatalf("Claim(%s, %s): %v", k, tk, err)
 	}
 }
@@ -221,9 +221,13 @@ func appendNeedsExactToken[Tx any](t *testing.T, e env[Tx]) {
 	}
 	wantPending(t, e, k, tok(0, 2), []int64{1, 2}, []string{"a", "b"})
 
-	// Advance to the higher token and append in the same transaction: the fence now stores it.
+	// Claim the higher token, then advance and append in one transaction: the fence now
+	// stores it.
+	if _, err := e.Fences.Claim(e.ctx, k, tok(0, 3), "outboxtest"); err != nil {
+		t.Fatalf("Claim: %v", err)
+	}
 	tx, commit := e.begin(t)
-	if err := e.Fences.Advance(e.ctx, tx, k, tok(0, 3), 0); err != nil {
+	if err := e.Fences.Advance(e.ctx, tx, k, tok(0, 3), 0, 0); err != nil {
 		t.Fatalf("Advance: %v", err)
 	}
 	if err := e.Store.Append(e.ctx, tx, k, tok(0, 3), msg("c")); err != nil {
@@ -246,7 +250,7 @@ func appendStaleRefused[Tx any](t *testing.T, e env[Tx]) {
 	wantStale(t, "Append under a deposed token", err, k, tok(0, 2), tok(0, 1))
 
 	// An old era is stale however high its epoch.
-	if _, err := e.Fences.Recover(e.ctx, k, tok(0, 2), 1, "outboxtest"); err != nil {
+	if _, err := e.Fences.Recover(e.ctx, k, tok(0, 2), 1, "outboxtest", "outboxtest"); err != nil {
 		t.Fatalf("Recover: %v", err)
 	}
 	err = e.appendTx(e.ctx, k, tok(0, 99), msg("old era"))

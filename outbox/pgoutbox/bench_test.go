@@ -59,7 +59,7 @@ func BenchmarkApply(b *testing.B) {
 		for done := 0; done < b.N; done += benchBatch {
 			var err error
 			if fenced {
-				err = e.fences.Apply(e.ctx, e.src, tok, pos, fn)
+				err = e.fences.Apply(e.ctx, e.src, tok, pos, pos, fn)
 				pos++
 			} else {
 				err = pgx.BeginFunc(e.ctx, e.pool, func(tx pgx.Tx) error { return fn(e.ctx, tx) })
@@ -88,7 +88,7 @@ func BenchmarkApply(b *testing.B) {
 		// pgfence.ApplyBatch + QueueAppend: fence, data and outbox rows in one round trip.
 		b.ResetTimer()
 		for done := 0; done < b.N; done += benchBatch {
-			err := e.fences.ApplyBatch(e.ctx, e.src, tok, pos, func(bt *pgx.Batch) error {
+			err := e.fences.ApplyBatch(e.ctx, e.src, tok, pos, pos, func(bt *pgx.Batch) error {
 				bt.Queue(upsert, ids)
 				return e.store.QueueAppend(e.ctx, bt, e.src, tok, msgs...)
 			})
@@ -309,7 +309,7 @@ func newRelayBench(b *testing.B, parts, maxSeq int, clientOpts ...kgo.Opt) *rela
 		hook: &ackHook{index: map[string]int{}}}
 	for p := range parts {
 		k := fence.Key{Group: "g", Topic: "orders", Partition: int32(p)}
-		if _, err := fences.Claim(ctx, k, rb.tok); err != nil {
+		if _, err := fences.Claim(ctx, k, rb.tok, "test"); err != nil {
 			b.Fatal(err)
 		}
 		rb.srcs = append(rb.srcs, k)
@@ -331,7 +331,7 @@ func newRelayBench(b *testing.B, parts, maxSeq int, clientOpts ...kgo.Opt) *rela
 // apply commits one fenced transaction on source partition p at position pos: an upsert of k
 // accounts and k outbox messages, like one consumer batch of k records.
 func (rb *relayBench) apply(p int, pos int64, ids []string, msgs []outbox.Message) error {
-	return rb.fences.Apply(rb.ctx, rb.srcs[p], rb.tok, pos, func(ctx context.Context, tx pgx.Tx) error {
+	return rb.fences.Apply(rb.ctx, rb.srcs[p], rb.tok, pos, pos, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO accounts SELECT unnest($1::text[]), 1 ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + 1`, ids); err != nil {
 			return err
 		}

@@ -57,7 +57,7 @@ func newEnv(t testing.TB) *env {
 
 func (e *env) claim(tok fence.Token) {
 	e.t.Helper()
-	if _, err := e.fences.Claim(e.ctx, e.src, tok); err != nil {
+	if _, err := e.fences.Claim(e.ctx, e.src, tok, "test"); err != nil {
 		e.t.Fatalf("claim %s: %v", tok, err)
 	}
 }
@@ -65,7 +65,7 @@ func (e *env) claim(tok fence.Token) {
 // apply is what the consumer runtime does for one batch: a fenced transaction with the user's
 // state change and its outbox messages.
 func (e *env) apply(ctx context.Context, tok fence.Token, pos int64, msgs ...outbox.Message) error {
-	return e.fences.Apply(ctx, e.src, tok, pos, func(ctx context.Context, tx pgx.Tx) error {
+	return e.fences.Apply(ctx, e.src, tok, pos, pos, func(ctx context.Context, tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `INSERT INTO accounts VALUES ($1, 1) ON CONFLICT (id) DO UPDATE SET balance = accounts.balance + 1`, "acct-"+strconv.FormatInt(pos, 10)); err != nil {
 			return err
 		}
@@ -539,7 +539,7 @@ func TestBadInputIsRefusedBeforeAnythingIsWritten(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			err := e.fences.Apply(e.ctx, e.src, tok, 0, func(ctx context.Context, tx pgx.Tx) error {
+			err := e.fences.Apply(e.ctx, e.src, tok, 0, 0, func(ctx context.Context, tx pgx.Tx) error {
 				// A good message first: the bad one must refuse the whole call.
 				return s.Append(ctx, tx, e.src, tok, outbox.Message{Topic: "d", Value: []byte("ok")}, c.m)
 			})

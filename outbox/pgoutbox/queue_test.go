@@ -18,7 +18,7 @@ func TestQueueAppendInFencedBatch(t *testing.T) {
 	old, cur := fence.Token{Epoch: 1}, fence.Token{Epoch: 2}
 	e.claim(old)
 	msgs := []outbox.Message{{Topic: "dest", Key: []byte("a"), Value: []byte("1")}, {Topic: "dest", Key: []byte("b"), Value: []byte("2")}}
-	if err := e.fences.ApplyBatch(e.ctx, e.src, old, 0, func(b *pgx.Batch) error {
+	if err := e.fences.ApplyBatch(e.ctx, e.src, old, 0, 0, func(b *pgx.Batch) error {
 		return e.store.QueueAppend(e.ctx, b, e.src, old, msgs...)
 	}); err != nil {
 		t.Fatal(err)
@@ -28,7 +28,7 @@ func TestQueueAppendInFencedBatch(t *testing.T) {
 	}
 	e.claim(cur) // takeover
 	attempted := false
-	err := e.fences.ApplyBatch(e.ctx, e.src, old, 1, func(b *pgx.Batch) error {
+	err := e.fences.ApplyBatch(e.ctx, e.src, old, 1, 1, func(b *pgx.Batch) error {
 		attempted = true
 		return e.store.QueueAppend(e.ctx, b, e.src, old, msgs...)
 	})
@@ -39,7 +39,7 @@ func TestQueueAppendInFencedBatch(t *testing.T) {
 	if n := e.count(`SELECT count(*) FROM baton_outbox`); n != 2 {
 		t.Fatalf("%d rows after the zombie's batch, want still 2", n)
 	}
-	if err := e.fences.ApplyBatch(e.ctx, e.src, cur, 1, func(b *pgx.Batch) error {
+	if err := e.fences.ApplyBatch(e.ctx, e.src, cur, 1, 1, func(b *pgx.Batch) error {
 		return e.store.QueueAppend(e.ctx, b, e.src, cur, msgs...)
 	}); err != nil {
 		t.Fatal(err)

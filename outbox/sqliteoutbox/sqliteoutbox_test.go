@@ -46,11 +46,11 @@ func TestSQLiteAppendFlushZombies(t *testing.T) {
 	ctx, fences, store := open(t)
 	bs := testenv.FakeKafka(t, kfake.SeedTopics(1, "dest"))
 	old, cur := fence.Token{Epoch: 1}, fence.Token{Epoch: 2}
-	if _, err := fences.Claim(ctx, src, old); err != nil {
+	if _, err := fences.Claim(ctx, src, old, "test"); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 6 {
-		err := fences.Apply(ctx, src, old, int64(i), func(ctx context.Context, tx *sql.Tx) error {
+		err := fences.Apply(ctx, src, old, int64(i), int64(i), func(ctx context.Context, tx *sql.Tx) error {
 			return store.Append(ctx, tx, src, old, outbox.Message{Topic: "dest", Key: []byte("k"), Value: []byte(strconv.Itoa(i)),
 				Headers: []kgo.RecordHeader{{Key: "h", Value: nil}}})
 		})
@@ -58,7 +58,7 @@ func TestSQLiteAppendFlushZombies(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := fences.Claim(ctx, src, cur); err != nil { // takeover
+	if _, err := fences.Claim(ctx, src, cur, "test"); err != nil { // takeover
 		t.Fatal(err)
 	}
 	// The zombie can neither append (even without Advance) nor relay.
@@ -119,10 +119,10 @@ func TestSQLiteAppendFlushZombies(t *testing.T) {
 func TestSQLiteBadInputWritesNothing(t *testing.T) {
 	ctx, fences, store := open(t)
 	tok := fence.Token{Epoch: 1}
-	if _, err := fences.Claim(ctx, src, tok); err != nil {
+	if _, err := fences.Claim(ctx, src, tok, "test"); err != nil {
 		t.Fatal(err)
 	}
-	err := fences.Apply(ctx, src, tok, 0, func(ctx context.Context, tx *sql.Tx) error {
+	err := fences.Apply(ctx, src, tok, 0, 0, func(ctx context.Context, tx *sql.Tx) error {
 		return store.Append(ctx, tx, src, tok, outbox.Message{Topic: "d"}, outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "baton-x"}}})
 	})
 	if !errors.Is(err, outbox.ErrInvalidHeader) {
