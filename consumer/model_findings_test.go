@@ -2,9 +2,11 @@ package consumer
 
 func modelFindings() []modelFinding {
 	return []modelFinding{
-		{name: "1-equal-token-race", proto: legacyProtocol, allow: faultsOf(stepStaticReplace), want: "applied 2 times"},
-		{name: "2-blind-proof", proto: legacyProtocol, allow: faultsOf(stepRebalance, stepLoadStart), want: "era raised"},
-		{name: "3-recover-conflict", proto: legacyProtocol, allow: faultsOf(stepRecreate, stepWorkerReplyLost), want: "liveness"},
-		{name: "4-retained-idle", proto: legacyProtocol, allow: faultsOf(stepJoin, stepRebalance), want: "liveness"},
+		{name: "1-equal-token-race", proto: mutantProtocol(mutEqualTokenAnyClaimant), allow: faultsOf(stepStaticReplace), want: "two writers"},
+		{name: "2-blind-proof", proto: mutantProtocol(mutBlindProof), allow: faultsOf(stepRebalance, stepLoadStart), want: "era raised"},
+		{name: "2-no-verify-after-claim", proto: mutantProtocol(mutNoVerifyAfterClaim), allow: faultsOf(stepRebalance, stepRecreate), want: "two writers"},
+		{name: "2-stale-write-stops", proto: mutantProtocol(mutStaleWriteStops), allow: faultsOf(stepRebalance, stepRecreate), want: "liveness"},
+		{name: "3-recover-conflict", proto: mutantProtocol(mutRecoverConflictRetried), allow: faultsOf(stepRecreate, stepWorkerReplyLost), want: "liveness"},
+		{name: "4-retained-idle", proto: mutantProtocol(mutRetainedIdles), allow: faultsOf(stepStaticReplace, stepRebalance), want: "liveness"},
 	}
 }

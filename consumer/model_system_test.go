@@ -54,7 +54,11 @@ func (t tok8) less(u tok8) bool   { return t.token().Less(u.token()) }
 func (t tok8) String() string     { return t.token().String() }
 func claimantOf(id int8) string   { return fmt.Sprintf("w%d", id) }
 func (s *mstate) sinkState() fence.State {
-	return fence.State{Token: s.sTok.token(), Position: int64(s.sPos)}
+	st := fence.State{Token: s.sTok.token(), Position: int64(s.sPos)}
+	if s.sClaimant != 0 {
+		st.Claimant = claimantOf(s.sClaimant)
+	}
+	return st
 }
 
 // wstate is one partition worker: an incarnation of the claim path and the apply loop.
@@ -388,7 +392,7 @@ func (c modelConfig) successors(s mstate, out []transition) []transition {
 			emit(label{kind: stepRevoke, slot: int8(i)}, n, false, "")
 		}
 		if c.outbox && s.w[i].pc == pcRun {
-			for _, ws := range relayStep(s, i, c.proto.relayReclaims) {
+			for _, ws := range relayStep(s, i, !c.proto.mut[mutRelayNoReclaim]) {
 				emit(label{kind: stepRelay, slot: int8(i), what: ws.what}, ws.next, false, ws.violation)
 			}
 		}

@@ -61,7 +61,7 @@ func checkModel(t *testing.T, cfg modelConfig) {
 // model must report (an invariant's text, or "liveness").
 type modelFinding struct {
 	name  string
-	proto func() protocol
+	proto protocol
 	allow faultSet
 	want  string
 }
@@ -75,7 +75,7 @@ func TestModelFindsRevertedFixes(t *testing.T) {
 	for _, f := range modelFindings() {
 		t.Run(f.name, func(t *testing.T) {
 			cfg := defaultModel()
-			cfg.proto, cfg.allow = f.proto(), f.allow
+			cfg.proto, cfg.allow = f.proto, f.allow
 			start := time.Now()
 			res := explore(cfg)
 			var got, trace string

@@ -382,8 +382,11 @@ func (w workload) next(rng *rand.Rand, k fence.Key, claimant string, v *clientVi
 	case r < 88:
 		in.op = opApply
 		in.tok = v.tok
-		if rng.IntN(4) == 0 {
+		switch rng.IntN(8) {
+		case 0, 1:
 			in.tok = v.st.Token
+		case 2:
+			in.tok.Epoch++ // not claimed
 		}
 		in.first = small(v.st.Position + 1)
 		in.last = in.first + int64(rng.IntN(3))

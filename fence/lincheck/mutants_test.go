@@ -46,6 +46,24 @@ func TestCheckerCatchesMutants(t *testing.T) {
 			}
 			return &m
 		}},
+		{"equal-token-other-claimant-reported-claimed", func(tg *target) *target {
+			// A store that answers an equal-token claim by another claimant with success.
+			m := *tg
+			m.claim = func(ctx context.Context, k fence.Key, tok fence.Token, claimant string) (fence.State, error) {
+				st, err := tg.claim(ctx, k, tok, claimant)
+				var se *fence.StaleError
+				if errors.As(err, &se) && se.Stored == se.Presented {
+					cur, lerr := tg.load(ctx, k)
+					if lerr != nil {
+						return st, err
+					}
+					cur.Claimant = claimant
+					return cur, nil
+				}
+				return st, err
+			}
+			return &m
+		}},
 		{"duplicate-reported-applied", func(tg *target) *target {
 			m := *tg
 			m.apply = func(ctx context.Context, k fence.Key, tok fence.Token, first, last int64) error {

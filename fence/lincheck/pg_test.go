@@ -27,14 +27,14 @@ const EnvPGRestart = "BATON_LINCHECK_PG_RESTART"
 func pgTarget(s *pgfence.Store) *target {
 	return &target{
 		claim: func(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
-			return s.Claim(ctx, k, t)
+			return s.Claim(ctx, k, t, claimant)
 		},
 		load: s.Load,
 		apply: func(ctx context.Context, k fence.Key, t fence.Token, first, last int64) error {
-			return s.Apply(ctx, k, t, last, func(context.Context, pgx.Tx) error { return nil })
+			return s.Apply(ctx, k, t, first, last, func(context.Context, pgx.Tx) error { return nil })
 		},
 		recover: func(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant string) (fence.Token, error) {
-			return s.Recover(ctx, k, expected, epoch, "lincheck")
+			return s.Recover(ctx, k, expected, epoch, claimant, "lincheck")
 		},
 		effect: func(ctx context.Context, op opKind, err error) (outcome, bool) {
 			if pgconn.SafeToRetry(err) {

@@ -1,33 +1,40 @@
 package lincheck
 
 import (
-	"errors"
-
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencestore"
 )
 
-// The fence rules of the model: fencestore's, called, not copied. (Before issue 10's
-// contract: no claimant, Advance by last position only.)
+// The fence rules of the sequential model: fencestore's, called, not copied.
 
 var (
-	errOverlap    = errors.New("lincheck: no overlap sentinel yet")
-	errNotClaimed = errors.New("lincheck: no not-claimed sentinel yet")
+	errOverlap    = fence.ErrOverlap
+	errNotClaimed = fence.ErrNotClaimed
 )
 
 func checkClaim(k fence.Key, s mstate, t fence.Token, claimant string) error {
-	return fencestore.CheckClaim(k, s, t)
+	return fencestore.CheckClaim(k, s, t, claimant)
 }
 
 func checkAdvance(k fence.Key, s mstate, t fence.Token, first, last int64) error {
-	return fencestore.CheckAdvance(k, s, t, last)
+	return fencestore.CheckAdvance(k, s, t, first, last)
 }
 
+// claimed is the state after an accepted Claim: t held by claimant, the position kept.
 func claimed(s mstate, t fence.Token, claimant string) mstate {
-	s.Token = t
+	s.Token, s.Claimant = t, claimant
 	return s
 }
 
-func recovered(s mstate, claimant string) mstate { return s }
+// recovered is the state after an accepted Recover: the new token held by claimant.
+func recovered(s mstate, claimant string) mstate {
+	s.Claimant = claimant
+	return s
+}
 
-func claimantSuffix(s mstate) string { return "" }
+func claimantSuffix(s mstate) string {
+	if s.Claimant == "" {
+		return ""
+	}
+	return " " + s.Claimant
+}

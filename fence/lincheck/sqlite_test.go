@@ -16,14 +16,14 @@ import (
 func sqliteTarget(s *sqlitefence.Store) *target {
 	return &target{
 		claim: func(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
-			return s.Claim(ctx, k, t)
+			return s.Claim(ctx, k, t, claimant)
 		},
 		load: s.Load,
 		apply: func(ctx context.Context, k fence.Key, t fence.Token, first, last int64) error {
-			return s.Apply(ctx, k, t, last, func(context.Context, *sql.Tx) error { return nil })
+			return s.Apply(ctx, k, t, first, last, func(context.Context, *sql.Tx) error { return nil })
 		},
 		recover: func(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant string) (fence.Token, error) {
-			return s.Recover(ctx, k, expected, epoch, "lincheck")
+			return s.Recover(ctx, k, expected, epoch, claimant, "lincheck")
 		},
 		effect: func(_ context.Context, _ opKind, err error) (outcome, bool) {
 			if errors.Is(err, sqlitefence.ErrBusy) {
