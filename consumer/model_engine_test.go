@@ -31,7 +31,7 @@ type result struct {
 
 	nodes  []mstate
 	parent []int32
-	via    []label
+	via    []int32 // the index of the step from the parent among its successors
 	cfg    modelConfig
 }
 
@@ -41,7 +41,7 @@ func explore(cfg modelConfig) *result {
 	r := &result{stuck: -1, cfg: cfg}
 	index := make(map[mstate]int32, 1<<16)
 	var live [][2]int32 // fault-free edges, for the liveness check
-	add := func(s mstate, parent int32, l label) (int32, bool) {
+	add := func(s mstate, parent int32, l int32) (int32, bool) {
 		if i, ok := index[s]; ok {
 			return i, false
 		}
@@ -52,22 +52,22 @@ func explore(cfg modelConfig) *result {
 		r.via = append(r.via, l)
 		return i, true
 	}
-	add(cfg.initial().canonical(), -1, label{kind: stepInit})
+	add(cfg.initial().canonical(), -1, -1)
 	depth := make([]int32, 1, 1<<16)
 	var buf []transition
 	for head := 0; head < len(r.nodes); head++ {
 		s := r.nodes[head]
 		buf = cfg.successors(s, buf[:0])
-		for _, tr := range buf {
+		for k, tr := range buf {
 			r.edges++
-			j, fresh := add(tr.next, int32(head), tr.label)
+			j, fresh := add(tr.next, int32(head), int32(k))
 			if fresh {
 				depth = append(depth, depth[head]+1)
 				r.depth = max(r.depth, int(depth[j]))
 			}
 			if tr.violation != "" {
 				if !fresh { // reached before by another path: report the step anyway
-					j, _ = r.appendNode(tr.next, int32(head), tr.label)
+					j, _ = r.appendNode(tr.next, int32(head), int32(k))
 				}
 				r.states = len(r.nodes)
 				r.violation = &violation{what: tr.violation, state: j}
@@ -88,7 +88,7 @@ func explore(cfg modelConfig) *result {
 	return r
 }
 
-func (r *result) appendNode(s mstate, parent int32, l label) (int32, bool) {
+func (r *result) appendNode(s mstate, parent int32, l int32) (int32, bool) {
 	i := int32(len(r.nodes))
 	r.nodes = append(r.nodes, s)
 	r.parent = append(r.parent, parent)
@@ -148,10 +148,44 @@ func (r *result) trace(i int32) string {
 	for j := i; j >= 0; j = r.parent[j] {
 		path = append(path, j)
 	}
+	describing = true
+	defer func() { describing = false }()
 	var b strings.Builder
 	for k := len(path) - 1; k >= 0; k-- {
 		j := path[k]
-		fmt.Fprintf(&b, "  %2d. %-44s  %s\n", len(path)-1-k, r.via[j], r.nodes[j])
+		l := label{kind: stepInit}
+		if p := r.parent[j]; p >= 0 {
+			l = r.cfg.successors(r.nodes[p], nil)[r.via[j]].label
+		}
+		fmt.Fprintf(&b, "  %2d. %-44s  %s\n", len(path)-1-k, l, r.nodes[j])
+	}
+	return b.String()
+}
+
+// continuation prints up to n fault-free steps from state i, each to a state not seen on the
+// way (the first such successor), to show how a stuck state goes on without progress.
+func (r *result) continuation(i int32, n int) string {
+	describing = true
+	defer func() { describing = false }()
+	var b strings.Builder
+	b.WriteString("  then, with no further faults (first successor each time):\n")
+	seen := map[mstate]bool{r.nodes[i]: true}
+	s := r.nodes[i]
+	for k := 0; k < n; k++ {
+		var next *transition
+		for _, tr := range r.cfg.successors(s, nil) {
+			if !tr.fault && !seen[tr.next] {
+				next = &tr
+				break
+			}
+		}
+		if next == nil {
+			b.WriteString("      (no step leads to a new state: stuck)\n")
+			break
+		}
+		seen[next.next] = true
+		s = next.next
+		fmt.Fprintf(&b, "      %-44s  %s\n", next.label, s)
 	}
 	return b.String()
 }

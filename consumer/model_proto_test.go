@@ -113,7 +113,7 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 	case pcLoad:
 		tok := tok8{era: s.sTok.era, epoch: w.epoch}
 		nw.tok, nw.pc = tok, pcClaim
-		return one(fmt.Sprintf("load %s, will claim %s", s.sTok, tok), "")
+		return one(sayf("load %s, will claim %s", s.sTok, tok), "")
 	case pcClaim:
 		err := p.claimRule(s, w.tok, w.id)
 		if err == nil {
@@ -121,15 +121,15 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 			nw.pos, nw.seen = s.sPos, tok8{}
 			if p.mut[mutNoVerifyAfterClaim] {
 				nw.pc = pcRun
-				return one(fmt.Sprintf("claim %s ok, position %d", w.tok, s.sPos), "")
+				return one(sayf("claim %s ok, position %d", w.tok, s.sPos), "")
 			}
 			nw.pc, nw.claimedOK = pcVerify, true
-			return one(fmt.Sprintf("claim %s ok, position %d; prove currentness before applying", w.tok, s.sPos), "")
+			return one(sayf("claim %s ok, position %d; prove currentness before applying", w.tok, s.sPos), "")
 		}
 		var se *fence.StaleError
 		if errors.As(err, &se) {
 			nw.seen, nw.pc, nw.claimedOK = s.sTok, pcVerify, false
-			return one(fmt.Sprintf("claim %s refused (stored %s held by %s)", w.tok, s.sTok, claimantOf(s.sClaimant)), "")
+			return one(sayf("claim %s refused (stored %s held by %s)", w.tok, s.sTok, claimantOf(s.sClaimant)), "")
 		}
 		return one("claim: "+err.Error(), "claim refused: "+err.Error())
 	case pcVerify:
@@ -144,23 +144,23 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 			}
 			if w.claimedOK {
 				nw.pc = pcRun
-				return one(fmt.Sprintf("proof at gen %d: current; apply", w.epoch), "")
+				return one(sayf("proof at gen %d: current; apply", w.epoch), "")
 			}
 			nw.pc = pcRecover
-			return one(fmt.Sprintf("proof at gen %d: current; recover from %s", w.epoch, w.seen), "")
+			return one(sayf("proof at gen %d: current; recover from %s", w.epoch, w.seen), "")
 		case a.known && a.assigned && !p.mut[mutRetainedIdles]:
 			nw.epoch, nw.pc, nw.claimedOK = a.gen, pcLoad, false
-			return one(fmt.Sprintf("proof at gen %d: the coordinator still assigns P at gen %d: re-derive the epoch", w.epoch, a.gen), "")
+			return one(sayf("proof at gen %d: the coordinator still assigns P at gen %d: re-derive the epoch", w.epoch, a.gen), "")
 		}
 		nw.pc = pcStopped
-		return one(fmt.Sprintf("proof at gen %d: not current; stop", w.epoch), "")
+		return one(sayf("proof at gen %d: not current; stop", w.epoch), "")
 	case pcRecover:
 		if s.sTok != w.seen {
 			if p.mut[mutRecoverConflictRetried] {
 				return nil // the same compare-and-set again: no change
 			}
 			nw.pc = pcLoad
-			return one(fmt.Sprintf("recover from %s: conflict (stored %s), reload", w.seen, s.sTok), "")
+			return one(sayf("recover from %s: conflict (stored %s), reload", w.seen, s.sTok), "")
 		}
 		to := tok8{era: w.seen.era + 1, epoch: w.epoch}
 		var v string
@@ -170,10 +170,10 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 		n.took(i, to, true)
 		var out []wstep
 		if canFault { // the recovery commits, its reply is lost: the worker retries it
-			out = append(out, wstep{what: fmt.Sprintf("recover %s -> %s", w.seen, to), next: n, replyLost: true, violation: v})
+			out = append(out, wstep{what: sayf("recover %s -> %s", w.seen, to), next: n, replyLost: true, violation: v})
 		}
 		nw.tok, nw.pc, nw.pos = to, pcRun, s.sPos
-		return append(out, wstep{what: fmt.Sprintf("recover %s -> %s, position %d", w.seen, to, s.sPos), next: n, violation: v})
+		return append(out, wstep{what: sayf("recover %s -> %s, position %d", w.seen, to, s.sPos), next: n, violation: v})
 	case pcRun:
 		var out []wstep
 		for last := w.pos + 1; last < logLen; last++ {
@@ -181,7 +181,7 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 			nw := &n.w[i]
 			first := w.pos + 1
 			err := p.advanceRule(s, w.tok, first, last)
-			what := fmt.Sprintf("apply %d..%d under %s: ", first, last, w.tok)
+			what := sayf("apply %d..%d under %s: ", first, last, w.tok)
 			switch {
 			case err == nil:
 				v := n.commit(i, first, last)

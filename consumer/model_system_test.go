@@ -49,7 +49,6 @@ type omsg struct {
 type tok8 struct{ era, epoch int8 }
 
 func (t tok8) token() fence.Token { return fence.Token{Era: int64(t.era), Epoch: int64(t.epoch)} }
-func tok8of(t fence.Token) tok8   { return tok8{era: int8(t.Era), epoch: int8(t.Epoch)} }
 func (t tok8) less(u tok8) bool   { return t.token().Less(u.token()) }
 func (t tok8) String() string     { return t.token().String() }
 func claimantOf(id int8) string   { return fmt.Sprintf("w%d", id) }
@@ -69,7 +68,6 @@ type wstate struct {
 	epoch   int8 // the epoch the worker's tokens carry
 	tok     tok8 // the token it claimed (valid in pcRun)
 	pos     int8 // the last position it knows applied
-	ours    tok8 // legacy: the token this worker last claimed or recovered to
 	seen    tok8 // the stored token of the last refusal (Recover's expected)
 	revoked bool // a revocation or loss is pending delivery
 	// claimedOK: the last claim succeeded (the proof that follows leads to applying);
@@ -184,7 +182,19 @@ const (
 type label struct {
 	kind      stepKind
 	slot, arg int8
-	what      string // the worker step's description
+	what      string // the worker step's description (only while describing)
+}
+
+// describing turns on the step descriptions: off while exploring (formatting them costs more
+// than the rest of a step), on while a trace is printed (the explorer recomputes the steps of
+// the trace's states).
+var describing bool
+
+func sayf(format string, args ...any) string {
+	if !describing {
+		return ""
+	}
+	return fmt.Sprintf(format, args...)
 }
 
 func (l label) String() string {
@@ -347,7 +357,7 @@ func (s mstate) canonical() mstate {
 		case pcStopped:
 			*w = wstate{id: w.id, pc: pcStopped, member: w.member, revoked: w.revoked}
 		case pcRun:
-			w.seen, w.claimedOK, w.ours = tok8{}, false, tok8{}
+			w.seen, w.claimedOK = tok8{}, false
 		case pcLoad, pcClaim:
 			w.pos = 0
 		}
@@ -532,7 +542,7 @@ func (s *mstate) commit(i int, first, last int8) string {
 		s.rows[s.nrows] = orow{tok: w.tok}
 		s.nrows++
 	}
-	s.sTok, s.sClaimant, s.sPos = w.tok, w.id, last
+	s.sTok, s.sPos = w.tok, last // Advance keeps the claimant: the token names it
 	w.pos = last
 	return strings.Join(v, "; ")
 }
@@ -569,10 +579,10 @@ func relayStep(s mstate, i int, reclaim bool) []wstep {
 				return nil // Flush fails (stale) at every attempt
 			}
 			nw.pc, nw.claimedOK = pcLoad, false
-			return []wstep{{what: fmt.Sprintf("flush under %s refused (stored %s): re-claim", w.tok, s.sTok), next: n}}
+			return []wstep{{what: sayf("flush under %s refused (stored %s): re-claim", w.tok, s.sTok), next: n}}
 		}
 		nw.rfrom, nw.rto = s.delivered+1, s.nrows
-		return []wstep{{what: fmt.Sprintf("read pending rows %d..%d under %s", nw.rfrom, nw.rto, w.tok), next: n}}
+		return []wstep{{what: sayf("read pending rows %d..%d under %s", nw.rfrom, nw.rto, w.tok), next: n}}
 	case !w.published:
 		if int(s.nmsgs)+int(w.rto-w.rfrom+1) > maxMsgs {
 			return nil // the topic's bound: wait for the receiver
@@ -582,9 +592,9 @@ func relayStep(s mstate, i int, reclaim bool) []wstep {
 			n.nmsgs++
 		}
 		nw.published = true
-		return []wstep{{what: fmt.Sprintf("produce rows %d..%d", w.rfrom, w.rto), next: n}}
+		return []wstep{{what: sayf("produce rows %d..%d", w.rfrom, w.rto), next: n}}
 	default:
-		what := fmt.Sprintf("mark %d delivered under %s", w.rto, w.tok)
+		what := sayf("mark %d delivered under %s", w.rto, w.tok)
 		switch {
 		case s.sTok != w.tok:
 			what += ": stale, refused"
@@ -604,7 +614,7 @@ func (s mstate) admit() (mstate, string, string) {
 	s.nmsgs--
 	s.msgs[s.nmsgs] = omsg{}
 	v := fencestore.CheckAdmit(s.inTok.token(), int64(s.inSeq), s.inSeq > 0, m.tok.token(), int64(m.seq))
-	what := fmt.Sprintf("admit (%s, seq %d): %s", m.tok, m.seq, v)
+	what := sayf("admit (%s, seq %d): %s", m.tok, m.seq, v)
 	var bad string
 	if v == fence.Admitted {
 		if m.seq != s.inSeq+1 {
