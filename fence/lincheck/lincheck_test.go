@@ -453,3 +453,61 @@ func describeState(s mstate) string {
 
 // sameState compares the parts of a state a call returns.
 func sameState(a, b mstate) bool { return a == b }
+
+// The data each Apply writes in its transaction, one row per batch: the fence promises that it
+// commits exactly when the fence advances.
+const (
+	createData       = `CREATE TABLE lin_data (part integer NOT NULL, first bigint NOT NULL, last bigint NOT NULL, era bigint NOT NULL, epoch bigint NOT NULL)`
+	insertData       = `INSERT INTO lin_data (part, first, last, era, epoch) VALUES ($1, $2, $3, $4, $5)`
+	selectData       = `SELECT first, last, era, epoch FROM lin_data WHERE part = $1 ORDER BY first`
+	insertDataSQLite = `INSERT INTO lin_data (part, first, last, era, epoch) VALUES (?, ?, ?, ?, ?)`
+	selectDataSQLite = `SELECT first, last, era, epoch FROM lin_data WHERE part = ? ORDER BY first`
+)
+
+type dataRow struct {
+	first, last int64
+	tok         fence.Token
+}
+
+// checkData checks the batches the Apply calls committed with their fence advances: no two
+// overlap (no record applied twice), tokens never go down along the positions, the last
+// one ends at the fence's final position, and every Apply that returned success has its row.
+func checkData(t *testing.T, h *history, keys []fence.Key, rows func(part int32) ([]dataRow, error), load func(fence.Key) (fence.State, error)) {
+	t.Helper()
+	for _, k := range keys {
+		got, err := rows(k.Partition)
+		if err != nil {
+			t.Fatalf("read the data of %s: %v", k, err)
+		}
+		st, err := load(k)
+		if err != nil {
+			t.Fatalf("load %s: %v", k, err)
+		}
+		have := map[dataRow]bool{}
+		last := fence.NoPosition
+		var tok fence.Token
+		for _, d := range got {
+			if d.first <= last {
+				t.Fatalf("%s: batch %d..%d under %s overlaps the batch ending at %d: records applied twice", k, d.first, d.last, d.tok, last)
+			}
+			if d.tok.Less(tok) {
+				t.Fatalf("%s: batch %d..%d committed under %s after a batch under %s", k, d.first, d.last, d.tok, tok)
+			}
+			last, tok = d.last, d.tok
+			have[d] = true
+		}
+		if last != st.Position {
+			t.Fatalf("%s: the data ends at %d, the fence at %d", k, last, st.Position)
+		}
+		h.mu.Lock()
+		for _, op := range h.ops {
+			in, out := op.Input.(input), op.Output.(output)
+			if in.key == k && in.op == opApply && out.out == outOK && !have[dataRow{in.first, in.last, in.tok}] {
+				h.mu.Unlock()
+				t.Fatalf("%s: Apply(%s, %d..%d) returned success but its data is not there", k, in.tok, in.first, in.last)
+			}
+		}
+		h.mu.Unlock()
+		t.Logf("%s: %d batches committed, position %d", k, len(got), st.Position)
+	}
+}

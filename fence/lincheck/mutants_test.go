@@ -94,6 +94,9 @@ func TestCheckerCatchesMutants(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
+			if _, err := s.DB().Exec(createData); err != nil {
+				t.Fatalf("create data table: %v", err)
+			}
 			tgt := mu.wrap(sqliteTarget(s))
 			h := newHistory()
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

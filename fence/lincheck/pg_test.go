@@ -31,7 +31,10 @@ func pgTarget(s *pgfence.Store) *target {
 		},
 		load: s.Load,
 		apply: func(ctx context.Context, k fence.Key, t fence.Token, first, last int64) error {
-			return s.Apply(ctx, k, t, first, last, func(context.Context, pgx.Tx) error { return nil })
+			return s.Apply(ctx, k, t, first, last, func(ctx context.Context, tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, insertData, k.Partition, first, last, t.Era, t.Epoch)
+				return err
+			})
 		},
 		recover: func(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant string) (fence.Token, error) {
 			return s.Recover(ctx, k, expected, epoch, claimant, "lincheck")
@@ -97,6 +100,9 @@ func pgSetup(t *testing.T) (*pgxpool.Pool, *pgfence.Store, string, string) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
+	if _, err := pool.Exec(ctx, createData); err != nil {
+		t.Fatalf("create data table: %v", err)
+	}
 	return pool, s, url, app
 }
 
@@ -156,7 +162,7 @@ func postmasterStart(ctx context.Context, t *testing.T, url string) time.Time {
 // milliseconds (statements and commits cut off mid-flight), and, when EnvPGRestart is set, the
 // database restarted in the middle.
 func TestPostgres(t *testing.T) {
-	_, s, url, app := pgSetup(t)
+	pool, s, url, app := pgSetup(t)
 	restart := os.Getenv(EnvPGRestart)
 	if restart == "" && os.Getenv("CI") != "" {
 		t.Fatalf("%s is not set: CI must give this test a private PostgreSQL it may restart", EnvPGRestart)
@@ -220,4 +226,15 @@ func TestPostgres(t *testing.T) {
 	}
 	t.Logf("%d backends terminated; database restarted after call %d", killed.Load(), restarted.Load())
 	h.check(t)
+	checkData(t, h, w.keys, func(part int32) ([]dataRow, error) {
+		rows, err := pool.Query(ctx, selectData, part)
+		if err != nil {
+			return nil, err
+		}
+		return pgx.CollectRows(rows, func(r pgx.CollectableRow) (dataRow, error) {
+			var d dataRow
+			err := r.Scan(&d.first, &d.last, &d.tok.Era, &d.tok.Epoch)
+			return d, err
+		})
+	}, func(k fence.Key) (fence.State, error) { return s.Load(ctx, k) })
 }

@@ -20,7 +20,10 @@ func sqliteTarget(s *sqlitefence.Store) *target {
 		},
 		load: s.Load,
 		apply: func(ctx context.Context, k fence.Key, t fence.Token, first, last int64) error {
-			return s.Apply(ctx, k, t, first, last, func(context.Context, *sql.Tx) error { return nil })
+			return s.Apply(ctx, k, t, first, last, func(ctx context.Context, tx *sql.Tx) error {
+				_, err := tx.ExecContext(ctx, insertDataSQLite, k.Partition, first, last, t.Era, t.Epoch)
+				return err
+			})
 		},
 		recover: func(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant string) (fence.Token, error) {
 			return s.Recover(ctx, k, expected, epoch, claimant, "lincheck")
@@ -48,6 +51,9 @@ func TestSQLite(t *testing.T) {
 		return s
 	}
 	a, b := open(), open()
+	if _, err := a.DB().Exec(createData); err != nil {
+		t.Fatalf("create data table: %v", err)
+	}
 	var cur [2]atomic.Pointer[target]
 	cur[0].Store(sqliteTarget(a))
 	cur[1].Store(sqliteTarget(b))
@@ -92,4 +98,21 @@ func TestSQLite(t *testing.T) {
 		t.Fatalf("the workload did not finish in time: %s", h.summary())
 	}
 	h.check(t)
+	fin := stores[0]
+	checkData(t, h, w.keys, func(part int32) ([]dataRow, error) {
+		rows, err := fin.DB().Query(selectDataSQLite, part)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		var out []dataRow
+		for rows.Next() {
+			var d dataRow
+			if err := rows.Scan(&d.first, &d.last, &d.tok.Era, &d.tok.Epoch); err != nil {
+				return nil, err
+			}
+			out = append(out, d)
+		}
+		return out, rows.Err()
+	}, func(k fence.Key) (fence.State, error) { return fin.Load(context.Background(), k) })
 }
