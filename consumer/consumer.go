@@ -419,7 +419,9 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 // had in flight and clearing its pause so a later assignment starts fetching normally.
 func (r *run[Tx]) stop(w *worker[Tx]) {
 	w.cancel()
-	<-w.done
+	if !is(mutantRevokeNoWait) {
+		<-w.done
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w.removed {

@@ -46,38 +46,54 @@
 //     keep their token; reading the generation at write time would let a zombie that
 //     rejoined at a higher generation pass the fence.
 //  2. Claim before the first record: token = {Era: the era stored in the sink, Epoch};
-//     Sink.Claim; then the fetch position is set to the sink's position + 1 with SetOffsets
-//     inside the assignment callback (franz-go lets that seek win over the committed offset
-//     it is fetching). With no position, Kafka's committed (or reset) offset is kept. The
-//     callback waits for the claims up to [ClaimWait]; slower claims keep the partition
-//     paused until they finish.
-//  3. A stale claim means another member holds a newer token. The member then asks the
-//     coordinator (a heartbeat with its member id and that generation) whether it is
-//     nevertheless current: if not, it is a zombie and leaves the partition alone (counted,
-//     logged). If it is, the generation went backwards (the group was deleted or expired and
-//     recreated): a *fence.RegressionError is counted and logged at ERROR with both tokens,
-//     and, with [RecoverRegressions] on, Sink.Recover advances the era (recorded, with a
-//     reason) and the claim is retried under the new era. A stored token EQUAL to the
-//     member's that this worker did not write is treated the same way: a group recreated at
-//     exactly the stored generation would otherwise share its token with the old
-//     incarnation's zombies. (A static member restarted without a rebalance also lands here
-//     and is moved to a new era; that is safe, merely logged as a regression.)
+//     Sink.Claim with this worker's claimant (the member id and 64 random bits, new for
+//     every worker incarnation): the sink accepts a higher token, or the stored one only if
+//     this claimant already holds it, atomically, so two workers presenting the same token
+//     (a static member replaced without a rebalance, a recreated group back at the stored
+//     generation) can never both hold it. Then the fetch position is set to the sink's
+//     position + 1 with SetOffsets inside the assignment callback (franz-go lets that seek
+//     win over the committed offset it is fetching). With no position, Kafka's committed
+//     (or reset) offset is kept. The callback waits for the claims up to [ClaimWait];
+//     slower claims keep the partition paused until they finish.
+//  3. Verify before the first write, and after every refusal: an accepted claim proves
+//     only that nobody stored a higher token, and a refused one proves nothing about this
+//     member. The member asks the coordinator ([EpochSource.VerifyCurrent]; classic
+//     protocol: an OffsetCommit with its member id and generation naming the partition,
+//     which a loading coordinator refuses, plus DescribeGroups showing the partition in its
+//     assignment; a Heartbeat is not enough, Kafka answers it blindly while it loads the
+//     group). Errors that cannot tell are retried, never taken as proof. The claim
+//     decision (decide.go) then: a claimed, verified partition is applied; a member the
+//     coordinator does not confirm leaves the partition alone (a zombie; WARN, counted in
+//     stale_refusals); a partition it still owns at a later generation (kept across a
+//     rebalance while the claim was slow) is claimed again at that generation; a refused
+//     claim or write of a member the coordinator confirms is a regression (the group was
+//     recreated, a static member replaced, or a non-current member raised the era): a
+//     *fence.RegressionError is counted and logged at ERROR with both tokens, and, with
+//     [RecoverRegressions] on, Sink.Recover moves the fence from exactly the stored token
+//     to a new era held by this worker (recorded, with a reason). A Recover that loses its
+//     compare-and-set (the stored token moved, or its own reply was lost) is never retried
+//     as is: the worker reloads and decides again, at most a bounded number of times.
 //  4. Apply: per batch (what one poll delivered, coalesced with what is already queued, split
-//     into runs of at most [MaxInflightPerPartition] records), records
-//     at or below the sink's position are skipped (a replay), and the rest go to Sink.Apply
-//     with the handler inside the fenced transaction. Then the Kafka offset is marked and
-//     committed in the background (for lag and tooling only: resuming trusts the sink).
-//     A *fence.StaleError stops the partition at once (counted, both tokens logged, never
-//     retried). fence.ErrDuplicate (an applied batch seen again) is skipped. Other errors are
-//     transient: the same batch is retried with bounded exponential backoff ([RetryBackoff]),
-//     visible as the retries metric and WARN logs; a revoke cancels the retrying.
+//     into runs of at most [MaxInflightPerPartition] records), records at or below the
+//     sink's position are skipped (a replay), and the rest go to Sink.Apply with the batch's
+//     first and last offsets and the handler inside the fenced transaction. Then the Kafka
+//     offset is marked and committed in the background (for lag and tooling only: resuming
+//     trusts the sink). fence.ErrDuplicate (an applied batch seen again) is skipped;
+//     fence.ErrOverlap (part of the batch was applied meanwhile) reloads the position and
+//     applies only the rest. A *fence.StaleError or fence.ErrNotClaimed is never retried as
+//     is: it is counted and logged with both tokens, and the claim decision of step 3 runs
+//     again (a current owner recovers and goes on; only a member that is not current stops
+//     the partition). Other errors are transient: the same batch is retried with bounded
+//     exponential backoff ([RetryBackoff]), visible as the retries metric and WARN logs; a
+//     revoke cancels the retrying.
 //  5. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], which
 //     returns a *partition.RecordError, or found by applying one record at a time) rolls the batch back; the records before it are
 //     applied, the poison record is produced to the dead-letter topic ([DeadLetterTopic],
 //     default "<topic>.dlq", headers baton.dlq.*) synchronously INSIDE a fenced transaction
 //     that advances the fence over it, and processing goes on after it. The fence check
-//     runs before the produce, so a zombie never dead-letters; a commit that fails after the
-//     produce can duplicate the dead-letter record: dead-lettering is at least once.
+//     runs before the produce, so a member whose token is already refused never
+//     dead-letters; a commit that fails after the produce can duplicate the dead-letter
+//     record: dead-lettering is at least once.
 //  6. Rebalance barrier: OnPartitionsRevoked cancels the partition's context, waits until its
 //     in-flight batch committed or rolled back, commits the marked offsets, and only then
 //     returns. OnPartitionsLost does the same without the commit. franz-go keeps heartbeating
@@ -105,7 +121,8 @@
 // # Guarantees
 //
 // With a sink that honours the fence.Sink contract: every record of an owned partition is
-// applied to the sink exactly once, in offset order (a crash between the sink commit and the
+// applied to the sink exactly once, in offset order (the sink refuses a batch that overlaps
+// its position) (a crash between the sink commit and the
 // Kafka commit loses and duplicates nothing); no write under a lower token commits after a
 // higher one was accepted, so a paused or partitioned member (a zombie) cannot overwrite its
 // successor's work, whatever franz-go believes; a regression is never silently accepted (the
@@ -123,9 +140,18 @@
 //
 //   - Side effects outside the sink's transaction (HTTP calls, emails): use the outbox.
 //   - Dead-lettered records are at least once (see above); the dead-letter topic must exist.
-//   - A partition whose claim was refused as stale stays unprocessed while this member keeps
-//     it; the coordinator normally revokes it soon after. If the generation moved on before
-//     a regression could be verified, the partition waits for its next assignment.
+//   - A partition the coordinator says this member does not own stays unprocessed (WARN,
+//     stale_refusals) until franz-go revokes or loses it; a partition it does own is always
+//     processed or, after a bounded number of lost recoveries or epoch re-derivations in a
+//     row, given up with a WARN and the same metric.
+//   - A claim is verified after it was accepted: a member of an old incarnation of a deleted
+//     and recreated group whose generation climbed past the stored epoch can raise the
+//     stored token before its verification fails. It never writes (the claim is verified
+//     before the first write), and the new owner's next write is refused, proves itself
+//     current and recovers into a new era.
+//   - Verification re-commits the offset Kafka holds for the partition (-1 when none): a
+//     commit by this member racing it can move the committed offset back until the next
+//     commit. The committed offset is for lag and tooling only; resuming trusts the sink.
 //   - franz-go does not stop a member whose session expired while it was blocked; there is no
 //     watchdog yet. The fence keeps the data correct regardless; only wasted work remains.
 //   - KIP-848 (server-side assignment) needs an [EpochSource] with per-partition assignment

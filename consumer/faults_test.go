@@ -207,6 +207,9 @@ func TestRegressionRecovered(t *testing.T) {
 	if got := m.sum(t, "baton.consumer.regressions"); got != 1 {
 		t.Errorf("regressions %d, want 1", got)
 	}
+	if got := m.sum(t, "baton.consumer.claims.stale"); got < 1 {
+		t.Errorf("stale claims counted %d, want at least 1", got)
+	}
 	recs, err := store.Recoveries(ctx, key)
 	if err != nil {
 		t.Fatal(err)

@@ -44,9 +44,11 @@ type worker[Tx any] struct {
 	inflight atomic.Int64 // records handed to this worker and not yet done
 
 	// Owned by the goroutine.
-	token    fence.Token
+	token    fence.Token // the claimed token every write carries
+	tried    fence.Token // the token of the last claim or write attempt (for reports)
 	position int64
 	handler  Handler[Tx]
+	cs       claimState // the claim decision's memory
 }
 
 func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
@@ -63,6 +65,7 @@ func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 		done:     make(chan struct{}),
 		claimed:  make(chan struct{}),
 		position: fence.NoPosition,
+		cs:       claimState{Epoch: epoch, Recover: r.c.cfg.recoverRegressions},
 	}
 }
 
@@ -73,7 +76,7 @@ func (w *worker[Tx]) log() []any {
 func (w *worker[Tx]) run() {
 	defer w.r.wg.Done()
 	defer close(w.done)
-	ok := w.claim()
+	ok := w.settle(claimInput{Event: evStart})
 	w.r.claimResolved(w, ok)
 	close(w.claimed)
 	if !ok {
@@ -176,14 +179,9 @@ func (w *worker[Tx]) afterCommit() {
 }
 
 // process applies recs, skipping those the sink already holds. It returns false when the
-// partition must stop (stale, or cancelled by a revoke).
+// partition must stop (not the owner any more, or cancelled by a revoke).
 func (w *worker[Tx]) process(recs []*kgo.Record) bool {
-	fresh := recs[:0:0]
-	for _, r := range recs {
-		if r.Offset > w.position {
-			fresh = append(fresh, r)
-		}
-	}
+	fresh := w.fresh(recs)
 	if d := len(recs) - len(fresh); d > 0 {
 		w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.id))
 	}
@@ -193,28 +191,111 @@ func (w *worker[Tx]) process(recs []*kgo.Record) bool {
 	return w.apply(fresh)
 }
 
+// fresh returns the records of recs after the position the sink holds. The seek to the sink's
+// position makes them all fresh normally; this filter is what keeps a batch the seek did not
+// catch (a fetch that raced the seek, a position that moved under us) from being refused.
+func (w *worker[Tx]) fresh(recs []*kgo.Record) []*kgo.Record {
+	if is(mutantNoFilter) {
+		return recs
+	}
+	out := recs[:0:0]
+	for _, r := range recs {
+		if r.Offset > w.position {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // apply applies recs in one fenced transaction, retrying transient failures, splitting the
-// batch around a poison record.
+// batch around a poison record. A refusal is never the end by itself: a batch that overlaps
+// the sink's position is cut to what follows it; a stale or unclaimed token sends the worker
+// back to the claim decision, and only a member the coordinator says is no longer the owner
+// (or a regression it may not recover) stops the partition.
 func (w *worker[Tx]) apply(recs []*kgo.Record) bool {
-	last := recs[len(recs)-1]
-	err := w.attempt("apply", func() error { return w.applyOnce(recs) })
-	switch {
-	case err == nil:
-		return true
-	case errors.Is(err, fence.ErrDuplicate):
-		// Already applied (a retried commit that had succeeded): skip it.
-		w.r.c.m.duplicates.Add(w.ctx, int64(len(recs)), partAttrs(w.id))
-		w.advanced(last)
-		return true
-	case errors.Is(err, fence.ErrStale):
-		w.refused(err)
-		return false
-	case IsPermanent(err) && w.ctx.Err() == nil:
-		return w.poison(recs, err)
-	default:
-		// Cancelled (revoked or lost): attempt returns nothing else.
+	for {
+		last := recs[len(recs)-1]
+		err := w.attempt("apply", func() error { return w.applyOnce(recs) })
+		var se *fence.StaleError
+		switch {
+		case err == nil:
+			return true
+		case errors.Is(err, fence.ErrDuplicate):
+			// Already applied (a retried commit that had succeeded): skip it.
+			w.r.c.m.duplicates.Add(w.ctx, int64(len(recs)), partAttrs(w.id))
+			w.advanced(last)
+			return true
+		case errors.Is(err, fence.ErrOverlap):
+			// Part of the batch was applied: reload the position, apply the rest.
+			if !w.reload() {
+				return false
+			}
+		case errors.As(err, &se):
+			w.refused(err)
+			if !w.resettle(claimInput{Event: evWriteStale, Stored: se.Stored}) {
+				return false
+			}
+		case errors.Is(err, fence.ErrNotClaimed):
+			if !w.resettle(claimInput{Event: evStart}) {
+				return false
+			}
+		case IsPermanent(err) && w.ctx.Err() == nil:
+			return w.poison(recs, err)
+		default:
+			// Cancelled (revoked or lost): attempt returns nothing else.
+			return false
+		}
+		fresh := w.fresh(recs)
+		if d := len(recs) - len(fresh); d > 0 {
+			w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.id))
+		}
+		if len(fresh) == 0 {
+			w.advanced(last)
+			return true
+		}
+		recs = fresh
+	}
+}
+
+// reload reads the sink's position after an overlap refusal.
+func (w *worker[Tx]) reload() bool {
+	var st fence.State
+	err := w.attempt("load", func() (err error) {
+		st, err = w.r.c.sink.Load(w.ctx, w.key)
+		return err
+	})
+	if err != nil {
 		return false
 	}
+	w.r.c.log.Warn("batch overlaps the sink's position; applying only what follows it",
+		append(w.log(), "position", w.position, "stored", st.Position)...)
+	if st.Position == w.position && !w.sleep(w.r.c.cfg.retryMin) { // no progress: do not spin
+		return false
+	}
+	w.position = st.Position
+	return true
+}
+
+// resettle runs the claim decision again after a write was refused and, if the token changed,
+// rebuilds the handler for the new token.
+func (w *worker[Tx]) resettle(in claimInput) bool {
+	old := w.token
+	if !w.settle(in) {
+		return false
+	}
+	if w.token == old {
+		return true
+	}
+	h, err := w.r.c.factory(w.ctx, w.key, w.token)
+	if err != nil {
+		if w.ctx.Err() == nil {
+			w.r.c.log.Error("handler factory failed; stopping", append(w.log(), "err", err)...)
+			w.r.fail(fmt.Errorf("consumer: factory for %s: %w", w.key, err))
+		}
+		return false
+	}
+	w.handler = h
+	return true
 }
 
 func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
@@ -231,9 +312,15 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 			attribute.Int("messaging.batch.message_count", len(recs)),
 		))
 	defer span.End()
-	b := &Batch{Key: w.key, Token: w.token, Records: recs}
+	tok := w.token
+	if is(mutantCurrentGenToken) {
+		_, gen := w.r.client().GroupMetadata()
+		tok.Epoch = int64(gen)
+	}
+	w.tried = tok
+	b := &Batch{Key: w.key, Token: tok, Records: recs}
 	start := time.Now()
-	err := w.r.c.sink.Apply(ctx, w.key, w.token, recs[0].Offset, last.Offset, func(ctx context.Context, tx Tx) error {
+	err := w.r.c.sink.Apply(ctx, w.key, tok, recs[0].Offset, last.Offset, func(ctx context.Context, tx Tx) error {
 		return w.handler.Handle(ctx, tx, b)
 	})
 	outcome := outcomeOf(err)
@@ -256,6 +343,10 @@ func outcomeOf(err error) string {
 		return "duplicate"
 	case errors.Is(err, fence.ErrStale):
 		return "stale"
+	case errors.Is(err, fence.ErrOverlap):
+		return "overlap"
+	case errors.Is(err, fence.ErrNotClaimed):
+		return "not-claimed"
 	case IsPermanent(err):
 		return "permanent"
 	}
@@ -279,7 +370,7 @@ func (w *worker[Tx]) refused(err error) {
 		args = append(args, "presented", se.Presented.String(), "stored", se.Stored.String())
 	}
 	w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
-	w.r.c.log.Warn("fence refused this member's write: another owner took the partition; stopping it", args...)
+	w.r.c.log.Warn("fence refused this member's write as stale; asking the coordinator whether this member still owns the partition", args...)
 }
 
 // poison handles a permanent failure of recs: apply what precedes the poison record,
@@ -329,48 +420,77 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 	if topic == "" {
 		topic = r.Topic + ".dlq"
 	}
-	err := w.attempt("dead-letter", func() error {
-		return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, _ Tx) error {
-			d := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
-				Headers: append(append([]kgo.RecordHeader(nil), r.Headers...),
-					kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(cause.Error())},
-					kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(w.key.Group)},
-					kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
-					kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-					kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(itoa(r.Offset))},
-					kgo.RecordHeader{Key: HeaderDLQToken, Value: []byte(w.token.String())},
-				)}
+	for {
+		if r.Offset <= w.position && !is(mutantNoFilter) {
+			return true // applied meanwhile (by the owner we yielded to, or before a recovery)
+		}
+		d := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
+			Headers: append(append([]kgo.RecordHeader(nil), r.Headers...),
+				kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(cause.Error())},
+				kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(w.key.Group)},
+				kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
+				kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+				kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(itoa(r.Offset))},
+				kgo.RecordHeader{Key: HeaderDLQToken, Value: []byte(w.token.String())},
+			)}
+		produce := func(ctx context.Context) error {
 			// A produce failure is transient here, whatever its cause: the record must not
 			// be skipped until it is safely dead-lettered.
 			if err := w.r.client().ProduceSync(ctx, d).FirstErr(); err != nil {
 				return fmt.Errorf("consumer: produce to dead-letter topic %s: %w", topic, err)
 			}
 			return nil
+		}
+		w.tried = w.token
+		err := w.attempt("dead-letter", func() error {
+			if is(mutantDeadLetterFirst) {
+				if err := produce(w.ctx); err != nil {
+					return err
+				}
+			}
+			return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, _ Tx) error {
+				if is(mutantDeadLetterFirst) {
+					return nil
+				}
+				return produce(ctx)
+			})
 		})
-	})
-	switch {
-	case err == nil:
-		w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
-		w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "reason", cause)...)
-		w.advanced(r)
-		return true
-	case errors.Is(err, fence.ErrDuplicate):
-		w.advanced(r)
-		return true
-	case errors.Is(err, fence.ErrStale):
-		w.refused(err)
+		var se *fence.StaleError
+		switch {
+		case err == nil:
+			w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
+			w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "reason", cause)...)
+			w.advanced(r)
+			return true
+		case errors.Is(err, fence.ErrDuplicate):
+			w.advanced(r)
+			return true
+		case errors.As(err, &se):
+			w.refused(err)
+			if !w.resettle(claimInput{Event: evWriteStale, Stored: se.Stored}) {
+				return false
+			}
+		case errors.Is(err, fence.ErrNotClaimed):
+			if !w.resettle(claimInput{Event: evStart}) {
+				return false
+			}
+		default:
+			return false
+		}
 	}
-	return false
 }
 
 // attempt runs once until it succeeds or fails with an error that retrying cannot change
-// (duplicate, stale, permanent) or the worker is cancelled; other errors are transient and
+// (duplicate, overlap, stale, not claimed, conflict, invalid, permanent) or the worker is
+// cancelled; other errors are transient and
 // retried with bounded exponential backoff, the same work again.
 func (w *worker[Tx]) attempt(what string, once func() error) error {
 	backoff := w.r.c.cfg.retryMin
 	for n := 1; ; n++ {
 		err := once()
 		if err == nil || errors.Is(err, fence.ErrDuplicate) || errors.Is(err, fence.ErrStale) ||
+			errors.Is(err, fence.ErrOverlap) || errors.Is(err, fence.ErrNotClaimed) ||
+			errors.Is(err, fence.ErrConflict) || errors.Is(err, fence.ErrInvalid) ||
 			IsPermanent(err) || w.ctx.Err() != nil {
 			return err
 		}
@@ -387,84 +507,157 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 	}
 }
 
-// claim raises the fence to this member's token before the first record: era from the sink,
-// epoch from the assignment. A stale claim is checked with the coordinator: if this member
-// is nevertheless current the epoch source went backwards (a regression), recovered through
-// Sink.Recover when RecoverRegressions is on.
-//
-// A stored token EQUAL to ours that this worker did not write is suspect too: within one
-// incarnation of a group each generation assigns a partition to one member, so an equal
-// token from someone else means the group was recreated and its generation counter came
-// back to exactly the stored value (or a static member restarted without a rebalance).
-// Accepting it would let a zombie of the old incarnation, holding the same token, write
-// beside us; it takes the verify-and-recover path instead, which moves us to a new era.
-func (w *worker[Tx]) claim() bool {
-	var ours fence.Token // the token this worker last tried to claim or recovered to
+// settle runs the claim decision (decideClaim) from in until it says proceed (true: w.token
+// is claimed and verified, w.position is the sink's position) or give up (false: the
+// partition stays unprocessed, with a WARN or ERROR and a metric), or the worker is cancelled
+// (false). Every step that cannot tell (a database or coordinator error) is retried with
+// backoff; none is taken as proof.
+func (w *worker[Tx]) settle(in claimInput) bool {
+	backoff := w.r.c.cfg.retryMin
 	for {
-		var stale *fence.StaleError
-		err := w.attempt("claim", func() error {
-			st, err := w.r.c.sink.Load(w.ctx, w.key)
-			if err != nil {
+		var step claimStep
+		w.cs, step = decideClaim(w.cs, in)
+		switch step.Op {
+		case opLoad:
+			var st fence.State
+			if err := w.attempt("load", func() (err error) {
+				st, err = w.r.c.sink.Load(w.ctx, w.key)
 				return err
+			}); err != nil {
+				return w.stuck("load", err)
 			}
-			tok := fence.Token{Era: st.Token.Era, Epoch: w.epoch}
-			if st.Token == tok && tok != ours {
-				return &fence.StaleError{Key: w.key, Stored: st.Token, Presented: tok}
+			in = claimInput{Event: evLoaded, State: st}
+		case opClaim:
+			in = w.claimStep(step.Token)
+			if in.Event == 0 {
+				return false
 			}
-			ours = tok
-			got, err := w.r.c.sink.Claim(w.ctx, w.key, tok, w.claimant)
-			if err != nil {
+		case opVerify:
+			var gen int64
+			var ok bool
+			if err := w.attempt("verify", func() (err error) {
+				gen, ok, err = w.r.c.cfg.epochs.VerifyCurrent(w.ctx, w.r.client(), w.id, step.Epoch)
 				return err
+			}); err != nil {
+				return w.stuck("verify", err)
 			}
-			w.token, w.position = tok, got.Position
-			return nil
-		})
-		switch {
-		case err == nil:
-			w.r.c.m.claims.Add(w.ctx, 1, partAttrs(w.id))
+			switch {
+			case ok && gen == step.Epoch:
+				in = claimInput{Event: evCurrent}
+			case ok && gen > step.Epoch:
+				w.r.c.log.Info("partition kept across a rebalance: claiming it at the current generation",
+					append(w.log(), "assigned", step.Epoch, "generation", gen)...)
+				in = claimInput{Event: evRetained, Generation: gen}
+			default:
+				in = claimInput{Event: evNotCurrent}
+			}
+		case opRecover:
+			reg := &fence.RegressionError{Key: w.key, Stored: step.Token, Presented: w.tried}
+			w.r.c.m.regressions.Add(w.ctx, 1, partAttrs(w.id))
+			w.r.c.log.Error("epoch regression: the coordinator confirms this member owns the partition, yet the sink refused its token",
+				append(w.log(), "err", reg, "presented", reg.Presented.String(), "stored", reg.Stored.String(), "recover", true)...)
+			reason := fmt.Sprintf("consumer group %s: member verified as the owner at generation %d with the coordinator; sink held %s against its %s",
+				w.key.Group, step.Epoch, step.Token, w.tried)
+			var to fence.Token
+			err := w.attempt("recover", func() (err error) {
+				to, err = w.r.c.sink.Recover(w.ctx, w.key, step.Token, step.Epoch, w.claimant, reason)
+				return err
+			})
+			switch {
+			case err == nil:
+				w.r.c.m.recoveries.Add(w.ctx, 1, partAttrs(w.id))
+				w.r.c.log.Warn("epoch regression recovered", append(w.log(), "from", step.Token.String(), "to", to.String())...)
+				in = claimInput{Event: evRecovered, Token: to}
+			case errors.Is(err, fence.ErrConflict):
+				w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, "recover-conflict"))
+				w.r.c.log.Warn("recovery lost its compare-and-set: the stored token moved; reloading", append(w.log(), "err", err)...)
+				if !w.sleep(backoff) {
+					return false
+				}
+				backoff = min(2*backoff, w.r.c.cfg.retryMax)
+				in = claimInput{Event: evConflict}
+			default:
+				return w.stuck("recover", err)
+			}
+		case opProceed:
 			w.r.c.log.Debug("partition claimed", append(w.log(), "token", w.token.String(), "position", w.position)...)
 			return true
-		case !errors.As(err, &stale):
-			return false // cancelled
-		}
-		w.r.c.m.staleClaims.Add(w.ctx, 1, partAttrs(w.id))
-		var current bool
-		if err := w.attempt("verify", func() (err error) {
-			current, err = w.r.c.cfg.epochs.VerifyCurrent(w.ctx, w.r.client(), w.epoch)
-			return err
-		}); err != nil {
+		case opGiveUp:
+			w.gaveUp(step.Why)
 			return false
 		}
-		if !current {
-			w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
-			w.r.c.log.Warn("claim refused and the coordinator says this member is no longer current: partition left unprocessed",
-				append(w.log(), "presented", stale.Presented.String(), "stored", stale.Stored.String())...)
-			return false
+	}
+}
+
+// claimStep runs one Claim and returns its outcome as the decision's input; Event 0 means the
+// worker must stop (cancelled, or an error retrying cannot change).
+func (w *worker[Tx]) claimStep(tok fence.Token) claimInput {
+	w.tried = tok
+	var got fence.State
+	err := w.attempt("claim", func() (err error) {
+		got, err = w.r.c.sink.Claim(w.ctx, w.key, tok, w.claimant)
+		return err
+	})
+	var stale *fence.StaleError
+	if errors.As(err, &stale) && stale.Stored == tok && is(mutantEqualTokenAccepted) {
+		if st, lerr := w.r.c.sink.Load(w.ctx, w.key); lerr == nil && st.Claimant != "" {
+			got, err = w.r.c.sink.Claim(w.ctx, w.key, tok, st.Claimant)
 		}
-		reg := &fence.RegressionError{Key: w.key, Stored: stale.Stored, Presented: stale.Presented}
+	}
+	switch {
+	case err == nil:
+		w.token, w.position = tok, got.Position
+		w.r.c.m.claims.Add(w.ctx, 1, partAttrs(w.id))
+		return claimInput{Event: evClaimed, State: got}
+	case errors.As(err, &stale):
+		if !is(mutantStaleClaimUncounted) {
+			w.r.c.m.staleClaims.Add(w.ctx, 1, partAttrs(w.id))
+		}
+		w.r.c.log.Info("claim refused as stale; asking the coordinator whether this member owns the partition",
+			append(w.log(), "err", err, "presented", tok.String(), "stored", stale.Stored.String())...)
+		return claimInput{Event: evClaimStale, Stored: stale.Stored}
+	}
+	w.stuck("claim", err)
+	return claimInput{}
+}
+
+// stuck reports a claim step that failed with an error retrying cannot change (the worker was
+// cancelled otherwise) and returns false.
+func (w *worker[Tx]) stuck(op string, err error) bool {
+	if w.ctx.Err() == nil {
+		w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
+		w.r.c.log.Error("claim step failed; partition left unprocessed", append(w.log(), "op", op, "err", err)...)
+	}
+	return false
+}
+
+// gaveUp reports why the claim decision stopped the partition.
+func (w *worker[Tx]) gaveUp(why giveUp) {
+	args := append(w.log(), "presented", w.tried.String(), "stored", w.cs.Stale.String(), "epoch", w.cs.Epoch)
+	switch why {
+	case giveUpNotCurrent:
+		w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
+		w.r.c.log.Warn("the coordinator says this member no longer owns the partition: left unprocessed", args...)
+	case giveUpNoRecovery:
+		reg := &fence.RegressionError{Key: w.key, Stored: w.cs.Stale, Presented: w.tried}
 		w.r.c.m.regressions.Add(w.ctx, 1, partAttrs(w.id))
-		w.r.c.log.Error("epoch regression: the coordinator confirms this member is the current owner, yet the sink stores a higher token",
-			append(w.log(), "err", reg, "presented", reg.Presented.String(), "stored", reg.Stored.String(), "recover", w.r.c.cfg.recoverRegressions)...)
-		if !w.r.c.cfg.recoverRegressions {
-			w.r.c.log.Error("RecoverRegressions is off: partition left unprocessed until an operator recovers the fence", append(w.log(), "err", reg)...)
-			return false
-		}
-		reason := fmt.Sprintf("consumer group %s generation went back to %d, not above stored %s; member verified current with the coordinator", w.key.Group, w.epoch, stale.Stored)
-		var to fence.Token
-		err = w.attempt("recover", func() (err error) {
-			to, err = w.r.c.sink.Recover(w.ctx, w.key, stale.Stored, w.epoch, w.claimant, reason)
-			return err
-		})
-		switch {
-		case err == nil:
-			ours = to
-			w.r.c.m.recoveries.Add(w.ctx, 1, partAttrs(w.id))
-			w.r.c.log.Warn("epoch regression recovered", append(w.log(), "from", stale.Stored.String(), "to", to.String())...)
-		case errors.Is(err, fence.ErrConflict):
-			// The stored token moved meanwhile: load and claim again from scratch.
-		default:
-			return false
-		}
+		w.r.c.log.Error("epoch regression and RecoverRegressions is off: partition left unprocessed until an operator recovers the fence",
+			append(args, "err", reg)...)
+	case giveUpConflicts, giveUpRederived:
+		w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
+		w.r.c.log.Warn("the partition's fence kept moving under this member's claims: left unprocessed", append(args, "conflicts", w.cs.Conflicts, "rederived", w.cs.Rederived)...)
+	}
+}
+
+// sleep waits d or until the worker is cancelled.
+func (w *worker[Tx]) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 

@@ -25,13 +25,24 @@
 //     of a later era than the stored one is refused with [ErrInvalid]: eras advance only
 //     through Recover.
 //   - Claim: a new owner raises the fence to its token and learns the position to resume
-//     after (the sink's position is authoritative, not Kafka's committed offset).
+//     after (the sink's position is authoritative, not Kafka's committed offset). The sink
+//     stores who holds the token (State.Claimant) and decides in the claiming statement
+//     itself whether an equal token may be taken: only by the claimant that already holds
+//     it (an idempotent re-claim) or, for the zero token of a fence never claimed, by
+//     anyone. Another claimant presenting the stored token is refused as stale. So at most
+//     one claimant ever holds a given token, and no caller has to compare tokens itself
+//     (a read, a comparison and a separate claim race with every other claimer).
 //   - Apply / Advance: the fence check-and-advance and the caller's writes commit together or
-//     not at all. The check is "token >= stored", not ">", because one owner writes many
-//     batches under one token; and "position > stored", so a batch at or below the stored
-//     position fails with [ErrDuplicate] and the caller skips it. A crash between the
-//     database commit and the Kafka offset commit therefore loses nothing and applies nothing
-//     twice. Stale wins over duplicate: a zombie is told to stop, not to skip and carry on.
+//     not at all. The token must equal the stored one: a lower one is stale, a higher one
+//     [ErrNotClaimed] (writes happen only under a claimed token; since one claimant holds a
+//     token, the token names the writer and the write needs no claimant). One owner writes
+//     many batches under its token. A batch is the positions first..last: last at or below
+//     the stored position fails with [ErrDuplicate] and the caller skips it; first at or
+//     below it fails with [ErrOverlap] (part of the batch was applied: the caller reloads and
+//     applies only the rest); positions may have gaps, so the rule is "first above the
+//     stored position", not "right after it". A crash between the database commit and the
+//     Kafka offset commit therefore loses nothing and applies nothing twice. Stale wins over
+//     duplicate and overlap: a zombie is told to stop, not to skip and carry on.
 //   - Serialized per key: a transaction that advanced a key holds it until it ends, so a lower
 //     token can never commit after a higher one was accepted.
 //   - Regression is refused, never silently accepted: a current owner that presents a lower
@@ -39,8 +50,11 @@
 //     at the sink and is refused as stale. The caller, after proving with the group
 //     coordinator that the member is the current owner, reports a [*RegressionError] and may
 //     call [Sink.Recover]: a compare-and-set from the exact stored token to
-//     (stored era + 1, the owner's epoch), recorded as a [Recovery] with a reason. Losing
-//     the compare-and-set gives [ErrConflict]. The position is kept.
+//     (stored era + 1, the owner's epoch), held by the caller's claimant and recorded as a
+//     [Recovery] with a reason. Losing the compare-and-set gives [ErrConflict]: the stored
+//     token moved (or the caller's own recovery committed and its reply was lost), so the
+//     caller reloads and decides again; retrying the same compare-and-set cannot succeed.
+//     The position is kept.
 //
 // # Keyed fences
 //

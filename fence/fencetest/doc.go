@@ -14,6 +14,11 @@
 //   - Every method, Load and Recoveries included, refuses an invalid key, token, position,
 //     reason or keyed identifier with an error wrapping [fence.ErrInvalid], and stores nothing.
 //   - Stale wins over duplicate: a lower token at an applied position is [fence.ErrStale].
+//   - One claimant per token: of claimants racing to claim the same token exactly one wins;
+//     the holder re-claims freely, another claimant is refused as stale (EqualTokenOneClaimant,
+//     ClaimRaceOneClaimant).
+//   - A write needs exactly the stored token ([fence.ErrNotClaimed] above it) and a batch
+//     starting after the stored position ([fence.ErrOverlap] for one that spans it).
 //   - A failed Apply (stale, duplicate, invalid, fn or user-write error) leaves the fence and
 //     the user data as they were; it does not consume the position or raise the token.
 //   - A transaction that advanced a key holds it until it ends: a Claim or Apply of the key

@@ -8,8 +8,8 @@
 //
 //	s, err := pgfence.New(pool)            // validates names; no I/O
 //	err = s.Migrate(ctx)                   // CREATE TABLE IF NOT EXISTS, idempotent
-//	st, err := s.Claim(ctx, key, token)    // on assignment; resume after st.Position
-//	err = s.ApplyBatch(ctx, key, token, lastOffset, func(b *pgx.Batch) error {
+//	st, err := s.Claim(ctx, key, token, claimant) // on assignment; resume after st.Position
+//	err = s.ApplyBatch(ctx, key, token, firstOffset, lastOffset, func(b *pgx.Batch) error {
 //		b.Queue(`INSERT INTO kv ...`, ...) // the caller's writes, pipelined after the fence
 //		return nil
 //	})
@@ -24,20 +24,26 @@
 // The fence lives in the same database and commits in the same transaction as the data, so a
 // batch's writes and its fence advance commit together or not at all. Every fence write is
 // one conditional statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE) whose WHERE clause is
-// the shared rule of package fence (same era, epoch not lower, position beyond the stored
-// one); a refusal affects zero rows, and the stored row is then read to report a
-// *fence.StaleError, fence.ErrDuplicate or fence.ErrInvalid exactly as fencestore.CheckAdvance
-// would.
+// the shared rule of package fence (to claim: same era and a higher epoch, or the same epoch
+// held by the same claimant; to write: exactly the stored token and a batch starting after
+// the stored position); a refusal affects zero rows, and the stored row is then read to
+// report a *fence.StaleError, fence.ErrNotClaimed, fence.ErrDuplicate, fence.ErrOverlap or
+// fence.ErrInvalid exactly as fencestore.CheckClaim and CheckAdvance would. Because the
+// claimant is compared in the claiming statement, two claimants of the same token cannot
+// both win, whatever they read before. Migrate adds the claimant column to fence tables
+// created before it existed (ALTER TABLE ... ADD COLUMN IF NOT EXISTS); their rows hold
+// their token for nobody, so an equal claim of one is refused and goes through the
+// consumer's verify-and-recover path once.
 //
 // Why a lower token can never commit after a higher one, under READ COMMITTED (PostgreSQL's
 // default): ON CONFLICT DO UPDATE takes the fence row's lock before it evaluates its WHERE
 // clause, and holds it until the transaction ends. A writer that arrives while another
 // transaction holds the lock waits; when that transaction commits, PostgreSQL re-evaluates
 // the waiting statement's WHERE against the newly committed row version, so a lower token (or
-// an already applied position) now matches nothing and is refused. Between a successful
+// a batch overlapping an already applied position) now matches nothing and is refused. Between a successful
 // advance and its commit no other writer of the same fence can commit. The test suite proves
-// this against the server (TestAdvanceRace: the lower writer is observed waiting in pg_locks,
-// then refused). Under REPEATABLE READ or SERIALIZABLE the same race ends in a serialization
+// this against the server (TestAdvanceRace: the second writer is observed waiting in pg_locks,
+// then refused as an overlap). Under REPEATABLE READ or SERIALIZABLE the same race ends in a serialization
 // failure (SQLSTATE 40001) instead of a StaleError: still safe, but retried by nobody.
 //
 // Because the refusing statement also locked the row, the read that classifies a refusal

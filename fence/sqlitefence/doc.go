@@ -4,15 +4,16 @@
 //
 // # What it guarantees
 //
-// Per [fence.Key] the store keeps one row with the highest accepted token and the last applied
-// position, in the same database file as the caller's data. Every write to it is a conditional
+// Per [fence.Key] the store keeps one row with the highest accepted token, who holds it (the
+// claimant) and the last applied position, in the same database file as the caller's data. Every write to it is a conditional
 // UPDATE (or, for a fence never seen, an INSERT) evaluated under SQLite's write lock, in the same
 // transaction as the caller's writes, so a write under a lower token can never commit after a
 // higher one was accepted, and the data never gets ahead of or behind its fence. When the
 // conditional write matches no row, the store reads the row inside the same transaction and
 // classifies the refusal with the shared rules ([fencestore.CheckClaim],
 // [fencestore.CheckAdvance], [fencestore.CheckAdmit]), so SQLite agrees with every other sink
-// about what is stale, duplicate or invalid. [Store.Recover] is a compare-and-set recorded in
+// about what is stale, unclaimed, duplicate, overlapping or invalid. [Store.Migrate] adds the
+// claimant column to a fence table created before it existed. [Store.Recover] is a compare-and-set recorded in
 // a recoveries table in the same transaction.
 //
 // # One writer at a time

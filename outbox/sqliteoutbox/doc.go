@@ -5,7 +5,7 @@
 //
 //	box, err := sqliteoutbox.New(fences.DB()) // validates names; no I/O
 //	err = box.Migrate(ctx)                    // CREATE TABLE IF NOT EXISTS, idempotent
-//	err = fences.Apply(ctx, key, token, offset, func(ctx context.Context, tx *sql.Tx) error {
+//	err = fences.Apply(ctx, key, token, first, last, func(ctx context.Context, tx *sql.Tx) error {
 //		// the caller's writes, then:
 //		return box.Append(ctx, tx, key, token, outbox.Message{Topic: "events", Value: v})
 //	})

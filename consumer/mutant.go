@@ -1,0 +1,22 @@
+package consumer
+
+// mutant names a deliberately broken variant of the consumer, for the mutation tests only:
+// the package's tests set it (from BATON_CONSUMER_MUTANT) in a child process and require the
+// tests that guard each mutation point to fail. It is empty in every real build, where each
+// mutation point costs one comparison with an empty string.
+var mutant string
+
+// The named mutants. Each is a bug that once went unnoticed or would land silently.
+const (
+	mutantCurrentGenToken     = "CurrentGenerationToken"          // token from the group's generation at write time, not at assignment
+	mutantStaleIsRegression   = "StaleClaimIsRegression"          // a stale claim recovered without asking the coordinator
+	mutantDeadLetterFirst     = "DeadLetterBeforeFence"           // the dead-letter record produced before the fence check
+	mutantNoFilter            = "AppliedRecordsNotFiltered"       // records at or below the sink's position applied anyway
+	mutantRevokeNoWait        = "RevokeDoesNotWait"               // a revoke returns before the in-flight batch finished
+	mutantStaleClaimUncounted = "StaleClaimNotCounted"            // the stale-claim refusal not counted in its metric
+	mutantBlindHeartbeat      = "BlindHeartbeatProof"             // currentness proven with a Heartbeat, which a loading coordinator answers blindly
+	mutantEqualTokenAccepted  = "EqualTokenOtherClaimantAccepted" // an equal token held by another claimant taken over
+	mutantRecoverSameExpected = "RecoverConflictRetriedSame"      // a lost Recover retried with the same expected token
+)
+
+func is(m string) bool { return mutant != "" && mutant == m }
