@@ -51,6 +51,7 @@ type tok8 struct{ era, epoch int8 }
 func (t tok8) token() fence.Token { return fence.Token{Era: int64(t.era), Epoch: int64(t.epoch)} }
 func (t tok8) less(u tok8) bool   { return t.token().Less(u.token()) }
 func (t tok8) String() string     { return t.token().String() }
+func tok8of(t fence.Token) tok8   { return tok8{era: int8(t.Era), epoch: int8(t.Epoch)} }
 func claimantOf(id int8) string   { return fmt.Sprintf("w%d", id) }
 func (s *mstate) sinkState() fence.State {
 	st := fence.State{Token: s.sTok.token(), Position: int64(s.sPos)}
@@ -74,6 +75,11 @@ type wstate struct {
 	// proof: ghost, whether the last proof of currentness was sound.
 	claimedOK bool
 	proof     int8
+	// The rest of the decision's claimState, and the pending step's arguments.
+	refused              bool
+	conflicts, rederived int8
+	vepoch               int8 // opVerify, opRecover: the epoch
+	exp                  tok8 // opRecover: the expected token
 	// The relay (outbox steps): the pending rows it read under its token and not yet marked.
 	rfrom, rto int8 // sequences rfrom..rto; rto == 0: none read
 	published  bool // rfrom..rto were produced, not yet marked
@@ -295,7 +301,8 @@ func (s *mstate) assign(j int) {
 	}
 	s.ownerClaimed = false
 	s.owner = int8(j)
-	s.w[j] = wstate{id: s.nextWorker, pc: pcLoad, member: s.member[j], epoch: s.gen, pos: int8(fence.NoPosition)}
+	s.w[j] = wstate{id: s.nextWorker, member: s.member[j], epoch: s.gen, pos: int8(fence.NoPosition)}
+	s.w[j].decide(claimInput{Event: evStart})
 	s.nextWorker++
 }
 
@@ -357,7 +364,7 @@ func (s mstate) canonical() mstate {
 		case pcStopped:
 			*w = wstate{id: w.id, pc: pcStopped, member: w.member, revoked: w.revoked}
 		case pcRun:
-			w.seen, w.claimedOK = tok8{}, false
+			w.vepoch, w.exp = 0, tok8{}
 		case pcLoad, pcClaim:
 			w.pos = 0
 		}
@@ -402,7 +409,7 @@ func (c modelConfig) successors(s mstate, out []transition) []transition {
 			emit(label{kind: stepRevoke, slot: int8(i)}, n, false, "")
 		}
 		if c.outbox && s.w[i].pc == pcRun {
-			for _, ws := range relayStep(s, i, !c.proto.mut[mutRelayNoReclaim]) {
+			for _, ws := range relayStep(s, i, c.proto.mut[mutRelayReclaims]) {
 				emit(label{kind: stepRelay, slot: int8(i), what: ws.what}, ws.next, false, ws.violation)
 			}
 		}
@@ -578,7 +585,7 @@ func relayStep(s mstate, i int, reclaim bool) []wstep {
 			if !reclaim {
 				return nil // Flush fails (stale) at every attempt
 			}
-			nw.pc, nw.claimedOK = pcLoad, false
+			nw.decide(claimInput{Event: evWriteStale, Stored: s.sTok.token()})
 			return []wstep{{what: sayf("flush under %s refused (stored %s): re-claim", w.tok, s.sTok), next: n}}
 		}
 		nw.rfrom, nw.rto = s.delivered+1, s.nrows
