@@ -2,8 +2,57 @@ package consumer
 
 import (
 	"fmt"
+	"hash/maphash"
 	"strings"
 )
+
+// stateSet indexes the explored states without a second copy of each: an open-addressing hash
+// table of indexes into result.nodes (a map keyed by the states would hold them twice).
+type stateSet struct {
+	seed  maphash.Seed
+	slots []int32 // index+1 into result.nodes; 0: empty
+	n     int
+}
+
+func newStateSet() *stateSet {
+	return &stateSet{seed: maphash.MakeSeed(), slots: make([]int32, 1<<16)}
+}
+
+// insert returns the index of s in r.nodes and false if it is there, or the index it will
+// have (len(r.nodes): the caller appends it) and true.
+func (t *stateSet) insert(r *result, s mstate) (int32, bool) {
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow(r)
+	}
+	mask := uint64(len(t.slots) - 1)
+	for h := maphash.Comparable(t.seed, s) & mask; ; h = (h + 1) & mask {
+		switch v := t.slots[h]; {
+		case v == 0:
+			i := int32(len(r.nodes))
+			t.slots[h] = i + 1
+			t.n++
+			return i, true
+		case r.nodes[v-1] == s:
+			return v - 1, false
+		}
+	}
+}
+
+func (t *stateSet) grow(r *result) {
+	old := t.slots
+	t.slots = make([]int32, 2*len(old))
+	mask := uint64(len(t.slots) - 1)
+	for _, v := range old {
+		if v == 0 {
+			continue
+		}
+		h := maphash.Comparable(t.seed, r.nodes[v-1]) & mask
+		for t.slots[h] != 0 {
+			h = (h + 1) & mask
+		}
+		t.slots[h] = v
+	}
+}
 
 // The explorer: breadth-first over every interleaving of the model's steps, deduplicating
 // states (mstate is a comparable value, used as a map key), keeping for each state its parent
@@ -39,14 +88,13 @@ type result struct {
 // shortest one, by breadth-first order); otherwise it checks liveness on the whole graph.
 func explore(cfg modelConfig) *result {
 	r := &result{stuck: -1, cfg: cfg}
-	index := make(map[mstate]int32, 1<<16)
+	index := newStateSet()
 	var live [][2]int32 // fault-free edges, for the liveness check
 	add := func(s mstate, parent int32, l int32) (int32, bool) {
-		if i, ok := index[s]; ok {
+		i, fresh := index.insert(r, s)
+		if !fresh {
 			return i, false
 		}
-		i := int32(len(r.nodes))
-		index[s] = i
 		r.nodes = append(r.nodes, s)
 		r.parent = append(r.parent, parent)
 		r.via = append(r.via, l)
