@@ -250,6 +250,12 @@ func (h *history) len() int {
 	return len(h.ops)
 }
 
+func (h *history) outcomes(o outcome) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.count[o]
+}
+
 func (h *history) summary() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -323,6 +329,10 @@ type workload struct {
 	clients  int
 	calls    int
 	opTimout time.Duration
+	// shortEvery: one call in shortEvery (on average) gets a deadline of short instead, to
+	// cancel it mid-statement; 0: none.
+	shortEvery int
+	short      time.Duration
 	// tgt returns the target to use for the next call (a fault may swap it).
 	tgt func() *target
 	// pace is slept after a call that failed with an infrastructure error.
@@ -417,7 +427,11 @@ func (w workload) observe(v *clientView, in input, out output) {
 
 func (w workload) call(ctx context.Context, h *history, client int, in input) output {
 	tgt := w.tgt()
-	ctx, cancel := context.WithTimeout(ctx, w.opTimout)
+	timeout := w.opTimout
+	if w.shortEvery > 0 && rand.IntN(w.shortEvery) == 0 {
+		timeout = w.short
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	call := h.now()
 	var out output

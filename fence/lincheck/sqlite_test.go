@@ -71,9 +71,12 @@ func TestSQLite(t *testing.T) {
 		keys:     []fence.Key{{Group: "g", Topic: "t", Partition: 0}, {Group: "g", Topic: "t", Partition: 1}},
 		clients:  4,
 		calls:    250,
-		opTimout: 5 * time.Millisecond, // many calls are cancelled mid-statement
-		tgt:      func() *target { return cur[next.Add(1)%2].Load() },
-		pace:     time.Millisecond,
+		opTimout: 2 * time.Second,
+		// One call in four gets a deadline short enough to be cancelled mid-statement.
+		shortEvery: 4,
+		short:      time.Millisecond,
+		tgt:        func() *target { return cur[next.Add(1)%2].Load() },
+		pace:       time.Millisecond,
 	}
 	reopened := make(chan struct{})
 	var after atomic.Int64 // calls recorded when the handle was reopened, 0 before
@@ -96,6 +99,12 @@ func TestSQLite(t *testing.T) {
 	t.Logf("handle closed and reopened after call %d", after.Load())
 	if ctx.Err() != nil {
 		t.Fatalf("the workload did not finish in time: %s", h.summary())
+	}
+	if n := after.Load(); n == 0 || int(n) >= h.len() {
+		t.Fatalf("the handle was not reopened in the middle of the run (after call %d of %d)", n, h.len())
+	}
+	if h.outcomes(outUnknown) == 0 {
+		t.Fatalf("no call was cut off mid-statement: the fault did not happen (%s)", h.summary())
 	}
 	h.check(t)
 	fin := stores[0]
