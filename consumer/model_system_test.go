@@ -36,8 +36,7 @@ const (
 	maxMsgs = 2          // published messages not yet consumed by the receiver
 )
 
-// orow is an outbox row: appended under tok, for the record at offset off. Its sequence is
-// its index + 1.
+// orow is an outbox row, appended under tok. Its sequence is its index + 1.
 type orow struct{ tok tok8 }
 
 // omsg is a published outbox message: the row's original token and sequence.

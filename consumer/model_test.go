@@ -1,10 +1,15 @@
 package consumer
 
 // The model check: an exhaustive, bounded, breadth-first exploration of every interleaving
-// of an abstract model of Baton's ownership protocol (see model_engine_test.go for the
-// explorer and model_system_test.go for the model). The model calls the real rules: the
-// fence rules of fence/fencestore for every sink step, and the consumer's claim decision for
-// every worker step, so a change to either is model-checked.
+// of an abstract model of Baton's ownership protocol: model_engine_test.go is the explorer,
+// model_system_test.go the model (group, coordinator, sink, outbox, faults, invariants),
+// model_proto_test.go the worker's steps and model_findings_test.go the reverted fixes the
+// model must catch. The model calls the real rules: the fence rules of fence/fencestore for
+// every sink step, and the consumer's claim decision (decideClaim) for every worker step, so
+// a change to either is model-checked.
+//
+//	go test -v -run 'TestModel' ./consumer                       # the CI bound, with state counts and traces
+//	BATON_MODEL_FAULTS=4 BATON_MODEL_OUTBOX_FAULTS=2 go test ...  # deeper
 
 import (
 	"os"
