@@ -182,7 +182,10 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 		}
 		to := tok8{era: w.exp.era + 1, epoch: w.vepoch}
 		var v string
-		if w.proof != proofSound {
+		switch w.proof {
+		case proofNone:
+			v = "era raised to " + to.String() + " by a worker that never proved its ownership"
+		case proofUnsound:
 			v = "era raised to " + to.String() + " by a worker whose proof of ownership was answered for a member that did not own the partition"
 		}
 		n.took(i, to, true)
