@@ -189,6 +189,7 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 			v = "era raised to " + to.String() + " by a worker whose proof of ownership was answered for a member that did not own the partition"
 		}
 		n.took(i, to, true)
+		nw.proof = proofNone // consumed
 		var out []wstep
 		if canFault { // the recovery commits, its reply is lost: the worker retries it
 			out = append(out, wstep{what: sayf("recover %s -> %s", w.exp, to), next: n, replyLost: true, violation: v})

@@ -363,7 +363,8 @@ func (s mstate) canonical() mstate {
 		case pcStopped:
 			*w = wstate{id: w.id, pc: pcStopped, member: w.member, revoked: w.revoked}
 		case pcRun:
-			w.vepoch, w.exp = 0, tok8{}
+			// A proof is good for the recovery it precedes only: proceeding consumes it.
+			w.vepoch, w.exp, w.proof = 0, tok8{}, proofNone
 		case pcLoad, pcClaim:
 			w.pos = 0
 		}
