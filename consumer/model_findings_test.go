@@ -1,0 +1,13 @@
+package consumer
+
+func modelFindings() []modelFinding {
+	return []modelFinding{
+		{name: "1-equal-token-race", proto: consumerMutant(mutantEqualTokenAccepted), allow: faultsOf(stepStaticReplace), want: "two writers"},
+		{name: "2-blind-proof", proto: consumerMutant(mutantBlindHeartbeat), allow: faultsOf(stepRebalance, stepLoadStart), want: "did not own"},
+		{name: "2-stale-claim-is-regression", proto: consumerMutant(mutantStaleIsRegression), allow: faultsOf(stepRebalance), want: "never proved"},
+		{name: "2-no-verify-after-claim", proto: mutantProtocol(mutNoVerifyAfterClaim), allow: faultsOf(stepRebalance, stepRecreate), want: "two writers"},
+		{name: "2-stale-write-stops", proto: mutantProtocol(mutStaleWriteStops), allow: faultsOf(stepRebalance, stepRecreate), want: "liveness"},
+		{name: "3-recover-conflict", proto: consumerMutant(mutantRecoverSameExpected), allow: faultsOf(stepRecreate, stepWorkerReplyLost), want: "liveness"},
+		{name: "4-retained-idle", proto: mutantProtocol(mutRetainedIdles), allow: faultsOf(stepStaticReplace, stepRebalance), want: "liveness"},
+	}
+}
