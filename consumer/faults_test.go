@@ -392,3 +392,59 @@ func TestHandlerErrorWrappingAFenceSentinelIsRetried(t *testing.T) {
 		t.Fatalf("violations: %v", v)
 	}
 }
+
+// Finding from the model check (TestModelRelayGap): an owner with nothing left to apply learns
+// that another claim took its fence (a member of an old group incarnation at a higher
+// generation, which then fails its proof) only through its relay, whose Flush is refused as
+// stale. The refusal must re-run the claim decision at once (the owner proves it is current and
+// recovers into a new era), not be logged and retried until the partition's next record (the
+// mutant RelayStaleNotReclaimed).
+func TestIdleOwnerReclaimsWhenItsRelayIsRefused(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	const keys, n = 2, 3
+	produceSeq(t, brokers, "orders", keys, 1, n)
+	store := newStore(t)
+	f := newFolder()
+	var mu sync.Mutex
+	var relayed []fence.Token // tokens under which the hook's fenced "flush" succeeded
+	hook := func(ctx context.Context, k fence.Key, tok fence.Token) error {
+		st, err := store.Load(ctx, k)
+		if err != nil {
+			return err
+		}
+		if st.Token != tok {
+			return &fence.StaleError{Key: k, Stored: st.Token, Presented: tok}
+		}
+		mu.Lock()
+		relayed = append(relayed, tok)
+		mu.Unlock()
+		return nil
+	}
+	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), consumer.AfterCommit(hook, 50*time.Millisecond),
+		consumer.RetryBackoff(10*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := start(t, c)
+	waitFor(t, "every record applied", 15*time.Second, allApplied(store, keys, n))
+	k := fence.Key{Group: "g", Topic: "orders", Partition: 0}
+	st, err := store.Load(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The zombie's late claim at a higher epoch of the same era; it never writes.
+	zombie := fence.Token{Era: st.Token.Era, Epoch: st.Token.Epoch + 100}
+	if _, err := store.Claim(context.Background(), k, zombie, "zombie"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the idle owner re-claims into a new era and relays again", 15*time.Second, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(relayed) > 0 && relayed[len(relayed)-1].Era > zombie.Era
+	})
+	if err := mb.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkFold(t, store, keys, n)
+}

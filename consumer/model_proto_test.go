@@ -35,7 +35,7 @@ const (
 	// re-runs the claim decision like a refused write. Today the worker only logs it and
 	// retries at the next idle tick, so an owner with nothing left to apply does not notice
 	// that a zombie's late claim took the fence, and its outbox rows wait for the next record.
-	mutRelayReclaims modelMutant = "relay-reclaims"
+	mutRelayNoReclaim modelMutant = "relay-no-reclaim" // a relay Flush refused as stale only logged (before the fix)
 )
 
 type protocol struct {

@@ -409,7 +409,7 @@ func (c modelConfig) successors(s mstate, out []transition) []transition {
 			emit(label{kind: stepRevoke, slot: int8(i)}, n, false, "")
 		}
 		if c.outbox && s.w[i].pc == pcRun {
-			for _, ws := range relayStep(s, i, c.proto.mut[mutRelayReclaims]) {
+			for _, ws := range relayStep(s, i, !c.proto.mut[mutRelayNoReclaim]) {
 				emit(label{kind: stepRelay, slot: int8(i), what: ws.what}, ws.next, false, ws.violation)
 			}
 		}

@@ -17,6 +17,7 @@ const (
 	mutantBlindHeartbeat      = "BlindHeartbeatProof"             // currentness proven with a Heartbeat, which a loading coordinator answers blindly
 	mutantEqualTokenAccepted  = "EqualTokenOtherClaimantAccepted" // an equal token held by another claimant taken over
 	mutantRecoverSameExpected = "RecoverConflictRetriedSame"      // a lost Recover retried with the same expected token
+	mutantRelayNoReclaim      = "RelayStaleNotReclaimed"          // a relay Flush refused as stale only logged: an idle owner never re-claims
 	mutantHandlerVerdict      = "HandlerErrorReadAsVerdict"       // a handler error wrapping a fence sentinel read as the sink's verdict
 )
 

@@ -695,6 +695,7 @@ var mutants = map[string][]string{
 	"EqualTokenOtherClaimantAccepted": {"TestRegressionAtEqualGeneration"},
 	"RecoverConflictRetriedSame":      {"TestRecoverConflictReloads"},
 	"HandlerErrorReadAsVerdict":       {"TestHandlerErrorWrappingAFenceSentinelIsRetried"},
+	"RelayStaleNotReclaimed":          {"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

@@ -121,7 +121,9 @@ func (w *worker[Tx]) loop() {
 		t := time.NewTicker(w.r.c.cfg.afterCommitIdle)
 		defer t.Stop()
 		idle = t.C
-		w.afterCommit() // work left by an earlier owner (e.g. outbox rows not yet relayed)
+		if !w.afterCommit() { // work left by an earlier owner (e.g. outbox rows not yet relayed)
+			return
+		}
 	}
 	for {
 		var recs []*kgo.Record
@@ -129,7 +131,9 @@ func (w *worker[Tx]) loop() {
 		case <-w.ctx.Done():
 			return
 		case <-idle:
-			w.afterCommit()
+			if !w.afterCommit() {
+				return
+			}
 			continue
 		case recs = <-w.in:
 		}
@@ -159,22 +163,35 @@ func (w *worker[Tx]) loop() {
 				return
 			}
 		}
-		if w.r.c.cfg.afterCommit != nil {
-			w.afterCommit()
+		if w.r.c.cfg.afterCommit != nil && !w.afterCommit() {
+			return
 		}
 	}
 }
 
 // afterCommit runs the AfterCommit hook in the partition's goroutine, under its token.
-func (w *worker[Tx]) afterCommit() {
+//
+// A hook refused as stale under this partition's own fence (the relay's read or mark after
+// another claim took the fence: a zombie of an old group incarnation, say) re-runs the claim
+// decision at once, as a refused write does: an owner with nothing left to apply would
+// otherwise notice only at its next record, and its outbox rows would wait until then. It
+// returns false when the partition stops.
+func (w *worker[Tx]) afterCommit() bool {
 	if w.ctx.Err() != nil {
-		return
+		return false
 	}
 	err := w.r.c.cfg.afterCommit(w.ctx, w.key, w.token)
-	if err != nil && w.ctx.Err() == nil {
-		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, "after-commit"))
-		w.r.c.log.Warn("after-commit hook failed; retried after the next commit or idle interval", append(w.log(), "err", err)...)
+	if err == nil || w.ctx.Err() != nil {
+		return w.ctx.Err() == nil
 	}
+	var se *fence.StaleError
+	if errors.As(err, &se) && se.Key == w.key && se.Presented == w.token && !is(mutantRelayNoReclaim) {
+		w.refused(err)
+		return w.resettle(claimInput{Event: evWriteStale, Stored: se.Stored})
+	}
+	w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, "after-commit"))
+	w.r.c.log.Warn("after-commit hook failed; retried after the next commit or idle interval", append(w.log(), "err", err)...)
+	return true
 }
 
 // process applies recs, skipping those the sink already holds. It returns false when the
