@@ -34,4 +34,7 @@
 // runs under a deadline ([Timeout]), and every transaction it begins with [Env.Begin] is
 // rolled back in t.Cleanup if a failed case left it open (a pgxpool's Close, run by the
 // store's own cleanup, would otherwise wait for that connection for ever).
+//
+// Stores that implement fence.Versioned also run [RunOCC] (occ.go), with its own mutants in
+// occ_test.go.
 package fencetest

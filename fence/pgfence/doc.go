@@ -89,4 +89,9 @@
 //     that holds one open also blocks the partition's next owner (that wait is the point).
 //   - The fence orders writers; it does not decide ownership. Tokens come from the Kafka
 //     group coordinator (see package fence).
+//
+// # Versioned writes
+//
+// NewVersioned(table, ...) gives the single-record optimistic write (fence.Versioned) over a
+// table of yours: a version column compared and incremented in one statement; see Versioned.
 package pgfence

@@ -81,4 +81,9 @@
 // EXISTS, idempotent, in one write transaction), and [Store.Schema] returns the same DDL for
 // deployments that own their migrations. [Open], which opens a file the store owns, runs
 // Migrate itself.
+//
+// # Versioned writes
+//
+// NewVersioned(table, ...) gives the single-record optimistic write (fence.Versioned) over a
+// table of yours: a version column compared and incremented in one statement; see Versioned.
 package sqlitefence
