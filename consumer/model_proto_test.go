@@ -31,10 +31,10 @@ const (
 	// Finding 4: a proof at the assignment epoch that fails while the coordinator still
 	// assigns P to this member (retained at a later generation) stops the partition.
 	mutRetainedIdles modelMutant = "retained-idles"
-	// Not a mutant but a proposed fix: a relay Flush (AfterCommit) refused as stale
-	// re-runs the claim decision like a refused write. Today the worker only logs it and
-	// retries at the next idle tick, so an owner with nothing left to apply does not notice
-	// that a zombie's late claim took the fence, and its outbox rows wait for the next record.
+	// The first issue-10 runtime, which the model found wanting: a relay Flush (AfterCommit)
+	// refused as stale was only logged and retried at the next idle tick, so an owner with
+	// nothing left to apply did not notice that a zombie's late claim took the fence, and its
+	// outbox rows waited for the next record. The runtime now re-runs the claim decision.
 	mutRelayNoReclaim modelMutant = "relay-no-reclaim" // a relay Flush refused as stale only logged (before the fix)
 )
 

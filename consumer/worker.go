@@ -233,32 +233,32 @@ func (w *worker[Tx]) apply(recs []*kgo.Record) bool {
 		last := recs[len(recs)-1]
 		err := w.attempt("apply", func() error { return w.applyOnce(recs) })
 		var se *fence.StaleError
-		verdict := sinkVerdict(err)
+		v := sinkVerdict(err) // the sink's own verdict, never one inside the handler's error
 		switch {
 		case err == nil:
 			return true
-		case verdict && errors.Is(err, fence.ErrDuplicate):
+		case errors.Is(v, fence.ErrDuplicate):
 			// Already applied (a retried commit that had succeeded): skip it.
 			w.r.c.m.duplicates.Add(w.ctx, int64(len(recs)), partAttrs(w.id))
 			w.advanced(last)
 			return true
-		case verdict && errors.Is(err, fence.ErrOverlap):
+		case errors.Is(v, fence.ErrOverlap):
 			// Part of the batch was applied: reload the position, apply the rest.
 			if !w.reload() {
 				return false
 			}
-		case verdict && errors.As(err, &se):
+		case errors.As(v, &se):
 			w.refused(err)
 			if !w.resettle(claimInput{Event: evWriteStale, Stored: se.Stored}) {
 				return false
 			}
-		case verdict && errors.Is(err, fence.ErrNotClaimed):
+		case errors.Is(v, fence.ErrNotClaimed):
 			if !w.resettle(claimInput{Event: evStart}) {
 				return false
 			}
 		case IsPermanent(err) && w.ctx.Err() == nil:
 			return w.poison(recs, err)
-		case verdict && w.ctx.Err() == nil:
+		case v != nil && w.ctx.Err() == nil:
 			// ErrInvalid (a token of a later era than the stored one: the fence row was
 			// deleted or restored from a backup after a recovery) or ErrConflict: never
 			// silently kept, never retried blindly.
@@ -494,8 +494,10 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 			if !w.resettle(claimInput{Event: evStart}) {
 				return false
 			}
+		case sinkVerdict(err) != nil && w.ctx.Err() == nil:
+			return w.stuck("dead-letter", err) // ErrInvalid (a later era than the stored one): loudly
 		default:
-			return false
+			return false // cancelled (revoked or lost)
 		}
 	}
 }
@@ -508,7 +510,7 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 	backoff := w.r.c.cfg.retryMin
 	for n := 1; ; n++ {
 		err := once()
-		if err == nil || sinkVerdict(err) || IsPermanent(err) || w.ctx.Err() != nil {
+		if err == nil || sinkVerdict(err) != nil || IsPermanent(err) || w.ctx.Err() != nil {
 			return err
 		}
 		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, what))
@@ -698,17 +700,33 @@ type handlerError struct{ err error }
 func (e *handlerError) Error() string { return e.err.Error() }
 func (e *handlerError) Unwrap() error { return e.err }
 
-// sinkVerdict reports whether err is the sink's verdict on a write or a claim (stale,
-// duplicate, overlap, not claimed, conflict, invalid) and not an error the handler returned.
-func sinkVerdict(err error) bool {
-	if err == nil {
-		return false
+// sinkVerdict returns the sink's own verdict carried by err (stale, duplicate, overlap, not
+// claimed, conflict, invalid): the first fence sentinel or *fence.StaleError found in err's
+// tree outside any handlerError, or nil. Walking the tree, rather than errors.Is on the whole
+// error, keeps a sink that joins its verdict with the handler's error (errors.Join, or two %w)
+// from having its verdict hidden by the handler's, or a handler's sentinel taken for its own.
+func sinkVerdict(err error) error {
+	switch e := err.(type) {
+	case nil, *handlerError:
+		return nil
+	case *fence.StaleError:
+		return e
 	}
-	var he *handlerError
-	if errors.As(err, &he) {
-		return false
+	for _, s := range []error{fence.ErrDuplicate, fence.ErrStale, fence.ErrOverlap, fence.ErrNotClaimed,
+		fence.ErrConflict, fence.ErrInvalid} {
+		if err == s {
+			return err
+		}
 	}
-	return errors.Is(err, fence.ErrDuplicate) || errors.Is(err, fence.ErrStale) ||
-		errors.Is(err, fence.ErrOverlap) || errors.Is(err, fence.ErrNotClaimed) ||
-		errors.Is(err, fence.ErrConflict) || errors.Is(err, fence.ErrInvalid)
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return sinkVerdict(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if v := sinkVerdict(e); v != nil {
+				return v
+			}
+		}
+	}
+	return nil
 }

@@ -448,8 +448,8 @@ func (r *Relay) topicMissing(ctx context.Context, topic string) (bool, error) {
 func (r *Relay) AfterCommit() func(ctx context.Context, k fence.Key, t fence.Token) error {
 	return func(ctx context.Context, k fence.Key, t fence.Token) error {
 		n, err := r.Flush(ctx, k, t)
-		if n > 0 && errors.Is(err, ErrFlushTimeout) {
-			return nil
+		if n > 0 && errors.Is(err, ErrFlushTimeout) && !errors.Is(err, fence.ErrStale) {
+			return nil // progress, then out of time: a backlog catching up (a refusal is never hidden)
 		}
 		return err
 	}
