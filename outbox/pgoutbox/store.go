@@ -85,7 +85,7 @@ type Store struct {
 	prop     propagation.TextMapPropagator
 	lockName string // advisory lock serializing Migrate
 	schema   string
-	tables   [3]string // outbox, cursors, fence table names as configured (RuntimeGrants)
+	tables   [4]string // outbox, cursors, fence, dead-letter table names as configured (RuntimeGrants)
 
 	appendSQL, staleSQL, pendingSQL, markSQL, deadSQL, deadListSQL, backlogSQL, cleanupSQL string
 }
@@ -122,7 +122,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockName: "baton/pgoutbox/migrate/" + c.table,
-		tables: [3]string{c.table, cursors, c.fences}}
+		tables: [4]string{c.table, cursors, c.fences, dead}}
 	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(dead), sqlident.Quote(c.fences))
 	return s, nil
 }
