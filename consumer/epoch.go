@@ -74,20 +74,39 @@ func (classicGeneration) VerifyCurrent(ctx context.Context, cl *kgo.Client, p pa
 	}
 	if !ok {
 		if int64(gen) <= epoch {
-			return 0, false, nil
+			// The coordinator refused the assignment's generation, and this client has not
+			// heard of a later one yet: the group moved on while its join is in flight. Whether
+			// it kept p is not known until franz-go either revokes p (which ends this worker) or
+			// reports the new generation, so this cannot tell; it is never taken as "not
+			// current", which would leave a partition the member keeps unprocessed.
+			return 0, false, caughtUp(cl, member, gen, fmt.Errorf("%w: generation %d refused before this client saw a later one", errCannotTell, epoch))
 		}
 		// Not current at the assignment's generation; the member may have kept p into its
 		// current one.
 		if ok, err = commitProof(ctx, cl, p, member, int64(gen)); err != nil || !ok {
-			return 0, false, err
+			return 0, false, caughtUp(cl, member, gen, err)
 		}
 		owned = int64(gen)
 	}
 	ok, err = describeProof(ctx, cl, p, member)
 	if err != nil || !ok {
-		return 0, false, err
+		return 0, false, caughtUp(cl, member, gen, err)
 	}
 	return owned, true, nil
+}
+
+// caughtUp turns a refusal into "cannot tell" when this client's membership (member id,
+// generation) changed while it was being proven, or when the refusal was itself undecided
+// (cause): the proof then spoke about a membership that is no longer this client's. nil
+// means the refusal stands.
+func caughtUp(cl *kgo.Client, member string, gen int32, cause error) error {
+	if cause != nil {
+		return cause
+	}
+	if m, g := cl.GroupMetadata(); m != member || g != gen {
+		return fmt.Errorf("%w: this member's generation moved from %d to %d while it was being proven", errCannotTell, gen, g)
+	}
+	return nil
 }
 
 // commitProof commits, as member at gen, the offset Kafka already has for p: true if the

@@ -176,8 +176,13 @@ func TestStaleClaimOfZombieNeverRecovers(t *testing.T) {
 	waitFor(t, "Z asks the loading coordinator", bound(10*time.Second), func() bool { return loaded.Load() > 0 })
 	time.Sleep(300 * time.Millisecond) // Z retries meanwhile; no assertion rests on the length
 	loading.Store(false)
-	waitFor(t, "Z gives up or recovers", bound(20*time.Second), func() bool {
-		return mZ.sum(t, "baton.consumer.stale_refusals") >= 1 || mZ.sum(t, "baton.consumer.recoveries") >= 1
+	// Z gives up, or (its client still believing its generation current, as the blind
+	// heartbeats make it) keeps asking: the refusal of a generation its client has not seen
+	// move is "cannot tell", retried, never proof. Either way it must not recover.
+	retried := mZ.sum(t, "baton.consumer.retries")
+	waitFor(t, "Z gives up, recovers or is refused again", bound(20*time.Second), func() bool {
+		return mZ.sum(t, "baton.consumer.stale_refusals") >= 1 || mZ.sum(t, "baton.consumer.recoveries") >= 1 ||
+			mZ.sum(t, "baton.consumer.retries") >= retried+2
 	})
 
 	produceSeq(t, brokers, "orders", keys, n1+1, n)
@@ -667,8 +672,11 @@ func TestClaimVerifiedBeforeFirstWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	mz := start(t, z)
-	waitFor(t, "Z gives up or writes", bound(30*time.Second), func() bool {
-		return m.sum(t, "baton.consumer.stale_refusals") >= 1 || m.sum(t, "baton.consumer.records.applied") > 0
+	// Z gives up, writes, or keeps being refused (a refusal of the generation its client still
+	// believes current is "cannot tell" and retried): it must never write.
+	waitFor(t, "Z gives up, writes or is refused again", bound(30*time.Second), func() bool {
+		return m.sum(t, "baton.consumer.stale_refusals") >= 1 || m.sum(t, "baton.consumer.records.applied") > 0 ||
+			m.sum(t, "baton.consumer.retries") >= 3
 	})
 	time.Sleep(300 * time.Millisecond) // a write, had one started, would land meanwhile
 	_ = mz.stop()
