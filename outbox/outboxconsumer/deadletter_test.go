@@ -267,3 +267,80 @@ func zombieDeadLetter(t *testing.T, brokers []string, src, dlq, group string, se
 		t.Errorf("the outbox holds %d dead-letter rows, want 1 (B's)", n)
 	}
 }
+
+// appendLog is an outbox.Appender that records what it is given and fails with err.
+type appendLog struct {
+	msgs []outbox.Message
+	src  fence.Key
+	tok  fence.Token
+	err  error
+}
+
+func (a *appendLog) Append(_ context.Context, _ int, src fence.Key, tok fence.Token, msgs ...outbox.Message) error {
+	a.src, a.tok, a.msgs = src, tok, append(a.msgs, msgs...)
+	return a.err
+}
+
+// DeadLetters appends the consumer's copy under the batch's key and token, without the headers
+// an outbox row may not carry; a copy the outbox refuses for good is a consumer.Permanent
+// error; Handler keeps a wrapped DeadLetterer visible, and adds none to a handler without one.
+func TestDeadLettersAppendsTheCopy(t *testing.T) {
+	plain := consumer.HandlerFunc[int](func(context.Context, int, *consumer.Batch) error { return nil })
+	in, err := outbox.NewInbox[int]("r", nopKeyed{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := outboxconsumer.Handler(in, plain).(consumer.DeadLetterer[int]); ok {
+		t.Fatal("Handler(in, h) takes dead letters though h does not")
+	}
+	box := &appendLog{}
+	for _, h := range []consumer.Handler[int]{
+		outboxconsumer.DeadLetters[int](box, plain),
+		outboxconsumer.Handler(in, outboxconsumer.DeadLetters[int](box, plain)),
+		outboxconsumer.DeadLetters[int](box, outboxconsumer.Handler(in, plain)),
+	} {
+		dl, ok := h.(consumer.DeadLetterer[int])
+		if !ok {
+			t.Fatalf("%T takes no dead letters", h)
+		}
+		box.msgs = nil
+		k := fence.Key{Group: "g", Topic: "orders", Partition: 2}
+		tok := fence.Token{Era: 1, Epoch: 7}
+		r := &kgo.Record{Topic: "orders", Partition: 2, Offset: 9, Key: []byte("k"), Value: []byte("v")}
+		d := &kgo.Record{Topic: "orders.dlq", Key: r.Key, Value: r.Value, Headers: []kgo.RecordHeader{
+			{Key: "app", Value: []byte("1")}, {Key: "Baton-Token", Value: []byte("9.9")}, {Key: "traceparent"},
+			{Key: ""}, {Key: "\xff"}, {Key: consumer.HeaderDLQOffset, Value: []byte("9")}}}
+		if err := dl.DeadLetter(context.Background(), 0, &consumer.Batch{Key: k, Token: tok, Records: []*kgo.Record{r}}, d); err != nil {
+			t.Fatal(err)
+		}
+		if len(box.msgs) != 1 || box.src != k || box.tok != tok {
+			t.Fatalf("appended %+v under %s %s", box.msgs, box.src, box.tok)
+		}
+		m := box.msgs[0]
+		var keys []string
+		for _, x := range m.Headers {
+			keys = append(keys, x.Key)
+		}
+		if m.Topic != "orders.dlq" || string(m.Key) != "k" || string(m.Value) != "v" || len(keys) != 2 || keys[0] != "app" || keys[1] != consumer.HeaderDLQOffset {
+			t.Fatalf("appended %s %q=%q with headers %q", m.Topic, m.Key, m.Value, keys)
+		}
+	}
+	for _, e := range []error{outbox.ErrTooLarge, outbox.ErrInvalid, outbox.ErrNoTopic, outbox.ErrInvalidHeader} {
+		box.err = e
+		err := outboxconsumer.DeadLetters[int](box, plain).(consumer.DeadLetterer[int]).DeadLetter(context.Background(), 0,
+			&consumer.Batch{Records: []*kgo.Record{{}}}, &kgo.Record{Topic: "x"})
+		if !consumer.IsPermanent(err) || !errors.Is(err, e) {
+			t.Errorf("an outbox refusing the copy with %v: %v, want it permanent", e, err)
+		}
+	}
+	for _, e := range []error{outbox.ErrUnfenced, &fence.StaleError{}, errors.New("connection reset")} {
+		box.err = e
+		err := outboxconsumer.DeadLetters[int](box, plain).(consumer.DeadLetterer[int]).DeadLetter(context.Background(), 0,
+			&consumer.Batch{Records: []*kgo.Record{{}}}, &kgo.Record{Topic: "x"})
+		if consumer.IsPermanent(err) || !errors.Is(err, e) {
+			t.Errorf("an outbox failing with %v: %v, want it as it is (retried)", e, err)
+		}
+	}
+}
+
+type nopKeyed struct{ fence.KeyedSink[int] }
