@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -235,5 +237,58 @@ func TestZombieNeverDeadLettersThroughTheTransaction(t *testing.T) {
 		if _, ok := store.Get("v/" + strconv.FormatInt(i, 10)); !ok {
 			t.Errorf("offset %d never applied", i)
 		}
+	}
+}
+
+// refusingDL is a DeadLetterer whose store can never take the copy.
+type refusingDL struct {
+	dlHandler
+	tried atomic.Int32
+}
+
+func (h *refusingDL) DeadLetter(context.Context, *memfence.Tx, *consumer.Batch, *kgo.Record) error {
+	h.tried.Add(1)
+	return consumer.Permanent(errors.New("the copy is larger than the outbox takes"))
+}
+
+// A dead-letter copy the handler refuses for good stops the partition loudly (an ERROR naming
+// the record), once: the record is neither skipped nor retried for ever, and nothing reaches
+// the dead-letter topic.
+func TestDeadLetterRefusedForGoodStopsThePartition(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders", "orders.dlq"))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("ok")}, &kgo.Record{Value: []byte("poison")}, &kgo.Record{Value: []byte("ok")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	store := newStore(t)
+	h := &refusingDL{}
+	var logs syncBuffer
+	c, err := consumer.New("g", []string{"orders"}, store,
+		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) { return h, nil },
+		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, c)
+	waitFor(t, "the ERROR naming the poison record", bound(30*time.Second), func() bool {
+		return strings.Contains(logs.String(), "level=ERROR msg=\"the handler refused the dead-letter copy for good")
+	})
+	time.Sleep(300 * time.Millisecond) // a retry or a skip, had one started, would land meanwhile
+	if err := m.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.tried.Load(); n != 1 {
+		t.Errorf("DeadLetter called %d times, want once", n)
+	}
+	if st, _ := store.Load(ctx, fence.Key{Group: "g", Topic: "orders", Partition: 0}); st.Position != 0 {
+		t.Errorf("the fence moved to %d, want 0: the poison record (offset 1) was skipped", st.Position)
+	}
+	if !strings.Contains(logs.String(), "offset=1") {
+		t.Errorf("the ERROR does not name offset 1:\n%s", logs.String())
 	}
 }
