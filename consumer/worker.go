@@ -453,13 +453,13 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 	if topic == "" {
 		topic = r.Topic + ".dlq"
 	}
-	dl, viaTx := w.handler.(DeadLetterer[Tx])
-	if is(mutantDeadLetterDirect) {
-		viaTx = false
-	}
 	for {
 		if r.Offset <= w.position && !is(mutantNoFilter) {
 			return true // applied meanwhile (by the owner we yielded to, or before a recovery)
+		}
+		dl, viaTx := w.handler.(DeadLetterer[Tx]) // the handler of the current token (resettle rebuilds it)
+		if is(mutantDeadLetterDirect) {
+			viaTx = false
 		}
 		d := deadLetterRecord(topic, r, cause, w.key, w.token)
 		produce := func(ctx context.Context) error {
