@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"strconv"
 	"strings"
 
@@ -8,6 +9,31 @@ import (
 
 	"github.com/batonhq/baton/fence"
 )
+
+// DeadLetterer is an optional interface of a [Handler]: a handler that implements it takes the
+// dead-letter copy of a poison record into the fenced transaction itself, instead of the
+// consumer producing it to Kafka. The consumer calls DeadLetter inside the fenced transaction
+// that advances the fence over the poison record, with b holding that record alone (b.Key,
+// b.Token: the partition and the token the transaction is fenced with) and d the record the
+// consumer would have produced (the dead-letter topic, the poison record's key, value and
+// headers, and the baton.dlq.* headers). The copy commits with the fence advance or not at
+// all, so a zombie whose transaction the database ended (idle_in_transaction_session_timeout)
+// never dead-letters a record. outboxconsumer.DeadLetters implements it with an append to the
+// fenced outbox, relayed by the partition's owner.
+//
+// An error rolls the transaction back; it is retried like a handler's error, except that an
+// error marked [Permanent] (a copy the handler's store can never take) stops the partition
+// with an ERROR log. It is never called concurrently for the same partition.
+type DeadLetterer[Tx any] interface {
+	DeadLetter(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error
+}
+
+// deadLetterRecord returns the dead-letter copy of r for topic: r's key, value and timestamp,
+// and its headers followed by Baton's (deadLetterHeaders).
+func deadLetterRecord(topic string, r *kgo.Record, cause error, k fence.Key, t fence.Token) *kgo.Record {
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
+		Headers: deadLetterHeaders(r, cause, k, t)}
+}
 
 // deadLetterHeaders returns the headers of r's dead-letter copy: r's own headers without any
 // baton.dlq.* header (a producer cannot forge where a record came from or why it was

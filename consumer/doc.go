@@ -88,12 +88,21 @@
 //     revoke cancels the retrying.
 //  5. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], which
 //     returns a *partition.RecordError, or found by applying one record at a time) rolls the batch back; the records before it are
-//     applied, the poison record is produced to the dead-letter topic ([DeadLetterTopic],
-//     default "<topic>.dlq", headers baton.dlq.*) synchronously INSIDE a fenced transaction
-//     that advances the fence over it, and processing goes on after it. The fence check
-//     runs before the produce, so a member whose token is already refused never
-//     dead-letters; a commit that fails after the produce can duplicate the dead-letter
-//     record: dead-lettering is at least once.
+//     applied, the poison record is dead-lettered in a fenced transaction that advances the
+//     fence over it, and processing goes on after it. The copy (to [DeadLetterTopic],
+//     default "<topic>.dlq", with the headers baton.dlq.*) is written one of two ways. With a
+//     handler that implements [DeadLetterer] (outboxconsumer.DeadLetters: an append to the
+//     fenced outbox, relayed by the partition's owner) it is written IN the transaction and
+//     commits with the fence advance or not at all: a zombie never dead-letters, and the
+//     relay's copies carry baton-* headers to deduplicate on. Otherwise it is produced to
+//     Kafka from inside the transaction, after the fence check and before the commit: a
+//     member whose token is already refused produces nothing, but this is at least once, not
+//     fenced. A commit that fails after the produce duplicates the copy, and a member paused
+//     after the fence check whose transaction the database ended meanwhile
+//     (idle_in_transaction_session_timeout) can produce a copy of a record its successor
+//     dead-letters too. Readers of the dead-letter topic deduplicate direct copies on
+//     (baton.dlq.group, baton.dlq.topic, baton.dlq.partition, baton.dlq.offset);
+//     baton.dlq.token tells whose each copy is.
 //  6. Rebalance barrier: OnPartitionsRevoked cancels the partition's context, waits until its
 //     in-flight batch committed or rolled back, commits the marked offsets, and only then
 //     returns. OnPartitionsLost does the same without the commit. franz-go keeps heartbeating
@@ -139,7 +148,8 @@
 // # What it does not cover
 //
 //   - Side effects outside the sink's transaction (HTTP calls, emails): use the outbox.
-//   - Dead-lettered records are at least once (see above); the dead-letter topic must exist.
+//   - Dead letters produced directly (a handler that is not a [DeadLetterer]) are at least
+//     once and may come from a zombie (see above); the dead-letter topic must exist.
 //   - A partition the coordinator says this member does not own stays unprocessed (WARN,
 //     stale_refusals) until franz-go revokes or loses it; a partition it does own is always
 //     processed or, after a bounded number of lost recoveries or epoch re-derivations in a

@@ -22,3 +22,8 @@ const (
 )
 
 func is(m string) bool { return mutant != "" && mutant == m }
+
+// Appended by the dead-letter work (issue 10, finding 8).
+const (
+	mutantDeadLetterDirect = "DeadLetterProducedDirectly" // a DeadLetterer handler bypassed: the copy produced to Kafka inside the transaction
+)

@@ -153,7 +153,9 @@ func MaxInflight(n int) Option {
 // DeadLetterTopic sets the topic poison records go to. Default: the source topic's name plus
 // ".dlq" (a poison record of "orders" goes to "orders.dlq"). The topic must exist (or be
 // auto-created): until the dead-letter produce succeeds, the partition retries and stalls
-// observably rather than dropping the record.
+// observably rather than dropping the record. With a handler that is a [DeadLetterer]
+// (outboxconsumer.DeadLetters), the copy to this topic is written in the fenced transaction
+// instead, and the outbox's relay produces it.
 func DeadLetterTopic(name string) Option {
 	return func(c *config) error {
 		if err := validTopic(name); err != nil {

@@ -696,6 +696,7 @@ var mutants = map[string][]string{
 	"CurrentGenerationToken":          {"TestTokenIsTheAssignmentGeneration"},
 	"StaleClaimIsRegression":          {"TestStaleClaimOfZombieNeverRecovers"},
 	"DeadLetterBeforeFence":           {"TestDeposedOwnerDoesNotDeadLetter"},
+	"DeadLetterProducedDirectly":      {"TestZombieNeverDeadLettersThroughTheTransaction"},
 	"AppliedRecordsNotFiltered":       {"TestOverlapAppliesOnlyTheRest"},
 	"RevokeDoesNotWait":               {"TestRevokeWaitsForTheInflightBatch"},
 	"StaleClaimNotCounted":            {"TestRegressionRecovered"},

@@ -439,9 +439,15 @@ const (
 	HeaderDLQToken     = "baton.dlq.token"
 )
 
-// deadLetter advances the fence over r in a fenced transaction that produces r to the
-// dead-letter topic before committing: a zombie's check fails before it can produce, and a
-// failed commit after the produce may duplicate the dead-letter record (at least once).
+// deadLetter advances the fence over r in a fenced transaction that dead-letters r before
+// committing. With a handler that implements [DeadLetterer] (outboxconsumer.DeadLetters: an
+// append to the fenced outbox) the copy is written in that transaction and commits with the
+// fence advance or not at all: a zombie never dead-letters. Otherwise the copy is produced to
+// the dead-letter topic from inside the transaction: the fence check runs first, so a member
+// whose token is already refused produces nothing, but a transaction ended under a paused
+// member (idle_in_transaction_session_timeout) no longer holds the fence when the member
+// resumes, so its produce may land next to its successor's copy of the same record; and a
+// commit that fails after the produce duplicates it. Direct dead-lettering is at least once.
 func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 	topic := w.r.c.cfg.deadLetterTopic
 	if topic == "" {
@@ -451,8 +457,11 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		if r.Offset <= w.position && !is(mutantNoFilter) {
 			return true // applied meanwhile (by the owner we yielded to, or before a recovery)
 		}
-		d := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
-			Headers: deadLetterHeaders(r, cause, w.key, w.token)}
+		dl, viaTx := w.handler.(DeadLetterer[Tx]) // the handler of the current token (resettle rebuilds it)
+		if is(mutantDeadLetterDirect) {
+			viaTx = false
+		}
+		d := deadLetterRecord(topic, r, cause, w.key, w.token)
 		produce := func(ctx context.Context) error {
 			// A produce failure is transient here, whatever its cause: the record must not
 			// be skipped until it is safely dead-lettered.
@@ -462,14 +471,21 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 			return nil
 		}
 		w.tried = w.token
+		b := &Batch{Key: w.key, Token: w.token, Records: []*kgo.Record{r}}
 		err := w.attempt("dead-letter", func() error {
 			if is(mutantDeadLetterFirst) {
 				if err := produce(w.ctx); err != nil {
 					return err
 				}
 			}
-			return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, _ Tx) error {
-				if is(mutantDeadLetterFirst) {
+			return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, tx Tx) error {
+				switch {
+				case is(mutantDeadLetterFirst):
+					return nil
+				case viaTx:
+					if err := dl.DeadLetter(ctx, tx, b, d); err != nil {
+						return &handlerError{err: err} // never read as the sink's verdict
+					}
 					return nil
 				}
 				return produce(ctx)
@@ -479,7 +495,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		switch {
 		case err == nil:
 			w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
-			w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "reason", cause)...)
+			w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "in_tx", viaTx, "reason", cause)...)
 			w.advanced(r)
 			return true
 		case errors.Is(err, fence.ErrDuplicate):
@@ -496,6 +512,12 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 			}
 		case sinkVerdict(err) != nil && w.ctx.Err() == nil:
 			return w.stuck("dead-letter", err) // ErrInvalid (a later era than the stored one): loudly
+		case IsPermanent(err) && w.ctx.Err() == nil:
+			// The handler's store can never take this copy (too large for its outbox, say):
+			// stop loudly rather than skip the record or retry for ever.
+			w.r.c.log.Error("the handler refused the dead-letter copy for good; partition left unprocessed",
+				append(w.log(), "offset", r.Offset, "dlq", topic, "err", err)...)
+			return false
 		default:
 			return false // cancelled (revoked or lost)
 		}

@@ -54,6 +54,15 @@
 // overtake a newer one of the same key. Delivery is at least once; a crash between produce and
 // mark re-publishes at most one batch.
 //
+// # Dead letters of a consumer's poison records
+//
+// A Baton consumer's dead-letter copy of a poison record is an outbox row too when the handler
+// is wrapped with outboxconsumer.DeadLetters: appended under the partition's token in the
+// transaction that advances the fence over the record, relayed to the dead-letter topic like
+// any row, with the consumer's baton.dlq.* headers and the relay's baton-* headers. A zombie's
+// copy is written in a transaction that cannot commit, so only owners dead-letter, and a
+// re-published copy is deduplicated by an [Inbox] or on baton-idempotency-key.
+//
 // # Undeliverable rows
 //
 // Rows are delivered in sequence order, so a row the broker refuses for ever would hold up

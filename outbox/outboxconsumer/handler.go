@@ -3,10 +3,15 @@ package outboxconsumer
 import (
 	"context"
 	"errors"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/internal/mutant"
 )
 
 // Handler wraps a Baton consumer's handler with the inbox: each record of a batch is admitted
@@ -14,26 +19,109 @@ import (
 // stale records are dropped and counted). If nothing in a batch is admitted, h is not called and
 // the batch commits with just the fence advance. A record without Baton's headers or without a
 // key is a poison record ([outbox.ErrNotBaton], [outbox.ErrNoKey]): the consumer dead-letters it and goes on.
+// If h takes dead letters itself (a consumer.DeadLetterer, such as [DeadLetters]' handler), so
+// does the returned handler.
 func Handler[Tx any](in *outbox.Inbox[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
-	return consumer.HandlerFunc[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
-		kept := b.Records[:0:0]
-		for _, r := range b.Records {
-			v, err := in.Admit(ctx, tx, r)
-			if errors.Is(err, outbox.ErrNotBaton) || errors.Is(err, outbox.ErrNoKey) {
-				return b.Fail(r, err)
-			}
-			if err != nil {
-				return err
-			}
-			if v == fence.Admitted {
-				kept = append(kept, r)
-			}
+	ih := inboxHandler[Tx]{in: in, h: h}
+	if dl, ok := h.(consumer.DeadLetterer[Tx]); ok {
+		return inboxDeadLetters[Tx]{inboxHandler: ih, dl: dl}
+	}
+	return ih
+}
+
+type inboxHandler[Tx any] struct {
+	in *outbox.Inbox[Tx]
+	h  consumer.Handler[Tx]
+}
+
+func (ih inboxHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch) error {
+	kept := b.Records[:0:0]
+	for _, r := range b.Records {
+		v, err := ih.in.Admit(ctx, tx, r)
+		if errors.Is(err, outbox.ErrNotBaton) || errors.Is(err, outbox.ErrNoKey) {
+			return b.Fail(r, err)
 		}
-		if len(kept) == 0 {
-			return nil
+		if err != nil {
+			return err
 		}
-		nb := *b
-		nb.Records = kept
-		return h.Handle(ctx, tx, &nb)
-	})
+		if v == fence.Admitted {
+			kept = append(kept, r)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	nb := *b
+	nb.Records = kept
+	return ih.h.Handle(ctx, tx, &nb)
+}
+
+// inboxDeadLetters is an inboxHandler whose wrapped handler takes dead letters.
+type inboxDeadLetters[Tx any] struct {
+	inboxHandler[Tx]
+	dl consumer.DeadLetterer[Tx]
+}
+
+func (h inboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer.Batch, d *kgo.Record) error {
+	return h.dl.DeadLetter(ctx, tx, b, d)
+}
+
+// DeadLetters wraps h so that the consumer dead-letters a poison record through box, the fenced
+// outbox, instead of producing it to Kafka: the dead-letter copy (the consumer's: the
+// dead-letter topic, the record's key, value and headers, and the baton.dlq.* headers) is
+// appended under the partition's fence key and token in the same transaction that advances the
+// fence over the record, and relayed like any outbox row by the partition's owner (the relay
+// of box must run: consumer.AfterCommit(relay.AfterCommit(), ...)). So a zombie whose
+// transaction the database ended (idle_in_transaction_session_timeout) never dead-letters a
+// record, and the copies a relay re-publishes carry the row's baton-* headers, so readers of
+// the dead-letter topic deduplicate them with an outbox.Inbox or by baton-idempotency-key.
+//
+// The copy keeps the record's headers except those an outbox row may not carry (baton-*,
+// traceparent, tracestate, and keys that are empty or not UTF-8): the relay sets its own, and
+// baton.dlq.topic, .partition and .offset name the original record. A copy the outbox refuses
+// for good (larger than the store's message bound, a dead-letter topic name Kafka refuses) is
+// a consumer.Permanent error: the consumer stops the partition with an ERROR rather than skip
+// the record. The result also wraps an inbox: DeadLetters(box, Handler(in, h)) and
+// Handler(in, DeadLetters(box, h)) are the same.
+func DeadLetters[Tx any](box outbox.Appender[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
+	if mutant.Is(mutant.DeadLetterDirect) {
+		return h
+	}
+	return outboxDeadLetters[Tx]{h: h, box: box}
+}
+
+type outboxDeadLetters[Tx any] struct {
+	h   consumer.Handler[Tx]
+	box outbox.Appender[Tx]
+}
+
+var (
+	_ consumer.DeadLetterer[any] = outboxDeadLetters[any]{}
+	_ consumer.DeadLetterer[any] = inboxDeadLetters[any]{}
+)
+
+func (o outboxDeadLetters[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch) error {
+	return o.h.Handle(ctx, tx, b)
+}
+
+func (o outboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer.Batch, d *kgo.Record) error {
+	m := outbox.Message{Topic: d.Topic, Key: d.Key, Value: d.Value, Headers: make([]kgo.RecordHeader, 0, len(d.Headers))}
+	for _, h := range d.Headers {
+		if rowHeader(h.Key) {
+			m.Headers = append(m.Headers, h)
+		}
+	}
+	err := o.box.Append(ctx, tx, b.Key, b.Token, m)
+	if errors.Is(err, outbox.ErrTooLarge) || errors.Is(err, outbox.ErrNoTopic) || errors.Is(err, outbox.ErrInvalidHeader) ||
+		(errors.Is(err, outbox.ErrInvalid) && !errors.Is(err, outbox.ErrUnfenced)) {
+		return consumer.Permanent(err)
+	}
+	return err
+}
+
+// rowHeader reports whether an outbox row may carry a header named k.
+func rowHeader(k string) bool {
+	l := strings.ToLower(k)
+	return k != "" && utf8.ValidString(k) && !strings.HasPrefix(l, "baton-") &&
+		l != outbox.HeaderTraceParent && l != outbox.HeaderTraceState
 }

@@ -1,0 +1,19 @@
+package outboxconsumer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/batonhq/baton/outbox/internal/mutant"
+	"github.com/batonhq/baton/outbox/internal/mutanttest"
+)
+
+func init() { mutanttest.Init() }
+
+// TestMutants requires outboxconsumer's named mutant (outbox/internal/mutant) to be caught. Its
+// killer needs PostgreSQL (and skips without it, which the run reports as not caught).
+func TestMutants(t *testing.T) {
+	mutanttest.Run(t, map[string][]string{
+		mutant.DeadLetterDirect: {"TestZombieDeadLetterThroughTheOutbox"},
+	}, 3*time.Minute)
+}
