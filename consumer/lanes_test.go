@@ -92,11 +92,17 @@ type laneFolder struct {
 	hook   func(ctx context.Context, r *kgo.Record) error
 }
 
-type laneHandler struct {
-	consumer.Handler[*memfence.Tx]
-	f    *laneFolder
-	mu   sync.Mutex // Prepare runs on several lanes; last is shared between them
-	last map[string]int
+// laneHandler adds a checked first stage to any handler: see laneFolder.
+type laneHandler[Tx any] struct {
+	consumer.Handler[Tx]
+	checks *laneChecks
+	hook   func(ctx context.Context, r *kgo.Record) error
+	mu     sync.Mutex // Prepare runs on several lanes; last is shared between them
+	last   map[string]int
+}
+
+func withPrepare[Tx any](h consumer.Handler[Tx], checks *laneChecks, hook func(context.Context, *kgo.Record) error) *laneHandler[Tx] {
+	return &laneHandler[Tx]{Handler: h, checks: checks, hook: hook, last: map[string]int{}}
 }
 
 func (f *laneFolder) factory(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[*memfence.Tx], error) {
@@ -104,21 +110,21 @@ func (f *laneFolder) factory(ctx context.Context, k fence.Key, t fence.Token) (c
 	if err != nil {
 		return nil, err
 	}
-	return &laneHandler{Handler: h, f: f, last: map[string]int{}}, nil
+	return withPrepare(h, &f.checks, f.hook), nil
 }
 
-func (h *laneHandler) Prepare(ctx context.Context, r *kgo.Record) (any, error) {
+func (h *laneHandler[Tx]) Prepare(ctx context.Context, r *kgo.Record) (any, error) {
 	key := string(r.Key)
 	seq, err := strconv.Atoi(string(r.Value))
 	if err != nil {
 		return nil, consumer.Permanent(err)
 	}
 	h.mu.Lock()
-	h.f.checks.enter(key, seq, h.last)
+	h.checks.enter(key, seq, h.last)
 	h.mu.Unlock()
-	defer h.f.checks.leave(key)
-	if h.f.hook != nil {
-		if err := h.f.hook(ctx, r); err != nil {
+	defer h.checks.leave(key)
+	if h.hook != nil {
+		if err := h.hook(ctx, r); err != nil {
 			// A refused record is prepared again: forget it, so the retry is in order.
 			h.mu.Lock()
 			h.last[key] = seq - 1
@@ -129,13 +135,13 @@ func (h *laneHandler) Prepare(ctx context.Context, r *kgo.Record) (any, error) {
 	return seq, nil
 }
 
-func (h *laneHandler) Handle(ctx context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+func (h *laneHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch) error {
 	if len(b.Prepared) != len(b.Records) {
-		h.f.checks.violate("batch of %d records with %d prepared results", len(b.Records), len(b.Prepared))
+		h.checks.violate("batch of %d records with %d prepared results", len(b.Records), len(b.Prepared))
 	}
 	for i, r := range b.Records {
 		if i < len(b.Prepared) && strconv.Itoa(asInt(b.Prepared[i])) != string(r.Value) {
-			h.f.checks.violate("offset %d: prepared %v for value %s", r.Offset, b.Prepared[i], r.Value)
+			h.checks.violate("offset %d: prepared %v for value %s", r.Offset, b.Prepared[i], r.Value)
 		}
 	}
 	return h.Handler.Handle(ctx, tx, b)
