@@ -18,7 +18,8 @@ import (
 //
 // Prepare is called concurrently for records of different keys of one partition, never
 // concurrently for two records of the same key, and for one key's records in offset order.
-// ctx is cancelled when this member loses the partition (or the partition stops).
+// ctx is cancelled when this member loses the partition (or the partition stops); a revoke
+// waits for every Prepare to return, as it waits for Handle, so Prepare must honour ctx.
 //
 // Prepare's effects are not fenced: a record prepared and not yet applied when the partition
 // moves is prepared again by the next owner, and a zombie whose session expired keeps
