@@ -250,12 +250,17 @@ func TestLanesRevokeCancelsAndWaits(t *testing.T) {
 	held.Store(-1)
 	entered := make(chan struct{})
 	var cancelled, returned atomic.Bool
+	abort := make(chan struct{})
 	f.hook = func(ctx context.Context, r *kgo.Record) error {
 		if string(r.Key) != "k2" || string(r.Value) != "4" || !held.CompareAndSwap(-1, r.Offset) {
 			return nil
 		}
 		close(entered)
-		<-ctx.Done() // the remote call, cancelled by the revoke
+		select { // the remote call, cancelled by the revoke
+		case <-ctx.Done():
+		case <-abort: // the test failed: let the member stop
+			return errors.New("aborted")
+		}
 		cancelled.Store(true)
 		time.Sleep(100 * time.Millisecond) // and slow to return: the revoke must wait for it
 		returned.Store(true)
@@ -273,8 +278,16 @@ func TestLanesRevokeCancelsAndWaits(t *testing.T) {
 		t.Fatal("the held record never reached its lane")
 	}
 	time.Sleep(100 * time.Millisecond) // the other lanes go on meanwhile
-	if err := ma.stop(); err != nil {
-		t.Fatal(err)
+	stopped := make(chan error, 1)
+	go func() { stopped <- ma.stop() }()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		close(abort)
+		t.Fatal("A did not stop: its lanes were not cancelled")
 	}
 	if !cancelled.Load() || !returned.Load() {
 		t.Fatalf("A returned before its lane did (cancelled %v, returned %v)", cancelled.Load(), returned.Load())
