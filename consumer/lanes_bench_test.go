@@ -114,6 +114,11 @@ func BenchmarkLanes(b *testing.B) {
 		if err := pool.QueryRow(ctx, `SELECT count(*) FROM kv WHERE count <> $1 OR last <> $1`, n).Scan(&bad); err != nil || bad != 0 {
 			b.Fatalf("lanes %d: %d keys differ from their fold (%v)", lanes, bad, err)
 		}
+		var batches int64
+		if err := pool.QueryRow(ctx, `SELECT count(*) FROM writes`).Scan(&batches); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("lanes %d: %d transactions, %.1f records each", lanes, batches, float64(want)/float64(batches))
 		return float64(want) / end.Sub(time.Unix(0, first.Load())).Seconds()
 	}
 
