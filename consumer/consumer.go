@@ -36,6 +36,9 @@ type Batch struct {
 	Key     fence.Key   // the partition's fence key: group, topic, partition
 	Token   fence.Token // the owner's token, checked by the sink at commit
 	Records []*kgo.Record
+	// Prepared holds, for a handler that is a [Preparer], what Prepare returned for each
+	// record: Prepared[i] is Records[i]'s. Nil for other handlers.
+	Prepared []any
 }
 
 // Fail marks r as the poison record of the batch: the consumer applies the records before it,

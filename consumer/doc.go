@@ -120,12 +120,24 @@
 // # Parallelism inside a partition
 //
 // A partition's batch is applied in one transaction, and a database transaction is one
-// connection: its statements cannot run in parallel. Work that is not a write to the sink
-// (decoding, enrichment, calls to other services) can be spread over per-key lanes inside
-// Handle with lanes.Lanes (package partition/lanes): records of one key stay in order on one
-// lane, different keys run in parallel, every lane works under the partition's single token, and
-// Lanes.Run returns the committable offset (the lowest contiguous completed one) if a lane fails. The writes then
-// go into the transaction from the handler's goroutine.
+// connection: its statements cannot run in parallel. The slow part of handling a record is
+// usually not the write but a call to another service (a device gateway, a payment API). A
+// handler that implements [Preparer] puts that part in Prepare, which the consumer runs per
+// record outside the transaction, in up to [Lanes] lanes per partition: one key's records on
+// one lane in offset order, never two of them at once; different keys in parallel; every lane
+// under the partition's single token, its ctx cancelled when the partition is revoked or lost.
+// The partition's goroutine stays its only writer: it applies the contiguous prefix of
+// prepared records (never past a record still in a lane) in fenced transactions, calling
+// Handle with each record's result in [Batch.Prepared], so a crash or a takeover loses and
+// duplicates nothing, and a zombie's lanes have no write path. Prepare itself is not fenced:
+// a record prepared and not applied when the partition moves is prepared again by the next
+// owner, and a zombie's lanes can keep calling until it notices, so Prepare must be
+// repeatable (a read, or a call with an idempotency key); an effect that must happen once is
+// appended to the outbox by Handle. A plain Handler is unaffected by Lanes.
+//
+// Inside one Handle, work can also be spread over lanes with lanes.Lanes (package
+// partition/lanes), whose Run returns the committable offset (the lowest contiguous completed
+// one) if a lane fails; the writes then go into the transaction from the handler's goroutine.
 //
 // # Guarantees
 //

@@ -21,6 +21,11 @@ const (
 	mutantHandlerVerdict      = "HandlerErrorReadAsVerdict"       // a handler error wrapping a fence sentinel read as the sink's verdict
 )
 
+// The lanes' named mutants (lanes.go).
+const (
+	mutantLanesPastGap = "LanesAdvancePastGap" // the writer applies prepared records past one still in a lane
+)
+
 func is(m string) bool { return mutant != "" && mutant == m }
 
 // Appended by the dead-letter work (issue 10, finding 8).

@@ -33,6 +33,7 @@ type config struct {
 	claimWait          time.Duration
 	afterCommit        AfterCommitFunc
 	afterCommitIdle    time.Duration
+	lanes              int
 }
 
 func defaults() config {
@@ -49,6 +50,7 @@ func defaults() config {
 		epochs:             ClassicGeneration(),
 		claimWait:          10 * time.Second,
 		afterCommitIdle:    time.Second,
+		lanes:              1,
 	}
 }
 
@@ -235,6 +237,23 @@ func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
 			return fmt.Errorf("%w: AfterCommit idle interval %v", ErrInvalidOption, idle)
 		}
 		c.afterCommit, c.afterCommitIdle = fn, idle
+		return nil
+	}
+}
+
+// Lanes sets how many records of one partition may run [Preparer.Prepare] at once: up to n
+// lanes per partition, one key's records always on one lane in offset order, every lane under
+// the partition's single token. The partition's goroutine stays its only writer: it applies
+// the contiguous prefix of prepared records (never past one still in a lane) in fenced
+// transactions, so a crash or a takeover loses and duplicates nothing. Lanes apply to handlers
+// that implement Preparer; a plain [Handler] runs as before. Default 1 (Prepare runs one
+// record at a time, overlapped with the writer's transactions); at most 256.
+func Lanes(n int) Option {
+	return func(c *config) error {
+		if n < 1 || n > maxLanes {
+			return fmt.Errorf("%w: Lanes %d, want 1..%d", ErrInvalidOption, n, maxLanes)
+		}
+		c.lanes = n
 		return nil
 	}
 }

@@ -92,7 +92,15 @@ func pgApplied(t *testing.T, pool *pgxpool.Pool) int64 {
 // Three members joining and leaving over 12 partitions of the real broker, into the real
 // PostgreSQL: every key's state is the fold of its records, and along every partition the
 // tokens of the committed batches never go down.
-func TestRealMembersChurnExactlyOnce(t *testing.T) {
+func TestRealMembersChurnExactlyOnce(t *testing.T) { realChurn(t, 0) }
+
+// The same in lane mode: 16 lanes per partition, each record's Prepare a simulated remote
+// call; besides the fold and the tokens, one key's records are prepared one at a time and in
+// order, and each record is applied with its own prepared result.
+func TestRealMembersChurnExactlyOnceLanes(t *testing.T) { realChurn(t, 16) }
+
+// realChurn runs the churn test with a plain handler (lanes 0) or a Preparer in that many lanes.
+func realChurn(t *testing.T, lanes int) {
 	brokers := testenv.KafkaBrokers(t)
 	pool, sink := newPG(t)
 	topic := testenv.NewTopic(t, brokers, 12)
@@ -104,8 +112,29 @@ func TestRealMembersChurnExactlyOnce(t *testing.T) {
 	if testing.Short() {
 		n = 10
 	}
+	factory := consumer.Factory[pgx.Tx](pgFolder)
+	opts := []consumer.Option{consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet)}
+	var checks laneChecks
+	if lanes > 0 {
+		remote := func(ctx context.Context, r *kgo.Record) error {
+			select { // the remote call
+			case <-time.After(time.Millisecond):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		factory = func(ctx context.Context, k fence.Key, tk fence.Token) (consumer.Handler[pgx.Tx], error) {
+			h, err := pgFolder(ctx, k, tk)
+			if err != nil {
+				return nil, err
+			}
+			return withPrepare(h, &checks, remote), nil
+		}
+		opts = append(opts, consumer.Lanes(lanes))
+	}
 	newMember := func() *consumer.Consumer[pgx.Tx] {
-		c, err := consumer.New(group, []string{topic}, sink, pgFolder, consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet))
+		c, err := consumer.New(group, []string{topic}, sink, factory, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,6 +194,15 @@ func TestRealMembersChurnExactlyOnce(t *testing.T) {
 	}
 	if regress != 0 {
 		t.Fatalf("%d batches committed under a lower token than an earlier position's", regress)
+	}
+	if v := checks.Violations(); len(v) > 0 {
+		t.Fatalf("%d lane violations, first %s", len(v), v[0])
+	}
+	if lanes > 0 {
+		if p := checks.Peak(); p < 2 {
+			t.Fatalf("at most %d Prepare call at once: the lanes never ran in parallel", p)
+		}
+		t.Logf("lanes %d: %d Prepare calls, at most %d at once", lanes, checks.Calls(), checks.Peak())
 	}
 	t.Logf("%d records, %d keys, %d (partition, token) ownerships", want, keys, owners)
 }

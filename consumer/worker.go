@@ -47,7 +47,8 @@ type worker[Tx any] struct {
 	tried    fence.Token // the token of the last claim or write attempt (for reports)
 	position int64
 	handler  Handler[Tx]
-	cs       claimState // the claim decision's memory
+	cs       claimState    // the claim decision's memory
+	prepared map[int64]any // with a Preparer: Prepare's results of the records being applied, by offset
 }
 
 func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
@@ -92,7 +93,11 @@ func (w *worker[Tx]) run() {
 		return
 	}
 	w.handler = h
-	w.loop()
+	if p, ok := h.(Preparer); ok {
+		w.laneLoop(p) // lanes.go
+	} else {
+		w.loop()
+	}
 	w.idle()
 }
 
@@ -341,6 +346,12 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 	}
 	w.tried = tok
 	b := &Batch{Key: w.key, Token: tok, Records: recs}
+	if w.prepared != nil {
+		b.Prepared = make([]any, len(recs))
+		for i, r := range recs {
+			b.Prepared[i] = w.prepared[r.Offset]
+		}
+	}
 	start := time.Now()
 	err := w.r.c.sink.Apply(ctx, w.key, tok, recs[0].Offset, last.Offset, func(ctx context.Context, tx Tx) error {
 		if err := w.handler.Handle(ctx, tx, b); err != nil && !is(mutantHandlerVerdict) {
