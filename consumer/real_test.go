@@ -105,7 +105,8 @@ func TestRealMembersChurnExactlyOnce(t *testing.T) {
 		n = 10
 	}
 	newMember := func() *consumer.Consumer[pgx.Tx] {
-		c, err := consumer.New(group, []string{topic}, sink, pgFolder, consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet))
+		c, err := consumer.New(group, []string{topic}, sink, pgFolder, consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet),
+			consumer.GroupProtocol(testenv.GroupProtocol()))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +183,7 @@ func TestRealGroupDeletedRegression(t *testing.T) {
 	run := func(from, to int, m *meter) {
 		produceSeq(t, brokers, topic, 5, from, to)
 		c, err := consumer.New(group, []string{topic}, sink, pgFolder, consumer.Kafka(realKafka(brokers)...),
-			consumer.Logger(quiet), consumer.MeterProvider(m))
+			consumer.Logger(quiet), consumer.MeterProvider(m), consumer.GroupProtocol(testenv.GroupProtocol()))
 		if err != nil {
 			t.Fatal(err)
 		}
