@@ -61,11 +61,11 @@ test-kip848:
 	trap 'if [ -n "$$started" ]; then deploy/local/kafka.sh stop; fi' EXIT; \
 	export BATON_KAFKA_BROKERS=127.0.0.1:$(KIP848_PORT) BATON_CHAOS_FAULTS=$(KIP848_FAULTS) \
 		BATON_CONSUMER_RECORDS_PER_KEY=$(KIP848_RECORDS_PER_KEY); \
-	for p in classic consumer; do \
+	status=0; for p in classic consumer; do \
 		echo "== go test (Kafka $(KIP848_KAFKA) on $$BATON_KAFKA_BROKERS, group protocol $$p)"; \
-		BATON_GROUP_PROTOCOL=$$p $(GO) test $(GOTESTFLAGS) -run '$(KIP848_RUN)' ./consumer ./internal/chaos; \
+		BATON_GROUP_PROTOCOL=$$p $(GO) test $(GOTESTFLAGS) -run '$(KIP848_RUN)' ./consumer ./internal/chaos || status=1; \
 	done; \
-	echo "== test-kip848 took $$((SECONDS - t0))s"
+	echo "== test-kip848 took $$((SECONDS - t0))s"; exit $$status
 
 # fuzz runs every fuzzer for FUZZTIME (bounded; the seed corpora also run in every go test).
 FUZZTIME ?= 3s

@@ -89,6 +89,11 @@ func (assignmentEpochs) VerifyCurrent(ctx context.Context, cl *kgo.Client, p par
 // assigned to it after epoch; not ok if the coordinator refuses; an error if it cannot tell.
 func proveOwned(ctx context.Context, cl *kgo.Client, member string, p partition.ID, epoch int64) (int64, bool, error) {
 	d, err := describe848(ctx, cl, member)
+	if errors.Is(err, ErrNotConsumerGroup) {
+		// No KIP-848 group of this name (deleted, or of the other protocol): it has no member
+		// to own anything. (At the first assignment the same answer fails Run instead.)
+		return 0, false, nil
+	}
 	if err != nil {
 		return 0, false, err
 	}
