@@ -12,7 +12,7 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test ci check lint gotest fuzz up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test test-kip848 ci check lint gotest fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
@@ -20,7 +20,7 @@ demo:
 # test is the README's test command and what .ci/run runs: lint, every test, and the bench's
 # smoke run (every design's fold checked), against one set of services.
 test:
-	deploy/local/with-services.sh $(MAKE) --no-print-directory check bench-smoke
+	deploy/local/with-services.sh $(MAKE) --no-print-directory check bench-smoke test-kip848
 
 # ci is an alias of test.
 ci: test
@@ -41,6 +41,36 @@ gotest:
 	cd fence/lease/k8slease && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
 	@echo "== go test internal/deploytest (its own module: the Kubernetes and compose libraries stay out of Baton's graph)"
 	cd internal/deploytest && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
+
+# test-kip848 runs the consumer's real-service tests once per group protocol (classic, then
+# consumer: KIP-848) and a bounded chaos run in the consumer protocol, against a Kafka
+# $(KIP848_KAFKA) broker of its own (KIP-1251's assignment epochs need 4.3): its own ports and
+# KAFKA_DIR, next to the default broker (which stays as it is), stopped again if this target
+# started it. The other services must be up and exported, as for 'check'. The chaos run restarts
+# this broker and the exported PostgreSQL.
+KIP848_KAFKA ?= 4.3.1
+KIP848_PORT ?= 29092
+KIP848_RUN ?= ^(TestReal.*|TestAssignmentEpochs.*|TestChaosFenced)$$
+KIP848_FAULTS ?= 8
+# The protocols the chaos run is repeated in on this broker. The classic one runs the chaos on the
+# default broker already; KIP848_CHAOS="classic consumer" adds it here too (about 3 minutes).
+KIP848_CHAOS ?= consumer
+KIP848_RECORDS_PER_KEY ?= 20
+test-kip848:
+	@set -euo pipefail; t0=$$SECONDS; \
+	export KAFKA_VERSION=$(KIP848_KAFKA) KAFKA_PORT=$(KIP848_PORT) KAFKA_CONTROLLER_PORT=$$(( $(KIP848_PORT) + 1 )) \
+		KAFKA_DIR="$${BATON_STATE_DIR:-$${TMPDIR:-/tmp}/baton-local}/kafka-$(KIP848_KAFKA)" BATON_SECURE=; \
+	unset KAFKA_LIBS LOG4J_VERSION; \
+	started=; if ! deploy/local/kafka.sh status 2>/dev/null; then deploy/local/kafka.sh start; started=1; fi; \
+	trap 'if [ -n "$$started" ]; then deploy/local/kafka.sh stop; fi' EXIT; \
+	export BATON_KAFKA_BROKERS=127.0.0.1:$(KIP848_PORT) BATON_CHAOS_FAULTS=$(KIP848_FAULTS) \
+		BATON_CONSUMER_RECORDS_PER_KEY=$(KIP848_RECORDS_PER_KEY); \
+	status=0; for p in classic consumer; do \
+		pkgs=./consumer; case " $(KIP848_CHAOS) " in *" $$p "*) pkgs="$$pkgs ./internal/chaos";; esac; \
+		echo "== go test $$pkgs (Kafka $(KIP848_KAFKA) on $$BATON_KAFKA_BROKERS, group protocol $$p)"; \
+		BATON_GROUP_PROTOCOL=$$p $(GO) test $(GOTESTFLAGS) -run '$(KIP848_RUN)' $$pkgs || status=1; \
+	done; \
+	echo "== test-kip848 took $$((SECONDS - t0))s"; exit $$status
 
 # fuzz runs every fuzzer for FUZZTIME (bounded; the seed corpora also run in every go test).
 FUZZTIME ?= 3s
@@ -97,5 +127,7 @@ help:
 	@echo "make deps    only install what 'make test' needs (PostgreSQL, Redis, Java 17+, Maven, Kafka's jars)"
 	@echo "make up      start PostgreSQL, Kafka and Redis and keep them running; 'eval \"\$$(make -s env)\"'"
 	@echo "             exports their addresses, then 'make check' runs lint and tests against them"
+	@echo "make test-kip848  the consumer's real-service tests and a chaos run in both group protocols"
+	@echo "             against a Kafka 4.3 broker of its own (part of 'make test')"
 	@echo "make down    stop them ('make reset' also deletes their data)"
 	@echo "BATON_DRY_RUN=1 make deps|test: say what would be installed, install and run nothing"

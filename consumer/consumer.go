@@ -106,6 +106,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 	if cfg.maxInflight < cfg.maxInflightPart {
 		errs = append(errs, fmt.Errorf("%w: MaxInflight %d below MaxInflightPerPartition %d", ErrInvalidOption, cfg.maxInflight, cfg.maxInflightPart))
 	}
+	errs = append(errs, cfg.resolveProtocol())
 	errs = append(errs, checkKafka(cfg.kafka)...)
 	if err := joinAll(errs); err != nil {
 		return nil, err

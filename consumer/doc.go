@@ -176,8 +176,10 @@
 //     commit. The committed offset is for lag and tooling only; resuming trusts the sink.
 //   - franz-go does not stop a member whose session expired while it was blocked; there is no
 //     watchdog yet. The fence keeps the data correct regardless; only wasted work remains.
-//   - KIP-848 (server-side assignment) needs an [EpochSource] with per-partition assignment
-//     epochs (KIP-1251); only the classic generation source ships.
+//   - KIP-848 groups ([GroupProtocol]("consumer"), [AssignmentEpochs]) are proven on Kafka 4.3+
+//     (KIP-1251's per-partition assignment epochs); the default stays the classic protocol. A
+//     restarted static member of a KIP-848 group comes back at its predecessor's epoch and goes
+//     through a recorded recovery, as under the classic protocol.
 //
 // # Observability
 //

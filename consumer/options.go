@@ -30,6 +30,8 @@ type config struct {
 	retryMin, retryMax time.Duration
 	recoverRegressions bool
 	epochs             EpochSource
+	epochsSet          bool   // Epochs was given
+	protocol           string // GroupProtocol, or "" for the epoch source's
 	claimWait          time.Duration
 	afterCommit        AfterCommitFunc
 	afterCommitIdle    time.Duration
@@ -198,7 +200,7 @@ func Epochs(s EpochSource) Option {
 		if s == nil {
 			return fmt.Errorf("%w: nil epoch source", ErrInvalidOption)
 		}
-		c.epochs = s
+		c.epochs, c.epochsSet = s, true
 		return nil
 	}
 }
@@ -242,7 +244,7 @@ func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
 }
 
 // Lanes sets how many records of one partition may run [Preparer.Prepare] at once: up to n
-// lanes per partition, one key's records always on one lane in offset order, every lane under
+// lanes per partition, one key's records on one lane at a time in offset order, every lane under
 // the partition's single token. The partition's goroutine stays its only writer: it applies
 // the contiguous prefix of prepared records (never past one still in a lane) in fenced
 // transactions, so a crash or a takeover loses and duplicates nothing. Lanes apply to handlers
@@ -255,5 +257,23 @@ func Lanes(n int) Option {
 		}
 		c.lanes = n
 		return nil
+	}
+}
+
+// GroupProtocol selects the consumer group protocol, by the names of Kafka's consumer config
+// group.protocol: [ProtocolClassic] (JoinGroup/SyncGroup; the token's epoch is the group
+// generation, [ClassicGeneration]) or [ProtocolConsumer] (KIP-848, Kafka 4.0+, proven on 4.3+;
+// the epoch is the partition's assignment epoch, [AssignmentEpochs]). Without [Epochs] the
+// protocol's own epoch source is used; with an epoch source of the other protocol, [New]
+// fails. Default: the epoch source's protocol, classic unless [Epochs] says otherwise. See
+// DESIGN.md, "KIP-848 groups", for why classic stays the default.
+func GroupProtocol(name string) Option {
+	return func(c *config) error {
+		switch name {
+		case ProtocolClassic, ProtocolConsumer:
+			c.protocol = name
+			return nil
+		}
+		return fmt.Errorf("%w: GroupProtocol %q: want %q or %q", ErrInvalidOption, name, ProtocolClassic, ProtocolConsumer)
 	}
 }

@@ -113,7 +113,7 @@ func realChurn(t *testing.T, lanes int) {
 		n = 10
 	}
 	factory := consumer.Factory[pgx.Tx](pgFolder)
-	opts := []consumer.Option{consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet)}
+	opts := []consumer.Option{consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet), consumer.GroupProtocol(testenv.GroupProtocol())}
 	var checks laneChecks
 	if lanes > 0 {
 		remote := func(ctx context.Context, r *kgo.Record) error {
@@ -220,7 +220,7 @@ func TestRealGroupDeletedRegression(t *testing.T) {
 	run := func(from, to int, m *meter) {
 		produceSeq(t, brokers, topic, 5, from, to)
 		c, err := consumer.New(group, []string{topic}, sink, pgFolder, consumer.Kafka(realKafka(brokers)...),
-			consumer.Logger(quiet), consumer.MeterProvider(m))
+			consumer.Logger(quiet), consumer.MeterProvider(m), consumer.GroupProtocol(testenv.GroupProtocol()))
 		if err != nil {
 			t.Fatal(err)
 		}

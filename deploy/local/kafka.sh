@@ -12,6 +12,7 @@
 #   kafka.sh reset    stop and delete the data (the next start is a brand-new cluster)
 #   kafka.sh status   exit 0 if the broker answers on $KAFKA_HOST:$KAFKA_PORT
 #   kafka.sh env      print the environment variables the tests read
+#   kafka.sh version  print the Kafka version, log4j version and jar cache this setting runs
 #
 # Secure mode, BATON_SECURE=1: a second listener, SASL_SSL on $KAFKA_SECURE_PORT, next to the
 # plaintext one: TLS with a certificate from a throwaway CA (tls.sh, in $BATON_STATE_DIR/tls),
@@ -23,11 +24,14 @@
 # 600); 'env' prints the files' paths, never the passwords. Turning the mode on for an existing
 # data directory needs 'reset' first (SCRAM users are created when the storage is formatted).
 #
-# Version: Kafka 4.1.1. It is the newest release whose broker was researched for this setup
-# (SLF4J 1.7 + log4j 2.24.3, KRaft --standalone formatting), and Baton uses the classic group
-# protocol, whose generation is Baton's epoch source on every 4.x broker. Kafka 4.3 brings
-# KIP-1251 (per-partition assignment epochs for KIP-848 groups); override with KAFKA_VERSION=4.3.1
-# LOG4J_VERSION=2.25.5 to try the KIP-848 epoch source once it exists.
+# Version: KAFKA_VERSION, default 4.1.1, the release whose broker was researched first (SLF4J 1.7
+# + log4j 2.24.3, KRaft --standalone formatting). KAFKA_VERSION=4.3.1 runs the broker of KIP-1251
+# (per-partition assignment epochs for KIP-848 groups), which the consumer's AssignmentEpochs
+# source needs to prove ownership (make test-kip848 starts one next to the default broker). Every
+# 4.x release on Maven Central works: LOG4J_VERSION defaults to the log4j2 line the release ships,
+# each version's jars are cached in their own directory ($BATON_CACHE_DIR/kafka-V-log4j-L), and a
+# data directory remembers the version that formatted it: starting another version on it is
+# refused ('reset' first, or another BATON_STATE_DIR).
 #
 # Every setting is an environment variable (defaults below). The script only ever signals the pid
 # it recorded itself, and only if that process is still the broker it started.
@@ -36,7 +40,12 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
-LOG4J_VERSION="${LOG4J_VERSION:-2.24.3}"
+case "$KAFKA_VERSION" in
+  4.0.*|4.1.*) default_log4j=2.24.3 ;;
+  4.2.*|4.3.*) default_log4j=2.25.4 ;;
+  *)           default_log4j=2.25.5 ;;
+esac
+LOG4J_VERSION="${LOG4J_VERSION:-$default_log4j}"
 BATON_STATE_DIR="${BATON_STATE_DIR:-${TMPDIR:-/tmp}/baton-local}"
 KAFKA_DIR="${KAFKA_DIR:-$BATON_STATE_DIR/kafka}"
 BATON_CACHE_DIR="${BATON_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/baton}"
@@ -177,6 +186,12 @@ transaction.state.log.num.partitions=1
 # Tests use short session timeouts to make zombies quickly.
 group.min.session.timeout.ms=1000
 group.coordinator.rebalance.protocols=classic,consumer
+# KIP-848 (consumer protocol) groups: the session is the broker's, not the client's. The chaos
+# harness's 3 s (its freezes outlast it) and a 500 ms heartbeat.
+group.consumer.min.session.timeout.ms=1000
+group.consumer.session.timeout.ms=3000
+group.consumer.min.heartbeat.interval.ms=100
+group.consumer.heartbeat.interval.ms=500
 # A small footprint on a 2-core machine.
 log.cleaner.dedupe.buffer.size=33554432
 num.network.threads=2
@@ -265,7 +280,11 @@ start() {
   if api_versions_ok; then die "something this script did not start already answers on $KAFKA_HOST:$KAFKA_PORT; set KAFKA_PORT"; fi
   if [[ -n "$BATON_SECURE" ]]; then tls_make "$TLS_DIR" || die "could not make the test CA in $TLS_DIR"; fi
   write_config
+  if [[ -f "$DATA/meta.properties" && -f "$KAFKA_DIR/version" && "$(cat "$KAFKA_DIR/version")" != "$KAFKA_VERSION" ]]; then
+    die "$DATA was formatted by Kafka $(cat "$KAFKA_DIR/version"), not $KAFKA_VERSION: 'kafka.sh reset' first, or use another BATON_STATE_DIR"
+  fi
   if [[ ! -f "$DATA/meta.properties" ]]; then
+    echo "$KAFKA_VERSION" >"$KAFKA_DIR/version"
     local cid="${KAFKA_CLUSTER_ID:-}" scram=()
     [[ -n "$cid" ]] || cid="$(storage_tool random-uuid | tail -n1)"
     if [[ -n "$BATON_SECURE" ]]; then
@@ -336,8 +355,9 @@ case "${1:-start}" in
   stop) stop TERM ;;
   kill) stop KILL ;;
   restart) stop TERM; start ;;
-  reset) stop TERM; rm -rf "$DATA" "$LOGS" "$KAFKA_DIR/secure.formatted" ;;
+  reset) stop TERM; rm -rf "$DATA" "$LOGS" "$KAFKA_DIR/secure.formatted" "$KAFKA_DIR/version" ;;
   status) if api_versions_ok; then log "up on $KAFKA_HOST:$KAFKA_PORT"; else log "down"; exit 1; fi ;;
   env) print_env ;;
-  *) echo "usage: $0 {install|fetch|start|stop|kill|restart|reset|status|env}" >&2; exit 2 ;;
+  version) echo "$KAFKA_VERSION (log4j $LOG4J_VERSION, jars $KAFKA_LIBS)" ;;
+  *) echo "usage: $0 {install|fetch|start|stop|kill|restart|reset|status|env|version}" >&2; exit 2 ;;
 esac

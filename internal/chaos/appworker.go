@@ -115,7 +115,7 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 			}), nil
 		}
 		cons, err := consumer.New[T](group, topics, fence.Sink[T](wrapped), factory,
-			consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger),
+			consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger), groupProtocol(),
 			consumer.RetryBackoff(20*time.Millisecond, 250*time.Millisecond), // a timeout record waits for its time
 			// The relay's reads and marks are writes too: keep freezes out of them.
 			consumer.AfterCommit(func(ctx context.Context, k fence.Key, t fence.Token) error {
