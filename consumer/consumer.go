@@ -136,6 +136,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
 
+	wd := newWatchdog()
 	opts := append([]kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer())}, c.cfg.kafka...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.group),
@@ -144,14 +145,16 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
-		kgo.WithHooks(r.health),
+		kgo.WithHooks(r.health, wd),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("consumer: kafka client: %w", err)
 	}
 	r.clp.CompareAndSwap(nil, cl)
+	stopWatchdog := r.watchSession(cl, wd)
 	err = r.poll(ctx)
+	stopWatchdog()
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
 	// the workers after their in-flight batch and commits what was applied.
 	r.health.closing.Store(true)
@@ -281,6 +284,7 @@ const (
 	pauseBackpressure = 1 << iota
 	pauseClaiming
 	pauseIdle
+	pauseWatchdog
 )
 
 // setPause sets or clears one pause reason of w and pauses or resumes fetching when the
@@ -435,7 +439,7 @@ func (r *run[Tx]) stop(w *worker[Tx]) {
 		return
 	}
 	if w.pause != 0 {
-		r.setPause(w, pauseBackpressure|pauseClaiming|pauseIdle, false)
+		r.setPause(w, pauseBackpressure|pauseClaiming|pauseIdle|pauseWatchdog, false)
 	}
 	w.removed = true
 	if r.workers[w.id] == w {
