@@ -137,7 +137,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	defer r.cancel()
 
 	wd := newWatchdog()
-	opts := append([]kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer())}, c.cfg.kafka...)
+	opts := append(kafkaDefaults(), c.cfg.kafka...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(c.topics...),
