@@ -162,3 +162,57 @@ func watchdogZombie(t *testing.T, brokers []string, topic, group string, kopts [
 	}
 	t.Logf("handler calls: %d before the freeze, %d until the expiry, %d until the watchdog fired, %d after it (before the thaw)", frozeAt, expiredAt-frozeAt, firedAt-expiredAt, zombie)
 }
+
+// A false expiry: the watchdog's clock jumps past the session timeout while the member is
+// alive (it stands for a coordinator answer delayed past it). The watchdog stops the
+// partition; the coordinator answers again and franz-go keeps the partition assigned, so the
+// watchdog restarts it under the same claimant and epoch: everything is applied exactly once,
+// with no regression recovery (a restart under a new claimant would move to a new era). Without
+// the restart the partition stays stopped and the test fails.
+func TestWatchdogRestartsAPartitionStillAssigned(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	const keys, n, call = 4, 100, 5 * time.Millisecond
+	produceSeq(t, brokers, "orders", keys, 1, n)
+	store := newStore(t)
+	var fired, restarted atomic.Bool
+	var calls atomic.Int64
+	f := newFolder()
+	f.block = func(ctx context.Context, _ *consumer.Batch) error {
+		calls.Add(1)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(call):
+			return nil
+		}
+	}
+	log := slog.New(logSpy{Handler: logSpy{Handler: quiet.Handler(), want: "group session expired", seen: &fired}, want: "restarted them", seen: &restarted})
+	m := newMeter()
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
+		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log), consumer.MeterProvider(m),
+		consumer.MaxInflightPerPartition(1), consumer.MaxInflight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.SkewWatchdog(0)
+	ma := start(t, a)
+	waitFor(t, "A is busy", 30*time.Second, func() bool { return calls.Load() >= 20 })
+	consumer.SkewWatchdog(time.Hour)
+	waitFor(t, "the watchdog fires", 30*time.Second, fired.Load)
+	consumer.SkewWatchdog(0)
+	waitFor(t, "the watchdog restarts the partition", 30*time.Second, restarted.Load)
+	waitFor(t, "A applies everything", 60*time.Second, allApplied(store, keys, n))
+	if err := ma.stop(); err != nil {
+		t.Fatalf("A: %v", err)
+	}
+	checkFold(t, store, keys, n)
+	if v := f.Violations(); len(v) > 0 {
+		t.Fatalf("violations: %v", v)
+	}
+	if got := m.sum(t, "baton.consumer.watchdog.stops"); got != 1 {
+		t.Errorf("baton.consumer.watchdog.stops = %d, want 1", got)
+	}
+	if got := m.sum(t, "baton.consumer.recoveries"); got != 0 {
+		t.Errorf("baton.consumer.recoveries = %d, want 0: the restart claimed as another claimant", got)
+	}
+}
