@@ -76,6 +76,14 @@ trial and p50/p99 per kind. -profile franz gives the members franz-go's defaults
 	if profile != "baton" && profile != "franz" {
 		return usageError{err: fmt.Errorf("-profile %q: want baton or franz", profile)}
 	}
+	for _, k := range strings.Split(kinds, ",") {
+		if k != "graceful" && k != "crash" && k != "static" {
+			return usageError{err: fmt.Errorf("-kinds: unknown kind %q", k)}
+		}
+	}
+	if trials < 1 || partitions < 2 || session <= 0 {
+		return usageError{err: fmt.Errorf("-trials %d, -partitions %d, -session %v: want at least 1, 2 and a positive duration", trials, partitions, session)}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -140,9 +148,6 @@ func (h *handover) run(ctx context.Context, kinds []string, trials int) error {
 	results := map[string][]time.Duration{}
 	for _, kind := range kinds {
 		static := kind == "static"
-		if kind != "graceful" && kind != "crash" && !static {
-			return usageError{err: fmt.Errorf("-kinds: unknown kind %q", kind)}
-		}
 		h.stopAll()
 		for range 2 {
 			if err := h.start(static, ""); err != nil {
