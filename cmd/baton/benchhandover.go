@@ -52,7 +52,8 @@ PostgreSQL (pgfence), while a producer keeps every partition busy:
             whether its token's epoch (the generation) moved, i.e. whether the group rebalanced.
 After each trial the stopped member is replaced and the group left to settle. Prints every
 trial and p50/p99 per kind. -profile franz gives the members franz-go's defaults (heartbeat
-3s, fetch max wait 5s, rebalance timeout 60s: Baton's defaults before it set its own);
+3s, fetch max wait 5s, metadata min age 5s, rebalance timeout 60s: Baton's defaults before
+it set its own);
 -profile baton leaves Baton's defaults.
 `, stderr)
 	var (
@@ -462,7 +463,8 @@ func handoverWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 	kopts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.SessionTimeout(session),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd())}
 	if profile == "franz" {
-		kopts = append(kopts, kgo.HeartbeatInterval(3*time.Second), kgo.FetchMaxWait(5*time.Second), kgo.RebalanceTimeout(time.Minute))
+		kopts = append(kopts, kgo.HeartbeatInterval(3*time.Second), kgo.FetchMaxWait(5*time.Second),
+			kgo.MetadataMinAge(5*time.Second), kgo.RebalanceTimeout(time.Minute))
 	}
 	if instance != "" {
 		kopts = append(kopts, kgo.InstanceID(instance))
