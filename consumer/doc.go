@@ -180,16 +180,11 @@
 // # Handovers
 //
 // Run starts the Kafka client from Baton's own defaults, which [Kafka] options override:
-// the cooperative-sticky balancer; a 500ms heartbeat interval (franz-go's 3s), because the
-// other members learn that one left or expired only from their next heartbeat; a 500ms fetch
-// max wait (franz-go's 5s), which bounds how long a quiet partition's long poll holds the
-// fetch a newly assigned partition joins; and a 250ms metadata min age (franz-go's 5s),
-// because franz-go starts fetching a partition assigned with a committed offset only after
-// its next metadata update, which the min age spaces: a new owner waited up to 5s after its
-// claim. The session timeout stays franz-go's 45s: a crash takeover takes the session
-// timeout plus at most a heartbeat interval, a graceful one (Run's ctx cancelled: the member
-// leaves the group) well under a second. 'baton bench handover' measures both on a real
-// broker. A static member (kgo.InstanceID) does not leave the group when it stops, so a
+// the cooperative-sticky balancer and a 500ms heartbeat interval (franz-go's 3s), because the
+// other members learn that one left or expired only from their next heartbeat. The session
+// timeout stays franz-go's 45s: a crash takeover takes the session timeout plus at most a
+// heartbeat interval, a graceful one (Run's ctx cancelled: the member leaves the group) about
+// half a second. 'baton bench handover' measures both on a real broker. A static member (kgo.InstanceID) does not leave the group when it stops, so a
 // restart within the session timeout gets its partitions back without a rebalance.
 //
 // # Observability

@@ -55,8 +55,9 @@ func defaults() config {
 // Kafka passes options straight to the franz-go client: seed brokers (required), TLS, SASL,
 // session and rebalance timeouts, fetch sizes. The consumer adds ConsumerGroup,
 // ConsumeTopics, its rebalance callbacks and AutoCommitMarks (only offsets of applied batches
-// are committed); it starts from its own defaults (the cooperative-sticky balancer, a 500ms
-// heartbeat interval and fetch max wait: see kafkaDefaults), which these options override.
+// are committed); it starts from its own defaults (the cooperative-sticky balancer and a
+// 500ms heartbeat interval: see Handovers in the package documentation), which these options
+// override.
 //
 // The options Baton owns are refused with [ErrOwnedOption], naming the option: ConsumerGroup,
 // ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
@@ -238,24 +239,19 @@ func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
 }
 
 // kafkaDefaults are the client settings the consumer starts from, before the [Kafka] options
-// (which override any of them): the cooperative-sticky balancer, and timings that make a
-// handover fast. A member learns that the group is rebalancing only from its next heartbeat,
-// so the heartbeat interval bounds how long the partitions of a member that left (or whose
-// session expired) wait for the others: franz-go's 3s made a graceful handover take 3s and
-// more; 500ms brings it under a second, for two heartbeats a second per member. The fetch
-// max wait bounds how long a quiet partition's long poll holds the fetch a newly assigned
-// partition joins; 500ms instead of 5s. A partition assigned with an offset starts fetching
-// only after the client's next metadata update, which franz-go spaces by the metadata min
-// age: its 5s made a new owner wait up to 5s after its claim, with nothing to do; 250ms
-// (the Java client retries metadata every 100ms). The session timeout stays franz-go's (45s, Kafka's
-// default): a crash takeover takes the session timeout plus at most a heartbeat interval;
-// set kgo.SessionTimeout for faster takeovers at the risk of expiring members that pause
-// (measured by 'baton bench handover'; see the package documentation).
+// (which override any of them): the cooperative-sticky balancer, and a heartbeat interval
+// that makes a handover fast. A member learns that the group is rebalancing only from its
+// next heartbeat, so the interval bounds how long the partitions of a member that left (or
+// whose session expired) wait for the others: franz-go's 3s made a graceful handover take 3s;
+// 500ms brings it under a second, for two heartbeats a second per member. The fetch max wait
+// and the metadata min age, also suspects, made no measured difference (franz-go restarts its
+// fetch session when partitions are assigned) and stay franz-go's. So does the session
+// timeout (45s, Kafka's default): a crash takeover takes it plus at most a heartbeat
+// interval; set kgo.SessionTimeout for faster takeovers at the risk of expiring members that
+// pause. Measured by 'baton bench handover' (see Handovers in the package documentation).
 func kafkaDefaults() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.HeartbeatInterval(500 * time.Millisecond),
-		kgo.FetchMaxWait(500 * time.Millisecond),
-		kgo.MetadataMinAge(250 * time.Millisecond),
 	}
 }
