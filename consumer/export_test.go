@@ -5,5 +5,6 @@ import "time"
 // DeadLetterHeaders exposes deadLetterHeaders to the external tests (the fuzzer).
 var DeadLetterHeaders = deadLetterHeaders
 
-// SkewWatchdog moves the watchdog's clock of every consumer by d (0 restores it).
+// SkewWatchdog moves the watchdog's clock of every consumer by d until a watchdog fires (0
+// restores it).
 func SkewWatchdog(d time.Duration) { watchdogSkew.Store(int64(d)) }

@@ -59,8 +59,9 @@ var (
 )
 
 // watchdogSkew is added to the clock the watchdog judges the session by (not to the times it
-// records): zero in every real build; the tests jump it forward to make the watchdog fire on
-// a live session (a false expiry) and see it revive.
+// records) until the watchdog fires, which resets it: zero in every real build; the tests
+// jump it forward to make the watchdog fire once on a live session (a false expiry) and see
+// it revive.
 var watchdogSkew atomic.Int64
 
 func newWatchdog() *watchdog {
@@ -146,6 +147,7 @@ func (d *watchdog) watch(ctx context.Context, expire func(since time.Duration), 
 		default:
 			deadline := d.last.Add(d.session)
 			if wait = deadline.Sub(now); wait <= 0 {
+				watchdogSkew.Store(0)
 				d.fired = true
 				d.firedAt = d.last
 				since := now.Sub(d.last)
