@@ -140,7 +140,8 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
 
-	opts := append([]kgo.Opt{kgo.Balancers(kgo.CooperativeStickyBalancer())}, c.cfg.kafka...)
+	wd := newWatchdog()
+	opts := append(kafkaDefaults(), c.cfg.kafka...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.group),
 		kgo.ConsumeTopics(c.topics...),
@@ -148,14 +149,16 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		kgo.OnPartitionsAssigned(r.assigned),
 		kgo.OnPartitionsRevoked(r.revoked),
 		kgo.OnPartitionsLost(r.lost),
-		kgo.WithHooks(r.health),
+		kgo.WithHooks(r.health, wd),
 	)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("consumer: kafka client: %w", err)
 	}
 	r.clp.CompareAndSwap(nil, cl)
+	stopWatchdog := r.watchSession(cl, wd)
 	err = r.poll(ctx)
+	stopWatchdog()
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
 	// the workers after their in-flight batch and commits what was applied.
 	r.health.closing.Store(true)
@@ -285,6 +288,7 @@ const (
 	pauseBackpressure = 1 << iota
 	pauseClaiming
 	pauseIdle
+	pauseWatchdog
 )
 
 // setPause sets or clears one pause reason of w and pauses or resumes fetching when the
@@ -439,7 +443,7 @@ func (r *run[Tx]) stop(w *worker[Tx]) {
 		return
 	}
 	if w.pause != 0 {
-		r.setPause(w, pauseBackpressure|pauseClaiming|pauseIdle, false)
+		r.setPause(w, pauseBackpressure|pauseClaiming|pauseIdle|pauseWatchdog, false)
 	}
 	w.removed = true
 	if r.workers[w.id] == w {

@@ -174,19 +174,50 @@
 //   - Verification re-commits the offset Kafka holds for the partition (-1 when none): a
 //     commit by this member racing it can move the committed offset back until the next
 //     commit. The committed offset is for lag and tooling only; resuming trusts the sink.
-//   - franz-go does not stop a member whose session expired while it was blocked; there is no
-//     watchdog yet. The fence keeps the data correct regardless; only wasted work remains.
+//   - The watchdog judges the session by the client's clock: the coordinator's timer and this
+//     process's must run at the same rate. A member whose process is paused (a GC pause, a
+//     stopped VM) pauses its watchdog too; the fence is what stops its writes.
 //   - KIP-848 groups ([GroupProtocol]("consumer"), [AssignmentEpochs]) are proven on Kafka 4.3+
 //     (KIP-1251's per-partition assignment epochs); the default stays the classic protocol. A
 //     restarted static member of a KIP-848 group comes back at its predecessor's epoch and goes
 //     through a recorded recovery, as under the classic protocol.
+//
+// # Watchdog
+//
+// franz-go learns that its group session expired only from the coordinator's answer to a
+// heartbeat; a member cut off from the coordinator gets none, and its workers go on applying
+// what they fetched and calling remote services from their handlers, long after the group
+// gave their partitions to another member (the fence refuses their writes once the new owner
+// claims, but the work and its side effects outside the sink are wasted). Run watches the
+// client's requests (franz-go's HookBrokerWrite and HookBrokerE2E) and keeps the moment the
+// latest answer to a Heartbeat, JoinGroup, SyncGroup, OffsetCommit or ConsumerGroupHeartbeat
+// began to arrive: the coordinator refreshed the session before answering, so its deadline is
+// at most that moment plus the session timeout. When that passes with no newer answer and no
+// JoinGroup or SyncGroup in flight (the coordinator keeps a member that waits for a
+// rebalance), every partition's context is cancelled at once and its fetching paused, before
+// any next batch starts; the partitions are counted (baton.consumer.watchdog.stops) and one
+// ERROR is logged. When the coordinator answers again, franz-go loses the partitions
+// (OnPartitionsLost) and rejoins; a partition it still holds a heartbeat interval later was
+// not lost after all, and its worker is restarted under the same claimant and epoch (its
+// claim is verified with the coordinator before any write, like every claim).
+//
+// # Handovers
+//
+// Run starts the Kafka client from Baton's own defaults, which [Kafka] options override:
+// the cooperative-sticky balancer and a 500ms heartbeat interval (franz-go's 3s), because the
+// other members learn that one left or expired only from their next heartbeat. The session
+// timeout stays franz-go's 45s: a crash takeover takes the session timeout plus at most a
+// heartbeat interval, a graceful one (Run's ctx cancelled: the member leaves the group) about
+// half a second. 'baton bench handover' measures both on a real broker. A static member (kgo.InstanceID) does not leave the group when it stops, so a
+// restart within the session timeout gets its partitions back without a rebalance.
 //
 // # Observability
 //
 // Metrics (OpenTelemetry API, [MeterProvider]): baton.consumer.records.applied,
 // .records.duplicates_skipped, .stale_refusals, .claims, .claims.stale, .regressions,
 // .recoveries, .records.dead_lettered, .rebalances, .retries, .client_errors (by
-// baton.error.kind: connect, group, fetch), .apply.duration (histogram) and
+// baton.error.kind: connect, group, fetch), .watchdog.stops (partitions stopped because the
+// member's session expired, see Watchdog), .apply.duration (histogram) and
 // .lag (gauge, from the fetch's high watermark). One span per batch ([TracerProvider]) linked
 // to the producers' spans found in the records' headers, with topic, partition, token and
 // outcome. Logs go to [Logger] (default slog.Default(), so refusals are never silent).

@@ -1,4 +1,10 @@
 package consumer
 
+import "time"
+
 // DeadLetterHeaders exposes deadLetterHeaders to the external tests (the fuzzer).
 var DeadLetterHeaders = deadLetterHeaders
+
+// SkewWatchdog moves the watchdog's clock of every consumer by d until a watchdog fires (0
+// restores it).
+func SkewWatchdog(d time.Duration) { watchdogSkew.Store(int64(d)) }

@@ -19,6 +19,7 @@ const (
 	mutantRecoverSameExpected = "RecoverConflictRetriedSame"      // a lost Recover retried with the same expected token
 	mutantRelayNoReclaim      = "RelayStaleNotReclaimed"          // a relay Flush refused as stale only logged: an idle owner never re-claims
 	mutantHandlerVerdict      = "HandlerErrorReadAsVerdict"       // a handler error wrapping a fence sentinel read as the sink's verdict
+	mutantWatchdogOff         = "WatchdogOff"                     // a member whose session expired keeps working its partitions
 )
 
 // The lanes' named mutants (lanes.go).

@@ -38,6 +38,7 @@ type worker[Tx any] struct {
 	late      bool // the assignment callback stopped waiting for the claim
 	claimDone bool
 	pause     int
+	expired   bool // stopped by the watchdog (the session expired)
 
 	paused   atomic.Bool  // pause != 0, readable without run.mu
 	inflight atomic.Int64 // records handed to this worker and not yet done
@@ -158,6 +159,10 @@ func (w *worker[Tx]) loop() {
 		// in transactions of at most limit records, so one batch holds the fence (and delays
 		// a revoke) no longer than a bounded batch takes.
 		for len(recs) > 0 {
+			if w.ctx.Err() != nil { // revoked, lost or expired: no batch starts after that
+				w.r.done(w, int64(n))
+				return
+			}
 			m := min(len(recs), limit)
 			ok := w.process(recs[:m:m])
 			recs = recs[m:]

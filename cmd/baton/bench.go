@@ -18,6 +18,9 @@ import (
 )
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "handover" {
+		return benchHandover(ctx, args[1:], stdout, stderr)
+	}
 	fs := newFlagSet("bench", "[flags]", `Benchmarks Baton against what you would otherwise write, side by side in one run: the same
 job (fold keyed records from a real Kafka topic into PostgreSQL, exactly once, per-key order
 kept) done by each design in a process of its own, in rotating order, every run's fold

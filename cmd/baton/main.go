@@ -54,6 +54,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = benchCmd(ctx, args[1:], stdout, stderr)
 	case bench.WorkerCommand:
 		err = benchWorker(ctx, args[1:], stdout)
+	case handoverWorkerCommand:
+		err = handoverWorker(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		usage(stdout)
 		return 0
@@ -138,7 +140,8 @@ commands:
   chaos    a chaos run against a real Kafka and PostgreSQL, with a verdict and a timeline
   worker   one chaos worker process (started by 'baton chaos' and 'baton demo')
   bench    Baton against the alternatives (watermill, a Redis lock, one row per transaction,
-           the database's ceiling), side by side against a real Kafka and PostgreSQL
+           the database's ceiling), side by side against a real Kafka and PostgreSQL;
+           'bench handover' times graceful and crash handovers between member processes
 
 operating a group:
   status   per partition: owner, token, position, committed offset, lag, outbox backlog;

@@ -16,7 +16,7 @@ import (
 // TestMain lets this test binary stand in for the baton binary: the demo starts its workers by
 // re-running its own executable with the "worker" command.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "worker" {
+	if len(os.Args) > 1 && (os.Args[1] == "worker" || os.Args[1] == handoverWorkerCommand) {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	goleak.VerifyTestMain(m)
