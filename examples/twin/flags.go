@@ -84,6 +84,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
+	if o.session < 0 {
+		return o, fmt.Errorf("%w: -session-timeout %s is negative", errUsage, o.session)
+	}
 	if o.serve != "" && o.migrate {
 		return o, fmt.Errorf("%w: -serve and -migrate are two programs: give one", errUsage)
 	}
@@ -114,6 +117,9 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if o.serve != "" && o.brokers == "" {
 		errs = append(errs, errors.New("no Kafka brokers (-brokers or $BATON_BROKERS)"))
+	}
+	if o.session < 0 {
+		errs = append(errs, fmt.Errorf("session timeout %s is negative", o.session))
 	}
 	if o.group == "" {
 		o.group = "twins"
