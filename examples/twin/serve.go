@@ -31,6 +31,8 @@ import (
 //	/healthz  200 while the consumer runs or is starting; 503 once Run failed
 //	/readyz   200 when joined and every assigned partition is claimed, else 503 and why
 //
+// Spans go over OTLP/gRPC when the OTEL_* variables ask for it (traces.go).
+//
 // A member needs the tables -migrate creates; it does no DDL (its role may not).
 func serve(ctx context.Context, o options, w io.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
@@ -45,6 +47,11 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer func() { _ = m.Shutdown(context.Background()) }()
+	tp, shutdownTraces, err := tracesFromEnv(ctx, service)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = shutdownTraces(context.Background()) }()
 	pool, err := pgxpool.New(ctx, o.pgURL)
 	if err != nil {
 		return fmt.Errorf("%w: PostgreSQL URL: %w", errUsage, err)
@@ -61,7 +68,7 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	defer producer.Close()
-	relay, err := outbox.NewRelay(producer, st.outbox, outbox.MeterProvider(m.Provider()))
+	relay, err := outbox.NewRelay(producer, st.outbox, outbox.MeterProvider(m.Provider()), outbox.TracerProvider(tp))
 	if err != nil {
 		return err
 	}
@@ -77,7 +84,7 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 			return fold(st, n.commands), nil
 		},
 		consumer.Kafka(kopts...), consumer.AfterCommit(relay.AfterCommit(), time.Second),
-		consumer.MeterProvider(m.Provider()), consumer.Logger(log))
+		consumer.MeterProvider(m.Provider()), consumer.TracerProvider(tp), consumer.Logger(log))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/internal/testenv"
@@ -295,5 +297,43 @@ func TestFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-serve", ":8080", "-brokers", "k:9092", "-instance-id", "flag-wins"}, io.Discard)
 	if err != nil || o.pgURL != "postgres://from-env" || o.session != 45*time.Second || o.instanceID != "flag-wins" || o.group != "twins" {
 		t.Errorf("-serve: %+v %v, want the URL and session from the environment, the flag's instance id, group twins", o, err)
+	}
+}
+
+// The member exports spans only when the OTEL_* variables ask for OTLP over gRPC, and refuses
+// what it cannot do in one sentence.
+func TestTracesFromEnv(t *testing.T) {
+	for _, c := range []struct {
+		exporter, endpoint, protocol string
+		export                       bool
+		err                          string
+	}{
+		{"", "", "", false, ""},
+		{"none", "http://collector:4317", "", false, ""},
+		{"otlp", "http://collector:4317", "grpc", true, ""},
+		{"", "http://collector:4317", "", true, ""},
+		{"zipkin", "", "", false, "only otlp and none"},
+		{"otlp", "http://collector:4318", "http/protobuf", false, "only grpc"},
+	} {
+		t.Setenv("OTEL_TRACES_EXPORTER", c.exporter)
+		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", c.endpoint)
+		t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", c.protocol)
+		tp, shutdown, err := tracesFromEnv(context.Background(), "twin")
+		if c.err != "" {
+			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), c.err) {
+				t.Errorf("%+v: %v, want a usage error saying %q", c, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		if _, sdk := tp.(*sdktrace.TracerProvider); sdk != c.export {
+			t.Errorf("%+v: exporting %v, want %v", c, sdk, c.export)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = shutdown(ctx) // nothing was recorded: nothing to send
+		cancel()
 	}
 }
