@@ -75,19 +75,45 @@ func memberMetrics(t *testing.T) []string {
 // feeds it the devices' updates, checks the twins in the database, scrapes /metrics for every
 // metric the README lists, and stops it as SIGTERM does (Run returns nil).
 func TestServeRealServices(t *testing.T) {
-	brokers := testenv.KafkaBrokers(t)
 	pool, schema := testenv.Postgres(t)
 	sep := "?"
 	if strings.Contains(testenv.PostgresURL(t), "?") {
 		sep = "&"
 	}
 	pgURL := testenv.PostgresURL(t) + sep + "search_path=" + schema
+	serveMember(t, []string{"-postgres", pgURL}, pgURL, chaos.PgDB(pool))
+}
+
+// TestServeLeastPrivilege is the deployment's split of rights on the TLS-only PostgreSQL:
+// -migrate runs as the migration role and grants -app-role; the member then runs as that
+// runtime role, which holds no DDL right (skipped without the secure services, run in CI).
+func TestServeLeastPrivilege(t *testing.T) {
+	testenv.KafkaBrokers(t)
+	pg := testenv.SecurePostgres(t)
+	_, admURL := testenv.SecurePostgresURLs(t)
+	sep := "?"
+	if strings.Contains(admURL, "?") {
+		sep = "&"
+	}
+	serveMember(t, []string{"-postgres", admURL + sep + "search_path=" + pg.Schema, "-app-role", pg.RuntimeRole},
+		pg.RuntimeURL, chaos.PgDB(pg.Admin))
+	// The runtime role could not have created the tables itself.
+	if _, err := pg.Runtime.Exec(context.Background(), "CREATE TABLE runtime_ddl (x int)"); err == nil {
+		t.Error("the runtime role may create tables: the least privilege is not least")
+	}
+}
+
+// serveMember runs -migrate with migrateArgs, then a member on pgURL, and checks it as
+// TestServeRealServices says, reading the database through db.
+func serveMember(t *testing.T, migrateArgs []string, pgURL string, db chaos.DB) {
+	brokers := testenv.KafkaBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var mout bytes.Buffer
-	if err := run(ctx, []string{"-migrate", "-postgres", pgURL}, &mout); err != nil {
+	if err := run(ctx, append([]string{"-migrate"}, migrateArgs...), &mout); err != nil {
 		t.Fatalf("-migrate: %v\n%s", err, mout.String())
 	}
+	t.Log(strings.TrimSpace(mout.String()))
 	prefix := fmt.Sprintf("%s-", testenv.UniqueName("serve"))
 	n := namesWith(prefix, prefix+"twins")
 	if err := createTopics(ctx, brokers, n); err != nil {
@@ -137,7 +163,6 @@ func TestServeRealServices(t *testing.T) {
 	if err := produceUpdates(ctx, brokers, n.updates, 1, perDevice); err != nil {
 		t.Fatal(err)
 	}
-	db := chaos.PgDB(pool)
 	if err := waitFor(ctx, twinsAt(db, perDevice)); err != nil {
 		t.Fatalf("the member did not fold every update: %v", err)
 	}
