@@ -64,6 +64,7 @@ type Consumer[Tx any] struct {
 	m       *meters
 	tracer  trace.Tracer
 	log     *slog.Logger
+	cur     atomic.Pointer[run[Tx]] // the running Run's state, for Readiness (health.go)
 }
 
 // New returns a consumer for group over topics, writing through sink with handlers built by
@@ -139,6 +140,8 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		health: &health{log: c.log, errs: c.m.clientErrors}}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
+	c.cur.Store(r)
+	defer c.cur.CompareAndSwap(r, nil)
 
 	wd := newWatchdog()
 	opts := append(kafkaDefaults(), c.cfg.kafka...)
@@ -338,8 +341,12 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 	r.clp.CompareAndSwap(nil, cl)
 	r.health.joined.Store(true) // franz-go calls this after every join and sync, even with nothing added
 	if len(added) == 0 {
+		r.health.session.Store(true)
 		return
 	}
+	// Readiness: not joined until the added partitions are registered (then they count as
+	// assigned and not yet claimed).
+	r.health.session.Store(false)
 	epoch, err := r.c.cfg.epochs.AssignedEpoch(cl)
 	if err != nil {
 		r.c.log.Error("no epoch for the assignment; partitions left unprocessed", "err", err)
@@ -363,6 +370,7 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 		}
 	}
 	r.mu.Unlock()
+	r.health.session.Store(true)
 	for _, w := range started {
 		r.wg.Add(1)
 		go w.run()
@@ -403,6 +411,7 @@ func (r *run[Tx]) revoked(ctx context.Context, cl *kgo.Client, revoked map[strin
 // position is authoritative anyway).
 func (r *run[Tx]) lost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
 	r.clp.CompareAndSwap(nil, cl)
+	r.health.session.Store(false) // not joined again until the next assignment
 	r.stopPartitions(lost, "lost")
 }
 

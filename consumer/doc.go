@@ -38,6 +38,11 @@
 // never called OnPartitionsAssigned, which it does after every successful join and sync), Run
 // returns [ErrNotJoined] wrapping the last cause.
 //
+// [Consumer.Readiness] says, at any time and from any goroutine, whether the member is joined
+// (assigned in its current group session, not lost since) and has claimed every partition
+// assigned to it: what a readiness probe means by "joined and claimed" (examples/twin serves
+// it as /readyz).
+//
 // # Protocol
 //
 //  1. Assignment (OnPartitionsAssigned): the epoch of the newly assigned partitions is read

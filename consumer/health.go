@@ -30,7 +30,8 @@ const errorLogEvery = 10 * time.Second
 type health struct {
 	log     *slog.Logger
 	errs    metric.Int64Counter
-	joined  atomic.Bool
+	joined  atomic.Bool // ever joined during this Run
+	session atomic.Bool // in a group session now: assigned since the last join, not lost since
 	closing atomic.Bool // the client is being closed: its errors are ours
 
 	mu         sync.Mutex
@@ -78,6 +79,13 @@ func (h *health) failed(kind string, err error) {
 	h.log.Error(msg, "kind", kind, "err", err, "joined", h.joined.Load(), "not_logged_since_last", n)
 }
 
+// lastError returns the last client error seen, or nil.
+func (h *health) lastError() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.last
+}
+
 // neverJoined returns the error Run reports when its member never joined the group.
 func (h *health) neverJoined(group string) error {
 	h.mu.Lock()
@@ -87,4 +95,74 @@ func (h *health) neverJoined(group string) error {
 		return fmt.Errorf("%w %s (no client error seen: the run ended before the join completed)", ErrNotJoined, group)
 	}
 	return fmt.Errorf("%w %s; last cause: %w", ErrNotJoined, group, last)
+}
+
+// Readiness is a snapshot of how far a member has got into its group, from
+// [Consumer.Readiness]: what a readiness probe needs ("joined and claimed").
+type Readiness struct {
+	// Running: Run has been called and has not returned.
+	Running bool
+	// Joined: the member is in a group session: franz-go called OnPartitionsAssigned after
+	// the member's latest join and sync (even with nothing assigned), and has not reported the
+	// session lost (OnPartitionsLost) since.
+	Joined bool
+	// Assigned is the number of partitions assigned to this member.
+	Assigned int
+	// Claimed is how many of them completed their fence claim and are being processed: a
+	// partition still claiming, or whose claim failed (it then waits, unprocessed, for the
+	// next rebalance), is assigned but not claimed.
+	Claimed int
+	// Cause is the last Kafka client error seen (connect, group management), if any; it
+	// explains a member that is not joined.
+	Cause error
+}
+
+// Ready reports whether the member is running, joined, and has claimed every partition
+// assigned to it. A joined member with no partition (more members than partitions) is ready.
+func (r Readiness) Ready() bool { return r.Running && r.Joined && r.Claimed == r.Assigned }
+
+// String says in one line why the member is not ready, or that it is.
+func (r Readiness) String() string {
+	switch {
+	case !r.Running:
+		return "not running"
+	case !r.Joined && r.Cause != nil:
+		return "not joined: " + r.Cause.Error()
+	case !r.Joined:
+		return "not joined"
+	case r.Claimed < r.Assigned:
+		return fmt.Sprintf("claimed %d of %d assigned partitions", r.Claimed, r.Assigned)
+	default:
+		return fmt.Sprintf("ready: joined, %d of %d assigned partitions claimed", r.Claimed, r.Assigned)
+	}
+}
+
+// Readiness reports whether this member has joined its group and claimed every partition
+// assigned to it. It is safe to call at any time, from any goroutine: before Run (not
+// running), concurrently with it, and after it returned (not running). It takes the lock of
+// the partitions' registry briefly and does no I/O.
+func (c *Consumer[Tx]) Readiness() Readiness {
+	r := c.cur.Load()
+	if r == nil {
+		return Readiness{}
+	}
+	return r.readiness()
+}
+
+func (r *run[Tx]) readiness() Readiness {
+	rd := Readiness{Running: true, Joined: r.health.session.Load(), Cause: r.health.lastError()}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, w := range r.workers {
+		if w.removed {
+			continue
+		}
+		rd.Assigned++
+		// A claim that failed, or a worker that stopped processing (its factory failed), leaves
+		// the partition paused as idle.
+		if w.claimDone && w.pause&pauseIdle == 0 {
+			rd.Claimed++
+		}
+	}
+	return rd
 }

@@ -1,6 +1,7 @@
 # The twin example and the baton command in one image (ghcr.io/batonhq/baton-twin:dev):
-# 'twin -serve' is a member of the twins group (deploy/README.md lists its environment),
-# 'baton migrate' applies the stores' DDL as the migration role.
+# 'twin -serve :8080' is a member of the twins group (deploy/README.md lists its environment),
+# 'twin -migrate' creates its tables as the migration role; 'baton' is the operator's command
+# (status, who-owns, eras, recover).
 # Build from the repository root: docker build -f deploy/compose/twin.Dockerfile .
 FROM golang:1.26 AS build
 WORKDIR /src
@@ -15,4 +16,4 @@ FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/twin /out/baton /usr/local/bin/
 USER 65532:65532
 EXPOSE 8080
-CMD ["twin", "-serve"]
+CMD ["twin", "-serve", ":8080"]

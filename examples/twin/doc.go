@@ -1,5 +1,6 @@
 // Command twin is Baton's digital-twin pipeline as a readable program, on embedded defaults
-// (Kafka in-process with kfake, the store an SQLite file in a temporary directory):
+// (Kafka in-process with kfake, the store an SQLite file in a temporary directory), or on real
+// services with -brokers and -postgres:
 //
 //   - simulated devices send reported and desired temperatures, keyed by device id;
 //
@@ -13,4 +14,10 @@
 //     frozen one's write is refused as stale when it wakes.
 //
 //     go run ./examples/twin
+//     go run ./examples/twin -brokers 127.0.0.1:19092 -postgres postgres://...
+//
+// The same program is also the member that deploy/compose and deploy/k8s run: `twin -serve
+// ADDR` is one long-running member of the twins group (consumer and relay) serving /metrics,
+// /healthz and /readyz ("joined and claimed", from consumer.Consumer.Readiness); `twin
+// -migrate` creates its tables and grants the runtime role. usage.txt is `twin -h`.
 package main

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -168,11 +167,13 @@ type member struct {
 }
 
 // startMember starts a member of group over topic, with settings that make a frozen member's
-// session expire within a second (kfake must allow it: group.min.session.timeout.ms).
-func startMember(ctx context.Context, group, topic string, brokers []string, sink fence.Sink[*sql.Tx],
-	f consumer.Factory[*sql.Tx], extra []kgo.Opt, copts ...consumer.Option) (*member, error) {
-	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(time.Second),
-		kgo.RebalanceTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond),
+// session expire within o.session (1s by default; kfake must allow it:
+// group.min.session.timeout.ms).
+func startMember[Tx any](ctx context.Context, o options, group, topic string, brokers []string, sink fence.Sink[Tx],
+	f consumer.Factory[Tx], extra []kgo.Opt, copts ...consumer.Option) (*member, error) {
+	session := o.sessionOr(time.Second)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(session),
+		kgo.RebalanceTimeout(session), kgo.HeartbeatInterval(session / 10),
 		kgo.FetchMaxWait(100 * time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, extra...)
 	copts = append(copts, consumer.Kafka(opts...),
 		consumer.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 
@@ -10,38 +9,28 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
 
 // gateway is the device side: it consumes the commands and applies each one to the device
-// exactly once. Its own SQLite file holds what it applied and the inbox's admissions, written
-// in one transaction: a relay's re-published copy or a deposed owner's late command is dropped.
+// exactly once. Its store (its own SQLite file in the embedded run) holds what it applied and
+// the inbox's admissions, written in one transaction: a relay's re-published copy or a deposed
+// owner's late command is dropped.
 type gateway struct {
-	store *sqlitefence.Store
-	db    *sql.DB
+	db   chaos.DB
+	load func(context.Context, fence.Key) (fence.State, error)
 	*member
 }
 
-func startGateway(ctx context.Context, brokers []string, path string) (*gateway, error) {
-	store, err := sqlitefence.Open(path)
+func startGateway[Tx any](ctx context.Context, o options, brokers []string, n names, st *store[Tx]) (*gateway, error) {
+	inbox, err := outbox.NewInbox[Tx](n.gateway, st.sink)
 	if err != nil {
-		return nil, err
-	}
-	g := &gateway{store: store, db: store.DB()}
-	if _, err := g.db.ExecContext(ctx, `CREATE TABLE applied
-  (command_id TEXT PRIMARY KEY, device TEXT NOT NULL, set_temp REAL, times INTEGER NOT NULL)`); err != nil {
-		store.Close()
-		return nil, err
-	}
-	inbox, err := outbox.NewInbox("gateway", fence.KeyedSink[*sql.Tx](store))
-	if err != nil {
-		store.Close()
 		return nil, err
 	}
 	// apply sees only the records the inbox admitted, in the transaction that admitted them.
-	apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+	apply := consumer.HandlerFunc[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
 		for _, r := range b.Records {
 			env, err := outbox.ParseEnvelope(r) // the inbox admitted it, so this does not fail
 			if err != nil {
@@ -53,30 +42,27 @@ func startGateway(ctx context.Context, brokers []string, path string) (*gateway,
 			}
 			// A real gateway would send the command to the device here, with
 			// env.IdempotencyKey; times counts applications, and must end at 1.
-			if _, err := tx.ExecContext(ctx, `INSERT INTO applied VALUES (?, ?, ?, 1)
-ON CONFLICT (command_id) DO UPDATE SET times = times + 1`, env.IdempotencyKey, c.Device, c.SetTemp); err != nil {
+			if err := st.wrap(tx).Exec(ctx, `INSERT INTO applied VALUES ($1, $2, $3, 1)
+ON CONFLICT (command_id) DO UPDATE SET times = applied.times + 1`, env.IdempotencyKey, c.Device, c.SetTemp); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
-	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
+	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[Tx], error) {
 		return outboxconsumer.Handler(inbox, apply), nil
 	}
-	m, err := startMember(ctx, "gateway", commandsTopic, brokers, store, factory, nil)
+	m, err := startMember(ctx, o, n.gateway, n.commands, brokers, fence.Sink[Tx](st.sink), factory, nil)
 	if err != nil {
-		store.Close()
 		return nil, err
 	}
-	m.onStop = func() { store.Close() }
-	g.member = m
-	return g, nil
+	return &gateway{db: st.db, load: st.sink.Load, member: m}, nil
 }
 
 func (g *gateway) appliedAtLeast(n int) func() bool {
 	return func() bool {
 		var k int
-		return g.db.QueryRow(`SELECT count(*) FROM applied`).Scan(&k) == nil && k >= n
+		return g.db.QueryRow(context.Background(), `SELECT count(*) FROM applied`).Scan(&k) == nil && k >= n
 	}
 }
 
@@ -84,8 +70,8 @@ func (g *gateway) appliedAtLeast(n int) func() bool {
 // between the broker's acknowledgement and marking the rows delivered, waits until the
 // gateway has consumed the copy (its fence passed the copy's offset), and checks that the
 // command was still applied only once.
-func republishOne(ctx context.Context, out *syncWriter, brokers []string, g *gateway) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(commandsTopic),
+func republishOne(ctx context.Context, out *syncWriter, brokers []string, n names, g *gateway) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(n.commands),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return err
@@ -108,15 +94,15 @@ func republishOne(ctx context.Context, out *syncWriter, brokers []string, g *gat
 	if err != nil {
 		return err
 	}
-	k := fence.Key{Group: "gateway", Topic: commandsTopic, Partition: copied.Partition}
+	k := fence.Key{Group: n.gateway, Topic: n.commands, Partition: copied.Partition}
 	if err := waitFor(ctx, func() bool {
-		st, err := g.store.Load(ctx, k)
+		st, err := g.load(ctx, k)
 		return err == nil && st.Position >= copied.Offset
 	}); err != nil {
 		return fmt.Errorf("waiting for the gateway to consume the copy: %w", err)
 	}
 	var times int
-	if err := g.db.QueryRowContext(ctx, `SELECT times FROM applied WHERE command_id = ?`, env.IdempotencyKey).Scan(&times); err != nil {
+	if err := g.db.QueryRow(ctx, `SELECT times FROM applied WHERE command_id = $1`, env.IdempotencyKey).Scan(&times); err != nil {
 		return err
 	}
 	if times != 1 {

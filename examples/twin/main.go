@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -17,19 +18,28 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 
 const (
-	updatesTopic  = "device-updates"
-	commandsTopic = "device-commands"
-	group         = "twins"
-	devices       = 8
-	perDevice     = 12 // updates per device; every third one is a desired-state change
-	desiredTotal  = devices * (perDevice / 3)
+	devices      = 8
+	perDevice    = 12 // updates per device; every third one is a desired-state change
+	desiredTotal = devices * (perDevice / 3)
 )
+
+// names are the topics and groups of one run. The embedded run and a member use the plain
+// names; a run on real services prefixes them, so that runs never share a topic or a group.
+type names struct {
+	updates, dlq, commands string // topics
+	twins, gateway         string // groups
+}
+
+func namesWith(prefix, group string) names {
+	return names{
+		updates: prefix + "device-updates", dlq: prefix + "device-updates.dlq", commands: prefix + "device-commands",
+		twins: group, gateway: prefix + "gateway",
+	}
+}
 
 // update is what a device (or its app) sends.
 type update struct {
@@ -46,72 +56,111 @@ type command struct {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Stdout); err != nil {
+	err := run(ctx, os.Args[1:], os.Stdout)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "twin:", err)
+		os.Exit(2)
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "twin:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, w io.Writer) error {
+// run parses the command line and runs one of the three modes: the demo (default), a member
+// (-serve) or the migration (-migrate).
+func run(ctx context.Context, args []string, w io.Writer) error {
+	o, err := parseFlags(args, w)
+	if err != nil {
+		return err
+	}
+	switch {
+	case o.serve != "":
+		return serve(ctx, o, w)
+	case o.migrate:
+		return migrate(ctx, o, w)
+	}
+	return demo(ctx, o, w)
+}
+
+// demo runs the story: two members and a gateway, a frozen member, a re-published command,
+// and the verdict from the databases.
+func demo(ctx context.Context, o options, w io.Writer) error {
 	out := &syncWriter{w: w}
-	dir, err := os.MkdirTemp("", "baton-twin-")
+	n := namesWith("", "twins")
+	var brokers []string
+	if o.brokers == "" {
+		kafka, err := kfake.NewCluster(kfake.NumBrokers(1),
+			kfake.SeedTopics(4, n.updates, n.dlq), kfake.SeedTopics(2, n.commands),
+			kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "500"}))
+		if err != nil {
+			return err
+		}
+		defer kafka.Close()
+		brokers = kafka.ListenAddrs()
+		out.say("Kafka: embedded (kfake)")
+	} else {
+		brokers = strings.Split(o.brokers, ",")
+		prefix := fmt.Sprintf("twin-%08x-", uint32(time.Now().UnixNano()))
+		n = namesWith(prefix, prefix+"twins")
+		if err := createTopics(ctx, brokers, n); err != nil {
+			return err
+		}
+		out.say("Kafka: %s (topics %s, %s, %s)", o.brokers, n.updates, n.dlq, n.commands)
+	}
+	if o.pgURL == "" {
+		dir, err := os.MkdirTemp("", "baton-twin-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		twins, gw, err := openSQLite(ctx, dir)
+		if err != nil {
+			return err
+		}
+		defer twins.close()
+		defer gw.close()
+		out.say("store: SQLite in %s", dir)
+		return story(ctx, out, o, brokers, n, twins, gw)
+	}
+	twins, schema, err := openPostgres(ctx, o.pgURL, true)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	kafka, err := kfake.NewCluster(kfake.NumBrokers(1),
-		kfake.SeedTopics(4, updatesTopic, updatesTopic+".dlq"), kfake.SeedTopics(2, commandsTopic),
-		kfake.BrokerConfigs(map[string]string{"group.min.session.timeout.ms": "500"}))
-	if err != nil {
-		return err
-	}
-	defer kafka.Close()
-	brokers := kafka.ListenAddrs()
-	out.say("Kafka: embedded (kfake); store: SQLite in %s", dir)
+	defer twins.close()
+	out.say("store: PostgreSQL, schema %s", schema)
+	return story(ctx, out, o, brokers, n, twins, twins)
+}
 
-	// The twins, their fences and their outbox live in one SQLite file.
-	store, err := sqlitefence.Open(filepath.Join(dir, "twins.db"))
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	if _, err := store.DB().ExecContext(ctx, `CREATE TABLE twins (device TEXT PRIMARY KEY,
-  reported REAL, desired REAL, version INTEGER NOT NULL, last_seq INTEGER NOT NULL)`); err != nil {
-		return err
-	}
-	ob, err := sqliteoutbox.New(store.DB())
-	if err == nil {
-		err = ob.Migrate(ctx)
-	}
-	if err != nil {
-		return err
-	}
-
-	gw, err := startGateway(ctx, brokers, filepath.Join(dir, "gateway.db"))
+// story is the demo on any store: twins holds the twins, their fences and their outbox; gw
+// the gateway's applied commands and inbox (its own SQLite file, or the same schema).
+func story[Tx any](ctx context.Context, out *syncWriter, o options, brokers []string, n names, twins, gwStore *store[Tx]) error {
+	gw, err := startGateway(ctx, o, brokers, n, gwStore)
 	if err != nil {
 		return err
 	}
 	defer gw.stop()
 
 	// Member A runs behind a gate (to hold one write) and a freezer (to stop its network).
-	gate, freeze := newGate[*sql.Tx](store), newFreezer()
-	a, err := startTwinMember(ctx, out, "A", brokers, gate, ob, kgo.Dialer(freeze.dial))
+	gate, freeze := newGate[Tx](twins.sink), newFreezer()
+	a, err := startTwinMember(ctx, out, o, "A", brokers, n, twins, gate, kgo.Dialer(freeze.dial))
 	if err != nil {
 		return err
 	}
 	defer func() { gate.open(); freeze.thaw(); a.stop() }() // a member stops after its in-flight batch
-	if err := produceUpdates(ctx, brokers, 1, 6); err != nil {
+	if err := produceUpdates(ctx, brokers, n.updates, 1, 6); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, twinsAt(store.DB(), 6)); err != nil {
+	if err := waitFor(ctx, twinsAt(twins.db, 6)); err != nil {
 		return fmt.Errorf("waiting for A to apply the first updates: %w", err)
 	}
 	out.say("member A folded updates 1-6 of every device")
 
 	gate.arm()
-	if err := produceUpdates(ctx, brokers, 7, 7); err != nil {
+	if err := produceUpdates(ctx, brokers, n.updates, 7, 7); err != nil {
 		return err
 	}
 	select {
@@ -124,16 +173,16 @@ func run(ctx context.Context, w io.Writer) error {
 	freeze.freeze()
 	out.say("member A is about to write a batch of %s and freezes (no heartbeats, no fetches), like a GC pause or a stopped VM", gate.heldKey())
 
-	b, err := startTwinMember(ctx, out, "B", brokers, store, ob)
+	b, err := startTwinMember(ctx, out, o, "B", brokers, n, twins, twins.sink)
 	if err != nil {
 		return err
 	}
 	defer b.stop()
 	defer out.setQuiet(true) // first of the deferred calls
-	if err := produceUpdates(ctx, brokers, 8, perDevice); err != nil {
+	if err := produceUpdates(ctx, brokers, n.updates, 8, perDevice); err != nil {
 		return err
 	}
-	if err := waitFor(ctx, twinsAt(store.DB(), perDevice)); err != nil {
+	if err := waitFor(ctx, twinsAt(twins.db, perDevice)); err != nil {
 		return fmt.Errorf("waiting for B to take over: %w", err)
 	}
 	out.say("member B took over after A's session expired and folded every update, A's held batch included")
@@ -150,38 +199,38 @@ func run(ctx context.Context, w io.Writer) error {
 		return fmt.Errorf("waiting for the gateway to apply every command: %w", err)
 	}
 	out.say("the gateway applied %d commands", desiredTotal)
-	if err := republishOne(ctx, out, brokers, gw); err != nil {
+	if err := republishOne(ctx, out, brokers, n, gw); err != nil {
 		return err
 	}
 
 	out.say("")
-	if err := printTwins(ctx, out, store.DB()); err != nil {
+	if err := printTwins(ctx, out, twins.db); err != nil {
 		return err
 	}
 	// A may also have fetched batches of other partitions before it froze: refused alike.
-	return verdict(ctx, out, store.DB(), gw.db, int(gate.refused.Load()))
+	return verdict(ctx, out, twins.db, gw.db, int(gate.refused.Load()))
 }
 
 // startTwinMember starts a member of the twins group writing through sink. After each
 // committed batch (and every second while idle) the partition's own goroutine relays the
 // partition's outbox under its token, so only the current owner publishes and marks its rows.
-func startTwinMember(ctx context.Context, out *syncWriter, name string, brokers []string, sink fence.Sink[*sql.Tx],
-	ob *sqliteoutbox.Store, extra ...kgo.Opt) (*member, error) {
+func startTwinMember[Tx any](ctx context.Context, out *syncWriter, o options, name string, brokers []string, n names,
+	st *store[Tx], sink fence.Sink[Tx], extra ...kgo.Opt) (*member, error) {
 	producer, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, extra...)...)
 	if err != nil {
 		return nil, err
 	}
-	relay, err := outbox.NewRelay(producer, ob)
+	relay, err := outbox.NewRelay(producer, st.outbox)
 	if err != nil {
 		producer.Close()
 		return nil, err
 	}
-	factory := func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[*sql.Tx], error) {
+	factory := func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[Tx], error) {
 		out.say("member %s owns %s/%d with token %s", name, k.Topic, k.Partition, t)
-		return fold(ob), nil
+		return fold(st, n.commands), nil
 	}
-	m, err := startMember(ctx, group, updatesTopic, brokers, sink, factory, extra,
-		consumer.AfterCommit(relay.AfterCommit(), time.Second))
+	m, err := startMember(ctx, o, n.twins, n.updates, brokers, sink, factory, extra,
+		consumer.AfterCommit(relay.AfterCommit(), time.Second)) // poison records go to n.dlq, the default
 	if err != nil {
 		producer.Close()
 		return nil, err
@@ -191,20 +240,23 @@ func startTwinMember(ctx context.Context, out *syncWriter, name string, brokers 
 }
 
 // fold is the twins' handler: it folds a batch into the twins table and appends a command for
-// every desired-state change to the outbox, in the fenced transaction.
-func fold(ob *sqliteoutbox.Store) consumer.Handler[*sql.Tx] {
-	return consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+// every desired-state change to the outbox, in the fenced transaction. The statements are
+// PostgreSQL's; on SQLite the adapter rewrites the placeholders.
+func fold[Tx any](st *store[Tx], commands string) consumer.Handler[Tx] {
+	return consumer.HandlerFunc[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
 		var cmds []outbox.Message
 		for _, r := range b.Records {
 			var u update
 			if err := json.Unmarshal(r.Value, &u); err != nil {
-				return b.Fail(r, err) // a poison record goes to device-updates.dlq
+				return b.Fail(r, err) // a poison record goes to the dead-letter topic
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO twins (device, reported, desired, version, last_seq)
-VALUES (?1, iif(?2 = 'reported', ?3, NULL), iif(?2 = 'desired', ?3, NULL), 1, ?4)
-ON CONFLICT (device) DO UPDATE SET
-  reported = iif(?2 = 'reported', ?3, reported), desired = iif(?2 = 'desired', ?3, desired),
-  version = version + 1, last_seq = ?4`, u.Device, u.Kind, u.Temp, u.Seq); err != nil {
+			col := "reported"
+			if u.Kind == "desired" {
+				col = "desired"
+			}
+			if err := st.wrap(tx).Exec(ctx, `INSERT INTO twins (device, `+col+`, version, last_seq) VALUES ($1, $2, 1, $3)
+ON CONFLICT (device) DO UPDATE SET `+col+` = excluded.`+col+`, version = twins.version + 1, last_seq = excluded.last_seq`,
+				u.Device, u.Temp, u.Seq); err != nil {
 				return err
 			}
 			if u.Kind == "desired" {
@@ -212,16 +264,16 @@ ON CONFLICT (device) DO UPDATE SET
 				if err != nil {
 					return err
 				}
-				cmds = append(cmds, outbox.Message{Topic: commandsTopic, Key: r.Key, Value: v})
+				cmds = append(cmds, outbox.Message{Topic: commands, Key: r.Key, Value: v})
 			}
 		}
-		return ob.Append(ctx, tx, b.Key, b.Token, cmds...) // checks the fence too
+		return st.append(ctx, tx, b.Key, b.Token, cmds...) // checks the fence too
 	})
 }
 
 // produceUpdates sends updates from..to of every device, keyed by device id.
-func produceUpdates(ctx context.Context, brokers []string, from, to int) error {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(updatesTopic))
+func produceUpdates(ctx context.Context, brokers []string, topic string, from, to int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		return err
 	}

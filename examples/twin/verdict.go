@@ -2,24 +2,25 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/batonhq/baton/internal/chaos"
 )
 
 // twinsAt reports whether every device's twin has folded n updates.
-func twinsAt(db *sql.DB, n int) func() bool {
+func twinsAt(db chaos.DB, n int) func() bool {
 	return func() bool {
 		var k int
-		err := db.QueryRow(`SELECT count(*) FROM twins WHERE version >= ?`, n).Scan(&k)
+		err := db.QueryRow(context.Background(), `SELECT count(*) FROM twins WHERE version >= $1`, n).Scan(&k)
 		return err == nil && k == devices
 	}
 }
 
 // printTwins prints the twins table.
-func printTwins(ctx context.Context, out *syncWriter, db *sql.DB) error {
-	rows, err := db.QueryContext(ctx, `SELECT device, reported, desired, version FROM twins ORDER BY device`)
+func printTwins(ctx context.Context, out *syncWriter, db chaos.DB) error {
+	rows, err := db.Query(ctx, `SELECT device, reported, desired, version FROM twins ORDER BY device`)
 	if err != nil {
 		return err
 	}
@@ -28,7 +29,7 @@ func printTwins(ctx context.Context, out *syncWriter, db *sql.DB) error {
 	for rows.Next() {
 		var d string
 		var rep, des float64
-		var v int
+		var v int64
 		if err := rows.Scan(&d, &rep, &des, &v); err != nil {
 			return err
 		}
@@ -39,12 +40,12 @@ func printTwins(ctx context.Context, out *syncWriter, db *sql.DB) error {
 
 // verdict checks the invariants and prints one line: every twin's version equals its number of
 // updates, every command was appended once and applied once, and the zombie was refused.
-func verdict(ctx context.Context, out *syncWriter, twins, gateway *sql.DB, refused int) error {
+func verdict(ctx context.Context, out *syncWriter, twins, gateway chaos.DB, refused int) error {
 	var wrongVersions, appended, applied, appliedTwice int
 	err := errors.Join(
-		twins.QueryRowContext(ctx, `SELECT count(*) FROM twins WHERE version != ? OR last_seq != version`, perDevice).Scan(&wrongVersions),
-		twins.QueryRowContext(ctx, `SELECT count(*) FROM baton_outbox`).Scan(&appended),
-		gateway.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE times > 1) FROM applied`).Scan(&applied, &appliedTwice))
+		twins.QueryRow(ctx, `SELECT count(*) FROM twins WHERE version != $1 OR last_seq != version`, perDevice).Scan(&wrongVersions),
+		twins.QueryRow(ctx, `SELECT count(*) FROM baton_outbox`).Scan(&appended),
+		gateway.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE times > 1) FROM applied`).Scan(&applied, &appliedTwice))
 	if err != nil {
 		return err
 	}

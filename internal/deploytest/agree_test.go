@@ -105,18 +105,17 @@ func TestImagesAgree(t *testing.T) {
 			t.Errorf("%s runs image %q, deploy/README.md says %q", where, img, want)
 		}
 	}
-	// What runs in the image: the Dockerfile's default, compose's command and k8s's args agree.
+	// What runs in the image: the Dockerfile's default, compose's command and k8s's args are one
+	// command line (program_test.go checks it against the program's flags).
 	docker := readFile(t, "deploy/compose/twin.Dockerfile")
-	if !strings.Contains(docker, `CMD ["twin", "-serve"]`) {
-		t.Error(`twin.Dockerfile: want CMD ["twin", "-serve"]`)
-	}
+	cmd := dockerCmd(t, docker)
 	for _, s := range twins(p) {
-		if !slices.Equal([]string(s.Command), []string{"twin", "-serve"}) {
-			t.Errorf("compose %s runs %v", s.Name, s.Command)
+		if !slices.Equal([]string(s.Command), cmd) {
+			t.Errorf("compose %s runs %v, the Dockerfile's CMD %v", s.Name, s.Command, cmd)
 		}
 	}
-	if a := m.statefulSets[0].Spec.Template.Spec.Containers[0].Args; !slices.Equal(a, []string{"twin", "-serve"}) {
-		t.Errorf("the StatefulSet runs %v", a)
+	if a := m.statefulSets[0].Spec.Template.Spec.Containers[0].Args; !slices.Equal(a, cmd) {
+		t.Errorf("the StatefulSet runs %v, the Dockerfile's CMD %v", a, cmd)
 	}
 	if !slices.Equal([]string(p.Services["migrate"].Command), m.jobs[0].Spec.Template.Spec.Containers[0].Args) {
 		t.Errorf("compose migrate runs %v, the Job %v", p.Services["migrate"].Command, m.jobs[0].Spec.Template.Spec.Containers[0].Args)
@@ -146,12 +145,11 @@ func TestPortsAgree(t *testing.T) {
 		if !slices.Equal([]string(s.Expose), []string{want}) {
 			t.Errorf("compose %s exposes %v, want %s", s.Name, s.Expose, want)
 		}
-		if _, pt, err := net.SplitHostPort(env(s, "BATON_HTTP_ADDR")); err != nil || pt != want {
-			t.Errorf("compose %s: BATON_HTTP_ADDR %q does not listen on %s", s.Name, env(s, "BATON_HTTP_ADDR"), want)
-		}
 	}
-	if _, pt, err := net.SplitHostPort(m.configMaps[0].Data["BATON_HTTP_ADDR"]); err != nil || pt != want {
-		t.Errorf("k8s: BATON_HTTP_ADDR %q does not listen on %s", m.configMaps[0].Data["BATON_HTTP_ADDR"], want)
+	// The member listens where -serve says (the command lines are one: TestImagesAgree).
+	serveAddr := parseArgs(t, loadProgram(t), "the StatefulSet", c.Args)["serve"]
+	if _, pt, err := net.SplitHostPort(serveAddr); err != nil || pt != want {
+		t.Errorf("the member serves on -serve %q, the StatefulSet's http port is %s", serveAddr, want)
 	}
 	if a := m.statefulSets[0].Spec.Template.Annotations["prometheus.io/port"]; a != want {
 		t.Errorf("k8s: prometheus.io/port %q, want %s", a, want)

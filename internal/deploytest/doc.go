@@ -16,6 +16,10 @@
 //     and named by the real OpenTelemetry Prometheus exporter;
 //   - the image, the port and the environment agree across compose, k8s, the Dockerfile,
 //     prometheus.yml and deploy/README.md.
+//   - every command line they run parses with the program's real flags (examples/twin/usage.txt,
+//     which is `twin -h`): the members run -serve on the container's port, the migration
+//     -migrate, every BATON_* variable set is one the program reads, and the probes' and
+//     Prometheus's paths are ones -serve serves.
 //
 // What they cannot prove: that an image builds, that a container starts, that a cluster admits
 // the objects (admission, quotas, API server validation beyond the types) or that the stack

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Runs once, when the PostgreSQL container initialises its data directory: the two roles of
 # deploy/README.md ("Database roles"). baton_migrate owns the database objects and runs the DDL
-# ('baton migrate'); baton_app is the runtime role, given DML rights only by that migration.
+# ('twin -migrate'); baton_app is the runtime role, given DML rights only by that migration.
 set -eu
 psql -v ON_ERROR_STOP=1 -U "$POSTGRES_USER" -d "$POSTGRES_DB" \
   -v migrate_pw="$BATON_MIGRATE_PASSWORD" -v app_pw="$BATON_APP_PASSWORD" <<'SQL'

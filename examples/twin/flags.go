@@ -1,0 +1,131 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+)
+
+// errUsage marks a command line the program cannot run (exit status 2).
+var errUsage = errors.New("usage")
+
+// options are the command's flags.
+type options struct {
+	brokers, pgURL string
+	serve          string // -serve ADDR: run as a member
+	migrate        bool
+	appRole        string
+	group          string
+	instanceID     string
+	session        time.Duration
+	prefix         string
+}
+
+// sessionOr returns the session timeout set, or def.
+func (o options) sessionOr(def time.Duration) time.Duration {
+	if o.session > 0 {
+		return o.session
+	}
+	return def
+}
+
+// envFallback names, for each flag a deployment sets through the environment, the variable a
+// member (-serve) or the migration (-migrate) reads when the flag is not given. The demo reads
+// no environment: a shell's BATON_POSTGRES_URL never turns it into a run on real services.
+var envFallback = map[string]string{
+	"brokers":         "BATON_BROKERS",
+	"postgres":        "BATON_POSTGRES_URL",
+	"group":           "BATON_GROUP",
+	"instance-id":     "BATON_INSTANCE_ID",
+	"session-timeout": "BATON_SESSION_TIMEOUT",
+	"app-role":        "BATON_APP_ROLE",
+}
+
+const usageHead = `usage: twin [-brokers B] [-postgres URL]     the demo (default: embedded Kafka and SQLite)
+       twin -serve ADDR [flags]                one member of the twins group (consumer and relay)
+       twin -migrate [-app-role R] [flags]     create the tables in PostgreSQL, grant the runtime role
+
+With -serve or -migrate, a flag not given is read from the environment variable named in its
+description ($NAME); the demo reads no environment.
+
+`
+
+func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("twin", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHead)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.brokers, "brokers", "", "Kafka seed brokers, comma-separated (demo default: an embedded kfake cluster; $BATON_BROKERS)")
+	fs.StringVar(&o.pgURL, "postgres", "", "PostgreSQL URL (demo default: SQLite files in a temporary directory; the demo makes a schema of its own; $BATON_POSTGRES_URL)")
+	fs.StringVar(&o.serve, "serve", "", "run as one long-running member of the twins group (consumer and outbox relay, no devices, no gateway), serving /metrics, /healthz and /readyz on `ADDR` (e.g. :8080)")
+	fs.BoolVar(&o.migrate, "migrate", false, "create the program's tables in -postgres (fences, recoveries, keyed inbox, outbox, twins, applied) and grant -app-role its runtime rights, then exit")
+	fs.StringVar(&o.appRole, "app-role", "", "with -migrate: the least-privilege runtime role to grant (none if empty; $BATON_APP_ROLE)")
+	fs.StringVar(&o.group, "group", "", "with -serve: the consumer group (default twins; $BATON_GROUP)")
+	fs.StringVar(&o.instanceID, "instance-id", "", "with -serve: the member's group.instance.id, for static membership (none if empty; $BATON_INSTANCE_ID)")
+	fs.DurationVar(&o.session, "session-timeout", 0, "Kafka session timeout (default: 1s in the demo, franz-go's 45s with -serve; $BATON_SESSION_TIMEOUT)")
+	fs.StringVar(&o.prefix, "prefix", "", "with -serve: a prefix of the topics' names (device-updates, device-updates.dlq, device-commands)")
+	return fs
+}
+
+func parseFlags(args []string, out io.Writer) (options, error) {
+	var o options
+	fs := newFlagSet(&o, out)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if o.session < 0 {
+		return o, fmt.Errorf("%w: -session-timeout %s is negative", errUsage, o.session)
+	}
+	if o.serve != "" && o.migrate {
+		return o, fmt.Errorf("%w: -serve and -migrate are two programs: give one", errUsage)
+	}
+	if o.serve == "" && !o.migrate {
+		var member []string
+		for _, name := range []string{"app-role", "group", "instance-id", "prefix"} {
+			if f := fs.Lookup(name); f.Value.String() != f.DefValue {
+				member = append(member, "-"+name)
+			}
+		}
+		if len(member) > 0 {
+			return o, fmt.Errorf("%w: %v apply to -serve or -migrate only", errUsage, member)
+		}
+		return o, nil
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	for name, env := range envFallback {
+		if v := os.Getenv(env); v != "" && !set[name] {
+			if err := fs.Set(name, v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s: %w", env, err))
+			}
+		}
+	}
+	if o.pgURL == "" {
+		errs = append(errs, errors.New("no PostgreSQL URL (-postgres or $BATON_POSTGRES_URL)"))
+	}
+	if o.serve != "" && o.brokers == "" {
+		errs = append(errs, errors.New("no Kafka brokers (-brokers or $BATON_BROKERS)"))
+	}
+	if o.session < 0 {
+		errs = append(errs, fmt.Errorf("session timeout %s is negative", o.session))
+	}
+	if o.group == "" {
+		o.group = "twins"
+	}
+	if err := errors.Join(errs...); err != nil {
+		return o, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return o, nil
+}

@@ -1,0 +1,43 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// tracesFromEnv builds a member's tracer provider from the standard OpenTelemetry variables:
+// with OTEL_TRACES_EXPORTER=otlp (or unset, with OTEL_EXPORTER_OTLP_ENDPOINT set) spans go
+// over OTLP/gRPC to the collector the OTEL_EXPORTER_OTLP_* variables name (the exporter reads
+// endpoint and timeout itself); otherwise no spans are exported. The returned shutdown flushes
+// what is buffered, within the exporter's timeout (part of the shutdown budget,
+// deploy/README.md).
+func tracesFromEnv(ctx context.Context, service string) (trace.TracerProvider, func(context.Context) error, error) {
+	none := func(context.Context) error { return nil }
+	switch exp := os.Getenv("OTEL_TRACES_EXPORTER"); {
+	case exp == "none", exp == "" && os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "":
+		return noop.NewTracerProvider(), none, nil
+	case exp != "" && exp != "otlp":
+		return nil, nil, fmt.Errorf("%w: OTEL_TRACES_EXPORTER=%s: only otlp and none are supported", errUsage, exp)
+	}
+	if p := os.Getenv("OTEL_EXPORTER_OTLP_PROTOCOL"); p != "" && p != "grpc" {
+		return nil, nil, fmt.Errorf("%w: OTEL_EXPORTER_OTLP_PROTOCOL=%s: only grpc is supported", errUsage, p)
+	}
+	exp, err := otlptracegrpc.New(ctx) // connects lazily; configured by OTEL_EXPORTER_OTLP_*
+	if err != nil {
+		return nil, nil, fmt.Errorf("OTLP trace exporter: %w", err)
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	if err != nil {
+		return nil, nil, err
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp), sdktrace.WithResource(res))
+	return tp, tp.Shutdown, nil
+}
