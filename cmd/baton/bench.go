@@ -49,6 +49,7 @@ run inside the repository, or takes -peers.
 	fs.StringVar(&cfg.Postgres, "postgres", os.Getenv("BATON_POSTGRES_URL"), "PostgreSQL URL (default $BATON_POSTGRES_URL)")
 	fs.StringVar(&cfg.Redis, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&peers, "peers", os.Getenv("BATON_BENCH_PEERS"), "the peers binary (default $BATON_BENCH_PEERS, else built from internal/bench/peers)")
+	fs.StringVar(&cfg.Profile, "profile", "", "directory to write each worker's CPU profile to (pprof; none if empty)")
 	fs.StringVar(&cfg.Out, "out", "", "directory to write RESULTS.md and chart.svg to (none if empty)")
 	if err := parseFlags(fs, args); err != nil {
 		return err

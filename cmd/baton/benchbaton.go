@@ -3,6 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -107,10 +111,30 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 	if err := pool.Ping(ctx); err != nil {
 		return err
 	}
+	logger := quietLogger
+	kopts := []kgo.Opt{kgo.SeedBrokers(job.Brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
+	if v := os.Getenv("XFETCH"); v != "" {
+		n, _ := strconv.Atoi(v)
+		kopts = append(kopts, kgo.FetchMaxPartitionBytes(int32(n)))
+	}
+	if v := os.Getenv("XWAIT"); v != "" {
+		d, _ := time.ParseDuration(v)
+		kopts = append(kopts, kgo.FetchMaxWait(d))
+	}
+	if job.Profile != "" { // the runtime's timeline beside the CPU profile
+		f, err := os.Create(filepath.Join(job.Profile, job.Design+"-"+time.Now().UTC().Format("150405.000")+".log"))
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		kopts = append(kopts, kgo.WithLogger(kslog{logger}))
+	}
 	rec.Start()
+	logger.Info("start")
 	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink{Sink: sink, rec: rec, pos: map[int32]int64{}}, factory,
-		consumer.Kafka(kgo.SeedBrokers(job.Brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
-		consumer.Logger(quietLogger))
+		consumer.Kafka(kopts...),
+		consumer.Logger(logger))
 	if err != nil {
 		return err
 	}
@@ -170,4 +194,12 @@ func (unfencedSink) Recover(context.Context, fence.Key, fence.Token, int64, stri
 
 func (unfencedSink) Recoveries(context.Context, fence.Key) ([]fence.Recovery, error) {
 	return nil, nil
+}
+
+// kslog is the Kafka client's debug log into the profile's log.
+type kslog struct{ l *slog.Logger }
+
+func (k kslog) Level() kgo.LogLevel { return kgo.LogLevelDebug }
+func (k kslog) Log(level kgo.LogLevel, msg string, kv ...any) {
+	k.l.Debug("kgo: "+msg, kv...)
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +80,7 @@ type Job struct {
 	Keys       int           `json:"keys"`
 	Conns      int           `json:"conns,omitempty"` // the ceiling's connections
 	Timeout    time.Duration `json:"timeout"`
+	Profile    string        `json:"profile,omitempty"` // a directory: the worker writes a CPU profile of its run there
 }
 
 // PerKey is the number of records of each key.
@@ -105,6 +108,9 @@ type Report struct {
 	P50     time.Duration `json:"p50"`     // of one transaction (a batch, a row, a chunk)
 	P99     time.Duration `json:"p99"`
 	RSS     int64         `json:"rss"` // the worker's peak resident set (VmHWM), bytes
+	// First is Recorder.Start to the first transaction's commit: for a consumer, joining the
+	// group, claiming, the first fetch and the first batch.
+	First time.Duration `json:"first"`
 }
 
 // Rate is records per second.
@@ -113,6 +119,7 @@ func (r Report) Rate() float64 { return float64(r.Records) / r.Wall.Seconds() }
 // Recorder counts what a design committed and times its transactions. Safe for concurrent use.
 type Recorder struct {
 	started atomic.Pointer[time.Time]
+	first   atomic.Pointer[time.Time]
 	want    int64
 	applied atomic.Int64
 	done    chan struct{}
@@ -134,6 +141,10 @@ func (r *Recorder) Start() {
 
 // Committed records one committed transaction of n records that took d.
 func (r *Recorder) Committed(n int64, d time.Duration) {
+	if r.first.Load() == nil {
+		now := time.Now()
+		r.first.CompareAndSwap(nil, &now)
+	}
 	r.mu.Lock()
 	r.lat = append(r.lat, d)
 	r.mu.Unlock()
@@ -184,6 +195,13 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 		return fmt.Errorf("bench worker: unknown design %q", job.Design)
 	}
 	rec := NewRecorder(job.Records)
+	if job.Profile != "" {
+		stop, err := startProfile(job)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -217,7 +235,25 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 	}
 	n, p50, p99 := rec.quantiles()
 	rep := Report{Design: job.Design, Records: rec.Applied(), Wall: wall, Batches: n, P50: p50, P99: p99, RSS: procStatus("VmHWM")}
+	if f := rec.first.Load(); f != nil {
+		rep.First = f.Sub(start)
+	}
 	return json.NewEncoder(stdout).Encode(rep)
+}
+
+// startProfile starts a CPU profile of the worker into the job's profile directory, named
+// after the design and the time, and returns what stops it.
+func startProfile(job Job) (func(), error) {
+	name := fmt.Sprintf("%s-%s.pprof", strings.ReplaceAll(job.Design, "/", "-"), time.Now().UTC().Format("150405.000"))
+	f, err := os.Create(filepath.Join(job.Profile, name))
+	if err != nil {
+		return nil, fmt.Errorf("bench worker: profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench worker: profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // procStatus returns a "kB" field of /proc/self/status in bytes, 0 where unavailable.

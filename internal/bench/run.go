@@ -57,6 +57,7 @@ type Config struct {
 	Self                      []string // command that serves Baton's and the native designs (+ WorkerCommand)
 	Peers                     []string // command that serves the peers' designs
 	Out                       string   // directory for RESULTS.md and chart.svg; empty: none
+	Profile                   string   // directory for each worker's CPU profile; empty: none
 	Command                   string   // the command line, for the results
 	Progress                  io.Writer
 }
@@ -99,7 +100,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}()
 	job := Job{Brokers: cfg.Brokers, Partitions: cfg.Partitions, Postgres: cfg.Postgres, Schema: schema,
-		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout}
+		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout, Profile: cfg.Profile}
 	db, err := job.Pool(ctx, 2)
 	if err != nil {
 		return nil, err
@@ -176,8 +177,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				continue
 			}
 			r := res.Report
-			fmt.Fprintf(out, "round %d %-15s %8.0f records/s  %7d records  %6d tx  p50 %6.1fms  p99 %7.1fms  rss %4d MiB  (load %s)\n",
-				round+1, e.name, r.Rate(), r.Records, r.Batches, ms(r.P50), ms(r.P99), r.RSS>>20, LoadAvg())
+			fmt.Fprintf(out, "round %d %-15s %8.0f records/s  %7d records  %6d tx  first %6.1fms  p50 %6.1fms  p99 %7.1fms  rss %4d MiB  (load %s)\n",
+				round+1, e.name, r.Rate(), r.Records, r.Batches, ms(r.First), ms(r.P50), ms(r.P99), r.RSS>>20, LoadAvg())
 		}
 	}
 	sum := Summarize(results)
