@@ -145,6 +145,9 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	for name, d := range batonDesigns() {
 		designs[name] = d
 	}
+	for name, d := range sqliteDesigns() {
+		designs[name] = d
+	}
 	return bench.Serve(ctx, args, designs, stdout)
 }
 

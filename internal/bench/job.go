@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	_ "modernc.org/sqlite" // CheckSQLite reads the SQLite designs' files
 )
 
 // Table is the fold's table, in the run's schema.
@@ -41,6 +43,14 @@ const FoldUpsert = `INSERT INTO ` + Table + ` AS t (key, n, total, first, last, 
 const FoldUnnest = `INSERT INTO ` + Table + ` AS t (key, n, total, first, last, bad)
 	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])
 	ON CONFLICT (key) DO UPDATE SET ` + FoldSet
+
+// FoldSetSQLite is [FoldSet] in SQLite's dialect (a comparison is already 0 or 1).
+const FoldSetSQLite = `n = t.n + excluded.n, total = t.total + excluded.total, last = excluded.last,
+	bad = t.bad + excluded.bad + (excluded.first <> t.last + 1)`
+
+// FoldTableSQLite creates the fold table in an SQLite database.
+const FoldTableSQLite = `CREATE TABLE IF NOT EXISTS ` + Table + ` (key TEXT PRIMARY KEY, n INTEGER NOT NULL,
+	total INTEGER NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL, bad INTEGER NOT NULL)`
 
 // FoldRow is one record as a fold row: key, n, total, first, last, bad.
 func FoldRow(key string, v int64) []any { return []any{key, int64(1), v, v, v, int64(0)} }
@@ -81,6 +91,7 @@ type Job struct {
 	Conns      int           `json:"conns,omitempty"` // the ceiling's connections
 	Timeout    time.Duration `json:"timeout"`
 	Profile    string        `json:"profile,omitempty"` // a directory: the worker writes a CPU profile of its run there
+	SQLite     string        `json:"sqlite,omitempty"`  // the SQLite designs' database file (created by the worker)
 }
 
 // PerKey is the number of records of each key.
@@ -111,6 +122,10 @@ type Report struct {
 	// First is Recorder.Start to the first transaction's commit: for a consumer, joining the
 	// group, claiming, the first fetch and the first batch.
 	First time.Duration `json:"first"`
+	// Fetched is how many records the design's Kafka client decoded (0 where not counted):
+	// above Records, records were fetched more than once (franz-go drops what it buffered
+	// for a partition that is paused by the time it is polled, and fetches it again).
+	Fetched int64 `json:"fetched,omitempty"`
 }
 
 // Rate is records per second.
@@ -122,6 +137,7 @@ type Recorder struct {
 	first   atomic.Pointer[time.Time]
 	want    int64
 	applied atomic.Int64
+	fetched atomic.Int64
 	done    chan struct{}
 	once    sync.Once
 	mu      sync.Mutex
@@ -152,6 +168,9 @@ func (r *Recorder) Committed(n int64, d time.Duration) {
 		r.once.Do(func() { close(r.done) })
 	}
 }
+
+// Fetched counts n records decoded by the design's Kafka client.
+func (r *Recorder) Fetched(n int64) { r.fetched.Add(n) }
 
 // Done is closed once every record was committed.
 func (r *Recorder) Done() <-chan struct{} { return r.done }
@@ -235,6 +254,7 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 	}
 	n, p50, p99 := rec.quantiles()
 	rep := Report{Design: job.Design, Records: rec.Applied(), Wall: wall, Batches: n, P50: p50, P99: p99, RSS: procStatus("VmHWM")}
+	rep.Fetched = rec.fetched.Load()
 	if f := rec.first.Load(); f != nil {
 		rep.First = f.Sub(start)
 	}
@@ -279,6 +299,28 @@ func Check(ctx context.Context, db *pgxpool.Pool, keys int, perKey int64) error 
 	err := db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE n <> $1 OR total <> $1 * ($1 + 1) / 2 OR first <> 1 OR last <> $1 OR bad <> 0),
 		coalesce(min(format('%s: n=%s total=%s first=%s last=%s bad=%s', key, n, total, first, last, bad))
 			FILTER (WHERE n <> $1 OR total <> $1 * ($1 + 1) / 2 OR first <> 1 OR last <> $1 OR bad <> 0), '')
+		FROM `+Table, perKey).Scan(&rows, &wrong, &sample)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	if rows != keys || wrong != 0 {
+		return fmt.Errorf("check: %d keys (want %d), %d with a wrong fold (want n=%d, in order)%s", rows, keys, wrong, perKey, when(sample != "", "; e.g. "+sample))
+	}
+	return nil
+}
+
+// CheckSQLite is [Check] of the fold in the SQLite file at path.
+func CheckSQLite(ctx context.Context, path string, keys int, perKey int64) error {
+	db, err := sql.Open("sqlite", "file://"+path+"?mode=ro")
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	defer db.Close()
+	var rows, wrong int
+	var sample string
+	err = db.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE n <> ?1 OR total <> ?1 * (?1 + 1) / 2 OR first <> 1 OR last <> ?1 OR bad <> 0),
+		coalesce(min(format('%s: n=%d total=%d first=%d last=%d bad=%d', key, n, total, first, last, bad))
+			FILTER (WHERE n <> ?1 OR total <> ?1 * (?1 + 1) / 2 OR first <> 1 OR last <> ?1 OR bad <> 0), '')
 		FROM `+Table, perKey).Scan(&rows, &wrong, &sample)
 	if err != nil {
 		return fmt.Errorf("check: %w", err)

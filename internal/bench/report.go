@@ -23,6 +23,12 @@ type Row struct {
 	RSS        int64   // highest of the runs
 	VsBaton    float64 // median over rounds of rate / Reference's rate in the same round; 0: none
 	VsCeiling  float64 // median over rounds of rate / the best ceiling's rate in the same round
+	// VsBound is the median over rounds of rate / the bound of a design fed by Kafka in the
+	// same round: 1/(1/kafka-read + 1/ceiling), the rate at which one machine can both read
+	// the records and write them when the two share its cores. 0: not fed by Kafka, or
+	// kafka-read did not run.
+	VsBound float64
+	First   time.Duration // median time to the first commit (group join, claims, first fetch)
 	FirstError string
 }
 
@@ -86,8 +92,8 @@ func Summarize(results []Result) []Row {
 		if i, _ := order(name); i >= 0 {
 			row.About = All[i].About
 		}
-		var rates, vsB, vsC []float64
-		var p50, p99 []time.Duration
+		var rates, vsB, vsC, vsBound []float64
+		var p50, p99, first []time.Duration
 		for _, r := range results {
 			if r.Design != name {
 				continue
@@ -104,19 +110,35 @@ func Summarize(results []Result) []Row {
 			rates = append(rates, r.Report.Rate())
 			p50 = append(p50, r.Report.P50)
 			p99 = append(p99, r.Report.P99)
+			first = append(first, r.Report.First)
 			row.RSS = max(row.RSS, r.Report.RSS)
 			if ref, ok := rate[r.Round][Reference]; ok {
 				vsB = append(vsB, r.Report.Rate()/ref)
 			}
-			if c := best(r.Round); c > 0 {
+			c := best(r.Round)
+			if strings.HasPrefix(name, "sqlite-") { // SQLite's designs against SQLite's ceiling
+				c = rate[r.Round][SQLiteCeiling]
+			}
+			if c > 0 {
 				vsC = append(vsC, r.Report.Rate()/c)
+			}
+			if k := rate[r.Round][KafkaReadDesign]; k > 0 && c > 0 && fedByKafka(name) {
+				vsBound = append(vsBound, r.Report.Rate()*(1/k+1/c))
 			}
 		}
 		row.Rate, row.VsBaton, row.VsCeiling = median(rates), median(vsB), median(vsC)
-		row.P50, row.P99 = median(p50), median(p99)
+		row.P50, row.P99, row.First, row.VsBound = median(p50), median(p99), median(first), median(vsBound)
 		rows = append(rows, row)
 	}
 	return rows
+}
+
+// KafkaReadDesign is the design that only reads the topic.
+const KafkaReadDesign = "kafka-read"
+
+// fedByKafka reports whether a design reads the records from Kafka and writes them.
+func fedByKafka(design string) bool {
+	return design != KafkaReadDesign && design != SQLiteCeiling && !strings.HasPrefix(design, "ceiling")
 }
 
 func firstLine(s string) string {
@@ -152,15 +174,15 @@ func WriteTable(w io.Writer, rows []Row, c Conditions) {
 		c.Date.Format("2006-01-02 15:04 UTC"), c.Go, c.CPUs, c.Start, c.End)
 	fmt.Fprintf(w, "%d records (slow designs: %d) over %d keys, %d partitions, %d round(s) in rotating order; ratios are medians of same-round ratios\n\n",
 		c.Records, c.SlowRecords, c.Keys, c.Partitions, c.Rounds)
-	fmt.Fprintln(w, "| design | records | records/s | p50 ms | p99 ms | RSS MiB | vs "+Reference+" | vs ceiling | runs ok |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| design | records | records/s | first commit s | p50 ms | p99 ms | RSS MiB | vs "+Reference+" | vs ceiling | vs bound | runs ok |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		if r.OK == 0 {
-			fmt.Fprintf(w, "| %s | - | did not count: %s | | | | | | 0/%d |\n", r.Design, strings.ReplaceAll(r.FirstError, "|", "/"), r.Runs)
+			fmt.Fprintf(w, "| %s | - | did not count: %s | | | | | | | | 0/%d |\n", r.Design, strings.ReplaceAll(r.FirstError, "|", "/"), r.Runs)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %.1f | %.1f | %d | %s | %s | %d/%d |\n", r.Design, r.Records, r.Rate,
-			ms(r.P50), ms(r.P99), r.RSS>>20, ratio(r.VsBaton), ratio(r.VsCeiling), r.OK, r.Runs)
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %.1f | %.1f | %d | %s | %s | %s | %d/%d |\n", r.Design, r.Records, r.Rate,
+			r.First.Seconds(), ms(r.P50), ms(r.P99), r.RSS>>20, ratio(r.VsBaton), ratio(r.VsCeiling), ratio(r.VsBound), r.OK, r.Runs)
 	}
 }
 
@@ -231,16 +253,16 @@ func WriteChart(w io.Writer, rows []Row, c Conditions) {
 	h := 50 + len(rows)*(barH+gap) + 20
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+110, h)
 	fmt.Fprintln(w, `<rect width="100%" height="100%" fill="white"/>`)
-	fmt.Fprintf(w, `<text x="10" y="20" font-size="14" font-weight="bold">records/s, Kafka to PostgreSQL, fold checked (%d keys, %d partitions)</text>`+"\n", c.Keys, c.Partitions)
+	fmt.Fprintf(w, `<text x="10" y="20" font-size="14" font-weight="bold">records/s, Kafka to PostgreSQL (sqlite-: SQLite), fold checked (%d keys, %d partitions)</text>`+"\n", c.Keys, c.Partitions)
 	fmt.Fprintf(w, `<text x="10" y="38" fill="#555">%s, %d CPUs, load %s to %s; median of %d round(s)</text>`+"\n",
 		html.EscapeString(c.Date.Format("2006-01-02")), c.CPUs, html.EscapeString(c.Start), html.EscapeString(c.End), c.Rounds)
 	for i, r := range rows {
 		y := 50 + i*(barH+gap)
 		color := "#9aa5b1"
 		switch {
-		case strings.HasPrefix(r.Design, "baton"):
+		case strings.HasPrefix(r.Design, "baton"), r.Design == "sqlite-fast", r.Design == "sqlite-unfenced":
 			color = "#2f6fdf"
-		case strings.HasPrefix(r.Design, "ceiling"):
+		case strings.HasPrefix(r.Design, "ceiling"), r.Design == SQLiteCeiling, r.Design == KafkaReadDesign:
 			color = "#3a9d5d"
 		}
 		wd := int(float64(width) * r.Rate / top)
