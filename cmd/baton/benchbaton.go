@@ -209,4 +209,3 @@ func (k kslog) Level() kgo.LogLevel { return kgo.LogLevelDebug }
 func (k kslog) Log(level kgo.LogLevel, msg string, kv ...any) {
 	k.l.Debug("kgo: "+msg, kv...)
 }
-

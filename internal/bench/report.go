@@ -14,21 +14,21 @@ import (
 
 // Row is one design's line of the summary: medians over the rounds whose runs counted.
 type Row struct {
-	Design     string
-	About      string
-	Records    int64 // per run
-	OK, Runs   int
-	Rate       float64 // records/s, median
-	P50, P99   time.Duration
-	RSS        int64   // highest of the runs
-	VsBaton    float64 // median over rounds of rate / Reference's rate in the same round; 0: none
-	VsCeiling  float64 // median over rounds of rate / the best ceiling's rate in the same round
+	Design    string
+	About     string
+	Records   int64 // per run
+	OK, Runs  int
+	Rate      float64 // records/s, median
+	P50, P99  time.Duration
+	RSS       int64   // highest of the runs
+	VsBaton   float64 // median over rounds of rate / Reference's rate in the same round; 0: none
+	VsCeiling float64 // median over rounds of rate / the best ceiling's rate in the same round
 	// VsBound is the median over rounds of rate / the bound of a design fed by Kafka in the
 	// same round: 1/(1/kafka-read + 1/ceiling), the rate at which one machine can both read
 	// the records and write them when the two share its cores. 0: not fed by Kafka, or
 	// kafka-read did not run.
-	VsBound float64
-	First   time.Duration // median time to the first commit (group join, claims, first fetch)
+	VsBound    float64
+	First      time.Duration // median time to the first commit (group join, claims, first fetch)
 	FirstError string
 }
 
