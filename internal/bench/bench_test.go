@@ -226,6 +226,19 @@ func TestSummarize(t *testing.T) {
 	if r := byName["redislock"]; r.OK != 0 {
 		t.Errorf("redislock %+v counted", r)
 	}
+	var targets bytes.Buffer
+	WriteTargets(&targets, rows)
+	for _, want := range []string{
+		"baton-fast vs the PostgreSQL ceiling: **0.38, missed** (target >= 0.70); 0.75 of the bound",
+		"baton-fast vs naive (one row per transaction): **10.00, met** (target >= 10.00)",
+		"baton-fast vs redislock (a Redis lock per key): not measured",
+		"sqlite-fast vs the SQLite ceiling: **0.25, missed**",
+		"baton-fast / baton-unfenced (fenced vs unfenced, PostgreSQL): not measured",
+	} {
+		if !strings.Contains(targets.String(), want) {
+			t.Errorf("targets do not say %q:\n%s", want, targets.String())
+		}
+	}
 	var table, svg bytes.Buffer
 	WriteTable(&table, rows, Conditions{})
 	WriteChart(&svg, rows, Conditions{})

@@ -19,7 +19,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	_ "modernc.org/sqlite" // CheckSQLite reads the SQLite designs' files
 )
 
 // Table is the fold's table, in the run's schema.
@@ -309,7 +308,10 @@ func Check(ctx context.Context, db *pgxpool.Pool, keys int, perKey int64) error 
 	return nil
 }
 
-// CheckSQLite is [Check] of the fold in the SQLite file at path.
+// CheckSQLite is [Check] of the fold in the SQLite file at path, through the database/sql
+// driver named "sqlite" (modernc.org/sqlite), which the binary running the harness registers
+// (cmd/baton does, through sqlitefence): this package does not import it, so that the peers'
+// module, which imports this package, does not need it.
 func CheckSQLite(ctx context.Context, path string, keys int, perKey int64) error {
 	db, err := sql.Open("sqlite", "file://"+path+"?mode=ro")
 	if err != nil {
