@@ -250,7 +250,7 @@ func writeOut(dir string, rows []Row, c Conditions) error {
 	}
 	b.WriteString("\n\n")
 	b.WriteString("The job: fold keyed records from a real Kafka topic into PostgreSQL, exactly once, per-key order kept. ")
-	b.WriteString("Each design runs in a process of its own, in rotating order, and a run counts only if every key's fold is exact afterwards.\n\n")
+	b.WriteString("Each design runs in a process of its own, in rotating order (every other round backwards), and a run counts only if every key's fold is exact afterwards.\n\n")
 	WriteTable(&b, rows, c)
 	b.WriteString("\n![records/s per design](chart.svg)\n\n")
 	WriteTargets(&b, rows)

@@ -172,8 +172,16 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}()
 	for round := range cfg.Rounds {
-		for i := range entries {
-			e := entries[(i+round)%len(entries)] // rotate the order between rounds
+		order := slices.Clone(entries)
+		if round%2 == 1 {
+			// Odd rounds run the list backwards: rotating alone keeps every pair of neighbours
+			// in the same order (baton-fast always just before baton-unfenced), so whatever a
+			// run leaves behind (a checkpoint, autovacuum, a warm cache) would always fall on
+			// the same one of the two.
+			slices.Reverse(order)
+		}
+		for i := range order {
+			e := order[(i+round)%len(order)] // rotate the order between rounds
 			j := job
 			j.Design, j.Conns = e.info.Name, e.conns
 			j.Topic, j.Records = topics[e.info.Slow], records[e.info.Slow]
