@@ -23,10 +23,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fs := newFlagSet("bench", "[flags]", `Benchmarks Baton against what you would otherwise write, side by side in one run: the same
 job (fold keyed records from a real Kafka topic into PostgreSQL, exactly once, per-key order
-kept) done by each design in a process of its own, in rotating order, every run's fold
-checked; a run whose fold is wrong does not count and makes the command fail. Prints
-records/s, p50/p99 transaction latency, peak RSS and each design's ratio to Baton (baton-fast)
-and to the ceiling; with -out, writes RESULTS.md and chart.svg there.
+kept) done by each design in a process of its own, in rotating order (every other round
+backwards), every run's fold checked; a run whose fold is wrong does not count and makes the
+command fail. The sqlite- designs fold into an SQLite file instead; kafka-read only reads the
+topic. Prints records/s, the time to the first commit, p50/p99 transaction latency, peak RSS
+and each design's ratio to Baton (baton-fast), to the ceiling and to the bound of reading and
+writing on one machine; with -out, writes RESULTS.md (with issue 15's targets as measured)
+and chart.svg there.
 
 Designs: `+designNames()+`.
 The slow ones (one transaction per record) run on a topic of -slow-records records.
@@ -52,6 +55,7 @@ run inside the repository, or takes -peers.
 	fs.StringVar(&cfg.Postgres, "postgres", os.Getenv("BATON_POSTGRES_URL"), "PostgreSQL URL (default $BATON_POSTGRES_URL)")
 	fs.StringVar(&cfg.Redis, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&peers, "peers", os.Getenv("BATON_BENCH_PEERS"), "the peers binary (default $BATON_BENCH_PEERS, else built from internal/bench/peers)")
+	fs.StringVar(&cfg.Profile, "profile", "", "directory to write each worker's CPU profile to (pprof; none if empty)")
 	fs.StringVar(&cfg.Out, "out", "", "directory to write RESULTS.md and chart.svg to (none if empty)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -145,6 +149,9 @@ func repoRoot() (string, error) {
 func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 	designs := bench.Designs()
 	for name, d := range batonDesigns() {
+		designs[name] = d
+	}
+	for name, d := range sqliteDesigns() {
 		designs[name] = d
 	}
 	return bench.Serve(ctx, args, designs, stdout)

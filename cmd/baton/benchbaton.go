@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -107,10 +110,14 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 	if err := pool.Ping(ctx); err != nil {
 		return err
 	}
+	logger, kopts, closeLog, err := benchLogging(job, rec)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
 	rec.Start()
-	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink{Sink: sink, rec: rec, pos: map[int32]int64{}}, factory,
-		consumer.Kafka(kgo.SeedBrokers(job.Brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
-		consumer.Logger(quietLogger))
+	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[pgx.Tx]{Sink: sink, rec: rec, pos: map[int32]int64{}}, factory,
+		consumer.Kafka(kopts...), consumer.Logger(logger))
 	if err != nil {
 		return err
 	}
@@ -120,14 +127,14 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 // countingSink times each committed Apply (begin to commit) and counts its records from the
 // advance of the partition's position: the topic's offsets are dense, every group is new and
 // every fence fresh, so a partition starts at offset 0.
-type countingSink struct {
-	fence.Sink[pgx.Tx]
+type countingSink[Tx any] struct {
+	fence.Sink[Tx]
 	rec *bench.Recorder
 	mu  sync.Mutex
 	pos map[int32]int64 // last applied offset per partition
 }
 
-func (s *countingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, pgx.Tx) error) error {
+func (s *countingSink[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, Tx) error) error {
 	start := time.Now()
 	if err := s.Sink.Apply(ctx, k, t, first, position, fn); err != nil {
 		return err
@@ -170,4 +177,35 @@ func (unfencedSink) Recover(context.Context, fence.Key, fence.Token, int64, stri
 
 func (unfencedSink) Recoveries(context.Context, fence.Key) ([]fence.Recovery, error) {
 	return nil, nil
+}
+
+// benchLogging returns the consumer's logger and Kafka options: quiet, or with job.Profile
+// set, the runtime's and the Kafka client's debug timeline into a file beside the profile.
+func benchLogging(job bench.Job, rec *bench.Recorder) (*slog.Logger, []kgo.Opt, func(), error) {
+	kopts := []kgo.Opt{kgo.SeedBrokers(job.Brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithHooks(fetchCount{rec})}
+	if job.Profile == "" {
+		return quietLogger, kopts, func() {}, nil
+	}
+	f, err := os.Create(filepath.Join(job.Profile, job.Design+"-"+time.Now().UTC().Format("150405.000")+".log"))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	logger := slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	logger.Info("start")
+	return logger, append(kopts, kgo.WithLogger(kslog{logger})), func() { f.Close() }, nil
+}
+
+// fetchCount counts the records the Kafka client decodes (Report.Fetched).
+type fetchCount struct{ rec *bench.Recorder }
+
+func (f fetchCount) OnFetchBatchRead(_ kgo.BrokerMetadata, _ string, _ int32, m kgo.FetchBatchMetrics) {
+	f.rec.Fetched(int64(m.NumRecords))
+}
+
+// kslog is the Kafka client's debug log into the profile's log.
+type kslog struct{ l *slog.Logger }
+
+func (k kslog) Level() kgo.LogLevel { return kgo.LogLevelDebug }
+func (k kslog) Log(level kgo.LogLevel, msg string, kv ...any) {
+	k.l.Debug("kgo: "+msg, kv...)
 }

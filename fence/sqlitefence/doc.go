@@ -26,7 +26,9 @@
 // own write transactions (Claim, Apply, Recover) are also serialized within the process, so the
 // lock passes straight to the next in-process writer instead of being polled for. Throughput
 // is therefore that of one writer: batch records into few transactions ([Store.Apply] per poll
-// batch), since the fence costs one extra row update per transaction, not per record.
+// batch), since the fence costs one extra row update per transaction, not per record, and
+// write each batch with few statements: package sqlitebulk (fence/sqlitefence/sqlitebulk) is
+// the fast write path, prepared multi-row upserts merged per key inside Apply.
 //
 // # Busy database
 //

@@ -181,6 +181,9 @@ func TestSummarize(t *testing.T) {
 		{Design: "naive", Round: 0, Report: rep("naive", 10, time.Second)},
 		{Design: "ceiling/1", Round: 0, Report: rep("ceiling", 100, 500*time.Millisecond)},
 		{Design: "ceiling/2", Round: 0, Report: rep("ceiling", 100, 250*time.Millisecond)},
+		{Design: "kafka-read", Round: 0, Report: rep("kafka-read", 100, 500*time.Millisecond)},
+		{Design: "sqlite-fast", Round: 0, Report: rep("sqlite-fast", 50, time.Second)},
+		{Design: "sqlite-ceiling", Round: 0, Report: rep("sqlite-ceiling", 100, 500*time.Millisecond)},
 		// Round 2 ran on a slower machine: the ratios stay.
 		{Design: "baton-fast", Round: 1, Report: rep("baton-fast", 100, 2*time.Second)},
 		{Design: "naive", Round: 1, Report: rep("naive", 10, 2*time.Second)},
@@ -195,7 +198,7 @@ func TestSummarize(t *testing.T) {
 		byName[r.Design] = r
 		names = append(names, r.Design)
 	}
-	if got := strings.Join(names, " "); got != "baton-fast redislock naive ceiling/1 ceiling/2" {
+	if got := strings.Join(names, " "); got != "baton-fast redislock naive ceiling/1 ceiling/2 kafka-read sqlite-fast sqlite-ceiling" {
 		t.Errorf("order %s", got)
 	}
 	if r := byName["naive"]; r.VsBaton != 0.1 || r.OK != 2 {
@@ -205,11 +208,36 @@ func TestSummarize(t *testing.T) {
 	if r := byName["baton-fast"]; r.VsCeiling != 0.375 || r.Rate != 75 {
 		t.Errorf("baton-fast %+v: want vs ceiling 0.375 (median of 0.25, 0.5), rate 75", r)
 	}
+	// Round 1 only (no kafka-read in round 2): bound 1/(1/200 + 1/400) = 133.3/s -> 0.75.
+	if r := byName["baton-fast"]; r.VsBound != 0.75 {
+		t.Errorf("baton-fast vs bound %v, want 0.75", r.VsBound)
+	}
+	// SQLite's designs against SQLite's ceiling (200/s), not PostgreSQL's best (400/s); bound
+	// 1/(1/200 + 1/200) = 100/s -> 0.5.
+	if r := byName["sqlite-fast"]; r.VsCeiling != 0.25 || r.VsBound != 0.5 {
+		t.Errorf("sqlite-fast %+v: want vs ceiling 0.25, vs bound 0.5", r)
+	}
+	if r := byName["kafka-read"]; r.VsBound != 0 || byName["ceiling/1"].VsBound != 0 {
+		t.Errorf("a design not fed by Kafka has a bound: %+v", r)
+	}
 	if r := byName["ceiling/2"]; r.OK != 1 || r.Runs != 2 || r.FirstError != "check: wrong" {
 		t.Errorf("ceiling/2 %+v", r)
 	}
 	if r := byName["redislock"]; r.OK != 0 {
 		t.Errorf("redislock %+v counted", r)
+	}
+	var targets bytes.Buffer
+	WriteTargets(&targets, rows)
+	for _, want := range []string{
+		"baton-fast vs the PostgreSQL ceiling: **0.38, missed** (target >= 0.70); 0.75 of the bound",
+		"baton-fast vs naive (one row per transaction): **10.00, met** (target >= 10.00)",
+		"baton-fast vs redislock (a Redis lock per key): not measured",
+		"sqlite-fast vs the SQLite ceiling: **0.25, missed**",
+		"baton-fast / baton-unfenced (fenced vs unfenced, PostgreSQL): not measured",
+	} {
+		if !strings.Contains(targets.String(), want) {
+			t.Errorf("targets do not say %q:\n%s", want, targets.String())
+		}
 	}
 	var table, svg bytes.Buffer
 	WriteTable(&table, rows, Conditions{})

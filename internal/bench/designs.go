@@ -15,7 +15,7 @@ import (
 
 // Designs returns the designs that need nothing of Baton: naive, redislock and ceiling.
 func Designs() map[string]Design {
-	return map[string]Design{"naive": Naive, "redislock": RedisLock, "ceiling": Ceiling}
+	return map[string]Design{"naive": Naive, "redislock": RedisLock, "ceiling": Ceiling, "kafka-read": KafkaRead}
 }
 
 // Kafka returns the client options every design's consumer starts from: the job's brokers
@@ -175,6 +175,32 @@ func lockedWrite(ctx context.Context, lock *redislock.Client, pool interface {
 	return nil
 }
 
+// KafkaRead only reads the topic: a consumer group member polling every record and
+// decoding nothing but the client's batches, no database. It is the ceiling of any design
+// fed by this broker on this machine: Baton's rate is at most the lower of it and the
+// database's ceiling. A "transaction" is one poll.
+func KafkaRead(ctx context.Context, job Job, rec *Recorder) error {
+	rec.Start()
+	cl, err := kgo.NewClient(job.Kafka()...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		start := time.Now()
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := fetchErr(fs); err != nil {
+			return err
+		}
+		if n := fs.NumRecords(); n > 0 {
+			rec.Committed(int64(n), time.Since(start))
+		}
+	}
+}
+
 // Ceiling is the fastest way found for this PostgreSQL to absorb the same records: no Kafka,
 // no fence, no runtime; the records, generated in memory exactly as produced, split by
 // partition as the producer's partitioner split them, in chunks of 1000 in partition order,
@@ -203,7 +229,7 @@ func Ceiling(ctx context.Context, job Job, rec *Recorder) error {
 		wg.Go(func() {
 			for p := c; p < len(parts); p += conns {
 				for recs := parts[p]; len(recs) > 0; {
-					n := min(len(recs), 1000)
+					n := min(len(recs), Chunk)
 					start := time.Now()
 					if _, err := pool.Exec(ctx, FoldUnnest, mergedArrays(recs[:n])...); err != nil {
 						if ctx.Err() == nil {
@@ -225,6 +251,22 @@ func Ceiling(ctx context.Context, job Job, rec *Recorder) error {
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// Chunk is how many records the ceilings write per statement (per transaction): the
+// consumer's default bound of a batch (MaxInflightPerPartition).
+const Chunk = 1000
+
+// Partitioned returns the job's records as fold rows ([FoldRow]), split by partition as the
+// producer's partitioner split them, in offset order.
+func Partitioned(job Job) [][][]any {
+	parts := make([][][]any, job.Partitions)
+	part := kgo.StickyKeyPartitioner(nil).ForTopic(job.Topic)
+	for _, r := range Records(job.Keys, job.PerKey()) {
+		p := part.Partition(r, job.Partitions)
+		parts[p] = append(parts[p], FoldRow(string(r.Key), mustValue(r.Value)))
+	}
+	return parts
 }
 
 func mustValue(v []byte) int64 {

@@ -2,12 +2,15 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +42,14 @@ const FoldUpsert = `INSERT INTO ` + Table + ` AS t (key, n, total, first, last, 
 const FoldUnnest = `INSERT INTO ` + Table + ` AS t (key, n, total, first, last, bad)
 	SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])
 	ON CONFLICT (key) DO UPDATE SET ` + FoldSet
+
+// FoldSetSQLite is [FoldSet] in SQLite's dialect (a comparison is already 0 or 1).
+const FoldSetSQLite = `n = t.n + excluded.n, total = t.total + excluded.total, last = excluded.last,
+	bad = t.bad + excluded.bad + (excluded.first <> t.last + 1)`
+
+// FoldTableSQLite creates the fold table in an SQLite database.
+const FoldTableSQLite = `CREATE TABLE IF NOT EXISTS ` + Table + ` (key TEXT PRIMARY KEY, n INTEGER NOT NULL,
+	total INTEGER NOT NULL, first INTEGER NOT NULL, last INTEGER NOT NULL, bad INTEGER NOT NULL)`
 
 // FoldRow is one record as a fold row: key, n, total, first, last, bad.
 func FoldRow(key string, v int64) []any { return []any{key, int64(1), v, v, v, int64(0)} }
@@ -78,6 +89,8 @@ type Job struct {
 	Keys       int           `json:"keys"`
 	Conns      int           `json:"conns,omitempty"` // the ceiling's connections
 	Timeout    time.Duration `json:"timeout"`
+	Profile    string        `json:"profile,omitempty"` // a directory: the worker writes a CPU profile of its run there
+	SQLite     string        `json:"sqlite,omitempty"`  // the SQLite designs' database file (created by the worker)
 }
 
 // PerKey is the number of records of each key.
@@ -105,6 +118,13 @@ type Report struct {
 	P50     time.Duration `json:"p50"`     // of one transaction (a batch, a row, a chunk)
 	P99     time.Duration `json:"p99"`
 	RSS     int64         `json:"rss"` // the worker's peak resident set (VmHWM), bytes
+	// First is Recorder.Start to the first transaction's commit: for a consumer, joining the
+	// group, claiming, the first fetch and the first batch.
+	First time.Duration `json:"first"`
+	// Fetched is how many records the design's Kafka client decoded (0 where not counted):
+	// above Records, records were fetched more than once (franz-go drops what it buffered
+	// for a partition that is paused by the time it is polled, and fetches it again).
+	Fetched int64 `json:"fetched,omitempty"`
 }
 
 // Rate is records per second.
@@ -113,8 +133,10 @@ func (r Report) Rate() float64 { return float64(r.Records) / r.Wall.Seconds() }
 // Recorder counts what a design committed and times its transactions. Safe for concurrent use.
 type Recorder struct {
 	started atomic.Pointer[time.Time]
+	first   atomic.Pointer[time.Time]
 	want    int64
 	applied atomic.Int64
+	fetched atomic.Int64
 	done    chan struct{}
 	once    sync.Once
 	mu      sync.Mutex
@@ -134,6 +156,10 @@ func (r *Recorder) Start() {
 
 // Committed records one committed transaction of n records that took d.
 func (r *Recorder) Committed(n int64, d time.Duration) {
+	if r.first.Load() == nil {
+		now := time.Now()
+		r.first.CompareAndSwap(nil, &now)
+	}
 	r.mu.Lock()
 	r.lat = append(r.lat, d)
 	r.mu.Unlock()
@@ -141,6 +167,9 @@ func (r *Recorder) Committed(n int64, d time.Duration) {
 		r.once.Do(func() { close(r.done) })
 	}
 }
+
+// Fetched counts n records decoded by the design's Kafka client.
+func (r *Recorder) Fetched(n int64) { r.fetched.Add(n) }
 
 // Done is closed once every record was committed.
 func (r *Recorder) Done() <-chan struct{} { return r.done }
@@ -184,6 +213,13 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 		return fmt.Errorf("bench worker: unknown design %q", job.Design)
 	}
 	rec := NewRecorder(job.Records)
+	if job.Profile != "" {
+		stop, err := startProfile(job)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	errc := make(chan error, 1)
@@ -217,7 +253,26 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 	}
 	n, p50, p99 := rec.quantiles()
 	rep := Report{Design: job.Design, Records: rec.Applied(), Wall: wall, Batches: n, P50: p50, P99: p99, RSS: procStatus("VmHWM")}
+	rep.Fetched = rec.fetched.Load()
+	if f := rec.first.Load(); f != nil {
+		rep.First = f.Sub(start)
+	}
 	return json.NewEncoder(stdout).Encode(rep)
+}
+
+// startProfile starts a CPU profile of the worker into the job's profile directory, named
+// after the design and the time, and returns what stops it.
+func startProfile(job Job) (func(), error) {
+	name := fmt.Sprintf("%s-%s.pprof", strings.ReplaceAll(job.Design, "/", "-"), time.Now().UTC().Format("150405.000"))
+	f, err := os.Create(filepath.Join(job.Profile, name))
+	if err != nil {
+		return nil, fmt.Errorf("bench worker: profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bench worker: profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // procStatus returns a "kB" field of /proc/self/status in bytes, 0 where unavailable.
@@ -243,6 +298,31 @@ func Check(ctx context.Context, db *pgxpool.Pool, keys int, perKey int64) error 
 	err := db.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE n <> $1 OR total <> $1 * ($1 + 1) / 2 OR first <> 1 OR last <> $1 OR bad <> 0),
 		coalesce(min(format('%s: n=%s total=%s first=%s last=%s bad=%s', key, n, total, first, last, bad))
 			FILTER (WHERE n <> $1 OR total <> $1 * ($1 + 1) / 2 OR first <> 1 OR last <> $1 OR bad <> 0), '')
+		FROM `+Table, perKey).Scan(&rows, &wrong, &sample)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	if rows != keys || wrong != 0 {
+		return fmt.Errorf("check: %d keys (want %d), %d with a wrong fold (want n=%d, in order)%s", rows, keys, wrong, perKey, when(sample != "", "; e.g. "+sample))
+	}
+	return nil
+}
+
+// CheckSQLite is [Check] of the fold in the SQLite file at path, through the database/sql
+// driver named "sqlite" (modernc.org/sqlite), which the binary running the harness registers
+// (cmd/baton does, through sqlitefence): this package does not import it, so that the peers'
+// module, which imports this package, does not need it.
+func CheckSQLite(ctx context.Context, path string, keys int, perKey int64) error {
+	db, err := sql.Open("sqlite", "file://"+path+"?mode=ro")
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	defer db.Close()
+	var rows, wrong int
+	var sample string
+	err = db.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE n <> ?1 OR total <> ?1 * (?1 + 1) / 2 OR first <> 1 OR last <> ?1 OR bad <> 0),
+		coalesce(min(format('%s: n=%d total=%d first=%d last=%d bad=%d', key, n, total, first, last, bad))
+			FILTER (WHERE n <> ?1 OR total <> ?1 * (?1 + 1) / 2 OR first <> 1 OR last <> ?1 OR bad <> 0), '')
 		FROM `+Table, perKey).Scan(&rows, &wrong, &sample)
 	if err != nil {
 		return fmt.Errorf("check: %w", err)

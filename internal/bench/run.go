@@ -28,6 +28,12 @@ type Info struct {
 	About string
 	Slow  bool // one transaction per record: runs on the smaller topic (Config.SlowRecords)
 	Peer  bool // served by the peers binary (the nested module internal/bench/peers)
+	// SQLite: the design folds into an SQLite file (Job.SQLite) instead of PostgreSQL; its
+	// ceiling is sqlite-ceiling.
+	SQLite bool
+	// ReadOnly: the design writes nothing, so there is no fold to check; its run counts when
+	// the worker saw every record.
+	ReadOnly bool
 }
 
 // All lists every design, in the order of the table. Baton's are served by cmd/baton.
@@ -39,7 +45,14 @@ var All = []Info{
 	{Name: "redislock", About: "a Redis lock per key (SET NX PX, compare-and-delete) around each write, one transaction per record, 8 workers", Slow: true},
 	{Name: "naive", About: "one upsert per record in a transaction of its own (autocommit), one record at a time", Slow: true},
 	{Name: "ceiling", About: "no Kafka, no fence: the same records in 1000-record chunks per partition, merged per key, one unnest statement each, over N connections (best N of the run)"},
+	{Name: "kafka-read", About: "no database: a consumer group member polling the topic and counting its records, the ceiling of anything this broker feeds on this machine (nothing to check: it writes nothing)", ReadOnly: true},
+	{Name: "sqlite-fast", About: "Baton, fenced, into SQLite (sqlitefence, WAL, synchronous=FULL): the fast write path, sqlitebulk's prepared multi-row upserts merged per key inside the store's Apply", SQLite: true},
+	{Name: "sqlite-unfenced", About: "Baton's runtime into the same SQLite file settings over a sink that keeps no fence (begin, handler, commit), the same sqlitebulk handler: the fence's cost", SQLite: true},
+	{Name: "sqlite-ceiling", About: "no Kafka, no fence: the same records in 1000-record chunks per partition, merged per key, sqlitebulk's statements, one transaction each, one writer (SQLite admits one)", SQLite: true},
 }
+
+// SQLiteCeiling is the design the SQLite designs' "vs ceiling" divides by.
+const SQLiteCeiling = "sqlite-ceiling"
 
 // Reference is the design every ratio "vs Baton" divides by.
 const Reference = "baton-fast"
@@ -57,6 +70,7 @@ type Config struct {
 	Self                      []string // command that serves Baton's and the native designs (+ WorkerCommand)
 	Peers                     []string // command that serves the peers' designs
 	Out                       string   // directory for RESULTS.md and chart.svg; empty: none
+	Profile                   string   // directory for each worker's CPU profile; empty: none
 	Command                   string   // the command line, for the results
 	Progress                  io.Writer
 }
@@ -99,7 +113,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}()
 	job := Job{Brokers: cfg.Brokers, Partitions: cfg.Partitions, Postgres: cfg.Postgres, Schema: schema,
-		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout}
+		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout, Profile: cfg.Profile}
 	db, err := job.Pool(ctx, 2)
 	if err != nil {
 		return nil, err
@@ -158,8 +172,16 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}()
 	for round := range cfg.Rounds {
-		for i := range entries {
-			e := entries[(i+round)%len(entries)] // rotate the order between rounds
+		order := slices.Clone(entries)
+		if round%2 == 1 {
+			// Odd rounds run the list backwards: rotating alone keeps every pair of neighbours
+			// in the same order (baton-fast always just before baton-unfenced), so whatever a
+			// run leaves behind (a checkpoint, autovacuum, a warm cache) would always fall on
+			// the same one of the two.
+			slices.Reverse(order)
+		}
+		for i := range order {
+			e := order[(i+round)%len(order)] // rotate the order between rounds
 			j := job
 			j.Design, j.Conns = e.info.Name, e.conns
 			j.Topic, j.Records = topics[e.info.Slow], records[e.info.Slow]
@@ -176,8 +198,8 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 				continue
 			}
 			r := res.Report
-			fmt.Fprintf(out, "round %d %-15s %8.0f records/s  %7d records  %6d tx  p50 %6.1fms  p99 %7.1fms  rss %4d MiB  (load %s)\n",
-				round+1, e.name, r.Rate(), r.Records, r.Batches, ms(r.P50), ms(r.P99), r.RSS>>20, LoadAvg())
+			fmt.Fprintf(out, "round %d %-15s %8.0f records/s  %7d records  %6d tx  first %6.1fms  p50 %6.1fms  p99 %7.1fms  rss %4d MiB  fetched %.2fx  (load %s)\n",
+				round+1, e.name, r.Rate(), r.Records, r.Batches, ms(r.First), ms(r.P50), ms(r.P99), r.RSS>>20, float64(r.Fetched)/float64(r.Records), LoadAvg())
 		}
 	}
 	sum := Summarize(results)
@@ -255,7 +277,14 @@ func (cfg *Config) designs() []Info {
 
 // runOne runs one design in a worker process over an emptied fold table, then checks it.
 func runOne(ctx context.Context, cfg Config, info Info, job Job, db *pgxpool.Pool) (Report, error) {
-	if err := Reset(ctx, db); err != nil {
+	if info.SQLite {
+		dir, err := os.MkdirTemp("", "baton-bench-sqlite-")
+		if err != nil {
+			return Report{}, err
+		}
+		defer os.RemoveAll(dir)
+		job.SQLite = filepath.Join(dir, "fold.db")
+	} else if err := Reset(ctx, db); err != nil {
 		return Report{}, err
 	}
 	argv := cfg.Self
@@ -279,6 +308,12 @@ func runOne(ctx context.Context, cfg Config, info Info, job Job, db *pgxpool.Poo
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &rep); err != nil {
 		return Report{}, fmt.Errorf("worker report %q: %w", lines[len(lines)-1], err)
+	}
+	switch {
+	case info.ReadOnly:
+		return rep, nil
+	case info.SQLite:
+		return rep, CheckSQLite(ctx, job.SQLite, job.Keys, job.PerKey())
 	}
 	return rep, Check(ctx, db, job.Keys, job.PerKey())
 }

@@ -1,0 +1,396 @@
+package sqlitebulk
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/batonhq/baton/internal/sqlident"
+)
+
+// DefaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
+// says otherwise (and fewer when the columns are many: see [MaxVariables]).
+const DefaultRowsPerStatement = 1000
+
+// MaxVariables is the most bound parameters one statement may carry: SQLite's
+// SQLITE_MAX_VARIABLE_NUMBER default since 3.32 (modernc.org/sqlite keeps it). A statement
+// of r rows over c columns binds r*c.
+const MaxVariables = 32766
+
+// maxKeyColumns bounds the conflict target, so that a key fits a comparable array.
+const maxKeyColumns = 4
+
+// Column is one column written by an [Upsert]: its name and, optionally, a type the bound
+// value is cast to (CAST(? AS type), as in "INTEGER", "REAL", "TEXT"); empty: the value as
+// bound, under the column's affinity.
+type Column struct {
+	Name string
+	Type string
+}
+
+// Option configures an [Upsert].
+type Option func(*config) error
+
+type config struct {
+	merge   func(into, row []any)
+	rows    int
+	rowsSet bool // rows given by RowsPerStatement
+}
+
+// Merge folds rows with the same key into one before they are sent: merge(into, row) is
+// called, in order, for every row whose key an earlier row of the same call already had, with
+// into that earlier (already merged) row. It must update into in place; the key columns must
+// stay as they are. Without Merge, repeated keys are written in layers (see the package doc).
+func Merge(merge func(into, row []any)) Option {
+	return func(c *config) error {
+		if merge == nil {
+			return errors.New("sqlitebulk: Merge: nil function")
+		}
+		c.merge = merge
+		return nil
+	}
+}
+
+// RowsPerStatement bounds the rows of one statement (default [DefaultRowsPerStatement],
+// lowered so that a statement binds at most [MaxVariables] values).
+func RowsPerStatement(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("sqlitebulk: RowsPerStatement(%d): want at least 1", n)
+		}
+		c.rows, c.rowsSet = n, true
+		return nil
+	}
+}
+
+// Upsert writes rows into one table with multi-row INSERT ... ON CONFLICT statements. It is
+// immutable apart from a cache of statement texts, and safe for concurrent use.
+type Upsert struct {
+	cols   []Column
+	key    []int // indexes of the key columns in cols
+	cfg    config
+	head   string // INSERT INTO ... VALUES
+	tail   string // ON CONFLICT ...
+	tuple  string // (?, ?, ...)
+	mu     sync.Mutex
+	byRows map[int]string // statement text by row count
+	db     *sql.DB        // set by Prepare
+	stmts  map[int]*sql.Stmt
+}
+
+var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
+
+// NewUpsert returns the upsert of cols into table with the conflict target key (column
+// names, all among cols; a unique index must cover them). set is the DO UPDATE SET clause,
+// in which the table is aliased t and the new row is excluded, as in "n = t.n + excluded.n";
+// an empty set means every non-key column takes the new row's value (DO NOTHING when there is
+// none). table may be schema-qualified. NewUpsert validates everything and reports every
+// problem at once; it does no I/O.
+func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
+	u := &Upsert{cols: slices.Clone(cols), cfg: config{rows: DefaultRowsPerStatement}, byRows: map[int]string{}}
+	var errs []error
+	if err := sqlident.Validate(table); err != nil {
+		errs = append(errs, fmt.Errorf("sqlitebulk: table: %w", err))
+	}
+	if len(cols) == 0 {
+		errs = append(errs, errors.New("sqlitebulk: no columns"))
+	}
+	seen := map[string]int{}
+	for i, c := range cols {
+		if err := sqlident.Validate(c.Name); err != nil || strings.Contains(c.Name, ".") {
+			errs = append(errs, fmt.Errorf("sqlitebulk: column %d: invalid name %q", i, c.Name))
+		}
+		if c.Type != "" && !typePattern.MatchString(c.Type) {
+			errs = append(errs, fmt.Errorf("sqlitebulk: column %q: invalid type %q", c.Name, c.Type))
+		}
+		if _, dup := seen[c.Name]; dup {
+			errs = append(errs, fmt.Errorf("sqlitebulk: column %q listed twice", c.Name))
+		}
+		seen[c.Name] = i
+	}
+	switch {
+	case len(key) == 0:
+		errs = append(errs, errors.New("sqlitebulk: no key columns"))
+	case len(key) > maxKeyColumns:
+		errs = append(errs, fmt.Errorf("sqlitebulk: %d key columns, at most %d", len(key), maxKeyColumns))
+	}
+	for _, k := range key {
+		i, ok := seen[k]
+		if !ok {
+			errs = append(errs, fmt.Errorf("sqlitebulk: key column %q is not among the columns", k))
+			continue
+		}
+		u.key = append(u.key, i)
+	}
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("sqlitebulk: option %d is nil", i))
+			continue
+		}
+		if err := o(&u.cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(cols) > 0 && u.cfg.rows*len(cols) > MaxVariables {
+		if u.cfg.rowsSet {
+			errs = append(errs, fmt.Errorf("sqlitebulk: RowsPerStatement(%d) over %d columns binds %d values, more than %d",
+				u.cfg.rows, len(cols), u.cfg.rows*len(cols), MaxVariables))
+		} else {
+			u.cfg.rows = MaxVariables / len(cols)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	u.statement(table, key, set)
+	return u, nil
+}
+
+func (u *Upsert) statement(table string, key []string, set string) {
+	names := make([]string, len(u.cols))
+	marks := make([]string, len(u.cols))
+	for i, c := range u.cols {
+		names[i] = sqlident.Quote(c.Name)
+		marks[i] = "?"
+		if c.Type != "" {
+			marks[i] = "CAST(? AS " + c.Type + ")"
+		}
+	}
+	keys := make([]string, len(key))
+	for i, k := range key {
+		keys[i] = sqlident.Quote(k)
+	}
+	action := "DO NOTHING"
+	if set != "" {
+		action = "DO UPDATE SET " + set
+	} else {
+		var sets []string
+		for i := range u.cols {
+			if !slices.Contains(u.key, i) {
+				sets = append(sets, fmt.Sprintf("%s = excluded.%s", names[i], names[i]))
+			}
+		}
+		if len(sets) > 0 {
+			action = "DO UPDATE SET " + strings.Join(sets, ", ")
+		}
+	}
+	u.head = fmt.Sprintf("INSERT INTO %s AS t (%s) VALUES ", sqlident.Quote(table), strings.Join(names, ", "))
+	u.tuple = "(" + strings.Join(marks, ", ") + ")"
+	u.tail = fmt.Sprintf(" ON CONFLICT (%s) %s", strings.Join(keys, ", "), action)
+}
+
+// SQL returns the statement for n rows (n tuples of one placeholder per column).
+func (u *Upsert) SQL(n int) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if s, ok := u.byRows[n]; ok {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(u.head) + n*(len(u.tuple)+2) + len(u.tail))
+	b.WriteString(u.head)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(u.tuple)
+	}
+	b.WriteString(u.tail)
+	s := b.String()
+	if len(u.byRows) < 64 { // the full size and the remainders a caller's batches leave
+		u.byRows[n] = s
+	}
+	return s
+}
+
+// Execer is what [Upsert.Exec] writes through: a *sql.Tx (the one a consumer handler gets
+// from sqlitefence's Apply), a *sql.Conn or a *sql.DB.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Prepare prepares the statements on db, so that Exec through a transaction of db (or db
+// itself) reuses them instead of having SQLite parse a statement of hundreds of placeholders
+// per call, which costs about as much as running it: database/sql's counterpart of pgx's
+// statement cache. It prepares one statement per power of two up to [RowsPerStatement] (and
+// that size itself); Exec then writes n rows as full statements and one statement per set bit
+// of the remainder. Prepare does I/O; call it once at setup, not while holding one of db's
+// connections in a transaction (with a pool of one it would wait for ever). Exec through a
+// transaction of another *sql.DB fails. [Upsert.Close] releases the statements.
+func (u *Upsert) Prepare(ctx context.Context, db *sql.DB) error {
+	if db == nil {
+		return errors.New("sqlitebulk: Prepare: nil database")
+	}
+	stmts := map[int]*sql.Stmt{}
+	for _, n := range u.sizes() {
+		st, err := db.PrepareContext(ctx, u.SQL(n))
+		if err != nil {
+			for _, st := range stmts {
+				st.Close()
+			}
+			return fmt.Errorf("sqlitebulk: prepare %d rows: %w", n, err)
+		}
+		stmts[n] = st
+	}
+	u.mu.Lock()
+	old := u.stmts
+	u.db, u.stmts = db, stmts
+	u.mu.Unlock()
+	for _, st := range old {
+		st.Close()
+	}
+	return nil
+}
+
+// Close releases the statements [Upsert.Prepare] prepared; Exec runs unprepared afterwards.
+func (u *Upsert) Close() error {
+	u.mu.Lock()
+	old := u.stmts
+	u.db, u.stmts = nil, nil
+	u.mu.Unlock()
+	var errs []error
+	for _, st := range old {
+		errs = append(errs, st.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// sizes are the row counts of the prepared statements: the powers of two below the rows per
+// statement, and that count.
+func (u *Upsert) sizes() []int {
+	var out []int
+	for n := 1; n < u.cfg.rows; n *= 2 {
+		out = append(out, n)
+	}
+	return append(out, u.cfg.rows)
+}
+
+// chunks splits a layer of n rows into statement sizes: full statements, then (prepared)
+// one per set bit of the remainder, largest first, or (unprepared) the remainder at once.
+func (u *Upsert) chunks(n int, prepared bool) []int {
+	var out []int
+	for ; n >= u.cfg.rows; n -= u.cfg.rows {
+		out = append(out, u.cfg.rows)
+	}
+	if !prepared {
+		if n > 0 {
+			out = append(out, n)
+		}
+		return out
+	}
+	for bit := 1 << 30; bit > 0; bit >>= 1 {
+		if n&bit != 0 {
+			out = append(out, bit)
+		}
+	}
+	return out
+}
+
+// Exec writes rows (each one value per column, in the order of the columns): rows merged per
+// key (with [Merge]) or split into layers of distinct keys (without), in statements of at
+// most [RowsPerStatement] rows, run one after the other. Run it inside a transaction (the
+// one sqlitefence's Apply hands a handler, after the fence's check and advance), so that the
+// rows land all or none with the fence. It fails, writing nothing, if a row has the wrong
+// number of values; it returns the first statement's error otherwise (the caller rolls back).
+// Rows are not modified (Merge works on copies).
+func (u *Upsert) Exec(ctx context.Context, tx Execer, rows [][]any) error {
+	for i, r := range rows {
+		if len(r) != len(u.cols) {
+			return fmt.Errorf("sqlitebulk: row %d has %d values, want %d", i, len(r), len(u.cols))
+		}
+	}
+	u.mu.Lock()
+	stmts := u.stmts
+	u.mu.Unlock()
+	sqlTx, isTx := tx.(*sql.Tx)
+	_, isDB := tx.(*sql.DB)
+	prepared := stmts != nil && (isTx || isDB)
+	args := make([]any, 0, min(len(rows), u.cfg.rows)*len(u.cols))
+	for _, layer := range u.layers(rows) {
+		for _, n := range u.chunks(len(layer), prepared) {
+			args = args[:0]
+			for _, r := range layer[:n] {
+				args = append(args, r...)
+			}
+			var err error
+			switch {
+			case prepared && isTx:
+				_, err = sqlTx.StmtContext(ctx, stmts[n]).ExecContext(ctx, args...)
+			case prepared:
+				_, err = stmts[n].ExecContext(ctx, args...)
+			default:
+				_, err = tx.ExecContext(ctx, u.SQL(n), args...)
+			}
+			if err != nil {
+				return fmt.Errorf("sqlitebulk: upsert %d rows: %w", n, err)
+			}
+			layer = layer[n:]
+		}
+	}
+	return nil
+}
+
+// Statements returns how many statements Exec would run for rows: per layer, the full
+// statements and the remainder (after [Upsert.Prepare], one statement per set bit of it).
+func (u *Upsert) Statements(rows [][]any) int {
+	u.mu.Lock()
+	prepared := u.stmts != nil
+	u.mu.Unlock()
+	n := 0
+	for _, layer := range u.layers(rows) {
+		n += len(u.chunks(len(layer), prepared))
+	}
+	return n
+}
+
+type keyOf [maxKeyColumns]any
+
+func (u *Upsert) keyOf(row []any) keyOf {
+	var k keyOf
+	for j, i := range u.key {
+		v := row[i]
+		if bs, ok := v.([]byte); ok { // not comparable
+			v = string(bs)
+		}
+		k[j] = v
+	}
+	return k
+}
+
+// layers returns groups of rows in which no key appears twice, to be written in order.
+func (u *Upsert) layers(rows [][]any) [][][]any {
+	if len(rows) == 0 {
+		return nil
+	}
+	if u.cfg.merge != nil {
+		at := make(map[keyOf]int, len(rows))
+		merged := make([][]any, 0, len(rows))
+		for _, r := range rows {
+			k := u.keyOf(r)
+			if i, ok := at[k]; ok {
+				u.cfg.merge(merged[i], r)
+				continue
+			}
+			at[k] = len(merged)
+			merged = append(merged, slices.Clone(r))
+		}
+		return [][][]any{merged}
+	}
+	seen := make(map[keyOf]int, len(rows))
+	var layers [][][]any
+	for _, r := range rows {
+		k := u.keyOf(r)
+		n := seen[k]
+		seen[k] = n + 1
+		if n == len(layers) {
+			layers = append(layers, nil)
+		}
+		layers[n] = append(layers[n], r)
+	}
+	return layers
+}
