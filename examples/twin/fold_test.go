@@ -236,3 +236,109 @@ func snapshot[Tx any](ctx context.Context, t *testing.T, st *store[Tx]) string {
 	}
 	return s
 }
+
+// BenchmarkFold compares the two folds side by side on a batch of 500 updates of the demo's
+// 8 devices, on SQLite and (with BATON_POSTGRES_URL) PostgreSQL: read the ratio, not the times.
+func BenchmarkFold(b *testing.B) {
+	ctx := context.Background()
+	var recs []*kgo.Record
+	for i := range 500 {
+		u := update{Device: fmt.Sprintf("d-%02d", i%devices), Kind: "reported", Temp: 20, Seq: i}
+		if i%3 == 0 {
+			u.Kind = "desired"
+		}
+		v, _ := json.Marshal(u)
+		recs = append(recs, &kgo.Record{Key: []byte(u.Device), Value: v})
+	}
+	bench := func(b *testing.B, run func(h string) error) {
+		for _, h := range []string{"per-record", "fast"} {
+			b.Run(h, func(b *testing.B) {
+				for b.Loop() {
+					if err := run(h); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+	b.Run("sqlite", func(b *testing.B) {
+		twins, gw, err := openSQLite(ctx, b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer twins.close()
+		defer gw.close()
+		var cmds []outbox.Message
+		st := *twins
+		st.append = recordAppends[*sql.Tx](&cmds)
+		db := twins.sink.(*sqlitefence.Store).DB()
+		bench(b, func(h string) error {
+			hd := fold(&st, "cmds")
+			if h == "per-record" {
+				hd = perRecordFold(&st, "cmds")
+			}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback() //nolint:errcheck // after a commit
+			cmds = cmds[:0]
+			if err := hd.Handle(ctx, tx, &consumer.Batch{Records: recs}); err != nil {
+				return err
+			}
+			return tx.Commit()
+		})
+	})
+	b.Run("postgres", func(b *testing.B) {
+		url := os.Getenv("BATON_POSTGRES_URL")
+		if url == "" {
+			b.Skip("BATON_POSTGRES_URL is not set")
+		}
+		schema := fmt.Sprintf("twinfold_%08x", uint32(time.Now().UnixNano()))
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Exec(ctx, "DROP SCHEMA "+schema+" CASCADE") //nolint:errcheck // cleanup
+		cfg, err := pgxpool.ParseConfig(url)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["search_path"] = schema
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pool.Close()
+		if err := migratePostgres(ctx, pool, ""); err != nil {
+			b.Fatal(err)
+		}
+		twins, err := pgStore(pool)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var cmds []outbox.Message
+		st := *twins
+		st.append = recordAppends[pgx.Tx](&cmds)
+		bench(b, func(h string) error {
+			hd := fold(&st, "cmds")
+			if h == "per-record" {
+				hd = perRecordFold(&st, "cmds")
+			}
+			tx, err := pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(ctx) //nolint:errcheck // after a commit
+			cmds = cmds[:0]
+			if err := hd.Handle(ctx, tx, &consumer.Batch{Records: recs}); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		})
+	})
+}
