@@ -5,8 +5,9 @@
 //   - simulated devices send reported and desired temperatures, keyed by device id;
 //
 //   - a consumer group folds them into a twins table (reported, desired, version) inside
-//     the fenced transaction, and for each desired change appends a command to the outbox
-//     in the same transaction; the owner relays the outbox to the commands topic;
+//     the fenced transaction, with one set-based upsert per batch (the fast path: pgbulk on
+//     PostgreSQL, sqlitebulk on SQLite), and for each desired change appends a command to
+//     the outbox in the same transaction; the owner relays the outbox to the commands topic;
 //
 //   - a device gateway consumes the commands through an inbox and applies each exactly once;
 //

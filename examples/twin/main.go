@@ -145,7 +145,7 @@ func story[Tx any](ctx context.Context, out *syncWriter, o options, brokers []st
 	defer gw.stop()
 
 	// Member A runs behind a gate (to hold one write) and a freezer (to stop its network).
-	gate, freeze := newGate[Tx](twins.sink), newFreezer()
+	gate, freeze := newGate[Tx](twins.fast), newFreezer()
 	a, err := startTwinMember(ctx, out, o, "A", brokers, n, twins, gate, kgo.Dialer(freeze.dial))
 	if err != nil {
 		return err
@@ -173,7 +173,7 @@ func story[Tx any](ctx context.Context, out *syncWriter, o options, brokers []st
 	freeze.freeze()
 	out.say("member A is about to write a batch of %s and freezes (no heartbeats, no fetches), like a GC pause or a stopped VM", gate.heldKey())
 
-	b, err := startTwinMember(ctx, out, o, "B", brokers, n, twins, twins.sink)
+	b, err := startTwinMember(ctx, out, o, "B", brokers, n, twins, twins.fast)
 	if err != nil {
 		return err
 	}
@@ -240,25 +240,20 @@ func startTwinMember[Tx any](ctx context.Context, out *syncWriter, o options, na
 }
 
 // fold is the twins' handler: it folds a batch into the twins table and appends a command for
-// every desired-state change to the outbox, in the fenced transaction. The statements are
-// PostgreSQL's; on SQLite the adapter rewrites the placeholders.
+// every desired-state change to the outbox, in the fenced transaction. It writes through the
+// fast path: one twin row per update, merged per device (mergeTwin) and upserted set-based,
+// one statement per batch, where a statement per update would fold the same (main_test.go
+// compares the two).
 func fold[Tx any](st *store[Tx], commands string) consumer.Handler[Tx] {
 	return consumer.HandlerFunc[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
+		rows := make([][]any, 0, len(b.Records))
 		var cmds []outbox.Message
 		for _, r := range b.Records {
 			var u update
 			if err := json.Unmarshal(r.Value, &u); err != nil {
 				return b.Fail(r, err) // a poison record goes to the dead-letter topic
 			}
-			col := "reported"
-			if u.Kind == "desired" {
-				col = "desired"
-			}
-			if err := st.wrap(tx).Exec(ctx, `INSERT INTO twins (device, `+col+`, version, last_seq) VALUES ($1, $2, 1, $3)
-ON CONFLICT (device) DO UPDATE SET `+col+` = excluded.`+col+`, version = twins.version + 1, last_seq = excluded.last_seq`,
-				u.Device, u.Temp, u.Seq); err != nil {
-				return err
-			}
+			rows = append(rows, twinRow(u))
 			if u.Kind == "desired" {
 				v, err := json.Marshal(command{Device: u.Device, SetTemp: u.Temp})
 				if err != nil {
@@ -266,6 +261,9 @@ ON CONFLICT (device) DO UPDATE SET `+col+` = excluded.`+col+`, version = twins.v
 				}
 				cmds = append(cmds, outbox.Message{Topic: commands, Key: r.Key, Value: v})
 			}
+		}
+		if err := st.upsert(ctx, tx, rows); err != nil {
+			return err
 		}
 		return st.append(ctx, tx, b.Key, b.Token, cmds...) // checks the fence too
 	})

@@ -79,7 +79,7 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 	if o.instanceID != "" {
 		kopts = append(kopts, kgo.InstanceID(o.instanceID))
 	}
-	c, err := consumer.New(n.twins, []string{n.updates}, fence.Sink[pgx.Tx](st.sink),
+	c, err := consumer.New(n.twins, []string{n.updates}, st.fast,
 		func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
 			return fold(st, n.commands), nil
 		},

@@ -16,7 +16,9 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/fence/pgfence/pgbulk"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/fence/sqlitefence/sqlitebulk"
 	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/pgoutbox"
@@ -33,9 +35,14 @@ type fencedStore[Tx any] interface {
 // store is one database as the program uses it, whatever its engine: the fence store, the
 // outbox (Append in the handler's transaction, the relay's Store), and the chaos package's
 // dialect-neutral views of a transaction and of the database for the program's own SQL
-// (PostgreSQL's, with $N placeholders; the SQLite adapter rewrites them).
+// (PostgreSQL's, with $N placeholders; the SQLite adapter rewrites them). The twins' fold
+// writes through the fast path: fast is the sink its consumer runs over (pgbulk's Sink, which
+// sends the fence statement in the upsert's round trip; SQLite's store itself) and upsert
+// writes a batch's twin rows set-based (pgbulk, sqlitebulk).
 type store[Tx any] struct {
 	sink   fencedStore[Tx]
+	fast   fence.Sink[Tx]
+	upsert func(ctx context.Context, tx Tx, rows [][]any) error
 	append func(ctx context.Context, tx Tx, src fence.Key, tok fence.Token, msgs ...outbox.Message) error
 	outbox outbox.Store
 	wrap   func(Tx) chaos.Tx
@@ -51,9 +58,62 @@ const (
   device TEXT NOT NULL, set_temp DOUBLE PRECISION, times BIGINT NOT NULL)`
 )
 
+// A twin row, as the fold's set-based upsert writes it: {device, reported, desired, version,
+// last_seq}, reported and desired nil when the batch did not change them. twinSet folds one
+// into the row in the table (aliased t), in both SQL dialects: a nil column keeps its value,
+// the versions add up, the last sequence number wins.
+var twinColumns = [...][2]string{{"device", "text"}, {"reported", "double precision"},
+	{"desired", "double precision"}, {"version", "bigint"}, {"last_seq", "bigint"}}
+
+const twinSet = `reported = coalesce(excluded.reported, t.reported), desired = coalesce(excluded.desired, t.desired),
+  version = t.version + excluded.version, last_seq = excluded.last_seq`
+
+// twinRow is update u as a twin row: one version more, the other kind's column unchanged.
+func twinRow(u update) []any {
+	row := []any{u.Device, nil, nil, int64(1), int64(u.Seq)}
+	if u.Kind == "desired" {
+		row[2] = u.Temp
+	} else {
+		row[1] = u.Temp
+	}
+	return row
+}
+
+// mergeTwin folds row, a later update of the same device in the batch, into into, as twinSet
+// would fold it into the table: so each device is written once per batch.
+func mergeTwin(into, row []any) {
+	for c := 1; c <= 2; c++ {
+		if row[c] != nil {
+			into[c] = row[c]
+		}
+	}
+	into[3] = into[3].(int64) + row[3].(int64)
+	into[4] = row[4]
+}
+
+func pgTwinUpsert() (*pgbulk.Upsert, error) {
+	cols := make([]pgbulk.Column, len(twinColumns))
+	for i, c := range twinColumns {
+		cols[i] = pgbulk.Column{Name: c[0], Type: c[1]}
+	}
+	return pgbulk.NewUpsert("twins", []string{"device"}, cols, twinSet, pgbulk.Merge(mergeTwin))
+}
+
+func sqliteTwinUpsert() (*sqlitebulk.Upsert, error) {
+	cols := make([]sqlitebulk.Column, len(twinColumns))
+	for i, c := range twinColumns {
+		cols[i] = sqlitebulk.Column{Name: c[0]}
+	}
+	return sqlitebulk.NewUpsert("twins", []string{"device"}, cols, twinSet, sqlitebulk.Merge(mergeTwin))
+}
+
 // openSQLite opens the embedded run's two SQLite files in dir: the twins' (fences, outbox,
 // twins) and the gateway's (fences, keyed inbox, applied commands).
 func openSQLite(ctx context.Context, dir string) (twins, gw *store[*sql.Tx], err error) {
+	up, err := sqliteTwinUpsert()
+	if err != nil {
+		return nil, nil, err
+	}
 	open := func(name, ddl string) (*store[*sql.Tx], error) {
 		fs, err := sqlitefence.Open(filepath.Join(dir, name))
 		if err != nil {
@@ -70,7 +130,8 @@ func openSQLite(ctx context.Context, dir string) (twins, gw *store[*sql.Tx], err
 			fs.Close()
 			return nil, err
 		}
-		return &store[*sql.Tx]{sink: fs, append: ob.Append, outbox: ob, wrap: chaos.SQLTx, db: chaos.SQLDB(fs.DB()),
+		upsert := func(ctx context.Context, tx *sql.Tx, rows [][]any) error { return up.Exec(ctx, tx, rows) }
+		return &store[*sql.Tx]{sink: fs, fast: fs, upsert: upsert, append: ob.Append, outbox: ob, wrap: chaos.SQLTx, db: chaos.SQLDB(fs.DB()),
 			close: func() { fs.Close() }}, nil
 	}
 	if twins, err = open("twins.db", twinsDDL); err != nil {
@@ -131,7 +192,16 @@ func pgStore(pool *pgxpool.Pool) (*store[pgx.Tx], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &store[pgx.Tx]{sink: fs, append: ob.Append, outbox: ob, wrap: chaos.PgTx, db: chaos.PgDB(pool), close: pool.Close}, nil
+	fast, err := pgbulk.NewSink(fs, pool)
+	if err != nil {
+		return nil, err
+	}
+	up, err := pgTwinUpsert()
+	if err != nil {
+		return nil, err
+	}
+	upsert := func(ctx context.Context, tx pgx.Tx, rows [][]any) error { return up.Exec(ctx, tx, rows) }
+	return &store[pgx.Tx]{sink: fs, fast: fast, upsert: upsert, append: ob.Append, outbox: ob, wrap: chaos.PgTx, db: chaos.PgDB(pool), close: pool.Close}, nil
 }
 
 // migratePostgres creates every table of the program in the pool's schema (Baton's fences,
