@@ -19,8 +19,9 @@ import (
 // dlPrepHandler is a two-stage handler that also takes dead letters: Handle refuses the record
 // whose value is "bad" for good; DeadLetter records the batch it is given.
 type dlPrepHandler struct {
-	mu   sync.Mutex
-	dead []*consumer.Batch
+	mu         sync.Mutex
+	dead       []*consumer.Batch
+	violations []string
 }
 
 func (h *dlPrepHandler) Prepare(_ context.Context, r *kgo.Record) (any, error) {
@@ -28,6 +29,13 @@ func (h *dlPrepHandler) Prepare(_ context.Context, r *kgo.Record) (any, error) {
 }
 
 func (h *dlPrepHandler) Handle(_ context.Context, _ *memfence.Tx, b *consumer.Batch) error {
+	h.mu.Lock()
+	for i, r := range b.Records { // the poison split keeps Prepared[i] for Records[i]
+		if len(b.Prepared) != len(b.Records) || b.Prepared[i] != "prepared:"+string(r.Value) {
+			h.violations = append(h.violations, fmt.Sprintf("offset %d: prepared %v", r.Offset, b.Prepared))
+		}
+	}
+	h.mu.Unlock()
 	for _, r := range b.Records {
 		if string(r.Value) == "bad" {
 			return b.Fail(r, errors.New("refused by the handler"))
@@ -59,7 +67,7 @@ func TestLanesDeadLetterBatchCarriesPrepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	for i, v := range []string{"1", "2", "bad", "3"} {
+	for i, v := range []string{"1", "2", "3", "bad", "4", "5"} {
 		r := &kgo.Record{Topic: "orders", Key: []byte(fmt.Sprintf("k%d", i%2)), Value: []byte(v)}
 		if err := cl.ProduceSync(context.Background(), r).FirstErr(); err != nil {
 			t.Fatal(err)
@@ -77,10 +85,13 @@ func TestLanesDeadLetterBatchCarriesPrepared(t *testing.T) {
 	waitFor(t, "the refused record dead-lettered", bound(30*time.Second), func() bool { return len(h.deadBatches()) > 0 })
 	waitFor(t, "every record applied", bound(30*time.Second), func() bool {
 		st, err := s.Load(context.Background(), fence.Key{Group: "g", Topic: "orders", Partition: 0})
-		return err == nil && st.Position == 3
+		return err == nil && st.Position == 5
 	})
 	if err := mb.stop(); err != nil {
 		t.Fatal(err)
+	}
+	if len(h.violations) > 0 {
+		t.Fatalf("Handle given misaligned results: %v", h.violations)
 	}
 	b := h.deadBatches()[0]
 	if len(b.Records) != 1 || string(b.Records[0].Value) != "bad" {
