@@ -29,6 +29,10 @@ import (
 // fence recovered), the records prepared by the handler built for the earlier token are
 // applied by the handler built for the new one, with those results in [Batch.Prepared].
 //
+// The consumer looks for Prepare on the handler the [Factory] returns: a wrapper must expose
+// its wrapped handler's Prepare (outboxconsumer.Handler and DeadLetters do), and a wrapper that
+// drops records from a batch must drop their Prepared results with them.
+//
 // Prepare's effects are not fenced: a record prepared and not yet applied when the partition
 // moves is prepared again by the next owner, and a zombie whose session expired keeps
 // preparing until it notices (its writes are refused). So Prepare must be safe to repeat and
