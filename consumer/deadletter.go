@@ -14,7 +14,8 @@ import (
 // dead-letter copy of a poison record into the fenced transaction itself, instead of the
 // consumer producing it to Kafka. The consumer calls DeadLetter inside the fenced transaction
 // that advances the fence over the poison record, with b holding that record alone (b.Key,
-// b.Token: the partition and the token the transaction is fenced with) and d the record the
+// b.Token: the partition and the token the transaction is fenced with; for a [Preparer],
+// b.Prepared its result, nil if its Prepare failed for good) and d the record the
 // consumer would have produced (the dead-letter topic, the poison record's key, value and
 // headers, and the baton.dlq.* headers). The copy commits with the fence advance or not at
 // all, so a zombie whose transaction the database ended (idle_in_transaction_session_timeout)

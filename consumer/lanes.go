@@ -21,6 +21,18 @@ import (
 // ctx is cancelled when this member loses the partition (or the partition stops); a revoke
 // waits for every Prepare to return, as it waits for Handle, so Prepare must honour ctx.
 //
+// The lanes run ahead of the writer: a key's next record may be prepared before Handle of its
+// previous one has committed (or even started), so Prepare must not read what Handle writes
+// for the key's earlier records; a step that depends on them belongs in Handle. A result may
+// also be applied under a later token than the one it was prepared under: when the partition
+// is re-claimed while its records are in the window (it was kept at a later generation, or its
+// fence recovered), the records prepared by the handler built for the earlier token are
+// applied by the handler built for the new one, with those results in [Batch.Prepared].
+//
+// The consumer looks for Prepare on the handler the [Factory] returns: a wrapper must expose
+// its wrapped handler's Prepare (outboxconsumer.Handler and DeadLetters do), and a wrapper that
+// drops records from a batch must drop their Prepared results with them.
+//
 // Prepare's effects are not fenced: a record prepared and not yet applied when the partition
 // moves is prepared again by the next owner, and a zombie whose session expired keeps
 // preparing until it notices (its writes are refused). So Prepare must be safe to repeat and

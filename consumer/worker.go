@@ -488,6 +488,9 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		}
 		w.tried = w.token
 		b := &Batch{Key: w.key, Token: w.token, Records: []*kgo.Record{r}}
+		if w.prepared != nil { // with a Preparer: r's result, nil if its Prepare failed for good
+			b.Prepared = []any{w.prepared[r.Offset]}
+		}
 		err := w.attempt("dead-letter", func() error {
 			if is(mutantDeadLetterFirst) {
 				if err := produce(w.ctx); err != nil {

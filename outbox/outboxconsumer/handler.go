@@ -20,11 +20,20 @@ import (
 // the batch commits with just the fence advance. A record without Baton's headers or without a
 // key is a poison record ([outbox.ErrNotBaton], [outbox.ErrNoKey]): the consumer dead-letters it and goes on.
 // If h takes dead letters itself (a consumer.DeadLetterer, such as [DeadLetters]' handler), so
-// does the returned handler.
+// does the returned handler; if h has a first stage (a consumer.Preparer, for consumer.Lanes),
+// so does the returned handler, and h receives the prepared results of the admitted records
+// only, b.Prepared[i] still b.Records[i]'s.
 func Handler[Tx any](in *outbox.Inbox[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
 	ih := inboxHandler[Tx]{in: in, h: h}
-	if dl, ok := h.(consumer.DeadLetterer[Tx]); ok {
+	dl, isDL := h.(consumer.DeadLetterer[Tx])
+	p, isP := h.(consumer.Preparer)
+	switch {
+	case isDL && isP:
+		return inboxDeadLettersPreparer[Tx]{inboxDeadLetters[Tx]{inboxHandler: ih, dl: dl}, p}
+	case isDL:
 		return inboxDeadLetters[Tx]{inboxHandler: ih, dl: dl}
+	case isP:
+		return inboxPreparer[Tx]{ih, p}
 	}
 	return ih
 }
@@ -36,7 +45,11 @@ type inboxHandler[Tx any] struct {
 
 func (ih inboxHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch) error {
 	kept := b.Records[:0:0]
-	for _, r := range b.Records {
+	// A batch of a consumer.Preparer carries Prepared[i] for Records[i]: filter them together,
+	// so the wrapped handler never applies a record with another record's prepared result.
+	aligned := b.Prepared != nil && len(b.Prepared) == len(b.Records) && !mutant.Is(mutant.InboxPreparedUnfiltered)
+	var prepared []any
+	for i, r := range b.Records {
 		v, err := ih.in.Admit(ctx, tx, r)
 		if errors.Is(err, outbox.ErrNotBaton) || errors.Is(err, outbox.ErrNoKey) {
 			return b.Fail(r, err)
@@ -46,6 +59,9 @@ func (ih inboxHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch)
 		}
 		if v == fence.Admitted {
 			kept = append(kept, r)
+			if aligned {
+				prepared = append(prepared, b.Prepared[i])
+			}
 		}
 	}
 	if len(kept) == 0 {
@@ -53,6 +69,9 @@ func (ih inboxHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch)
 	}
 	nb := *b
 	nb.Records = kept
+	if aligned {
+		nb.Prepared = prepared
+	}
 	return ih.h.Handle(ctx, tx, &nb)
 }
 
@@ -60,6 +79,18 @@ func (ih inboxHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch)
 type inboxDeadLetters[Tx any] struct {
 	inboxHandler[Tx]
 	dl consumer.DeadLetterer[Tx]
+}
+
+// inboxPreparer and inboxDeadLettersPreparer keep the wrapped handler's first stage
+// (consumer.Preparer) visible, so that consumer.Lanes still runs it.
+type inboxPreparer[Tx any] struct {
+	inboxHandler[Tx]
+	consumer.Preparer
+}
+
+type inboxDeadLettersPreparer[Tx any] struct {
+	inboxDeadLetters[Tx]
+	consumer.Preparer
 }
 
 func (h inboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer.Batch, d *kgo.Record) error {
@@ -82,12 +113,23 @@ func (h inboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer
 // for good (larger than the store's message bound, a dead-letter topic name Kafka refuses) is
 // a consumer.Permanent error: the consumer stops the partition with an ERROR rather than skip
 // the record. The result also wraps an inbox: DeadLetters(box, Handler(in, h)) and
-// Handler(in, DeadLetters(box, h)) are the same.
+// Handler(in, DeadLetters(box, h)) are the same. If h has a first stage (a consumer.Preparer,
+// for consumer.Lanes), so does the returned handler.
 func DeadLetters[Tx any](box outbox.Appender[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
 	if mutant.Is(mutant.DeadLetterDirect) {
 		return h
 	}
-	return outboxDeadLetters[Tx]{h: h, box: box}
+	o := outboxDeadLetters[Tx]{h: h, box: box}
+	if p, ok := h.(consumer.Preparer); ok {
+		return outboxDeadLettersPreparer[Tx]{o, p}
+	}
+	return o
+}
+
+// outboxDeadLettersPreparer keeps the wrapped handler's consumer.Preparer visible.
+type outboxDeadLettersPreparer[Tx any] struct {
+	outboxDeadLetters[Tx]
+	consumer.Preparer
 }
 
 type outboxDeadLetters[Tx any] struct {
@@ -98,6 +140,11 @@ type outboxDeadLetters[Tx any] struct {
 var (
 	_ consumer.DeadLetterer[any] = outboxDeadLetters[any]{}
 	_ consumer.DeadLetterer[any] = inboxDeadLetters[any]{}
+	_ consumer.DeadLetterer[any] = inboxDeadLettersPreparer[any]{}
+	_ consumer.DeadLetterer[any] = outboxDeadLettersPreparer[any]{}
+	_ consumer.Preparer          = inboxPreparer[any]{}
+	_ consumer.Preparer          = inboxDeadLettersPreparer[any]{}
+	_ consumer.Preparer          = outboxDeadLettersPreparer[any]{}
 )
 
 func (o outboxDeadLetters[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch) error {

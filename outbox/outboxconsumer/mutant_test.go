@@ -14,6 +14,7 @@ func init() { mutanttest.Init() }
 // killer needs PostgreSQL (and skips without it, which the run reports as not caught).
 func TestMutants(t *testing.T) {
 	mutanttest.Run(t, map[string][]string{
-		mutant.DeadLetterDirect: {"TestZombieDeadLetterThroughTheOutbox"},
+		mutant.DeadLetterDirect:        {"TestZombieDeadLetterThroughTheOutbox"},
+		mutant.InboxPreparedUnfiltered: {"TestInboxKeepsPreparedAligned"},
 	}, 3*time.Minute)
 }

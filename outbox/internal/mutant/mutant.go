@@ -23,6 +23,11 @@ const (
 	DeadLetterDirect     = "DeadLettersBypassTheOutbox"     // outboxconsumer.DeadLetters leaves the copy to the consumer's direct produce
 )
 
+// Appended by the lanes review (rev-lanes).
+const (
+	InboxPreparedUnfiltered = "InboxPreparedNotFilteredWithRecords" // outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared
+)
+
 var active string
 
 // Set builds the mutant named m (empty: none). Tests only.

@@ -1,0 +1,116 @@
+package outboxconsumer_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/batonhq/baton/consumer"
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/outboxconsumer"
+)
+
+// prepHandler is a two-stage handler (consumer.Preparer) that records what reaches Handle.
+type prepHandler struct {
+	records  []*kgo.Record
+	prepared []any
+}
+
+func (h *prepHandler) Prepare(_ context.Context, r *kgo.Record) (any, error) {
+	return "prepared:" + string(r.Value), nil
+}
+
+func (h *prepHandler) Handle(_ context.Context, _ int, b *consumer.Batch) error {
+	h.records, h.prepared = b.Records, b.Prepared
+	return nil
+}
+
+// seqKeyed is a KeyedSink that admits every sequence except those in dup (a relay's re-publish).
+type seqKeyed struct{ dup map[int64]bool }
+
+func (s seqKeyed) Admit(_ context.Context, _ int, _, _ string, _ fence.Token, seq int64) (fence.Verdict, error) {
+	if s.dup[seq] {
+		return fence.Duplicate, nil
+	}
+	return fence.Admitted, nil
+}
+
+func envelopeRecord(offset, seq int64) *kgo.Record {
+	return &kgo.Record{Topic: "in", Partition: 0, Offset: offset, Key: []byte("k"), Value: []byte(strconv.FormatInt(seq, 10)),
+		Headers: []kgo.RecordHeader{
+			{Key: outbox.HeaderToken, Value: []byte("1.1")},
+			{Key: outbox.HeaderSeq, Value: []byte(strconv.FormatInt(seq, 10))},
+			{Key: outbox.HeaderSource, Value: []byte("g/src/0")},
+		}}
+}
+
+// The wrappers keep a wrapped consumer.Preparer visible: without it consumer.Lanes silently
+// runs the plain path (Prepare never called, Batch.Prepared nil, which a Handle that indexes
+// it panics on).
+func TestWrappersKeepPreparer(t *testing.T) {
+	in, err := outbox.NewInbox[int]("r", seqKeyed{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := &appendLog{}
+	h := &prepHandler{}
+	for i, w := range []consumer.Handler[int]{
+		outboxconsumer.Handler(in, h),
+		outboxconsumer.DeadLetters[int](box, h),
+		outboxconsumer.Handler(in, outboxconsumer.DeadLetters[int](box, h)),
+		outboxconsumer.DeadLetters[int](box, outboxconsumer.Handler(in, h)),
+	} {
+		p, ok := w.(consumer.Preparer)
+		if !ok {
+			t.Errorf("wrapper %d (%T) hides the wrapped handler's Prepare", i, w)
+			continue
+		}
+		v, err := p.Prepare(context.Background(), &kgo.Record{Value: []byte("x")})
+		if err != nil || v != "prepared:x" {
+			t.Errorf("wrapper %d: Prepare returned %v, %v", i, v, err)
+		}
+		if i > 0 {
+			if _, ok := w.(consumer.DeadLetterer[int]); !ok {
+				t.Errorf("wrapper %d (%T) lost DeadLetter", i, w)
+			}
+		}
+	}
+	if _, ok := outboxconsumer.Handler(in, consumer.HandlerFunc[int](func(context.Context, int, *consumer.Batch) error { return nil })).(consumer.Preparer); ok {
+		t.Error("Handler(in, h) has a Prepare though h has none")
+	}
+}
+
+// The inbox drops a duplicate from the batch: its prepared result goes with it, so the
+// wrapped handler gets Prepared[i] for Records[i] (before the fix the full Prepared slice was
+// passed with the filtered Records: record seq 3 was handed seq 2's result).
+func TestInboxKeepsPreparedAligned(t *testing.T) {
+	in, err := outbox.NewInbox[int]("r", seqKeyed{dup: map[int64]bool{2: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &prepHandler{}
+	w := outboxconsumer.Handler(in, h)
+	b := &consumer.Batch{Key: fence.Key{Group: "g", Topic: "in", Partition: 0}, Token: fence.Token{Era: 1, Epoch: 1}}
+	for i := int64(1); i <= 4; i++ {
+		b.Records = append(b.Records, envelopeRecord(i+9, i))
+		b.Prepared = append(b.Prepared, fmt.Sprintf("prepared:%d", i))
+	}
+	if err := w.Handle(context.Background(), 0, b); err != nil {
+		t.Fatal(err)
+	}
+	if len(h.records) != 3 || len(h.prepared) != len(h.records) {
+		t.Fatalf("handler got %d records and %d prepared results, want 3 and 3", len(h.records), len(h.prepared))
+	}
+	for i, r := range h.records {
+		if want := "prepared:" + string(r.Value); h.prepared[i] != want {
+			t.Errorf("record seq %s handed %v, want %s", r.Value, h.prepared[i], want)
+		}
+	}
+	if len(b.Records) != 4 || len(b.Prepared) != 4 || b.Prepared[1] != "prepared:2" {
+		t.Errorf("the consumer's batch was modified: %d records, prepared %v", len(b.Records), b.Prepared)
+	}
+}
