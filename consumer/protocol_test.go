@@ -705,6 +705,7 @@ var mutants = map[string][]string{
 	"RecoverConflictRetriedSame":      {"TestRecoverConflictReloads"},
 	"HandlerErrorReadAsVerdict":       {"TestHandlerErrorWrappingAFenceSentinelIsRetried"},
 	"RelayStaleNotReclaimed":          {"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
+	"DeadLetterErrorReadAsVerdict":    {"TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built
