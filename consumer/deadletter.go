@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -35,6 +36,10 @@ func deadLetterRecord(topic string, r *kgo.Record, cause error, k fence.Key, t f
 		Headers: deadLetterHeaders(r, cause, k, t)}
 }
 
+// maxDeadLetterReason bounds the baton.dlq.reason header: the cause's message, cut at a rune
+// boundary.
+const maxDeadLetterReason = 1024
+
 // deadLetterHeaders returns the headers of r's dead-letter copy: r's own headers without any
 // baton.dlq.* header (a producer cannot forge where a record came from or why it was
 // dead-lettered: every baton.dlq.* header of the copy is Baton's, exactly once), then Baton's.
@@ -48,6 +53,16 @@ func deadLetterHeaders(r *kgo.Record, cause error, k fence.Key, t fence.Token) [
 	reason := "unknown"
 	if cause != nil {
 		reason = cause.Error()
+	}
+	if len(reason) > maxDeadLetterReason {
+		// A handler's error may quote the record: unbounded, the copy would be up to twice
+		// the record's size, over the outbox's message bound or the producer's for a record
+		// the source topic took, and the partition would stop (or stall) on it.
+		n := maxDeadLetterReason
+		for n > 0 && !utf8.RuneStart(reason[n]) {
+			n--
+		}
+		reason = reason[:n]
 	}
 	return append(hs,
 		kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(reason)},
