@@ -25,6 +25,12 @@ import (
 // An error rolls the transaction back; it is retried like a handler's error, except that an
 // error marked [Permanent] (a copy the handler's store can never take) stops the partition
 // with an ERROR log. It is never called concurrently for the same partition.
+//
+// The consumer looks for DeadLetterer on the handler the factory returns, not through it: a
+// wrapper around outboxconsumer.DeadLetters' handler that does not implement DeadLetterer
+// itself (a [HandlerFunc], an application's middleware) silently turns dead letters back
+// into direct produces, unfenced against a paused member (the "poison record dead-lettered"
+// log says in_tx=false). Wrap outside-in: middleware first, DeadLetters outermost.
 type DeadLetterer[Tx any] interface {
 	DeadLetter(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error
 }

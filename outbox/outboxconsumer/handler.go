@@ -82,7 +82,11 @@ func (h inboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer
 // for good (larger than the store's message bound, a dead-letter topic name Kafka refuses) is
 // a consumer.Permanent error: the consumer stops the partition with an ERROR rather than skip
 // the record. The result also wraps an inbox: DeadLetters(box, Handler(in, h)) and
-// Handler(in, DeadLetters(box, h)) are the same.
+// Handler(in, DeadLetters(box, h)) are the same. Neither wrapper forwards h's other optional
+// interfaces: a consumer.Preparer h loses its lanes. A dead-letter topic that stays missing
+// or unauthorized for the relay's GiveUpAfter does not stall the partition as a direct
+// produce does: the relay sets the copy aside as an undeliverable row (outbox's "Undeliverable
+// rows").
 func DeadLetters[Tx any](box outbox.Appender[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
 	if mutant.Is(mutant.DeadLetterDirect) {
 		return h
