@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -25,6 +26,12 @@ import (
 // An error rolls the transaction back; it is retried like a handler's error, except that an
 // error marked [Permanent] (a copy the handler's store can never take) stops the partition
 // with an ERROR log. It is never called concurrently for the same partition.
+//
+// The consumer looks for DeadLetterer on the handler the factory returns, not through it: a
+// wrapper around outboxconsumer.DeadLetters' handler that does not implement DeadLetterer
+// itself (a [HandlerFunc], an application's middleware) silently turns dead letters back
+// into direct produces, unfenced against a paused member (the "poison record dead-lettered"
+// log says in_tx=false). Wrap outside-in: middleware first, DeadLetters outermost.
 type DeadLetterer[Tx any] interface {
 	DeadLetter(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error
 }
@@ -35,6 +42,10 @@ func deadLetterRecord(topic string, r *kgo.Record, cause error, k fence.Key, t f
 	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp,
 		Headers: deadLetterHeaders(r, cause, k, t)}
 }
+
+// maxDeadLetterReason bounds the baton.dlq.reason header: the cause's message, cut at a rune
+// boundary.
+const maxDeadLetterReason = 1024
 
 // deadLetterHeaders returns the headers of r's dead-letter copy: r's own headers without any
 // baton.dlq.* header (a producer cannot forge where a record came from or why it was
@@ -49,6 +60,16 @@ func deadLetterHeaders(r *kgo.Record, cause error, k fence.Key, t fence.Token) [
 	reason := "unknown"
 	if cause != nil {
 		reason = cause.Error()
+	}
+	if len(reason) > maxDeadLetterReason {
+		// A handler's error may quote the record: unbounded, the copy would be up to twice
+		// the record's size, over the outbox's message bound or the producer's for a record
+		// the source topic took, and the partition would stop (or stall) on it.
+		n := maxDeadLetterReason
+		for n > 0 && !utf8.RuneStart(reason[n]) {
+			n--
+		}
+		reason = reason[:n]
 	}
 	return append(hs,
 		kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(reason)},

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -41,6 +42,13 @@ func FuzzDeadLetterHeaders(f *testing.F) {
 		for _, h := range out {
 			if strings.HasPrefix(strings.ToLower(h.Key), "baton.dlq.") {
 				seen[h.Key]++
+				if h.Key == consumer.HeaderDLQReason {
+					if !strings.HasPrefix(reason, string(h.Value)) || len(h.Value) > consumer.MaxDeadLetterReason ||
+						len(reason) <= consumer.MaxDeadLetterReason && string(h.Value) != reason {
+						t.Fatalf("reason %q of %q: want the reason cut to at most %d bytes", h.Value, reason, consumer.MaxDeadLetterReason)
+					}
+					continue
+				}
 				if w, ok := want[h.Key]; !ok || w != string(h.Value) {
 					t.Fatalf("header %q = %q, want Baton's %q", h.Key, h.Value, w)
 				}
@@ -68,4 +76,25 @@ func FuzzDeadLetterHeaders(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A handler's error quoting a large poison record does not make its dead-letter copy twice the
+// record's size (over the outbox's message bound, or the producer's, for a record the source
+// topic took, which would stop or stall the partition): the reason header is bounded, cut at a
+// rune boundary (rev-dlq review).
+func TestDeadLetterReasonIsBounded(t *testing.T) {
+	value := strings.Repeat("é", 300_000) // 600 kB
+	r := &kgo.Record{Topic: "orders", Value: []byte(value)}
+	cause := errors.New("cannot decode " + strconv.Quote(value))
+	hs := consumer.DeadLetterHeaders(r, cause, fence.Key{Group: "g", Topic: "orders"}, fence.Token{Era: 1, Epoch: 1})
+	size := 0
+	for _, h := range hs {
+		size += len(h.Key) + len(h.Value)
+		if h.Key == consumer.HeaderDLQReason && (!utf8.Valid(h.Value) || !strings.HasPrefix(cause.Error(), string(h.Value))) {
+			t.Fatalf("reason cut inside a rune or not a prefix of the cause: %q", h.Value[max(0, len(h.Value)-8):])
+		}
+	}
+	if size > 2*consumer.MaxDeadLetterReason {
+		t.Fatalf("the copy's headers hold %d bytes for a %d-byte record; want the reason bounded", size, len(value))
+	}
 }

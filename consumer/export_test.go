@@ -8,3 +8,6 @@ var DeadLetterHeaders = deadLetterHeaders
 // SkewWatchdog moves the watchdog's clock of every consumer by d until a watchdog fires (0
 // restores it).
 func SkewWatchdog(d time.Duration) { watchdogSkew.Store(int64(d)) }
+
+// MaxDeadLetterReason exposes the bound of the baton.dlq.reason header.
+const MaxDeadLetterReason = maxDeadLetterReason

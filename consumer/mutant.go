@@ -33,3 +33,8 @@ func is(m string) bool { return mutant != "" && mutant == m }
 const (
 	mutantDeadLetterDirect = "DeadLetterProducedDirectly" // a DeadLetterer handler bypassed: the copy produced to Kafka inside the transaction
 )
+
+// Appended by the review of the dead-letter work (rev-dlq).
+const (
+	mutantDeadLetterVerdict = "DeadLetterErrorReadAsVerdict" // a DeadLetterer's error wrapping a fence sentinel taken for the sink's verdict
+)

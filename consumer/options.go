@@ -160,7 +160,10 @@ func MaxInflight(n int) Option {
 // auto-created): until the dead-letter produce succeeds, the partition retries and stalls
 // observably rather than dropping the record. With a handler that is a [DeadLetterer]
 // (outboxconsumer.DeadLetters), the copy to this topic is written in the fenced transaction
-// instead, and the outbox's relay produces it.
+// instead, and the outbox's relay produces it: the partition goes on at once, and a topic that
+// stays missing (or unauthorized) for the relay's GiveUpAfter makes the relay set the copy
+// aside as an undeliverable outbox row (kept with its reason, not re-driven automatically)
+// instead of stalling the partition.
 func DeadLetterTopic(name string) Option {
 	return func(c *config) error {
 		if err := validTopic(name); err != nil {

@@ -706,6 +706,7 @@ var mutants = map[string][]string{
 	"HandlerErrorReadAsVerdict":       {"TestHandlerErrorWrappingAFenceSentinelIsRetried"},
 	"RelayStaleNotReclaimed":          {"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
 	"WatchdogOff":                     {"TestWatchdogStopsAnExpiredMember"},
+	"DeadLetterErrorReadAsVerdict":    {"TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

@@ -511,25 +511,32 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 			})
 		})
 		var se *fence.StaleError
+		// The sink's own verdict only: a DeadLetterer's error (a handlerError) wrapping a
+		// fence sentinel is the handler's, and read as ErrDuplicate it would skip X with no
+		// dead letter (TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict).
+		v := sinkVerdict(err)
+		if is(mutantDeadLetterVerdict) {
+			v = err
+		}
 		switch {
 		case err == nil:
 			w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
 			w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "in_tx", viaTx, "reason", cause)...)
 			w.advanced(r)
 			return true
-		case errors.Is(err, fence.ErrDuplicate):
+		case errors.Is(v, fence.ErrDuplicate):
 			w.advanced(r)
 			return true
-		case errors.As(err, &se):
+		case errors.As(v, &se):
 			w.refused(err)
 			if !w.resettle(claimInput{Event: evWriteStale, Stored: se.Stored}) {
 				return false
 			}
-		case errors.Is(err, fence.ErrNotClaimed):
+		case errors.Is(v, fence.ErrNotClaimed):
 			if !w.resettle(claimInput{Event: evStart}) {
 				return false
 			}
-		case sinkVerdict(err) != nil && w.ctx.Err() == nil:
+		case v != nil && w.ctx.Err() == nil:
 			return w.stuck("dead-letter", err) // ErrInvalid (a later era than the stored one): loudly
 		case IsPermanent(err) && w.ctx.Err() == nil:
 			// The handler's store can never take this copy (too large for its outbox, say):

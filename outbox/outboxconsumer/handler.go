@@ -114,7 +114,10 @@ func (h inboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer
 // a consumer.Permanent error: the consumer stops the partition with an ERROR rather than skip
 // the record. The result also wraps an inbox: DeadLetters(box, Handler(in, h)) and
 // Handler(in, DeadLetters(box, h)) are the same. If h has a first stage (a consumer.Preparer,
-// for consumer.Lanes), so does the returned handler.
+// for consumer.Lanes), so does the returned handler. A dead-letter topic that stays missing
+// or unauthorized for the relay's GiveUpAfter does not stall the partition as a direct
+// produce does: the relay sets the copy aside as an undeliverable row (outbox's "Undeliverable
+// rows").
 func DeadLetters[Tx any](box outbox.Appender[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
 	if mutant.Is(mutant.DeadLetterDirect) {
 		return h
