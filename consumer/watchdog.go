@@ -247,6 +247,8 @@ func (r *run[Tx]) revive() {
 		w := newWorker(r, old.id, old.cs.Epoch)
 		w.claimant = old.claimant
 		w.late = true
+		w.revived = true
+		w.from = old.from
 		// The partition is paused (by the watchdog); it stays paused, now for the claim,
 		// until claimResolved seeks it to the sink's position.
 		w.pause = pauseClaiming
