@@ -355,6 +355,7 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 		for _, p := range ps {
 			k := partition.ID{Topic: topic, Partition: p}
 			if old := r.workers[k]; old != nil { // franz-go revokes before reassigning; be safe anyway
+				old.stopping = true
 				r.mu.Unlock()
 				r.stop(old)
 				r.mu.Lock()
@@ -416,6 +417,7 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 		for _, p := range ps {
 			k := partition.ID{Topic: topic, Partition: p}
 			if w := r.workers[k]; w != nil {
+				w.stopping = true // the watchdog's revive must not replace it (ReviveRacesRevoke)
 				ws = append(ws, w)
 			}
 			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, why))
@@ -463,6 +465,7 @@ func (r *run[Tx]) stopAll() {
 	r.mu.Lock()
 	var ws []*worker[Tx]
 	for _, w := range r.workers {
+		w.stopping = true
 		ws = append(ws, w)
 	}
 	r.mu.Unlock()

@@ -44,6 +44,9 @@ type worker[Tx any] struct {
 	// has passed it, so a revived worker whose sink holds no position must seek back to it.
 	from    int64
 	revived bool // started by the watchdog's revive, on its predecessor's fetch cursor
+	// stopping: a revoke, a loss, a reassignment or Run's end picked this worker to stop
+	// (set under run.mu), so the watchdog's revive must not replace it with a successor.
+	stopping bool
 
 	paused   atomic.Bool  // pause != 0, readable without run.mu
 	inflight atomic.Int64 // records handed to this worker and not yet done
