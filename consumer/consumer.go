@@ -273,6 +273,9 @@ func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Reco
 		r.mu.Unlock()
 		return
 	}
+	if w.from < 0 {
+		w.from = recs[0].Offset
+	}
 	// Counted under mu so that removal, also under mu, accounts for everything it strands.
 	if w.inflight.Add(n) >= int64(r.c.cfg.maxInflightPart) {
 		r.setPause(w, pauseBackpressure, true)
@@ -359,6 +362,7 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 		for _, p := range ps {
 			k := partition.ID{Topic: topic, Partition: p}
 			if old := r.workers[k]; old != nil { // franz-go revokes before reassigning; be safe anyway
+				old.stopping = true
 				r.mu.Unlock()
 				r.stop(old)
 				r.mu.Lock()
@@ -422,6 +426,7 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 		for _, p := range ps {
 			k := partition.ID{Topic: topic, Partition: p}
 			if w := r.workers[k]; w != nil {
+				w.stopping = true // the watchdog's revive must not replace it (ReviveRacesRevoke)
 				ws = append(ws, w)
 			}
 			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, why))
@@ -469,6 +474,7 @@ func (r *run[Tx]) stopAll() {
 	r.mu.Lock()
 	var ws []*worker[Tx]
 	for _, w := range r.workers {
+		w.stopping = true
 		ws = append(ws, w)
 	}
 	r.mu.Unlock()
@@ -487,11 +493,21 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 	if w.removed {
 		return
 	}
-	if ok && w.position != fence.NoPosition {
+	seek := int64(-1)
+	switch {
+	case ok && w.position != fence.NoPosition:
 		// Inside OnPartitionsAssigned franz-go records this seek against the offset fetch
 		// it is about to make and lets it win over the committed offset; after a late
 		// claim the partition is still paused, so nothing was fetched from elsewhere.
-		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: w.position + 1}}})
+		seek = w.position + 1
+	case ok && w.revived && w.from >= 0:
+		// A worker the watchdog restarted inherits the client's fetch cursor, which passed
+		// every record its predecessor was handed and dropped; the sink applied none of
+		// them, so fetching goes back to the first (finding ReviveSkipsUnappliedRecords).
+		seek = w.from
+	}
+	if seek >= 0 {
+		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: seek}}})
 	}
 	if !ok {
 		r.setPause(w, pauseIdle, true)

@@ -224,12 +224,16 @@ func (r *run[Tx]) expire(ctx context.Context, since time.Duration, stops metric.
 // revive restarts the workers the watchdog stopped whose partitions are still assigned to
 // this member: the coordinator answered again and franz-go did not take them away. The new
 // worker is the same claimant at the same epoch, started only after the old one returned (no
-// two incarnations of one claimant run at once); it claims and verifies before any write.
+// two incarnations of one claimant run at once); it claims and verifies before any write. A
+// worker that a revoke, a loss, a reassignment or Run's end picked to stop is never revived,
+// whichever of the two takes run.mu first after it returns (so the rebalance barrier holds);
+// a revived worker with no position in the sink seeks back to the first record its
+// predecessors were handed, which the client's fetch cursor has passed.
 func (r *run[Tx]) revive() {
 	r.mu.Lock()
 	var olds []*worker[Tx]
 	for _, w := range r.workers {
-		if w.expired && !w.removed {
+		if w.expired && !w.removed && !w.stopping {
 			olds = append(olds, w)
 		}
 	}
@@ -238,7 +242,7 @@ func (r *run[Tx]) revive() {
 	for _, old := range olds {
 		<-old.done
 		r.mu.Lock()
-		if old.removed || r.workers[old.id] != old {
+		if old.removed || old.stopping || r.workers[old.id] != old {
 			r.mu.Unlock()
 			continue
 		}
@@ -247,6 +251,8 @@ func (r *run[Tx]) revive() {
 		w := newWorker(r, old.id, old.cs.Epoch)
 		w.claimant = old.claimant
 		w.late = true
+		w.revived = true
+		w.from = old.from
 		// The partition is paused (by the watchdog); it stays paused, now for the claim,
 		// until claimResolved seeks it to the sink's position.
 		w.pause = pauseClaiming

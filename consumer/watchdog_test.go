@@ -215,3 +215,45 @@ func TestWatchdogRestartsAPartitionStillAssigned(t *testing.T) {
 		t.Errorf("baton.consumer.recoveries = %d, want 0: the restart claimed as another claimant", got)
 	}
 }
+
+// Review finding "ReviveSkipsUnappliedRecords" (fixed): a false expiry during the partition's very
+// first batch (the sink holds no position for it yet). The old worker's whole fetch was
+// dispatched to it and dropped when it stopped; the revived worker's claim finds no
+// position, so claimResolved does not seek, and fetching resumes at the client's cursor,
+// past the dropped records: they are never applied (and once a later record is, the sink's
+// position covers them for good).
+func TestWatchdogRestartWithNoPositionKeepsEveryRecord(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	const keys, n = 4, 25
+	produceSeq(t, brokers, "orders", keys, 1, n)
+	store := newStore(t)
+	var fired, restarted atomic.Bool
+	var calls atomic.Int64
+	f := newFolder()
+	f.block = func(ctx context.Context, _ *consumer.Batch) error {
+		if calls.Add(1) == 1 { // the first batch ever: stays in flight until the watchdog fires
+			consumer.SkewWatchdog(time.Hour)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(30 * time.Second):
+				return nil
+			}
+		}
+		return nil
+	}
+	log := slog.New(logSpy{Handler: logSpy{Handler: quiet.Handler(), want: "group session expired", seen: &fired}, want: "restarted them", seen: &restarted})
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
+		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log),
+		consumer.MaxInflightPerPartition(1), consumer.MaxInflight(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.SkewWatchdog(0)
+	ma := start(t, a)
+	defer func() { _ = ma.stop() }()
+	waitFor(t, "the watchdog fires", 30*time.Second, fired.Load)
+	waitFor(t, "the watchdog restarts the partition", 30*time.Second, restarted.Load)
+	waitFor(t, "A applies everything", 20*time.Second, allApplied(store, keys, n))
+	checkFold(t, store, keys, n)
+}

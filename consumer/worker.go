@@ -39,6 +39,14 @@ type worker[Tx any] struct {
 	claimDone bool
 	pause     int
 	expired   bool // stopped by the watchdog (the session expired)
+	// from is the offset of the first record dispatched to this worker (or, for a worker
+	// the watchdog revived, to its predecessors), -1 before any: the client's fetch cursor
+	// has passed it, so a revived worker whose sink holds no position must seek back to it.
+	from    int64
+	revived bool // started by the watchdog's revive, on its predecessor's fetch cursor
+	// stopping: a revoke, a loss, a reassignment or Run's end picked this worker to stop
+	// (set under run.mu), so the watchdog's revive must not replace it with a successor.
+	stopping bool
 
 	paused   atomic.Bool  // pause != 0, readable without run.mu
 	inflight atomic.Int64 // records handed to this worker and not yet done
@@ -66,6 +74,7 @@ func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 		done:     make(chan struct{}),
 		claimed:  make(chan struct{}),
 		position: fence.NoPosition,
+		from:     -1,
 		cs:       claimState{Epoch: epoch, Recover: r.c.cfg.recoverRegressions},
 	}
 }
