@@ -182,6 +182,8 @@
 //   - The watchdog judges the session by the client's clock: the coordinator's timer and this
 //     process's must run at the same rate. A member whose process is paused (a GC pause, a
 //     stopped VM) pauses its watchdog too; the fence is what stops its writes.
+//   - The watchdog watches classic groups only: a KIP-848 group's session timeout is the
+//     broker's and is not sent to the client (DESIGN.md, "What Baton does not cover").
 //   - KIP-848 groups ([GroupProtocol]("consumer"), [AssignmentEpochs]) are proven on Kafka 4.3+
 //     (KIP-1251's per-partition assignment epochs); the default stays the classic protocol. A
 //     restarted static member of a KIP-848 group comes back at its predecessor's epoch and goes

@@ -183,7 +183,11 @@ func (r *run[Tx]) watchSession(cl *kgo.Client, d *watchdog) (stop func()) {
 	d.interval, _ = cl.OptValue(kgo.HeartbeatInterval).(time.Duration)
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
-	if d.session <= 0 || is(mutantWatchdogOff) {
+	// A KIP-848 group's session timeout and heartbeat interval are the broker's
+	// (group.consumer.session.timeout.ms), and the client is never told the session timeout:
+	// judged by the client's values, the watchdog would fire on a live session or late. It
+	// watches classic groups only.
+	if d.session <= 0 || r.c.cfg.protocol == ProtocolConsumer || is(mutantWatchdogOff) {
 		close(done)
 		return cancel
 	}
