@@ -213,7 +213,7 @@
 // Run starts the Kafka client from Baton's own defaults, which [Kafka] options override:
 // the cooperative-sticky balancer and a 500ms heartbeat interval (franz-go's 3s), because the
 // other members learn that one left or expired only from their next heartbeat. The session
-// timeout stays franz-go's 45s: a crash takeover takes the session timeout plus at most a
+// timeout stays franz-go's 45s: a crash takeover takes the session timeout plus about a
 // heartbeat interval, a graceful one (Run's ctx cancelled: the member leaves the group) about
 // half a second. 'baton bench handover' measures both on a real broker. A static member (kgo.InstanceID) does not leave the group when it stops, so a
 // restart within the session timeout gets its partitions back without a rebalance.

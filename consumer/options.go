@@ -290,7 +290,7 @@ func GroupProtocol(name string) Option {
 // 500ms brings it under a second, for two heartbeats a second per member. The fetch max wait
 // and the metadata min age, also suspects, made no measured difference (franz-go restarts its
 // fetch session when partitions are assigned) and stay franz-go's. So does the session
-// timeout (45s, Kafka's default): a crash takeover takes it plus at most a heartbeat
+// timeout (45s, Kafka's default): a crash takeover takes it plus about a heartbeat
 // interval; set kgo.SessionTimeout for faster takeovers at the risk of expiring members that
 // pause. Measured by 'baton bench handover' (see Handovers in the package documentation).
 func kafkaDefaults() []kgo.Opt {
