@@ -35,6 +35,7 @@ invariant is violated.
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
 	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated: "+kinds())
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
+	fs.DurationVar(&cfg.For, "for", 0, "stop injecting faults after this long (0: no bound), then settle and check")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")
 	fs.DurationVar(&cfg.Settle, "settle", 90*time.Second, "bound for applying the backlog after the last fault")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 3*time.Second, "workers' Kafka session timeout")

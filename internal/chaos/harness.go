@@ -75,9 +75,12 @@ type Config struct {
 	Workload  Workload
 	Rate      int // records produced per second; default 2000
 	Faults    []FaultKind
-	NumFaults int           // faults to inject; default len(Faults)*3
-	Seed      int64         // picks targets and order
-	Settle    time.Duration // bound for applying everything after the last fault; default 90s
+	NumFaults int // faults to inject; default len(Faults)*3
+	// For, if positive, bounds the time spent injecting faults: no fault starts after it (a
+	// soak stopped at a deadline still settles and gets its verdict).
+	For    time.Duration
+	Seed   int64         // picks targets and order
+	Settle time.Duration // bound for applying everything after the last fault; default 90s
 
 	Brokers []string
 	// Kafka are extra client options for the harness's own clients (creating topics, producing

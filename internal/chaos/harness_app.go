@@ -86,7 +86,12 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 // injectAll injects the configured faults one after another.
 func (h *harness) injectAll(ctx context.Context) {
 	cfg := h.cfg
+	start := time.Now()
 	for i := 0; i < cfg.NumFaults && ctx.Err() == nil; i++ {
+		if cfg.For > 0 && time.Since(start) >= cfg.For {
+			h.progress("fault injection stopped after %s: %d of %d faults injected", cfg.For, i, cfg.NumFaults)
+			break
+		}
 		kind := cfg.Faults[i%len(cfg.Faults)]
 		if i >= len(cfg.Faults) {
 			kind = cfg.Faults[h.rng.Intn(len(cfg.Faults))]
