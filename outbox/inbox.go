@@ -164,6 +164,9 @@ func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.V
 // readable form always contains "|", the hashed one never, so the two cannot collide.
 func admissionScope(name string, src fence.Key, topic string, partition int32) string {
 	s := name + "|" + src.String() + "|" + topic + "/" + strconv.FormatInt(int64(partition), 10)
+	if isMutant(mutantInboxScopeNoDestination) {
+		s = name + "|" + src.String()
+	}
 	if len(s) > fence.MaxIdentifierLen || !utf8.ValidString(s) {
 		sum := sha256.Sum256([]byte(s))
 		return "h:" + hex.EncodeToString(sum[:])
