@@ -88,17 +88,20 @@ func (h *harness) committedBy(ctx context.Context, w held, cond string, wait tim
 func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 	st := h.cfg.SessionTimeout
 	h.primeLoad(ctx)
-	p := h.pickWriter(ctx)
-	if p == nil {
-		f.Detail = "no worker alive"
-		return
+	var p *proc
+	var w held
+	err := errors.New("no worker alive")
+	for try := 0; try < 3 && err != nil; try++ { // a writer that lost its partitions meanwhile: another
+		if p = h.pickWriter(ctx); p == nil {
+			break
+		}
+		w, err = h.holdWrite(ctx, p, syscall.SIGUSR1, OutcomeFrozen)
 	}
-	f.Target = p.id
-	w, err := h.holdWrite(ctx, p, syscall.SIGUSR1, OutcomeFrozen)
 	if err != nil {
 		f.Detail = err.Error()
 		return
 	}
+	f.Target = p.id
 	resumed := false
 	resume := func() {
 		if !resumed {
@@ -263,10 +266,14 @@ func (h *harness) primeLoad(ctx context.Context) {
 	}
 	h.primed = true
 	group := h.cfg.Group + "-filler"
-	// Offsets of a topic that does not exist, 1000 partitions a request: the coordinator stores
-	// them as it stores any (no consumer ever reads them) and loads every one.
+	// Offsets of a filler topic of 100 partitions (never produced to), 100 records a request:
+	// the coordinator loads every one.
 	topic := h.cfg.Topic + "-filler"
-	const parts = 1000
+	const parts = 100
+	if resp, err := h.adm.CreateTopic(ctx, parts, 1, nil, topic); err != nil || resp.Err != nil {
+		h.progress("filling the coordinator's log: create %s: %v", topic, errors.Join(err, resp.Err))
+		return
+	}
 	rounds := (h.cfg.LoadFiller + parts - 1) / parts
 	var wg sync.WaitGroup
 	next := atomic.Int64{}
@@ -283,12 +290,19 @@ func (h *harness) primeLoad(ctx context.Context) {
 				for p := 0; p < parts; p++ {
 					offs.Add(kadm.Offset{Topic: topic, Partition: int32(p), At: i, LeaderEpoch: -1, Metadata: "chaos load filler"})
 				}
-				resp, err := h.adm.CommitOffsets(ctx, group, offs)
-				if err == nil {
-					err = resp.Error()
-				}
-				if err != nil {
-					h.progress("filling the coordinator's log: %v", err)
+				for try := 0; ; try++ { // the new topic's metadata may not have reached every broker yet
+					resp, err := h.adm.CommitOffsets(ctx, group, offs)
+					if err == nil {
+						err = resp.Error()
+					}
+					if err == nil || ctx.Err() != nil {
+						break
+					}
+					if try == 50 {
+						h.progress("filling the coordinator's log: %v", err)
+						return
+					}
+					sleep(ctx, 200*time.Millisecond)
 				}
 			}
 		}()
@@ -383,8 +397,9 @@ func (l *brokerLog) scan() []*loadLine {
 // assignment at the same generation (no rebalance); once the replacement has written to the
 // frozen worker's partition, the frozen one is resumed (its held write and the next ones are
 // a zombie's), then stopped. Proven by the group's member ids (the instance's changed, no
-// other member's did) and by the replacement's first commit on that partition at the held
-// generation.
+// other member's did) and by the replacement's commit on that partition; the detail says
+// whether it carried the held generation (the equal-token race of issue 10's finding 1: when
+// the partition was assigned at the group's current generation).
 func (h *harness) staticReplace(ctx context.Context, f *Fault) {
 	st := h.cfg.SessionTimeout
 	p := h.pickWriter(ctx)
@@ -406,15 +421,16 @@ func (h *harness) staticReplace(ctx context.Context, f *Fault) {
 		return
 	}
 	ev := []string{w.String(), fmt.Sprintf("replaced by %s as instance %s", r.id, p.instance)}
-	// The replacement's first commit on the held partition, at the held generation.
-	var sameGen bool
+	// The replacement's first commit on the held partition: at the held generation if the group
+	// has not moved on since that partition was assigned (the equal-token race), else later.
+	var sameGen, took bool
 	deadline := time.Now().Add(3*st + 30*time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
 		var era, epoch int64
 		err := h.db.QueryRow(ctx, `SELECT era, epoch FROM chaos_applied WHERE topic = $1 AND part = $2 AND worker = $3 ORDER BY id LIMIT 1`,
 			w.topic, w.part, r.id).Scan(&era, &epoch)
 		if err == nil {
-			sameGen = epoch == w.epoch
+			took, sameGen = true, epoch == w.epoch
 			ev = append(ev, fmt.Sprintf("%s committed on %s/%d at %d.%d", r.id, w.topic, w.part, era, epoch))
 			break
 		}
@@ -439,9 +455,14 @@ func (h *harness) staticReplace(ctx context.Context, f *Fault) {
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	sleep(ctx, st)
 	h.stop(p, syscall.SIGTERM, 30*time.Second)
-	f.Bit = sameGen && changed == 1
-	if !sameGen {
-		ev = append(ev, "no commit of the replacement at the held generation seen")
+	f.Bit = took && changed == 1 && others == 0
+	switch {
+	case !took:
+		ev = append(ev, "no commit of the replacement on the held partition seen")
+	case sameGen:
+		ev = append(ev, "the replacement's token has the held generation: the equal-token race was set up")
+	default:
+		ev = append(ev, "the held partition was assigned generations before the replacement's (the group had moved on, keeping it): an ordinary takeover")
 	}
 	f.Detail = strings.Join(ev, "; ")
 	f.End = time.Now()
@@ -467,7 +488,7 @@ func (h *harness) members(ctx context.Context) map[string]string {
 
 // twoTopicInbox is FaultTwoTopicInbox: with the commands routed to two destination topics and
 // read by one receiver with one inbox, a worker (a member of the receiver's group too) is
-// paused for half a session timeout, so its fetches of both topics pile up and its partition
+// paused for two session timeouts, so its partitions of both topics move to other members and
 // workers race through them. Proven by a key whose commands the receiver applied out of order
 // across the two topics since the fault began.
 func (h *harness) twoTopicInbox(ctx context.Context, f *Fault) {
@@ -481,7 +502,7 @@ func (h *harness) twoTopicInbox(ctx context.Context, f *Fault) {
 	var from int64
 	_ = h.db.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM chaos_commands`).Scan(&from)
 	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-	sleep(ctx, st/2)
+	sleep(ctx, 2*st)
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	deadline := time.Now().Add(5*st + 10*time.Second)
 	var n, inv int64
@@ -494,7 +515,7 @@ func (h *harness) twoTopicInbox(ctx context.Context, f *Fault) {
 		sleep(ctx, 250*time.Millisecond)
 	}
 	f.Bit = inv > 0
-	f.Detail = fmt.Sprintf("%s paused %s; %d commands applied since, %d read out of order across the two topics", p.id, st/2, n, inv)
+	f.Detail = fmt.Sprintf("%s paused %s; %d commands applied since, %d read out of order across the two topics", p.id, 2*st, n, inv)
 	if example != "" {
 		f.Detail += " (" + example + ")"
 	}

@@ -53,7 +53,7 @@ const (
 	// same group.instance.id (no rebalance: the same generation), then resumed and stopped.
 	FaultStaticReplace FaultKind = "static-replace"
 	// Commands routed to two destination topics, read by one receiver with one inbox: a worker
-	// is paused for half a session timeout and the applied commands are searched for a key
+	// is paused past its session timeout and the applied commands are searched for a key
 	// read out of order across the two topics.
 	FaultTwoTopicInbox FaultKind = "two-topic-inbox"
 )
