@@ -378,6 +378,7 @@ node() {
   KAFKA_NODES=1 KAFKA_NODE_ID="$i" KAFKA_VOTERS="$voters" KAFKA_RF="$rf" \
     KAFKA_DIR="$(cluster_dir)/node-$i" KAFKA_PORT="$(node_port "$i")" KAFKA_CONTROLLER_PORT=$(($(node_port "$i") + 1)) \
     KAFKA_CLUSTER_ID="$(cat "$(cluster_dir)/cluster.id")" KAFKA_HEAP_OPTS="${KAFKA_NODE_HEAP_OPTS:--Xms128m -Xmx384m}" \
+    KAFKA_START_TIMEOUT="${KAFKA_NODE_START_TIMEOUT:-300}" \
     "$HERE/kafka.sh" "$cmd"
 }
 cluster() {

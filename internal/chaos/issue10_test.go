@@ -130,11 +130,19 @@ func mutantBinary(t *testing.T) string {
 	return bin
 }
 
-// runIssue runs the built-in workload, fenced, on the cluster with the given faults, each n
-// times, in workers built as bin with env.
-func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string) *chaos.Result {
+// runIssue runs the built-in workload, fenced, with the given faults, each n times, in workers
+// built as bin with env: on the three-broker cluster, or with single on BATON_KAFKA_BROKERS,
+// which kafka.sh restarts as the environment says (BATON_STATE_DIR, KAFKA_PORT: never a
+// shared broker).
+func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string, single bool) *chaos.Result {
 	t.Helper()
-	brokers, scriptEnv := cluster(t)
+	var brokers, scriptEnv []string
+	nodes := clusterNodes
+	if single {
+		brokers, nodes = testenv.KafkaBrokers(t), 1
+	} else {
+		brokers, scriptEnv = cluster(t)
+	}
 	pool, schema := testenv.Postgres(t)
 	url := testenv.PostgresURL(t)
 	ctx := testenv.Context(t, 30*time.Minute)
@@ -164,7 +172,7 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6,
 		Workload: chaos.Workload{Keys: 60, PerKey: 10, CommandEvery: 2}, Rate: 300,
 		Faults: faults, NumFaults: n * len(faults), Seed: 10,
-		Brokers: brokers, KafkaNodes: clusterNodes, ScriptEnv: scriptEnv,
+		Brokers: brokers, KafkaNodes: nodes, ScriptEnv: scriptEnv,
 		PostgresURL: url + sep + "search_path=" + schema,
 		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: 8000,
 		Progress: &progress, Settle: 2 * time.Minute, LogDir: t.TempDir(),
@@ -184,7 +192,7 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 // TestChaosIssueFaults runs each of issue 10's faults once on the three-broker cluster against
 // Baton: each must be proven to have happened, and every invariant must hold.
 func TestChaosIssueFaults(t *testing.T) {
-	res := runIssue(t, chaos.IssueFaults, 1, binary(t), nil)
+	res := runIssue(t, chaos.IssueFaults, 1, binary(t), nil, false)
 	for _, f := range res.Faults {
 		if !f.Bit {
 			t.Errorf("fault %s on %s not proven: %s", f.Kind, f.Target, f.Detail)
@@ -206,7 +214,9 @@ func TestChaosIssueFaults(t *testing.T) {
 
 // TestChaosIssueMutants runs each fault against workers built with the fix it targets
 // reverted, and requires the checker to report the violation. Slow (a run per mutant): it runs
-// with BATON_CHAOS_MUTANTS=1.
+// with BATON_CHAOS_MUTANTS=1 (or a mutant's or a fault's name, to run those cases only). The
+// faults that do not need the cluster run on BATON_KAFKA_BROKERS, restarted through kafka.sh
+// with the test's environment: point it at a private broker (BATON_STATE_DIR, KAFKA_PORT).
 func TestChaosIssueMutants(t *testing.T) {
 	if os.Getenv("BATON_CHAOS_MUTANTS") == "" {
 		t.Skip("set BATON_CHAOS_MUTANTS=1 to run the chaos mutants (a run each on the three-broker cluster)")
@@ -233,7 +243,7 @@ func TestChaosIssueMutants(t *testing.T) {
 	bin := mutantBinary(t)
 	for _, c := range cases {
 		t.Run(strings.SplitN(c.env, "=", 2)[1]+"/"+string(c.fault), func(t *testing.T) {
-			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env})
+			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env}, c.fault != chaos.FaultCoordinatorKill)
 			bit := 0
 			for _, f := range res.Faults {
 				if f.Bit {
