@@ -493,29 +493,36 @@ func (h *harness) members(ctx context.Context) map[string]string {
 // across the two topics since the fault began.
 func (h *harness) twoTopicInbox(ctx context.Context, f *Fault) {
 	st := h.cfg.SessionTimeout
-	p := h.pick()
-	if p == nil {
+	var from int64
+	_ = h.db.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM chaos_commands`).Scan(&from)
+	var n, inv int64
+	var example string
+	var paused []string
+	// Up to three pauses (of workers picked at random) until an inversion is seen.
+	for round := 0; round < 3 && inv == 0 && ctx.Err() == nil; round++ {
+		p := h.pick()
+		if p == nil {
+			break
+		}
+		paused = append(paused, p.id)
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		sleep(ctx, 2*st)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		deadline := time.Now().Add(3*st + 5*time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			if n, inv, example = h.inversions(ctx, from); inv > 0 {
+				break
+			}
+			sleep(ctx, 250*time.Millisecond)
+		}
+	}
+	if len(paused) == 0 {
 		f.Detail = "no worker alive"
 		return
 	}
-	f.Target = p.id
-	var from int64
-	_ = h.db.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM chaos_commands`).Scan(&from)
-	_ = p.cmd.Process.Signal(syscall.SIGSTOP)
-	sleep(ctx, 2*st)
-	_ = p.cmd.Process.Signal(syscall.SIGCONT)
-	deadline := time.Now().Add(5*st + 10*time.Second)
-	var n, inv int64
-	var example string
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		n, inv, example = h.inversions(ctx, from)
-		if inv > 0 {
-			break
-		}
-		sleep(ctx, 250*time.Millisecond)
-	}
+	f.Target = strings.Join(paused, ",")
 	f.Bit = inv > 0
-	f.Detail = fmt.Sprintf("%s paused %s; %d commands applied since, %d read out of order across the two topics", p.id, 2*st, n, inv)
+	f.Detail = fmt.Sprintf("%s paused %s each; %d commands applied since, %d read out of order across the two topics", f.Target, 2*st, n, inv)
 	if example != "" {
 		f.Detail += " (" + example + ")"
 	}
