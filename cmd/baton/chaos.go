@@ -33,8 +33,9 @@ invariant is violated.
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
-	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated: "+kinds())
+	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the original kinds; 'every': those and issue 10's): "+kinds())
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
+	fs.DurationVar(&cfg.For, "for", 0, "stop injecting faults after this long (0: no bound), then settle and check")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")
 	fs.DurationVar(&cfg.Settle, "settle", 90*time.Second, "bound for applying the backlog after the last fault")
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 3*time.Second, "workers' Kafka session timeout")
@@ -43,6 +44,7 @@ invariant is violated.
 	fs.StringVar(&cfg.RedisAddr, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address for -mode lock (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&deployDir, "deploy", "deploy/local", "directory of kafka.sh and postgres.sh, for restart faults")
 	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict, the timeline and the workers' logs")
+	fs.IntVar(&cfg.KafkaNodes, "kafka-nodes", 0, "brokers of deploy/local's cluster mode (KAFKA_NODES) behind -brokers; needed by coordinator-kill")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -65,6 +67,9 @@ invariant is violated.
 	cfg.Brokers = strings.Split(brokers, ",")
 	if cfg.DeployDir, err = filepath.Abs(deployDir); err != nil {
 		return err
+	}
+	if cfg.KafkaNodes > 1 {
+		cfg.ScriptEnv = append(cfg.ScriptEnv, fmt.Sprintf("KAFKA_NODES=%d", cfg.KafkaNodes))
 	}
 	cfg.Progress = stdout
 	if err := os.MkdirAll(report, 0o755); err != nil {
@@ -90,7 +95,7 @@ invariant is violated.
 
 func kinds() string {
 	var s []string
-	for _, k := range chaos.AllFaults {
+	for _, k := range chaos.EveryFault {
 		s = append(s, string(k))
 	}
 	return strings.Join(s, ",")

@@ -13,6 +13,18 @@
 #   kafka.sh status   exit 0 if the broker answers on $KAFKA_HOST:$KAFKA_PORT
 #   kafka.sh env      print the environment variables the tests read
 #   kafka.sh version  print the Kafka version, log4j version and jar cache this setting runs
+#   kafka.sh logfile  print the broker's log file (chaos faults read the group coordinator's loads there)
+#
+# Cluster mode, KAFKA_NODES=3 (any N >= 2): N brokers on loopback, one JVM each, every one a
+# broker and a KRaft controller (combined roles, a static quorum of N voters), internal topics
+# replicated to min(N, 3) nodes, for the chaos faults that need a group coordinator that can
+# move (internal/chaos: coordinator-kill). Node i (1..N) listens on KAFKA_CLUSTER_PORT+2(i-1)
+# (default 29092, 29094, 29096) with its controller on the next port, keeps its data in
+# $BATON_STATE_DIR/kafka-cluster/node-i, and has node.id i. start, stop, kill, restart, reset,
+# status, env and logfile act on every node (env prints all N addresses in BATON_KAFKA_BROKERS);
+# one node at a time:
+#   kafka.sh node-start N | node-stop N | node-kill N | node-restart N | logfile N
+# Secure mode is single-node only.
 #
 # Secure mode, BATON_SECURE=1: a second listener, SASL_SSL on $KAFKA_SECURE_PORT, next to the
 # plaintext one: TLS with a certificate from a throwaway CA (tls.sh, in $BATON_STATE_DIR/tls),
@@ -56,6 +68,13 @@ KAFKA_CONTROLLER_PORT="${KAFKA_CONTROLLER_PORT:-19093}"
 KAFKA_HEAP_OPTS="${KAFKA_HEAP_OPTS:--Xms256m -Xmx512m}"
 KAFKA_START_TIMEOUT="${KAFKA_START_TIMEOUT:-120}"
 KAFKA_LOG_LEVEL="${KAFKA_LOG_LEVEL:-INFO}"
+KAFKA_NODES="${KAFKA_NODES:-1}"
+KAFKA_CLUSTER_PORT="${KAFKA_CLUSTER_PORT:-29092}"
+# Set per node by cluster mode (not meant to be set by hand): this node's id, the static quorum's
+# voters (empty: a single --standalone controller), the internal topics' replication factor.
+KAFKA_NODE_ID="${KAFKA_NODE_ID:-1}"
+KAFKA_VOTERS="${KAFKA_VOTERS:-}"
+KAFKA_RF="${KAFKA_RF:-1}"
 BATON_SECURE="${BATON_SECURE:-}"
 KAFKA_SECURE_PORT="${KAFKA_SECURE_PORT:-$((KAFKA_PORT + 2))}"
 TLS_DIR="${TLS_DIR:-$BATON_STATE_DIR/tls}"
@@ -158,24 +177,29 @@ write_config() {
   fi
   (umask 077; : >"$CONF/server.properties")
   cat >"$CONF/server.properties" <<EOF
-# Written by deploy/local/kafka.sh. KRaft combined mode, one node.
+# Written by deploy/local/kafka.sh. KRaft combined mode (broker and controller in one JVM).
 process.roles=broker,controller
-node.id=1
-# Dynamic quorum (KIP-853), the 4.x default: formatted with --standalone.
-controller.quorum.bootstrap.servers=$KAFKA_HOST:$KAFKA_CONTROLLER_PORT
+node.id=$KAFKA_NODE_ID
+$(if [[ -n "$KAFKA_VOTERS" ]]; then
+  echo "# Cluster mode: a static quorum of every node's controller."
+  echo "controller.quorum.voters=$KAFKA_VOTERS"
+else
+  echo "# Dynamic quorum (KIP-853), the 4.x default: formatted with --standalone."
+  echo "controller.quorum.bootstrap.servers=$KAFKA_HOST:$KAFKA_CONTROLLER_PORT"
+fi)
 listeners=$listeners
 advertised.listeners=$listeners
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 listener.security.protocol.map=$protocols
 log.dirs=$DATA
-# One node: every internal topic has replication factor 1 and min ISR 1.
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
+# Internal topics on every node up to 3 (one node: replication factor 1), min ISR 1.
+offsets.topic.replication.factor=$KAFKA_RF
+transaction.state.log.replication.factor=$KAFKA_RF
 transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=$KAFKA_RF
 share.coordinator.state.topic.min.isr=1
-default.replication.factor=1
+default.replication.factor=$KAFKA_RF
 min.insync.replicas=1
 # Test-friendly: tests create their own topics; rebalances start at once.
 num.partitions=1
@@ -293,7 +317,9 @@ start() {
         --add-scram "SCRAM-SHA-512=[name=baton-runtime,password=$(secret kafka-runtime)]")
     fi
     log "formatting $DATA (cluster id $cid)"
-    storage_tool format --standalone -t "$cid" -c "$CONF/server.properties" "${scram[@]}" >"$LOGS/format.out"
+    local quorum=(--standalone)
+    [[ -z "$KAFKA_VOTERS" ]] || quorum=() # a static quorum is named in the config
+    storage_tool format "${quorum[@]}" -t "$cid" -c "$CONF/server.properties" "${scram[@]}" >"$LOGS/format.out"
     if [[ -n "$BATON_SECURE" ]]; then touch "$KAFKA_DIR/secure.formatted"; fi
   elif [[ -n "$BATON_SECURE" && ! -f "$KAFKA_DIR/secure.formatted" ]]; then
     die "$DATA was formatted without BATON_SECURE=1, so it has no SCRAM users: 'kafka.sh reset' first"
@@ -311,6 +337,14 @@ start() {
     >>"$LOGS/kafka.out" 2>&1 </dev/null &
   pid=$!
   echo "$pid" >"$PIDFILE"
+  [[ -z "${KAFKA_NO_WAIT:-}" ]] || { log "launched (pid $pid), not waiting"; return 0; }
+  wait_ready "$pid" "$t0"
+}
+
+# wait_ready PID T0 waits until the broker answers (a cluster's nodes answer only once a quorum
+# of controllers is up, so cluster mode launches every node before it waits for any).
+wait_ready() {
+  local pid="$1" t0="$2"
   until api_versions_ok; do
     if ! kill -0 "$pid" 2>/dev/null; then
       tail -n 60 "$LOGS/kafka.out" >&2; rm -f "$PIDFILE"; die "kafka exited during start-up (log: $LOGS/kafka.out)"
@@ -348,6 +382,53 @@ print_env() {
   echo "export BATON_SECURE_KAFKA_ADMIN_PASSWORD_FILE='$SECRETS/kafka-admin.pass'"
 }
 
+# Cluster mode: every command runs this script once per node, with the node's settings.
+cluster_dir() { echo "$BATON_STATE_DIR/kafka-cluster"; }
+node_port() { echo $((KAFKA_CLUSTER_PORT + 2 * ($1 - 1))); }
+# node CMD I runs this script's CMD for node I of the cluster.
+node() {
+  local cmd="$1" i="$2" voters="" j
+  [[ "$i" =~ ^[0-9]+$ && "$i" -ge 1 && "$i" -le "$KAFKA_NODES" ]] || die "no node '$i' (1..$KAFKA_NODES)"
+  for j in $(seq 1 "$KAFKA_NODES"); do voters="$voters${voters:+,}$j@$KAFKA_HOST:$(($(node_port "$j") + 1))"; done
+  mkdir -p "$(cluster_dir)"
+  # A cluster id is 16 random bytes in unpadded URL-safe base64, as 'kafka-storage random-uuid' prints.
+  [[ -s "$(cluster_dir)/cluster.id" ]] || openssl rand 16 | base64 | tr '+/' '-_' | tr -d '=\n' >"$(cluster_dir)/cluster.id"
+  local rf=$((KAFKA_NODES < 3 ? KAFKA_NODES : 3))
+  KAFKA_NODES=1 KAFKA_NODE_ID="$i" KAFKA_VOTERS="$voters" KAFKA_RF="$rf" \
+    KAFKA_DIR="$(cluster_dir)/node-$i" KAFKA_PORT="$(node_port "$i")" KAFKA_CONTROLLER_PORT=$(($(node_port "$i") + 1)) \
+    KAFKA_CLUSTER_ID="$(cat "$(cluster_dir)/cluster.id")" KAFKA_HEAP_OPTS="${KAFKA_NODE_HEAP_OPTS:--Xms128m -Xmx384m}" \
+    KAFKA_START_TIMEOUT="${KAFKA_NODE_START_TIMEOUT:-300}" \
+    "$HERE/kafka.sh" "$cmd"
+}
+cluster() {
+  local cmd="$1" i
+  [[ -z "$BATON_SECURE" ]] || die "BATON_SECURE=1 is single-node only"
+  case "$cmd" in
+    start)
+      # Every node first (a node answers only once a quorum of controllers runs), then wait.
+      for i in $(seq 1 "$KAFKA_NODES"); do KAFKA_NO_WAIT=1 node start "$i" & done
+      wait
+      for i in $(seq 1 "$KAFKA_NODES"); do node await "$i"; done ;;
+    stop|kill|reset) for i in $(seq 1 "$KAFKA_NODES"); do node "$cmd" "$i"; done
+      [[ "$cmd" != reset ]] || rm -rf "$(cluster_dir)" ;;
+    restart) cluster stop; cluster start ;;
+    status) local rc=0; for i in $(seq 1 "$KAFKA_NODES"); do node status "$i" || rc=1; done; return $rc ;;
+    env) local b=""; for i in $(seq 1 "$KAFKA_NODES"); do b="$b${b:+,}$KAFKA_HOST:$(node_port "$i")"; done
+      echo "export BATON_KAFKA_BROKERS='$b'" ;;
+    *) die "cluster mode: unknown command $cmd" ;;
+  esac
+}
+
+if [[ "$KAFKA_NODES" =~ ^[0-9]+$ && "$KAFKA_NODES" -gt 1 ]]; then
+  case "${1:-start}" in
+    node-start|node-stop|node-kill|node-restart) c="${1#node-}"; [[ "$c" != kill ]] || c=kill; node "$c" "${2:-}" ;;
+    logfile) if [[ -n "${2:-}" ]]; then node logfile "$2"; else for i in $(seq 1 "$KAFKA_NODES"); do node logfile "$i"; done; fi ;;
+    install|fetch) "$0" "$1" ;;
+    *) cluster "${1:-start}" ;;
+  esac
+  exit $?
+fi
+
 case "${1:-start}" in
   install) install ;;
   fetch) fetch ;;
@@ -359,5 +440,7 @@ case "${1:-start}" in
   status) if api_versions_ok; then log "up on $KAFKA_HOST:$KAFKA_PORT"; else log "down"; exit 1; fi ;;
   env) print_env ;;
   version) echo "$KAFKA_VERSION (log4j $LOG4J_VERSION, jars $KAFKA_LIBS)" ;;
-  *) echo "usage: $0 {install|fetch|start|stop|kill|restart|reset|status|env|version}" >&2; exit 2 ;;
+  logfile) echo "$LOGS/kafka.out" ;;
+  await) pid="$(running_pid)" || die "not running"; wait_ready "$pid" "$SECONDS" ;;
+  *) echo "usage: $0 {install|fetch|start|stop|kill|restart|reset|status|env|version|logfile}; KAFKA_NODES=N $0 {...|node-start|node-stop|node-kill|node-restart N}" >&2; exit 2 ;;
 esac

@@ -220,6 +220,7 @@ func runUnfencedConsumer(ctx context.Context, cfg WorkerConfig, c AppConsumer, e
 			}
 			first, last := p.Records[0].Offset, p.Records[len(p.Records)-1].Offset
 			zombie := f.point(ctx, p.Topic, p.Partition, tok, first, last)
+			resumed := !zombie && f.resumed(p.Topic, p.Partition, tok)
 			actx := ctx
 			if zombie {
 				actx = context.WithoutCancel(ctx)
@@ -248,7 +249,7 @@ func runUnfencedConsumer(ctx context.Context, cfg WorkerConfig, c AppConsumer, e
 				}
 				return commit(actx)
 			})
-			logResult(actx, env.DB, cfg.ID, p.Topic, p.Partition, tok, first, last, zombie, err)
+			logResult(actx, env.DB, cfg.ID, p.Topic, p.Partition, tok, first, last, zombie, resumed, err)
 			switch {
 			case errors.Is(err, ErrNotDue):
 				rewind(cl, p.Topic, p.Partition, first)

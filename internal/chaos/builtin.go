@@ -8,10 +8,38 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/outbox"
 )
 
-// commandsTopic is the built-in workload's commands topic suffix.
-const commandsTopic = "commands"
+// commandsTopic is the built-in workload's commands topic suffix; commandsTopic2 the second
+// destination topic's, with Workload.CommandTopics = 2.
+const (
+	commandsTopic  = "commands"
+	commandsTopic2 = "commands2"
+)
+
+// commandTopics lists the destination topics' suffixes.
+func (b *builtin) commandTopics() []string {
+	if b.w.CommandTopics > 1 {
+		return []string{commandsTopic, commandsTopic2}
+	}
+	return []string{commandsTopic}
+}
+
+// commands returns the messages a batch sends: Workload.CommandsFor, with CommandTopics = 2
+// every other command of a key (by sequence) routed to the second topic, so one source
+// partition's sequences rise across both topics and the receiver reads them in two streams.
+func (b *builtin) commands(src string, recs []*kgo.Record) []outbox.Message {
+	msgs := b.w.CommandsFor(topicName(src, commandsTopic), recs)
+	if b.w.CommandTopics > 1 {
+		for i, m := range msgs {
+			if seq, err := strconv.ParseInt(string(m.Value), 10, 64); err == nil && (seq/int64(b.w.CommandEvery))%2 == 1 {
+				msgs[i].Topic = topicName(src, commandsTopic2)
+			}
+		}
+	}
+	return msgs
+}
 
 // builtin is the built-in workload as an [App]: the keyed stream of [Workload], folded by a
 // deliberately naive read-modify-write into chaos_state; with CommandEvery > 0 in fenced mode,
@@ -39,7 +67,7 @@ func (*builtin) Name() string { return "" }
 // Topics implements App.
 func (b *builtin) Topics() []string {
 	if b.w.CommandEvery > 0 {
-		return []string{"", commandsTopic}
+		return append([]string{""}, b.commandTopics()...)
 	}
 	return []string{""}
 }
@@ -56,11 +84,11 @@ func (b *builtin) Consumers(context.Context, AppEnv) ([]AppConsumer, func(), err
 			if err := fold(ctx, tx, ab.Records); err != nil {
 				return err
 			}
-			return ab.Append(ctx, w.CommandsFor(topicName(ab.Key.Topic, commandsTopic), ab.Records)...)
+			return ab.Append(ctx, b.commands(ab.Key.Topic, ab.Records)...)
 		}, nil
 	}}}
 	if w.CommandEvery > 0 {
-		cs = append(cs, AppConsumer{Name: "gateway", Topics: []string{commandsTopic}, Inbox: true,
+		cs = append(cs, AppConsumer{Name: "gateway", Topics: b.commandTopics(), Inbox: true,
 			Factory: func(context.Context, fence.Key, fence.Token) (AppHandler, error) {
 				return func(ctx context.Context, tx Tx, ab *AppBatch) error {
 					for _, r := range ab.Records {
@@ -68,7 +96,7 @@ func (b *builtin) Consumers(context.Context, AppEnv) ([]AppConsumer, func(), err
 						if err != nil {
 							return ab.Fail(r, err)
 						}
-						if err := tx.Exec(ctx, `INSERT INTO chaos_commands (k, seq) VALUES ($1, $2)`, string(r.Key), seq); err != nil {
+						if err := tx.Exec(ctx, `INSERT INTO chaos_commands (k, seq, topic) VALUES ($1, $2, $3)`, string(r.Key), seq, r.Topic); err != nil {
 							return err
 						}
 					}

@@ -18,7 +18,8 @@ import (
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines and stops the three-broker cluster if a test started it.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { stopCluster() })) }
 
 // binary builds cmd/baton, whose 'worker' command is what the harness runs as each worker.
 func binary(t *testing.T) string {

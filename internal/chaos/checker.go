@@ -35,7 +35,22 @@ type Verdict struct {
 	CommandsApplied    int64 // commands the receiver applied through the inbox
 	CommandsMissing    int64 // expected commands never applied
 	CommandsDuplicated int64 // commands applied more than once
-	CommandsDisorder   int64 // commands applied after a later command of the same key
+	CommandsDisorder   int64 // commands applied after a later command of the same key from the same destination topic
+	// CommandsInverted counts commands applied after a later command of the same key that came
+	// through the other destination topic (Workload.CommandTopics = 2): not a violation, the
+	// interleaving a receiver of two topics must survive, counted to show it happened.
+	CommandsInverted int64
+
+	// SameTokenWriters counts partitions (and tokens) under which batches of more than one
+	// worker committed: two writers presenting one token (the equal-token race, finding 1 of
+	// issue 10). A token is one claimant's.
+	SameTokenWriters int64
+	// ZombieOverTaken counts committed writes of a frozen-and-resumed worker's old assignment
+	// (its held write, or a later one at the held epoch or below: attempts flagged zombie or
+	// resumed) made after another worker had committed on the partition at that epoch or a
+	// later one: a zombie that wrote after its takeover, whatever token the fence let it use
+	// (a stale proof of currentness followed by a recovery, finding 2).
+	ZombieOverTaken int64
 
 	// Invariants are an [App]'s own, as its Check judged them (none for the built-in workload).
 	Invariants []Invariant
@@ -53,6 +68,7 @@ type ErrorGroup struct {
 func (v Verdict) OK() bool {
 	return v.KeysWrong == 0 && v.Lost == 0 && v.Duplicated == 0 && v.Disorder == 0 &&
 		v.StaleCommits == 0 && v.OverlapBatches == 0 && v.Applied == v.Expected &&
+		v.SameTokenWriters == 0 && v.ZombieOverTaken == 0 &&
 		v.CommandsMissing == 0 && v.CommandsDuplicated == 0 && v.CommandsDisorder == 0 &&
 		v.invariantsHold()
 }
@@ -86,6 +102,12 @@ func (v Verdict) Violations() []string {
 	}
 	if v.OverlapBatches > 0 {
 		out = append(out, fmt.Sprintf("%d batches re-applied offsets already applied", v.OverlapBatches))
+	}
+	if v.SameTokenWriters > 0 {
+		out = append(out, fmt.Sprintf("%d tokens under which two workers committed", v.SameTokenWriters))
+	}
+	if v.ZombieOverTaken > 0 {
+		out = append(out, fmt.Sprintf("%d zombie writes committed after their takeover", v.ZombieOverTaken))
 	}
 	if v.CommandsMissing > 0 {
 		out = append(out, fmt.Sprintf("%d commands never delivered", v.CommandsMissing))
@@ -193,20 +215,22 @@ func checkLog(ctx context.Context, db DB, v *Verdict) error {
 	type batch struct {
 		first, last int64
 		tok         fence.Token
+		worker      string
+		at          int64
 	}
 	type lane struct {
 		topic string
 		part  int32
 	}
 	byPart := map[lane][]batch{}
-	rows, err := db.Query(ctx, `SELECT topic, part, first_off, last_off, era, epoch FROM chaos_applied ORDER BY id`)
+	rows, err := db.Query(ctx, `SELECT topic, part, first_off, last_off, era, epoch, worker, at_ms FROM chaos_applied ORDER BY id`)
 	if err != nil {
 		return fmt.Errorf("chaos: check applied log: %w", err)
 	}
 	for rows.Next() {
 		var l lane
 		var b batch
-		if err := rows.Scan(&l.topic, &l.part, &b.first, &b.last, &b.tok.Era, &b.tok.Epoch); err != nil {
+		if err := rows.Scan(&l.topic, &l.part, &b.first, &b.last, &b.tok.Era, &b.tok.Epoch, &b.worker, &b.at); err != nil {
 			rows.Close()
 			return err
 		}
@@ -220,7 +244,14 @@ func checkLog(ctx context.Context, db DB, v *Verdict) error {
 	for _, bs := range byPart {
 		var maxTok fence.Token
 		maxOff := int64(-1)
+		writers := map[fence.Token]string{}
 		for _, b := range bs {
+			if w, ok := writers[b.tok]; !ok {
+				writers[b.tok] = b.worker
+			} else if w != b.worker && w != "" {
+				v.SameTokenWriters++
+				writers[b.tok] = "" // count each token once
+			}
 			if b.tok.Less(maxTok) {
 				v.StaleCommits++
 			}
@@ -240,6 +271,36 @@ func checkLog(ctx context.Context, db DB, v *Verdict) error {
 	if err := db.QueryRow(ctx, `SELECT count(*) FROM baton_fences_recoveries`).Scan(&v.Recoveries); err != nil {
 		v.Recoveries = 0
 	}
+	// A resumed zombie's committed writes, against the other workers' commits before them.
+	takenOver := func(topic string, part int32, worker string, epoch, at int64) bool {
+		for _, b := range byPart[lane{topic, part}] {
+			if b.worker != worker && b.tok.Epoch >= epoch && b.at <= at {
+				return true
+			}
+		}
+		return false
+	}
+	rows, err = db.Query(ctx, `SELECT worker, topic, part, epoch, at_ms FROM chaos_attempts WHERE outcome = $1 AND (zombie OR resumed) ORDER BY id`, OutcomeCommitted)
+	if err != nil {
+		return fmt.Errorf("chaos: check zombie attempts: %w", err)
+	}
+	for rows.Next() {
+		var worker, topic string
+		var part int32
+		var epoch, at int64
+		if err := rows.Scan(&worker, &topic, &part, &epoch, &at); err != nil {
+			rows.Close()
+			return err
+		}
+		if takenOver(topic, part, worker, epoch, at) {
+			v.ZombieOverTaken++
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+
 	rows, err = db.Query(ctx, `SELECT outcome, cause, zombie, detail FROM chaos_attempts ORDER BY id`)
 	if err != nil {
 		return fmt.Errorf("chaos: check attempts: %w", err)
@@ -314,16 +375,18 @@ func (v Verdict) AttemptKinds() []string {
 func checkCommands(ctx context.Context, db DB, w Workload, v *Verdict) error {
 	v.CommandsExpected = int64(w.Commands() * w.Keys)
 	seen := map[string]map[int64]int{}
-	last := map[string]int64{}
-	rows, err := db.Query(ctx, `SELECT k, seq FROM chaos_commands ORDER BY id`)
+	type lane struct{ k, topic string }
+	last := map[lane]int64{}
+	maxSeq := map[string]int64{}
+	rows, err := db.Query(ctx, `SELECT k, seq, topic FROM chaos_commands ORDER BY id`)
 	if err != nil {
 		return fmt.Errorf("chaos: check commands: %w", err)
 	}
 	defer rows.Close()
 	for rows.Next() {
-		var k string
+		var k, topic string
 		var seq int64
-		if err := rows.Scan(&k, &seq); err != nil {
+		if err := rows.Scan(&k, &seq, &topic); err != nil {
 			return err
 		}
 		v.CommandsApplied++
@@ -334,10 +397,15 @@ func checkCommands(ctx context.Context, db DB, w Workload, v *Verdict) error {
 		if seen[k][seq] > 1 {
 			v.CommandsDuplicated++
 		}
-		if l, ok := last[k]; ok && seq <= l {
+		if l, ok := last[lane{k, topic}]; ok && seq <= l {
 			v.CommandsDisorder++
+		} else if m, ok := maxSeq[k]; ok && seq < m {
+			v.CommandsInverted++ // after a later command from the other topic
 		}
-		last[k] = seq
+		last[lane{k, topic}] = seq
+		if m, ok := maxSeq[k]; !ok || seq > m {
+			maxSeq[k] = seq
+		}
 	}
 	if err := rows.Err(); err != nil {
 		return err

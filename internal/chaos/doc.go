@@ -2,10 +2,14 @@
 // application against a real Kafka broker and a real database, produces a keyed stream whose
 // fold is known in advance, injects faults (frozen workers past their session timeout,
 // crashes, graceful handovers, rebalance storms, broker and database restarts, group
-// deletion), and then checks what landed:
+// deletion; and issue 10's: a paused member resumed while the group coordinator loads after a
+// broker restart or after its broker was killed in a three-broker cluster, a static member
+// replaced without a rebalance, a receiver of two destination topics with one inbox), and then
+// checks what landed:
 //
 //   - no stale write: no committed batch carries a token lower than one committed before it on
-//     its partition, and no batch re-applies offsets already applied;
+//     its partition, no batch re-applies offsets already applied, no two workers commit under
+//     one token, and no frozen-and-resumed worker commits after its takeover;
 //   - no lost update and no double apply: every key's final state equals the fold of its
 //     records, in order;
 //   - the faults bit: every frozen worker's held write was attempted after its takeover and is

@@ -56,13 +56,13 @@ func TestVerdictNamesErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := fence.Token{Epoch: 2}
-	logResult(ctx, db, "w1", "t", 0, tok, -1, 10, false, nil)
-	logResult(ctx, db, "w1", "t", 0, tok, -1, 11, false, fmt.Errorf("sqlitefence: %w while waiting for the write lock", context.Canceled))
-	logResult(ctx, db, "w2", "t", 1, tok, -1, 12, false, context.Canceled)
-	logResult(ctx, db, "w2", "t", 1, tok, -1, 13, false, fmt.Errorf("commit: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}))
-	logResult(ctx, db, "w3", "t", 2, tok, -1, 14, true, fmt.Errorf("apply: %w", fence.ErrStale))
+	logResult(ctx, db, "w1", "t", 0, tok, -1, 10, false, false, nil)
+	logResult(ctx, db, "w1", "t", 0, tok, -1, 11, false, false, fmt.Errorf("sqlitefence: %w while waiting for the write lock", context.Canceled))
+	logResult(ctx, db, "w2", "t", 1, tok, -1, 12, false, false, context.Canceled)
+	logResult(ctx, db, "w2", "t", 1, tok, -1, 13, false, false, fmt.Errorf("commit: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}))
+	logResult(ctx, db, "w3", "t", 2, tok, -1, 14, true, false, fmt.Errorf("apply: %w", fence.ErrStale))
 	logAttempt(ctx, db, "w3", "t", 2, tok, -1, 14, OutcomeFrozen, false, "freezing before the write")
-	logResult(ctx, db, "w3", "t", 2, tok, -1, 15, false, fmt.Errorf("timeout record: %w", ErrNotDue)) // not an attempt: not logged
+	logResult(ctx, db, "w3", "t", 2, tok, -1, 15, false, false, fmt.Errorf("timeout record: %w", ErrNotDue)) // not an attempt: not logged
 
 	v, err := Check(ctx, db, Workload{Keys: 1, PerKey: 1})
 	if err != nil {

@@ -40,19 +40,48 @@ const (
 	FaultGroupDelete   FaultKind = "group-delete"   // stop every worker, delete the group, restart: the generation regresses
 )
 
-// AllFaults lists every kind, in the order a bounded run cycles through them.
+// The faults aimed at issue 10's interleavings (faults_coord.go).
+const (
+	// SIGSTOP a writer at its next write, let another member take its partition over, restart
+	// the broker (in a cluster: the group coordinator's broker, gracefully) and SIGCONT the
+	// writer once the coordinator starts loading the group.
+	FaultPausedBrokerRestart FaultKind = "paused-broker-restart"
+	// The same with the coordinator's broker SIGKILLed in a cluster (Config.KafkaNodes >= 2):
+	// the coordinator moves and loads the group on another broker; the killed one restarts.
+	FaultCoordinatorKill FaultKind = "coordinator-kill"
+	// Static members: a worker frozen at its next write is replaced by a new process with the
+	// same group.instance.id (no rebalance: the same generation), then resumed and stopped.
+	FaultStaticReplace FaultKind = "static-replace"
+	// Commands routed to two destination topics, read by one receiver with one inbox: a worker
+	// is paused past its session timeout and the applied commands are searched for a key
+	// read out of order across the two topics.
+	FaultTwoTopicInbox FaultKind = "two-topic-inbox"
+)
+
+// AllFaults lists the original kinds, in the order a bounded run cycles through them ("all").
 var AllFaults = []FaultKind{FaultFreeze, FaultDelay, FaultKill, FaultTerm, FaultStorm, FaultBrokerRestart, FaultDBRestart, FaultGroupDelete}
 
-// ParseFaults parses a comma-separated list of kinds ("all" for every kind).
+// IssueFaults lists the kinds aimed at issue 10's interleavings. FaultCoordinatorKill needs a
+// cluster (Config.KafkaNodes).
+var IssueFaults = []FaultKind{FaultPausedBrokerRestart, FaultCoordinatorKill, FaultStaticReplace, FaultTwoTopicInbox}
+
+// EveryFault is AllFaults and IssueFaults ("every").
+var EveryFault = append(append([]FaultKind(nil), AllFaults...), IssueFaults...)
+
+// ParseFaults parses a comma-separated list of kinds ("all" for the original kinds, "every"
+// for those and issue 10's).
 func ParseFaults(s string) ([]FaultKind, error) {
 	if s == "" || s == "all" {
 		return append([]FaultKind(nil), AllFaults...), nil
+	}
+	if s == "every" {
+		return append([]FaultKind(nil), EveryFault...), nil
 	}
 	var out []FaultKind
 	for _, f := range strings.Split(s, ",") {
 		k := FaultKind(strings.TrimSpace(f))
 		ok := false
-		for _, a := range AllFaults {
+		for _, a := range EveryFault {
 			ok = ok || a == k
 		}
 		if !ok {
@@ -75,9 +104,12 @@ type Config struct {
 	Workload  Workload
 	Rate      int // records produced per second; default 2000
 	Faults    []FaultKind
-	NumFaults int           // faults to inject; default len(Faults)*3
-	Seed      int64         // picks targets and order
-	Settle    time.Duration // bound for applying everything after the last fault; default 90s
+	NumFaults int // faults to inject; default len(Faults)*3
+	// For, if positive, bounds the time spent injecting faults: no fault starts after it (a
+	// soak stopped at a deadline still settles and gets its verdict).
+	For    time.Duration
+	Seed   int64         // picks targets and order
+	Settle time.Duration // bound for applying everything after the last fault; default 90s
 
 	Brokers []string
 	// Kafka are extra client options for the harness's own clients (creating topics, producing
@@ -101,6 +133,24 @@ type Config struct {
 	Progress       io.Writer     // live progress lines; nil for none
 	// Watch, if set, is called with the run's database once it is ready (for live views).
 	Watch func(DB)
+
+	// Static makes every worker a static member (group.instance.id "chaos-<worker id>");
+	// implied by FaultStaticReplace.
+	Static bool
+	// WorkerEnv is added to every worker's environment (e.g. BATON_CONSUMER_MUTANT, which only a
+	// binary built with the batonmutant tag reads).
+	WorkerEnv []string
+	// KafkaNodes is the number of brokers when Brokers is deploy/local's cluster mode
+	// (kafka.sh with KAFKA_NODES): restart faults then act on one node, and
+	// FaultCoordinatorKill can run. 0 or 1: a single broker.
+	KafkaNodes int
+	// ScriptEnv is added to the environment of deploy/local's scripts (KAFKA_NODES,
+	// BATON_STATE_DIR, ports), so restart faults reach the run's own services.
+	ScriptEnv []string
+	// LoadFiller is how many records the coordinator-loading faults first commit to the
+	// group coordinator's log (a filler group's offsets), once per run, so that loading the
+	// group takes long enough to be caught; 0: 20000, negative: none.
+	LoadFiller int
 }
 
 // Result is a chaos run's outcome.
@@ -132,9 +182,10 @@ func (r *Result) OK() bool {
 }
 
 type proc struct {
-	id   string
-	cmd  *exec.Cmd
-	done chan struct{}
+	id       string
+	instance string // group.instance.id, for a static member
+	cmd      *exec.Cmd
+	done     chan struct{}
 }
 
 type harness struct {
@@ -151,6 +202,7 @@ type harness struct {
 	t0      time.Time
 	adm     *kadm.Client
 	workers sync.WaitGroup
+	primed  bool // the coordinator's log was filled (LoadFiller)
 }
 
 func (c *Config) defaults() error {
@@ -181,6 +233,24 @@ func (c *Config) defaults() error {
 	if c.Mode != Fenced || c.App != nil {
 		c.Workload.CommandEvery = 0 // commands need the fence (outbox)
 	}
+	if c.LoadFiller == 0 {
+		c.LoadFiller = 20000
+	}
+	for _, f := range c.Faults {
+		switch f {
+		case FaultStaticReplace:
+			c.Static = true
+		case FaultTwoTopicInbox:
+			if c.App != nil || c.Mode != Fenced || c.Workload.CommandEvery <= 0 {
+				return fmt.Errorf("chaos: fault %s needs the built-in workload, fenced, with commands (CommandEvery > 0)", f)
+			}
+			c.Workload.CommandTopics = 2
+		case FaultCoordinatorKill:
+			if c.KafkaNodes < 2 {
+				return fmt.Errorf("chaos: fault %s needs a cluster (KafkaNodes >= 2; deploy/local/kafka.sh with KAFKA_NODES=3)", f)
+			}
+		}
+	}
 	if c.App != nil && c.Mode == Lock {
 		return errors.New("chaos: an application runs fenced or unfenced, not under the lock baseline")
 	}
@@ -205,7 +275,7 @@ func (c *Config) defaults() error {
 		c.Topic = "chaos-" + string(c.Mode) + "-" + suffix
 	}
 	for _, f := range c.Faults {
-		if (f == FaultBrokerRestart || f == FaultDBRestart) && c.DeployDir == "" {
+		if (f == FaultBrokerRestart || f == FaultDBRestart || f == FaultPausedBrokerRestart || f == FaultCoordinatorKill) && c.DeployDir == "" {
 			return fmt.Errorf("chaos: fault %s needs DeployDir (deploy/local)", f)
 		}
 		if (f == FaultDBRestart || f == FaultDelay) && c.PostgresURL == "" {
@@ -257,24 +327,36 @@ func (h *harness) logFault(ctx context.Context, f Fault) {
 
 // start launches one worker process.
 func (h *harness) start(ctx context.Context) error {
+	_, err := h.startAs(ctx, "")
+	return err
+}
+
+// startAs launches one worker process, a static member with the given group.instance.id if
+// it is not empty (with Config.Static, each new worker gets its own otherwise).
+func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 	h.mu.Lock()
 	h.nextID++
 	id := fmt.Sprintf("w%d", h.nextID)
 	h.mu.Unlock()
+	if instance == "" && h.cfg.Static {
+		instance = "chaos-" + id
+	}
 	args := workerArgs{
 		ID: id, Mode: h.cfg.Mode, Brokers: h.cfg.Brokers, Group: h.cfg.Group, Topic: h.cfg.Topic,
 		SessionTimeout: h.cfg.SessionTimeout, PostgresURL: h.cfg.PostgresURL, SQLitePath: h.cfg.SQLitePath,
-		RedisAddr: h.cfg.RedisAddr,
+		RedisAddr: h.cfg.RedisAddr, InstanceID: instance,
 	}
 	if h.builtin != nil {
 		args.CommandEvery = h.builtin.w.CommandEvery
+		args.CommandTopics = h.builtin.w.CommandTopics
 	} else {
 		args.App = h.app.Name()
 	}
 	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
+	cmd.Env = append(os.Environ(), h.cfg.WorkerEnv...)
 	if h.cfg.WorkerKafka.Enabled() {
-		cmd.Env = append(os.Environ(), h.cfg.WorkerKafka.Env(WorkerKafkaEnv)...)
+		cmd.Env = append(cmd.Env, h.cfg.WorkerKafka.Env(WorkerKafkaEnv)...)
 	}
 	cmd.Stdout = io.Discard
 	logf, err := os.CreateTemp(h.cfg.LogDir, "baton-chaos-"+id+"-*.log")
@@ -282,9 +364,9 @@ func (h *harness) start(ctx context.Context) error {
 		cmd.Stderr = logf
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("chaos: start worker: %w", err)
+		return nil, fmt.Errorf("chaos: start worker: %w", err)
 	}
-	p := &proc{id: id, cmd: cmd, done: make(chan struct{})}
+	p := &proc{id: id, instance: instance, cmd: cmd, done: make(chan struct{})}
 	h.workers.Add(1)
 	go func() {
 		defer h.workers.Done()
@@ -297,7 +379,7 @@ func (h *harness) start(ctx context.Context) error {
 	h.mu.Lock()
 	h.procs[id] = p
 	h.mu.Unlock()
-	return nil
+	return p, nil
 }
 
 func (h *harness) alive() []*proc {
@@ -419,8 +501,20 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		sleep(ctx, st)
 	case FaultBrokerRestart:
 		f.Target = "kafka"
-		f.Bit, f.Detail = h.script(ctx, "kafka.sh", "restart")
+		if h.cfg.KafkaNodes > 1 {
+			n := 1 + h.rng.Intn(h.cfg.KafkaNodes)
+			f.Target = fmt.Sprintf("kafka node %d", n)
+			f.Bit, f.Detail = h.script(ctx, "kafka.sh", "node-restart", strconv.Itoa(n))
+		} else {
+			f.Bit, f.Detail = h.script(ctx, "kafka.sh", "restart")
+		}
 		sleep(ctx, st)
+	case FaultPausedBrokerRestart, FaultCoordinatorKill:
+		h.pausedCoordinatorMove(ctx, f)
+	case FaultStaticReplace:
+		h.staticReplace(ctx, f)
+	case FaultTwoTopicInbox:
+		h.twoTopicInbox(ctx, f)
 	case FaultDBRestart:
 		f.Target = "postgres"
 		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")
@@ -530,6 +624,7 @@ func stopped(pid int) bool {
 
 func (h *harness) script(ctx context.Context, name string, args ...string) (bool, string) {
 	cmd := exec.CommandContext(ctx, filepath.Join(h.cfg.DeployDir, name), args...)
+	cmd.Env = append(os.Environ(), h.cfg.ScriptEnv...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return false, fmt.Sprintf("%s %s: %v: %s", name, strings.Join(args, " "), err, lastLine(out))

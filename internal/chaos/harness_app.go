@@ -21,7 +21,11 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	var topics []string
 	for _, s := range app.Topics() {
 		t := env.Topic(s)
-		if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, 1, nil, t); err != nil || resp.Err != nil {
+		rf := int16(1)
+		if cfg.KafkaNodes > 1 {
+			rf = -1 // the cluster's default: a killed broker loses no partition
+		}
+		if resp, err := h.adm.CreateTopic(ctx, cfg.Partitions, rf, nil, t); err != nil || resp.Err != nil {
 			return nil, fmt.Errorf("chaos: create topic %s: %w", t, errors.Join(err, resp.Err))
 		}
 		topics = append(topics, t)
@@ -86,7 +90,12 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 // injectAll injects the configured faults one after another.
 func (h *harness) injectAll(ctx context.Context) {
 	cfg := h.cfg
+	start := time.Now()
 	for i := 0; i < cfg.NumFaults && ctx.Err() == nil; i++ {
+		if cfg.For > 0 && time.Since(start) >= cfg.For {
+			h.progress("fault injection stopped after %s: %d of %d faults injected", cfg.For, i, cfg.NumFaults)
+			break
+		}
 		kind := cfg.Faults[i%len(cfg.Faults)]
 		if i >= len(cfg.Faults) {
 			kind = cfg.Faults[h.rng.Intn(len(cfg.Faults))]

@@ -72,7 +72,12 @@ func WriteVerdict(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "duplicated\t%d\n", v.Duplicated)
 		fmt.Fprintf(tw, "out of order\t%d\n", v.Disorder)
 	}
+	if v.CommandsInverted > 0 {
+		fmt.Fprintf(tw, "commands read out of order across two destination topics\t%d\n", v.CommandsInverted)
+	}
 	fmt.Fprintf(tw, "stale commits\t%d\n", v.StaleCommits)
+	fmt.Fprintf(tw, "tokens with two committing workers\t%d\n", v.SameTokenWriters)
+	fmt.Fprintf(tw, "zombie writes committed after their takeover\t%d\n", v.ZombieOverTaken)
 	fmt.Fprintf(tw, "re-applied batches\t%d\n", v.OverlapBatches)
 	fmt.Fprintf(tw, "backlog applied after faults\t%v in %s (bound %s)\n", r.Settled, r.SettleIn.Round(100*time.Millisecond), r.Config.Settle)
 	verdict := "PASS"

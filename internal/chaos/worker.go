@@ -55,6 +55,8 @@ type WorkerConfig struct {
 	Logger         *slog.Logger
 	// Kafka are extra client options for every client of the worker (TLS, SASL).
 	Kafka []kgo.Opt
+	// InstanceID makes the worker a static member (group.instance.id); "" for a dynamic one.
+	InstanceID string
 }
 
 func (c *WorkerConfig) defaults() error {
@@ -77,7 +79,11 @@ func (c *WorkerConfig) defaults() error {
 }
 
 func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
-	return append([]kgo.Opt{
+	var static []kgo.Opt
+	if c.InstanceID != "" {
+		static = append(static, kgo.InstanceID(c.InstanceID))
+	}
+	return append(append([]kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.ClientID(c.ID), // names the member in 'baton status' and on the status page
 		kgo.SessionTimeout(c.SessionTimeout),
@@ -86,7 +92,7 @@ func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 		kgo.FetchMaxWait(250 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.AlwaysRetryEOF(), // brokers restart during chaos runs; the configuration is known good
-	}, c.Kafka...)
+	}, static...), c.Kafka...)
 }
 
 // freezer implements the harness's freeze faults inside a worker. SIGUSR1 asks the worker to
@@ -115,6 +121,37 @@ type freezer struct {
 	gate    sync.RWMutex // writes hold it shared; a freeze holds it exclusively
 	stopSig chan os.Signal
 	cont    chan os.Signal // SIGCONT: the freeze is over
+
+	mu   sync.Mutex
+	held map[heldKey]int64 // the epoch of each write held across a freeze, by partition
+}
+
+type heldKey struct {
+	topic string
+	part  int32
+}
+
+// hold records that a write of topic/part at epoch was held across a freeze: every later write
+// of that partition at that epoch or an earlier one is still the frozen assignment's.
+func (f *freezer) hold(topic string, part int32, epoch int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.held == nil {
+		f.held = map[heldKey]int64{}
+	}
+	if e, ok := f.held[heldKey{topic, part}]; !ok || epoch > e {
+		f.held[heldKey{topic, part}] = epoch
+	}
+}
+
+// resumed reports whether a write of topic/part under tok belongs to an assignment this process
+// held across a freeze (an epoch at or below the held write's): after a takeover such a write
+// is a zombie's, whatever the fence decided about it since (a re-claim, a recovery).
+func (f *freezer) resumed(topic string, part int32, tok fence.Token) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e, ok := f.held[heldKey{topic, part}]
+	return ok && tok.Epoch <= e
 }
 
 func newFreezer(id string, db DB) *freezer {
@@ -153,6 +190,7 @@ func (f *freezer) point(ctx context.Context, topic string, part int32, tok fence
 	defer f.gate.Unlock()
 	logAttempt(ctx, f.db, f.id, topic, part, tok, first, last, OutcomeFrozen, false, "freezing before the write")
 	f.stopSelf()
+	f.hold(topic, part, tok.Epoch)
 	return true
 }
 
@@ -178,6 +216,7 @@ func (f *freezer) delayPoint(ctx context.Context, topic string, part int32, tok 
 	}
 	logAttempt(ctx, f.db, f.id, topic, part, tok, -1, last, OutcomeDelayed, false, "freezing inside the transaction, before commit")
 	f.stopSelf()
+	f.hold(topic, part, tok.Epoch)
 	return true
 }
 
@@ -189,12 +228,12 @@ func (f *freezer) write(fn func() error) error {
 }
 
 func logAttempt(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, outcome string, zombie bool, detail string) {
-	logAttemptCause(ctx, db, worker, topic, part, tok, first, last, outcome, "", zombie, detail)
+	logAttemptCause(ctx, db, worker, topic, part, tok, first, last, outcome, "", zombie, false, detail)
 }
 
 // logResult logs a write attempt that ended with err (nil: committed): its outcome and, for an
 // error, its cause and message.
-func logResult(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, zombie bool, err error) {
+func logResult(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, zombie, resumed bool, err error) {
 	if errors.Is(err, ErrNotDue) {
 		return // a batch waiting for its time, not a write attempt
 	}
@@ -205,14 +244,14 @@ func logResult(ctx context.Context, db DB, worker, topic string, part int32, tok
 	if outcome == OutcomeError {
 		cause = causeOf(err)
 	}
-	logAttemptCause(ctx, db, worker, topic, part, tok, first, last, outcome, cause, zombie, detail)
+	logAttemptCause(ctx, db, worker, topic, part, tok, first, last, outcome, cause, zombie, resumed, detail)
 }
 
-func logAttemptCause(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, outcome, cause string, zombie bool, detail string) {
+func logAttemptCause(ctx context.Context, db DB, worker, topic string, part int32, tok fence.Token, first, last int64, outcome, cause string, zombie, resumed bool, detail string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, topic, part, era, epoch, first_off, last_off, outcome, cause, zombie, detail, at_ms)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)`, worker, topic, part, tok.Era, tok.Epoch, first, last, outcome, cause, zombie, detail, time.Now().UnixMilli())
+	_ = db.Exec(ctx, `INSERT INTO chaos_attempts (worker, topic, part, era, epoch, first_off, last_off, outcome, cause, zombie, resumed, detail, at_ms)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`, worker, topic, part, tok.Era, tok.Epoch, first, last, outcome, cause, zombie, resumed, detail, time.Now().UnixMilli())
 }
 
 func outcomeOf(err error) string {
@@ -286,6 +325,7 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 		s.wait.wait(ctx, k)
 	}
 	zombie := s.f.point(ctx, k.Topic, k.Partition, t, first, position)
+	resumed := !zombie && s.f.resumed(k.Topic, k.Partition, t)
 	if zombie {
 		ctx = context.WithoutCancel(ctx)
 	}
@@ -300,7 +340,7 @@ func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 		})
 	})
 	zombie = zombie || delayed
-	logResult(ctx, s.db, s.id, k.Topic, k.Partition, t, first, position, zombie, err)
+	logResult(ctx, s.db, s.id, k.Topic, k.Partition, t, first, position, zombie, resumed && !zombie, err)
 	return err
 }
 
@@ -378,6 +418,7 @@ func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
 			}
 			first, last := p.Records[0].Offset, p.Records[len(p.Records)-1].Offset
 			zombie := f.point(ctx, p.Topic, p.Partition, tok, first, last)
+			resumed := !zombie && f.resumed(p.Topic, p.Partition, tok)
 			actx := ctx
 			if zombie {
 				actx = context.WithoutCancel(ctx)
@@ -393,7 +434,7 @@ func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
 				}
 				return commit(actx)
 			})
-			logResult(actx, db, cfg.ID, p.Topic, p.Partition, tok, first, last, zombie, err)
+			logResult(actx, db, cfg.ID, p.Topic, p.Partition, tok, first, last, zombie, resumed, err)
 			if err != nil {
 				firstErr = err
 				rewind(cl, cfg.Topic, p.Partition, first) // retry the batch, as Baton would

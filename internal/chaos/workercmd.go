@@ -43,6 +43,8 @@ type workerArgs struct {
 	RedisAddr      string // lock mode
 	CommandEvery   int    // the built-in workload, fenced: a command through the outbox every this many records (0: none)
 	App            string // the application the worker runs ("" for the built-in workload)
+	InstanceID     string // static membership: the worker's group.instance.id ("" for a dynamic member)
+	CommandTopics  int    // the built-in workload: destination topics its commands are routed to (1 or 2)
 }
 
 // flags defines the worker's flags on fs, parsed into a.
@@ -65,6 +67,8 @@ func (a *workerArgs) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&a.SessionTimeout, "session-timeout", 3*time.Second, "Kafka session timeout")
 	fs.IntVar(&a.CommandEvery, "command-every", 0, "send a command for every record whose sequence is a multiple of this")
 	fs.StringVar(&a.App, "app", "", "the application to run (one given to RunWorker; empty for the built-in workload)")
+	fs.StringVar(&a.InstanceID, "instance-id", "", "static group membership: the group.instance.id (empty: a dynamic member)")
+	fs.IntVar(&a.CommandTopics, "command-topics", 0, "the built-in workload: route commands to 2 destination topics (0 or 1: one), read by one receiver with one inbox")
 }
 
 // argv is the worker's command line for a, after WorkerCommand.
@@ -85,6 +89,12 @@ func (a workerArgs) argv() []string {
 	}
 	if a.App != "" {
 		args = append(args, "-app", a.App)
+	}
+	if a.InstanceID != "" {
+		args = append(args, "-instance-id", a.InstanceID)
+	}
+	if a.CommandTopics > 1 {
+		args = append(args, "-command-topics", strconv.Itoa(a.CommandTopics))
 	}
 	return args
 }
@@ -122,7 +132,7 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	if err != nil {
 		return err
 	}
-	var app App = newBuiltin(Workload{CommandEvery: a.CommandEvery}, a.Mode)
+	var app App = newBuiltin(Workload{CommandEvery: a.CommandEvery, CommandTopics: a.CommandTopics}, a.Mode)
 	if a.App != "" {
 		if app, err = appByName(a.App, apps); err != nil {
 			return err
@@ -133,7 +143,7 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	}
 	cfg := WorkerConfig{
 		ID: a.ID, Mode: a.Mode, Brokers: a.Brokers, Group: a.Group, Topic: a.Topic,
-		SessionTimeout: a.SessionTimeout, RedisAddr: a.RedisAddr,
+		SessionTimeout: a.SessionTimeout, RedisAddr: a.RedisAddr, InstanceID: a.InstanceID,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", a.ID),
 	}
 	if k := secure.FromEnv(WorkerKafkaEnv); k.Enabled() {

@@ -27,6 +27,9 @@ type Workload struct {
 	Keys         int
 	PerKey       int
 	CommandEvery int
+	// CommandTopics routes the commands to this many destination topics (1, the default, or 2:
+	// a key's commands alternate between them), all read by one receiver with one inbox.
+	CommandTopics int
 }
 
 // Commands is the number of commands the workload sends per key.
@@ -60,6 +63,9 @@ func (w Workload) Total() int { return w.Keys * w.PerKey }
 func (w Workload) Validate() error {
 	if w.Keys <= 0 || w.PerKey <= 0 {
 		return fmt.Errorf("chaos: workload needs keys > 0 and records per key > 0, got %d and %d", w.Keys, w.PerKey)
+	}
+	if w.CommandTopics < 0 || w.CommandTopics > 2 {
+		return fmt.Errorf("chaos: commands go to 1 or 2 destination topics, not %d", w.CommandTopics)
 	}
 	return nil
 }
@@ -172,13 +178,15 @@ CREATE TABLE IF NOT EXISTS chaos_attempts (
 	outcome TEXT NOT NULL,
 	cause TEXT NOT NULL DEFAULT '',
 	zombie BOOLEAN NOT NULL,
+	resumed BOOLEAN NOT NULL DEFAULT FALSE,
 	detail TEXT NOT NULL,
 	at_ms BIGINT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS chaos_commands (
 	id ` + id + `,
 	k TEXT NOT NULL,
-	seq BIGINT NOT NULL
+	seq BIGINT NOT NULL,
+	topic TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS chaos_faults (
 	id ` + id + `,

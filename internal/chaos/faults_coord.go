@@ -1,0 +1,570 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// The faults aimed at issue 10's interleavings. Each proves it happened before its outcome
+// counts (Fault.Bit) and writes its evidence in Fault.Detail: the coordinator's loads as the
+// broker logged them, the coordinator's node before and after, the replaced static member's
+// member ids, the receiver's out-of-order reads.
+
+// held is a write a frozen worker holds: the partition and the token of its batch.
+type held struct {
+	p           *proc
+	topic       string
+	part        int32
+	era, epoch  int64
+	since, from int64 // when the freeze was asked (ms), and the applied log's id then
+}
+
+// holdWrite asks p to freeze at its next write (sig, logging marker) and waits until it is
+// stopped holding it.
+func (h *harness) holdWrite(ctx context.Context, p *proc, sig syscall.Signal, marker string) (held, error) {
+	w := held{p: p, since: time.Now().UnixMilli()}
+	_ = h.db.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM chaos_applied`).Scan(&w.from)
+	_ = p.cmd.Process.Signal(sig)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := h.db.QueryRow(ctx, `SELECT topic, part, era, epoch FROM chaos_attempts WHERE worker = $1 AND outcome = $3 AND at_ms >= $2 ORDER BY id DESC LIMIT 1`,
+			p.id, w.since, marker).Scan(&w.topic, &w.part, &w.era, &w.epoch)
+		if err == nil && stopped(p.cmd.Process.Pid) {
+			return w, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+			return w, errors.New("worker did not reach a write (no partitions?)")
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+func (w held) String() string {
+	return fmt.Sprintf("%s holding %s/%d at token %d.%d", w.p.id, w.topic, w.part, w.era, w.epoch)
+}
+
+// committedBy waits until another worker commits a batch of w's partition whose token
+// satisfies cond (SQL over era and epoch, with $3 the held era and $4 the held epoch), and
+// returns that worker and token.
+func (h *harness) committedBy(ctx context.Context, w held, cond string, wait time.Duration) (worker string, era, epoch int64, ok bool) {
+	deadline := time.Now().Add(wait)
+	for {
+		err := h.db.QueryRow(ctx, `SELECT worker, era, epoch FROM chaos_applied WHERE topic = $5 AND part = $1 AND worker <> $2 AND id > $6 AND (`+cond+`) ORDER BY id LIMIT 1`,
+			w.part, w.p.id, w.era, w.epoch, w.topic, w.from).Scan(&worker, &era, &epoch)
+		if err == nil {
+			return worker, era, epoch, true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return "", 0, 0, false
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// pausedCoordinatorMove is FaultPausedBrokerRestart and FaultCoordinatorKill: a writer frozen at
+// its next write is taken over; then the group coordinator's broker is restarted (killed, for
+// FaultCoordinatorKill) and the writer resumed as soon as a coordinator starts loading the
+// group, so its first requests meet a loading coordinator. Proven by the broker's own log: the
+// load of the offsets partition, scheduled and finished after the broker action.
+func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
+	st := h.cfg.SessionTimeout
+	h.primeLoad(ctx)
+	var p *proc
+	var w held
+	err := errors.New("no worker alive")
+	for try := 0; try < 3 && err != nil; try++ { // a writer that lost its partitions meanwhile: another
+		if p = h.pickWriter(ctx); p == nil {
+			break
+		}
+		w, err = h.holdWrite(ctx, p, syscall.SIGUSR1, OutcomeFrozen)
+	}
+	if err != nil {
+		f.Detail = err.Error()
+		return
+	}
+	f.Target = p.id
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	by, era, epoch, ok := h.committedBy(ctx, w, `era > $3 OR (era = $3 AND epoch > $4)`, 3*st+30*time.Second)
+	if !ok {
+		f.Detail = w.String() + "; no takeover seen"
+		return
+	}
+	ev := []string{fmt.Sprintf("%s, taken over by %s at %d.%d", w, by, era, epoch)}
+
+	before, _ := h.coordinator(ctx)
+	logs := h.brokerLogs(ctx)
+	var action []string
+	switch {
+	case h.cfg.KafkaNodes > 1 && before < 0:
+		f.Detail = strings.Join(append(ev, "no group coordinator found"), "; ")
+		return
+	case h.cfg.KafkaNodes > 1 && f.Kind == FaultCoordinatorKill:
+		action = []string{"node-kill", strconv.Itoa(int(before))}
+	case h.cfg.KafkaNodes > 1:
+		action = []string{"node-restart", strconv.Itoa(int(before))}
+	default:
+		action = []string{"restart"}
+	}
+	ev = append(ev, fmt.Sprintf("coordinator node %d: kafka.sh %s", before, strings.Join(action, " ")))
+
+	// The broker action runs while the logs are watched for the coordinator's load.
+	actionStart := time.Now()
+	var scriptOK atomic.Bool
+	var scriptOut string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ok, out := h.script(ctx, "kafka.sh", action...)
+		scriptOut = out
+		scriptOK.Store(ok)
+	}()
+	// Count the coordinator's COORDINATOR_LOAD_IN_PROGRESS answers meanwhile.
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	var loadAnswers atomic.Int64
+	var probes sync.WaitGroup
+	probes.Add(1)
+	go func() { defer probes.Done(); h.probeLoading(probeCtx, &loadAnswers) }()
+
+	var sched, fin *loadLine
+	var resumedAt time.Time
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for _, l := range logs {
+			for _, ll := range l.scan() {
+				if !ll.at.Before(actionStart.Add(-time.Second)) {
+					if ll.finished && fin == nil && sched != nil {
+						fin = ll
+					} else if !ll.finished && sched == nil {
+						sched = ll
+					}
+				}
+			}
+		}
+		if sched != nil && !resumed {
+			resume()
+			resumedAt = time.Now()
+		}
+		if fin != nil {
+			break
+		}
+		sleep(ctx, 20*time.Millisecond)
+	}
+	<-done
+	// Let the resumed worker meet the coordinator, then stop probing.
+	sleep(ctx, st)
+	stopProbe()
+	probes.Wait()
+	if !scriptOK.Load() {
+		ev = append(ev, "broker action failed: "+scriptOut)
+	}
+	after, _ := h.coordinator(ctx)
+	ev = append(ev, fmt.Sprintf("coordinator node after: %d", after))
+	switch {
+	case sched == nil:
+		ev = append(ev, "no coordinator load seen in the broker logs")
+	default:
+		ev = append(ev, fmt.Sprintf("node log %s: %s", sched.log, sched.text))
+		if fin != nil {
+			ev = append(ev, fmt.Sprintf("%s: %s", fin.log, fin.text))
+		}
+		if !resumedAt.IsZero() {
+			when := "after the load finished"
+			if fin == nil || resumedAt.Before(fin.at.Add(time.Second)) {
+				when = "while the coordinator was loading (the logs' times have millisecond precision; the resume was seen within a poll of the load's start)"
+			}
+			ev = append(ev, fmt.Sprintf("%s resumed %s at %s", p.id, when, resumedAt.Format("15:04:05.000")))
+		}
+	}
+	ev = append(ev, fmt.Sprintf("COORDINATOR_LOAD_IN_PROGRESS answers seen: %d", loadAnswers.Load()))
+	f.Bit = scriptOK.Load() && sched != nil && fin != nil && resumed
+	if f.Kind == FaultCoordinatorKill {
+		f.Bit = f.Bit && after >= 0 && after != before
+		// Restart the killed broker: the cluster is whole again for the next fault.
+		ok, out := h.script(ctx, "kafka.sh", "node-start", strconv.Itoa(int(before)))
+		ev = append(ev, fmt.Sprintf("node %d restarted: %v %s", before, ok, out))
+	}
+	f.Detail = strings.Join(ev, "; ")
+	f.End = time.Now()
+	sleep(ctx, st)
+}
+
+// coordinator returns the node id of the run's group coordinator (-1 if it cannot be found).
+func (h *harness) coordinator(ctx context.Context) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resps := h.adm.FindGroupCoordinators(ctx, h.cfg.Group)
+	r, ok := resps[h.cfg.Group]
+	if !ok || r.Err != nil {
+		return -1, fmt.Errorf("find coordinator: %v", r.Err)
+	}
+	return r.NodeID, nil
+}
+
+// probeLoading asks for the group's description every 50 ms with a client that never retries
+// and counts the answers COORDINATOR_LOAD_IN_PROGRESS.
+func (h *harness) probeLoading(ctx context.Context, n *atomic.Int64) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.cfg.Brokers...), kgo.RequestRetries(0),
+		kgo.RetryTimeout(time.Second), kgo.DialTimeout(time.Second)}, h.cfg.Kafka...)...)
+	if err != nil {
+		return
+	}
+	defer cl.Close()
+	for ctx.Err() == nil {
+		req := kmsg.NewPtrDescribeGroupsRequest()
+		req.Groups = []string{h.cfg.Group}
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		shards := cl.RequestSharded(rctx, req)
+		cancel()
+		for _, s := range shards {
+			if errors.Is(s.Err, kerr.CoordinatorLoadInProgress) {
+				n.Add(1)
+			}
+			if resp, ok := s.Resp.(*kmsg.DescribeGroupsResponse); ok {
+				for _, g := range resp.Groups {
+					if errors.Is(kerr.ErrorForCode(g.ErrorCode), kerr.CoordinatorLoadInProgress) {
+						n.Add(1)
+					}
+				}
+			}
+		}
+		sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// primeLoad fills the group coordinator's log once per run (Config.LoadFiller offset
+// commits of a filler group), so that loading the run's group after a broker move takes long
+// enough for a resumed worker's requests to meet it.
+func (h *harness) primeLoad(ctx context.Context) {
+	if h.primed || h.cfg.LoadFiller < 0 {
+		return
+	}
+	h.primed = true
+	group := h.cfg.Group + "-filler"
+	// Offsets of a filler topic of 100 partitions (never produced to), 100 records a request:
+	// the coordinator loads every one.
+	topic := h.cfg.Topic + "-filler"
+	const parts = 100
+	if resp, err := h.adm.CreateTopic(ctx, parts, 1, nil, topic); err != nil || resp.Err != nil {
+		h.progress("filling the coordinator's log: create %s: %v", topic, errors.Join(err, resp.Err))
+		return
+	}
+	rounds := (h.cfg.LoadFiller + parts - 1) / parts
+	var wg sync.WaitGroup
+	next := atomic.Int64{}
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1)
+				if i > int64(rounds) || ctx.Err() != nil {
+					return
+				}
+				offs := kadm.Offsets{}
+				for p := 0; p < parts; p++ {
+					offs.Add(kadm.Offset{Topic: topic, Partition: int32(p), At: i, LeaderEpoch: -1, Metadata: "chaos load filler"})
+				}
+				for try := 0; ; try++ { // the new topic's metadata may not have reached every broker yet
+					resp, err := h.adm.CommitOffsets(ctx, group, offs)
+					if err == nil {
+						err = resp.Error()
+					}
+					if err == nil || ctx.Err() != nil {
+						break
+					}
+					if try == 50 {
+						h.progress("filling the coordinator's log: %v", err)
+						return
+					}
+					sleep(ctx, 200*time.Millisecond)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	h.progress("filled the coordinator's log with %d offset commits of %s", rounds*parts, group)
+}
+
+// brokerLog is one broker's log file, read from where it was when the fault began.
+type brokerLog struct {
+	path string
+	off  int64
+	rest string // a partial last line
+}
+
+type loadLine struct {
+	log      string
+	at       time.Time
+	finished bool
+	text     string
+}
+
+// brokerLogs returns the run's broker logs (kafka.sh logfile), positioned at their ends.
+func (h *harness) brokerLogs(ctx context.Context) []*brokerLog {
+	cmdOut, err := h.scriptOutput(ctx, "kafka.sh", "logfile")
+	if err != nil {
+		return nil
+	}
+	var out []*brokerLog
+	for _, p := range strings.Fields(cmdOut) {
+		l := &brokerLog{path: p}
+		if fi, err := os.Stat(p); err == nil {
+			l.off = fi.Size()
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+// The group coordinator's load of an offsets partition, as Kafka 4.x's CoordinatorRuntime logs it.
+var loadRE = regexp.MustCompile(`^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\] INFO \[GroupCoordinator id=(\d+)\] (Scheduling loading|Finished loading) of metadata from (__consumer_offsets-\d+)(.*?)\(org`)
+
+// scan returns the coordinator load lines appended since the last scan.
+func (l *brokerLog) scan() []*loadLine {
+	f, err := os.Open(l.path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil
+	}
+	if fi.Size() < l.off {
+		l.off, l.rest = 0, "" // rotated or truncated
+	}
+	if _, err := f.Seek(l.off, io.SeekStart); err != nil {
+		return nil
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil
+	}
+	l.off += int64(len(b))
+	text := l.rest + string(b)
+	i := strings.LastIndexByte(text, '\n')
+	if i < 0 {
+		l.rest = text
+		return nil
+	}
+	l.rest = text[i+1:]
+	var out []*loadLine
+	sc := bufio.NewScanner(strings.NewReader(text[:i]))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		m := loadRE.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		at, err := time.ParseInLocation("2006-01-02 15:04:05,000", m[1], time.Local)
+		if err != nil {
+			continue
+		}
+		out = append(out, &loadLine{log: "node " + m[2], at: at, finished: m[3] == "Finished loading",
+			text: strings.TrimSpace(m[3] + " of " + m[4] + m[5])})
+	}
+	return out
+}
+
+// staticReplace is FaultStaticReplace: a static member frozen at its next write is replaced
+// by a new process with the same group.instance.id, which the coordinator gives the same
+// assignment at the same generation (no rebalance); once the replacement has written to the
+// frozen worker's partition, the frozen one is resumed (its held write and the next ones are
+// a zombie's), then stopped. Proven by the group's member ids (the instance's changed, no
+// other member's did) and by the replacement's commit on that partition; the detail says
+// whether it carried the held generation (the equal-token race of issue 10's finding 1: when
+// the partition was assigned at the group's current generation).
+func (h *harness) staticReplace(ctx context.Context, f *Fault) {
+	st := h.cfg.SessionTimeout
+	p := h.pickWriter(ctx)
+	if p == nil || p.instance == "" {
+		f.Detail = "no static worker alive"
+		return
+	}
+	f.Target = p.id
+	membersBefore := h.members(ctx)
+	w, err := h.holdWrite(ctx, p, syscall.SIGUSR1, OutcomeFrozen)
+	if err != nil {
+		f.Detail = err.Error()
+		return
+	}
+	defer func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }()
+	r, err := h.startAs(ctx, p.instance)
+	if err != nil {
+		f.Detail = err.Error()
+		return
+	}
+	ev := []string{w.String(), fmt.Sprintf("replaced by %s as instance %s", r.id, p.instance)}
+	// The replacement's first commit on the held partition: at the held generation if the group
+	// has not moved on since that partition was assigned (the equal-token race), else later.
+	var sameGen, took bool
+	deadline := time.Now().Add(3*st + 30*time.Second)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		var era, epoch int64
+		err := h.db.QueryRow(ctx, `SELECT era, epoch FROM chaos_applied WHERE topic = $1 AND part = $2 AND worker = $3 ORDER BY id LIMIT 1`,
+			w.topic, w.part, r.id).Scan(&era, &epoch)
+		if err == nil {
+			took, sameGen = true, epoch == w.epoch
+			ev = append(ev, fmt.Sprintf("%s committed on %s/%d at %d.%d", r.id, w.topic, w.part, era, epoch))
+			break
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+	membersAfter := h.members(ctx)
+	changed, others := 0, 0
+	for inst, m := range membersBefore {
+		if a, ok := membersAfter[inst]; ok && a != m {
+			if inst == p.instance {
+				changed++
+				ev = append(ev, fmt.Sprintf("member id of %s: %s -> %s", inst, clip(m, 40), clip(a, 40)))
+			} else {
+				others++
+			}
+		}
+	}
+	if others > 0 {
+		ev = append(ev, fmt.Sprintf("%d other members changed ids (a rebalance)", others))
+	}
+	// Resume the frozen one: its held write meets the replacement's fence.
+	_ = p.cmd.Process.Signal(syscall.SIGCONT)
+	sleep(ctx, st)
+	h.stop(p, syscall.SIGTERM, 30*time.Second)
+	f.Bit = took && changed == 1 && others == 0
+	switch {
+	case !took:
+		ev = append(ev, "no commit of the replacement on the held partition seen")
+	case sameGen:
+		ev = append(ev, "the replacement's token has the held generation: the equal-token race was set up")
+	default:
+		ev = append(ev, "the held partition was assigned generations before the replacement's (the group had moved on, keeping it): an ordinary takeover")
+	}
+	f.Detail = strings.Join(ev, "; ")
+	f.End = time.Now()
+	sleep(ctx, st)
+}
+
+// members returns the group's member ids by group.instance.id.
+func (h *harness) members(ctx context.Context) map[string]string {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out := map[string]string{}
+	gs, err := h.adm.DescribeGroups(ctx, h.cfg.Group)
+	if err != nil {
+		return out
+	}
+	for _, m := range gs[h.cfg.Group].Members {
+		if m.InstanceID != nil {
+			out[*m.InstanceID] = m.MemberID
+		}
+	}
+	return out
+}
+
+// twoTopicInbox is FaultTwoTopicInbox: with the commands routed to two destination topics and
+// read by one receiver with one inbox, a worker (a member of the receiver's group too) is
+// paused for two session timeouts, so its partitions of both topics move to other members and
+// workers race through them. Proven by a key whose commands the receiver applied out of order
+// across the two topics since the fault began.
+func (h *harness) twoTopicInbox(ctx context.Context, f *Fault) {
+	st := h.cfg.SessionTimeout
+	var from int64
+	_ = h.db.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM chaos_commands`).Scan(&from)
+	var n, inv int64
+	var example string
+	var paused []string
+	// Up to three pauses (of workers picked at random) until an inversion is seen.
+	for round := 0; round < 3 && inv == 0 && ctx.Err() == nil; round++ {
+		p := h.pick()
+		if p == nil {
+			break
+		}
+		paused = append(paused, p.id)
+		_ = p.cmd.Process.Signal(syscall.SIGSTOP)
+		sleep(ctx, 2*st)
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		deadline := time.Now().Add(3*st + 5*time.Second)
+		for time.Now().Before(deadline) && ctx.Err() == nil {
+			if n, inv, example = h.inversions(ctx, from); inv > 0 {
+				break
+			}
+			sleep(ctx, 250*time.Millisecond)
+		}
+	}
+	if len(paused) == 0 {
+		f.Detail = "no worker alive"
+		return
+	}
+	f.Target = strings.Join(paused, ",")
+	f.Bit = inv > 0
+	f.Detail = fmt.Sprintf("%s paused %s each; %d commands applied since, %d read out of order across the two topics", f.Target, 2*st, n, inv)
+	if example != "" {
+		f.Detail += " (" + example + ")"
+	}
+}
+
+// inversions counts the commands applied after id from whose key a later command had already
+// come through the other destination topic.
+func (h *harness) inversions(ctx context.Context, from int64) (n, inv int64, example string) {
+	rows, err := h.db.Query(ctx, `SELECT k, seq, topic FROM chaos_commands WHERE id > $1 ORDER BY id`, from)
+	if err != nil {
+		return 0, 0, ""
+	}
+	defer rows.Close()
+	type last struct {
+		seq   int64
+		topic string
+	}
+	top := map[string]last{}
+	for rows.Next() {
+		var k, topic string
+		var seq int64
+		if rows.Scan(&k, &seq, &topic) != nil {
+			return n, inv, example
+		}
+		n++
+		if m, ok := top[k]; ok && seq < m.seq && m.topic != topic {
+			inv++
+			if example == "" {
+				example = fmt.Sprintf("key %s: seq %d from %s after seq %d from %s", k, seq, topic, m.seq, m.topic)
+			}
+		}
+		if m, ok := top[k]; !ok || seq > m.seq {
+			top[k] = last{seq, topic}
+		}
+	}
+	return n, inv, example
+}
+
+// scriptOutput runs a deploy/local script and returns its standard output.
+func (h *harness) scriptOutput(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(h.cfg.DeployDir, name), args...)
+	cmd.Env = append(os.Environ(), h.cfg.ScriptEnv...)
+	out, err := cmd.Output()
+	return string(out), err
+}
