@@ -167,9 +167,13 @@ func describe848(ctx context.Context, cl *kgo.Client, member string) (described,
 			continue
 		}
 		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
-			if errors.Is(err, kerr.GroupIDNotFound) {
+			if errors.Is(err, kerr.GroupIDNotFound) || errors.Is(err, kerr.UnsupportedVersion) {
 				// Kafka answers GROUP_ID_NOT_FOUND for a group of another type ("is not a
-				// consumer group"); a KIP-848 group this member is in is never missing.
+				// consumer group"); a KIP-848 group this member is in is never missing. A 4.x
+				// broker with the consumer protocol off (group.coordinator.rebalance.protocols
+				// without "consumer", or group.version < 1) answers UNSUPPORTED_VERSION for
+				// every group (KafkaApis.handleConsumerGroupDescribe): there is no KIP-848
+				// group, and it is the very answer on which franz-go falls back to classic.
 				return described{}, fmt.Errorf("%w: describe: %w", ErrNotConsumerGroup, err)
 			}
 			return described{}, fmt.Errorf("%w: consumer group describe: %w", errCannotTell, err)
