@@ -74,4 +74,3 @@ func TestAssignmentEpochsRefuseBrokerFallback(t *testing.T) {
 		t.Errorf("the fence holds %s: a KIP-848 consumer claimed under the classic protocol's generation", st.Token)
 	}
 }
-
