@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -72,5 +73,66 @@ func TestAssignmentEpochsRefuseBrokerFallback(t *testing.T) {
 	}
 	if st.Token.Epoch != 0 {
 		t.Errorf("the fence holds %s: a KIP-848 consumer claimed under the classic protocol's generation", st.Token)
+	}
+}
+
+// Review finding "RejoinInPlace" (rev-848): franz-go answers FENCED_MEMBER_EPOCH or
+// STALE_MEMBER_EPOCH by abandoning every partition (OnPartitionsLost) and rejoining at epoch 0
+// with the SAME member id; the coordinator re-admits the member in place, at the same member
+// epoch with the same assignment (Kafka's GroupMetadataManager: "Epoch 0 ... (re)join", the
+// member is kept; kfake's consumerRejoin does the same). Each partition comes back to a new
+// worker (a new claimant) with the token the old worker claimed: an equal token held by
+// another claimant, so the claim is refused and the partition needs a recorded regression
+// recovery (an era bump, logged as an ERROR "epoch regression"), or, with
+// RecoverRegressions(false), is left unprocessed for good. Under the classic protocol a
+// rejoin always brings a new generation. Here one heartbeat is answered FENCED_MEMBER_EPOCH.
+func TestAssignmentEpochsRejoinInPlace(t *testing.T) {
+	t.Skip("RejoinInPlace (rev-848): fails on the current code; un-skip with the fix")
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"),
+		kfake.BrokerConfigs(map[string]string{
+			"group.min.session.timeout.ms":         "500",
+			"group.consumer.session.timeout.ms":    "3000",
+			"group.consumer.heartbeat.interval.ms": "200",
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	brokers := c.ListenAddrs()
+	const keys, n1, n = 2, 3, 6
+	store := newStore(t)
+	m := newMeter()
+	cons, err := consumer.New("g", []string{"orders"}, store, newFolder().factory,
+		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
+		consumer.GroupProtocol(consumer.ProtocolConsumer), consumer.RecoverRegressions(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, cons)
+	produceSeq(t, brokers, "orders", keys, 1, n1)
+	waitFor(t, "the first records applied", 30*time.Second, allApplied(store, keys, n1))
+	var fenced atomic.Bool
+	c.ControlKey(kmsg.ConsumerGroupHeartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		hb := req.(*kmsg.ConsumerGroupHeartbeatRequest)
+		if hb.MemberEpoch <= 0 {
+			c.KeepControl()
+			return nil, nil, false
+		}
+		fenced.Store(true)
+		resp := hb.ResponseKind().(*kmsg.ConsumerGroupHeartbeatResponse)
+		resp.ErrorCode = kerr.FencedMemberEpoch.Code
+		return resp, nil, true
+	})
+	waitFor(t, "one heartbeat fenced", 30*time.Second, fenced.Load)
+	produceSeq(t, brokers, "orders", keys, n1+1, n)
+	ok, done := false, allApplied(store, keys, n)
+	for deadline := time.Now().Add(20 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		ok = done()
+	}
+	if err := r.stop(); err != nil {
+		t.Errorf("Run: %v", err)
+	}
+	if rg := m.sum(t, "baton.consumer.regressions"); rg != 0 || !ok {
+		t.Errorf("after an in-place rejoin: %d regressions, rest applied %v: the same member's own partition, back at the same epoch, needed a recovery", rg, ok)
 	}
 }
