@@ -11,6 +11,7 @@ import (
 	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -134,5 +135,39 @@ func TestAssignmentEpochsRejoinInPlace(t *testing.T) {
 	}
 	if rg := m.sum(t, "baton.consumer.regressions"); rg != 0 || !ok {
 		t.Errorf("after an in-place rejoin: %d regressions, rest applied %v: the same member's own partition, back at the same epoch, needed a recovery", rg, ok)
+	}
+}
+
+// Review finding "UserServerSideBalancer" (rev-848): kgo.ServerSideBalancer among the Kafka
+// options, without GroupProtocol, makes franz-go join as a KIP-848 member while Baton keeps
+// the classic protocol's epoch source: the member epoch is taken as a generation, and the
+// classic proof's DescribeGroups answers GROUP_ID_NOT_FOUND for a consumer group, so every
+// partition's proof retries "cannot tell" for ever and nothing is applied, with no error from
+// New or Run. Want: New (or Run) refuses the combination, or GroupProtocol follows it.
+func TestUserServerSideBalancerWithClassicSource(t *testing.T) {
+	t.Skip("UserServerSideBalancer (rev-848): fails on the current code; un-skip with the fix")
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	produceSeq(t, brokers, "orders", 1, 1, 2)
+	store := newStore(t)
+	cons, err := consumer.New("g", []string{"orders"}, store, newFolder().factory,
+		consumer.Kafka(append(fastKafka(brokers), kgo.ServerSideBalancer())...), consumer.Logger(quiet))
+	if err != nil {
+		if !errors.Is(err, consumer.ErrInvalidOption) {
+			t.Fatalf("New: %v, want ErrInvalidOption", err)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	applied := allApplied(store, 1, 2)
+	for !applied() && ctx.Err() == nil {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	err = <-done
+	if !applied() && (err == nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		t.Errorf("kgo.ServerSideBalancer with the classic epoch source: nothing applied in 20 s and Run returned %v: a silent stall", err)
 	}
 }
