@@ -231,3 +231,23 @@ func (c *config) resolveProtocol() error {
 	}
 	return nil
 }
+
+// protocolAtRun refuses kgo.ServerSideBalancer among the Kafka options of a classic-protocol
+// consumer: franz-go would join as a KIP-848 member while the epoch source proves ownership
+// with the classic protocol's requests, which a KIP-848 group refuses for ever (every
+// partition stalls). Like ownedAtRun, it reads the option from a client without a group.
+func protocolAtRun(user []kgo.Opt, protocol string) error {
+	if protocol != ProtocolClassic {
+		return nil
+	}
+	cl, err := kgo.NewClient(slices.Concat([]kgo.Opt{probeSeed}, user,
+		[]kgo.Opt{kgo.ConsumerGroup(""), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil)})...)
+	if err != nil {
+		return fmt.Errorf("%w: kafka: %w", ErrInvalidOption, err)
+	}
+	defer cl.Close()
+	if v, _ := cl.OptValue(kgo.ServerSideBalancer).(bool); v {
+		return fmt.Errorf("%w: kgo.ServerSideBalancer among the Kafka options with the classic group protocol: select KIP-848 with GroupProtocol(%q)", ErrInvalidOption, ProtocolConsumer)
+	}
+	return nil
+}
