@@ -127,13 +127,17 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 // offsets, leaves the group and returns nil. No goroutine it starts outlives it.
 //
 // It returns an error if the Kafka client cannot be created, the Kafka options hold
-// kgo.BlockRebalanceOnPoll ([ErrOwnedOption]), a partition's handler factory fails, or ctx
+// kgo.BlockRebalanceOnPoll ([ErrOwnedOption]) or kgo.ServerSideBalancer with the classic
+// protocol ([ErrInvalidOption]: use [GroupProtocol]), a partition's handler factory fails, or ctx
 // ended before this member ever joined the group ([ErrNotJoined], with the last cause: the
 // cluster unreachable, authentication failed, the group not joinable). While the client
 // cannot connect or join, the cause is logged at ERROR (at most every 10s while it lasts) and
 // counted (baton.consumer.client_errors); Run keeps trying until ctx ends.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err := ownedAtRun(c.cfg.kafka); err != nil {
+		return err
+	}
+	if err := protocolAtRun(c.cfg.kafka, c.cfg.protocol); err != nil {
 		return err
 	}
 	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1),

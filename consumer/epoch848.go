@@ -167,9 +167,13 @@ func describe848(ctx context.Context, cl *kgo.Client, member string) (described,
 			continue
 		}
 		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
-			if errors.Is(err, kerr.GroupIDNotFound) {
+			if errors.Is(err, kerr.GroupIDNotFound) || errors.Is(err, kerr.UnsupportedVersion) {
 				// Kafka answers GROUP_ID_NOT_FOUND for a group of another type ("is not a
-				// consumer group"); a KIP-848 group this member is in is never missing.
+				// consumer group"); a KIP-848 group this member is in is never missing. A 4.x
+				// broker with the consumer protocol off (group.coordinator.rebalance.protocols
+				// without "consumer", or group.version < 1) answers UNSUPPORTED_VERSION for
+				// every group (KafkaApis.handleConsumerGroupDescribe): there is no KIP-848
+				// group, and it is the very answer on which franz-go falls back to classic.
 				return described{}, fmt.Errorf("%w: describe: %w", ErrNotConsumerGroup, err)
 			}
 			return described{}, fmt.Errorf("%w: consumer group describe: %w", errCannotTell, err)
@@ -224,6 +228,26 @@ func (c *config) resolveProtocol() error {
 	}
 	if c.protocol == ProtocolConsumer {
 		c.kafka = append(c.kafka, kgo.ServerSideBalancer())
+	}
+	return nil
+}
+
+// protocolAtRun refuses kgo.ServerSideBalancer among the Kafka options of a classic-protocol
+// consumer: franz-go would join as a KIP-848 member while the epoch source proves ownership
+// with the classic protocol's requests, which a KIP-848 group refuses for ever (every
+// partition stalls). Like ownedAtRun, it reads the option from a client without a group.
+func protocolAtRun(user []kgo.Opt, protocol string) error {
+	if protocol != ProtocolClassic {
+		return nil
+	}
+	cl, err := kgo.NewClient(slices.Concat([]kgo.Opt{probeSeed}, user,
+		[]kgo.Opt{kgo.ConsumerGroup(""), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil)})...)
+	if err != nil {
+		return fmt.Errorf("%w: kafka: %w", ErrInvalidOption, err)
+	}
+	defer cl.Close()
+	if v, _ := cl.OptValue(kgo.ServerSideBalancer).(bool); v {
+		return fmt.Errorf("%w: kgo.ServerSideBalancer among the Kafka options with the classic group protocol: select KIP-848 with GroupProtocol(%q)", ErrInvalidOption, ProtocolConsumer)
 	}
 	return nil
 }
