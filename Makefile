@@ -49,7 +49,7 @@ gotest:
 # started it. The other services must be up and exported, as for 'check'. The chaos run restarts
 # this broker and the exported PostgreSQL.
 KIP848_KAFKA ?= 4.3.1
-KIP848_PORT ?= 29092
+KIP848_PORT ?= 39092
 KIP848_RUN ?= ^(TestReal.*|TestAssignmentEpochs.*|TestChaosFenced)$$
 KIP848_FAULTS ?= 8
 # The protocols the chaos run is repeated in on this broker. The classic one runs the chaos on the
