@@ -61,6 +61,8 @@ type Consumer[Tx any] struct {
 	m       *meters
 	tracer  trace.Tracer
 	log     *slog.Logger
+
+	noTopics sync.Once // the WARN that the sink does not store topic identities
 }
 
 // New returns a consumer for group over topics, writing through sink with handlers built by
@@ -240,14 +242,16 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 			}
 			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
 		})
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if len(p.Records) == 0 {
-				return
+		fs.EachTopic(func(t kgo.FetchTopic) {
+			for _, p := range t.Partitions {
+				if len(p.Records) == 0 {
+					continue
+				}
+				last := p.Records[len(p.Records)-1]
+				id := partition.ID{Topic: t.Topic, Partition: p.Partition}
+				r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
+				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset)
 			}
-			last := p.Records[len(p.Records)-1]
-			id := partition.ID{Topic: p.Topic, Partition: p.Partition}
-			r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
-			r.dispatch(ctx, id, p.Records)
 		})
 	}
 }
@@ -255,7 +259,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 // dispatch hands recs to the partition's worker. Records of a partition with no live worker
 // (revoked between the fetch and now) are dropped: the next owner re-reads them from the
 // sink's position.
-func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record) {
+func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart int64) {
 	n := int64(len(recs))
 	r.mu.Lock()
 	w := r.workers[k]
@@ -269,6 +273,10 @@ func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Reco
 	}
 	r.total.Add(n)
 	r.mu.Unlock()
+	if topicID != ([16]byte{}) {
+		w.fetchedID.Store(&topicID)
+	}
+	w.logStart.Store(logStart)
 	select {
 	case w.in <- recs:
 	case <-w.done:

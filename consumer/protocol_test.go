@@ -704,6 +704,10 @@ var mutants = map[string][]string{
 	"RecoverConflictRetriedSame":      {"TestRecoverConflictReloads"},
 	"HandlerErrorReadAsVerdict":       {"TestHandlerErrorWrappingAFenceSentinelIsRetried"},
 	"RelayStaleNotReclaimed":          {"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
+	"TopicIdentityUnchecked":          {"TestRecreatedTopicHeldUntilReset"},
+	"TopicResetNotConfirmed":          {"TestTopicResetBetweenClaimAndCompare"},
+	"GrownPartitionNotHeld":           {"TestGrownPartitionHeldUntilAcknowledged"},
+	"DataLossUnreported":              {"TestDeletedRecordsReportedAsLoss"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built
