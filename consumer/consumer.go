@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/partition"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -153,12 +155,15 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		return fmt.Errorf("consumer: kafka client: %w", err)
 	}
 	r.clp.CompareAndSwap(nil, cl)
+	r.wg.Add(1)
+	go r.watchTopics()
 	err = r.poll(ctx)
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
 	// the workers after their in-flight batch and commits what was applied.
 	r.health.closing.Store(true)
 	cl.Close()
 	r.stopAll() // anything left (e.g. after a fatal error) is stopped; nothing commits it
+	r.cancel()  // ends watchTopics
 	r.wg.Wait()
 	if err == nil && !r.health.joined.Load() {
 		// A run that never joined did no work: never report it as a clean one.
@@ -185,6 +190,8 @@ type run[Tx any] struct {
 	fatal chan error
 
 	health *health // client errors, and whether the member ever joined
+
+	looked map[string]time.Time // topic -> the last look after an UNKNOWN_TOPIC_ID fetch (poll's goroutine only)
 }
 
 // client returns the run's Kafka client. The group can start before NewClient returns to Run,
@@ -238,6 +245,10 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				// franz-go retries it every 250ms: rate-limited like the client errors, and
 				// the cause Run reports if the member never joins.
 				r.health.failed("topic", fmt.Errorf("topic %s: %w", topic, err))
+				return
+			}
+			if errors.Is(err, kerr.UnknownTopicID) {
+				r.unknownTopicID(ctx, topic) // throttled; logs what it finds
 				return
 			}
 			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)

@@ -12,6 +12,6 @@ func modelFindings() []modelFinding {
 		{name: "5-topic-unchecked", proto: consumerMutant(mutantTopicUnchecked), allow: faultsOf(stepTopicRecreate, stepRebalance), want: "skipped", topics: true},
 		{name: "5-reset-before-compare", proto: consumerMutant(mutantTopicNotConfirmed), allow: faultsOf(stepTopicRecreate, stepRebalance), want: "liveness", topics: true},
 		{name: "5-batch-topic-unchecked", proto: consumerMutant(mutantBatchTopicUnchecked), allow: faultsOf(stepTopicRecreate), want: "skipped", topics: true},
-		{name: "7-growth-unheld", proto: consumerMutant(mutantGrowthUnheld), allow: faultsOf(stepGrow), want: "two writers for the key", topics: true},
+		{name: "7-growth-unheld", proto: consumerMutant(mutantGrowthUnheld), allow: faultsOf(stepGrow), want: "before the operator acknowledged the growth", topics: true},
 	}
 }

@@ -585,8 +585,10 @@ func (c modelConfig) faultSteps(s mstate, out []transition) []transition {
 		emit(label{kind: stepTopicRecreate}, n)
 	}
 	// Growth after the sink has seen the topic (a topic grown before Baton first saw it is
-	// adopted as it is: see DESIGN.md), once.
-	if s.parts == 1 && s.tinc == 1 && s.sTopic != 0 && c.allows(stepGrow) {
+	// adopted as it is: see DESIGN.md), once, and following the drain-then-grow procedure:
+	// after P applied its log. (With a backlog, keys that moved have records on both sides of
+	// the growth, and no hold can order them: see DESIGN.md.)
+	if s.parts == 1 && s.tinc == 1 && s.sTopic != 0 && s.drained() && c.allows(stepGrow) {
 		n := s
 		n.parts, n.qpc = 2, qTopic
 		emit(label{kind: stepGrow}, n)
@@ -763,8 +765,8 @@ func (s *mstate) drained() bool { return s.sPosInc == s.tinc && s.sPos == logLen
 
 // operator is the operator's action, a non-fault step: a recreated topic is reset (the sink
 // moves the fence to a new era with no claimant and no position, as ResetTopic does), and a
-// grown topic's growth is acknowledged, following the documented procedure: only after the
-// older partition P has applied its backlog.
+// grown topic's growth is acknowledged (the growth itself followed the drain-then-grow
+// procedure).
 func (s mstate) operator() (mstate, string, bool) {
 	switch {
 	case s.sTopic != 0 && s.sTopic != s.tinc:
@@ -772,9 +774,9 @@ func (s mstate) operator() (mstate, string, bool) {
 		s.sTok, s.sClaimant, s.sPos, s.sPosInc = tok8of(fencestore.ResetToken(s.sTok.token())), 0, int8(fence.NoPosition), 0
 		s.ownerClaimed = false
 		return s, sayf("operator: topic reset to incarnation %d; fence to %s, no position", s.tinc, s.sTok), true
-	case s.sTopic == s.tinc && s.sPart < s.parts && s.drained():
+	case s.sTopic == s.tinc && s.sPart < s.parts:
 		s.sPart = s.parts
-		return s, sayf("operator: P drained; growth to %d partitions acknowledged", s.parts), true
+		return s, sayf("operator: growth to %d partitions acknowledged", s.parts), true
 	}
 	return s, "", false
 }
@@ -800,8 +802,11 @@ func (s mstate) qStep() (mstate, string, string, bool) {
 	case qRun:
 		s.qpc = qDone
 		v := ""
-		if !s.drained() {
+		switch {
+		case !s.drained():
 			v = "two writers for the key: Q applies the key's later records while P's backlog of the key is not applied"
+		case s.sPart < s.parts:
+			v = "the grown topic processed before the operator acknowledged the growth"
 		}
 		return s, "Q: applies the key's later records", v, true
 	}

@@ -111,11 +111,12 @@ func TestModelFindsRevertedFixes(t *testing.T) {
 
 // TestModelTopics explores the protocol with the topic's identity modelled (issue 10, findings
 // 5 and 7): the topic deleted and recreated (a new ID and a new log, the fence's position
-// counting the old one's offsets), the topic grown (the key moves from P to a new partition Q
-// while P's backlog of it may be unapplied), with rebalances, session expiries and lost
-// replies, and an operator who resets a recreated topic and acknowledges growth after P is
-// drained (the documented procedure). Every invariant must hold, and the current owner (and
-// Q's) must eventually apply everything of the current incarnation.
+// counting the old one's offsets), the topic grown after P drained (the drain-then-grow
+// procedure; the key moves from P to a new partition Q), with rebalances, session expiries,
+// coordinator loads and lost replies, and an operator who resets a recreated topic and
+// acknowledges growth. Every invariant must hold (no offset skipped or applied twice, one
+// writer per key, nothing of a grown topic applied before the acknowledgement), and the
+// current owner (and Q's) must eventually apply everything of the current incarnation.
 func TestModelTopics(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model check: skipped with -short")

@@ -706,7 +706,7 @@ var mutants = map[string][]string{
 	"RelayStaleNotReclaimed":          {"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
 	"TopicIdentityUnchecked":          {"TestRecreatedTopicHeldUntilReset"},
 	"TopicResetNotConfirmed":          {"TestTopicResetBetweenClaimAndCompare"},
-	"GrownPartitionNotHeld":           {"TestGrownPartitionHeldUntilAcknowledged"},
+	"GrownPartitionNotHeld":           {"TestGrownTopicHeldUntilAcknowledged"},
 	"DataLossUnreported":              {"TestDeletedRecordsReportedAsLoss"},
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -85,6 +86,7 @@ func (w *worker[Tx]) topicStep() claimInput {
 		w.r.c.log.Info("topic identity stored with the fences", append(w.log(), "topic_id", stored.ID, "partitions", stored.Partitions)...)
 	}
 	w.topicID.Store(&raw)
+	w.seenParts.Store(seen.Partitions)
 	_, err = fencestore.CheckTopic(w.key, stored, true, seen)
 	var te *fence.TopicError
 	switch {
@@ -147,4 +149,97 @@ func (w *worker[Tx]) lost(first int64) {
 	w.r.c.m.lost.Add(w.ctx, n, partAttrs(w.id))
 	w.r.c.log.Error("records deleted from the log before they were applied (retention or truncation): data loss",
 		append(w.log(), "from", w.position+1, "to", w.position+n, "lost", n, "log_start", start)...)
+}
+
+// unknownTopicLook bounds how often the poller looks at a topic whose fetches fail with
+// UNKNOWN_TOPIC_ID.
+const unknownTopicLook = 5 * time.Second
+
+// unknownTopicID handles fetches refused with UNKNOWN_TOPIC_ID: the broker does not host the
+// topic ID the client fetches, because the topic was deleted (and perhaps recreated) or the
+// broker has not learned it yet. franz-go never moves a topic name to a new ID: a recreation
+// stops the topic's fetches until it is purged from the client and added back. At most every
+// few seconds per topic, the poller asks the brokers for the topic's ID; if it differs from
+// the one this member's claims compared, the topic was recreated: it is purged from the
+// client and added back, so its partitions are assigned afresh, and each new claim compares
+// the new incarnation with the identity stored with the fences, which holds them (ERROR,
+// baton.consumer.topic_refusals) until an operator resets it. Runs on the poll goroutine.
+func (r *run[Tx]) unknownTopicID(ctx context.Context, topic string) {
+	if r.looked == nil {
+		r.looked = map[string]time.Time{}
+	}
+	if time.Since(r.looked[topic]) < unknownTopicLook {
+		return
+	}
+	r.looked[topic] = time.Now()
+	var known *[16]byte
+	r.mu.Lock()
+	for id, w := range r.workers {
+		if id.Topic == topic {
+			if k := w.topicID.Load(); k != nil && *k != ([16]byte{}) {
+				known = k
+			}
+		}
+	}
+	r.mu.Unlock()
+	lctx, cancel := context.WithTimeout(ctx, unknownTopicLook)
+	defer cancel()
+	_, now, err := topicView(lctx, r.client(), topic)
+	switch {
+	case err != nil:
+		r.c.log.Warn("fetches refused with UNKNOWN_TOPIC_ID and the topic cannot be described: deleted?", "topic", topic, "err", err)
+	case known == nil || now == ([16]byte{}) || now == *known:
+		r.c.log.Warn("fetches refused with UNKNOWN_TOPIC_ID; the brokers describe the topic with the ID this member knows: a broker lags", "topic", topic, "topic_id", topicIDText(now))
+	default:
+		r.c.log.Error("topic recreated: the brokers describe it with a new ID; following the new incarnation, whose partitions are held until an operator resets the topic (baton topics reset)",
+			"topic", topic, "was", topicIDText(*known), "now", topicIDText(now))
+		cl := r.client()
+		cl.PurgeTopicsFromClient(topic)
+		cl.AddConsumeTopics(topic)
+	}
+}
+
+// topicLook is how often a member compares each consumed topic's partition count and ID with
+// what its workers' claims compared.
+const topicLook = 5 * time.Second
+
+// watchTopics asks the brokers, every topicLook, for each consumed topic's identity, and
+// makes every worker of a topic that grew (or got another ID) since its claim compare it again
+// before its next batch: growing a topic moves keys between all its partitions, and a member
+// whose assignment did not change is not told. Partitions of a grown topic are then held
+// until the growth is acknowledged. Until a member looks (topicLook) its older partitions
+// go on; the drain-then-grow procedure keeps them empty meanwhile.
+func (r *run[Tx]) watchTopics() {
+	defer r.wg.Done()
+	t := time.NewTicker(topicLook)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if _, ok := r.c.sink.(fence.Topics); !ok {
+			continue
+		}
+		for _, topic := range r.c.topics {
+			ctx, cancel := context.WithTimeout(r.ctx, topicLook)
+			view, raw, err := topicView(ctx, r.client(), topic)
+			cancel()
+			if err != nil {
+				r.c.log.Debug("topic look failed", "topic", topic, "err", err)
+				continue // the next look; fetches and claims report lasting trouble
+			}
+			r.mu.Lock()
+			for id, w := range r.workers {
+				if id.Topic != topic {
+					continue
+				}
+				if k := w.topicID.Load(); k != nil && (view.Partitions > w.seenParts.Load() || *k != raw) && !w.recheck.Swap(true) {
+					r.c.log.Debug("topic changed since the claim: compare again before the next batch", append(w.log(), "partitions", view.Partitions, "compared", w.seenParts.Load())...)
+				}
+			}
+			r.mu.Unlock()
+		}
+	}
 }

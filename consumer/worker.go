@@ -47,6 +47,8 @@ type worker[Tx any] struct {
 	fetchedID atomic.Pointer[[16]byte]
 	logStart  atomic.Int64
 	topicID   atomic.Pointer[[16]byte] // the topic ID the last claim compared
+	seenParts atomic.Int32             // the partition count the last claim compared
+	recheck   atomic.Bool              // the topic changed since: compare again before the next batch
 
 	// Owned by the goroutine.
 	token    fence.Token // the claimed token every write carries
@@ -205,6 +207,14 @@ func (w *worker[Tx]) afterCommit() bool {
 // process applies recs, skipping those the sink already holds. It returns false when the
 // partition must stop (not the owner any more, or cancelled by a revoke).
 func (w *worker[Tx]) process(recs []*kgo.Record) bool {
+	if w.recheck.Swap(false) {
+		// The topic grew or changed since this claim compared it (watchTopics): compare
+		// again (an idempotent re-claim) before applying anything more.
+		w.r.c.log.Warn("the topic changed since this partition's claim: comparing it again", w.log()...)
+		if !w.resettle(claimInput{Event: evStart}) {
+			return false
+		}
+	}
 	if w.batchTopicMoved() {
 		// The records come from another incarnation of the topic than the one this claim
 		// compared: compare again (the fresh metadata holds the partition if the stored

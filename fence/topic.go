@@ -15,8 +15,8 @@ type Topic struct {
 	// Kafka's text form (URL-safe base64 without padding). A topic deleted and recreated under
 	// the same name gets a new ID; "" means unknown (a broker without topic IDs).
 	ID string
-	// Partitions is the partition count the group has acknowledged. A partition at or above
-	// it appeared by growing the topic: keys moved to it from the older partitions.
+	// Partitions is the partition count the group has acknowledged. A topic with more was
+	// grown: keys moved between its partitions.
 	Partitions int32
 }
 
@@ -68,9 +68,10 @@ var (
 	// another cluster). The fences' positions belong to the old incarnation, so resuming from
 	// them would skip the new one's records. Errors returned for it are *TopicError.
 	ErrTopicRecreated = errors.New("fence: topic recreated")
-	// ErrTopicGrown means the partition is at or above the partition count acknowledged for
-	// its topic: the topic was grown, and keys moved to this partition from older ones, whose
-	// backlog may still hold their earlier records. Errors returned for it are *TopicError.
+	// ErrTopicGrown means the topic has more partitions than the count acknowledged for it:
+	// it was grown, which moves keys between its partitions (to the new ones and among the
+	// old ones), and a partition's backlog may still hold earlier records of a key that now
+	// goes elsewhere. Errors returned for it are *TopicError.
 	ErrTopicGrown = errors.New("fence: topic grown")
 )
 
@@ -86,8 +87,8 @@ func (e *TopicError) Error() string {
 		return fmt.Sprintf("fence: topic %s was recreated: the fences hold topic id %s, the broker has %s; an operator must reset it (baton topics reset)",
 			e.Key, e.Stored.ID, e.Seen.ID)
 	}
-	return fmt.Sprintf("fence: topic %s was grown from %d to %d partitions: partition %d is held until an operator acknowledges the growth (baton topics ack)",
-		e.Key, e.Stored.Partitions, e.Seen.Partitions, e.Key.Partition)
+	return fmt.Sprintf("fence: topic %s was grown from %d to %d partitions: held until an operator acknowledges the growth (baton topics ack)",
+		e.Key, e.Stored.Partitions, e.Seen.Partitions)
 }
 
 func (e *TopicError) recreated() bool {

@@ -181,7 +181,9 @@ func ValidateTopic(group, topic string, t fence.Topic) error {
 // stored identity without an ID takes seen's ID and keeps its partition count, so growth is
 // never adopted silently), and an error for a partition that must not be processed: a
 // *fence.TopicError wrapping fence.ErrTopicRecreated when both IDs are known and differ, or
-// fence.ErrTopicGrown when k's partition is at or above the stored partition count.
+// fence.ErrTopicGrown when the topic has more partitions than the stored count (seen, or k's
+// partition is at or above it): growing a topic moves keys between all its partitions, old
+// and new, so every partition of a grown topic is refused until the growth is acknowledged.
 func CheckTopic(k fence.Key, stored fence.Topic, found bool, seen fence.Topic) (adopt *fence.Topic, err error) {
 	switch {
 	case !found:
@@ -195,8 +197,7 @@ func CheckTopic(k fence.Key, stored fence.Topic, found bool, seen fence.Topic) (
 	if stored.ID != "" && seen.ID != "" && stored.ID != seen.ID {
 		return adopt, &fence.TopicError{Key: k, Stored: stored, Seen: seen}
 	}
-	if k.Partition >= stored.Partitions {
-		seen.Partitions = max(seen.Partitions, k.Partition+1)
+	if seen.Partitions = max(seen.Partitions, k.Partition+1); seen.Partitions > stored.Partitions {
 		return adopt, &fence.TopicError{Key: k, Stored: stored, Seen: seen}
 	}
 	return adopt, nil

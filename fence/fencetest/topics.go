@@ -61,9 +61,11 @@ func (s suite[Tx]) topicAdopt(t *testing.T) {
 	if _, err := fencestore.CheckTopic(k, got, true, b); !errors.Is(err, fence.ErrTopicRecreated) {
 		t.Fatalf("CheckTopic(%s against %s) = %v, want ErrTopicRecreated", b, got, err)
 	}
-	k.Partition = 7
-	if _, err := fencestore.CheckTopic(k, got, true, fence.Topic{ID: "idA", Partitions: 9}); !errors.Is(err, fence.ErrTopicGrown) {
-		t.Fatalf("CheckTopic(partition 7 of %s) = %v, want ErrTopicGrown", got, err)
+	for _, p := range []int32{1, 7} { // every partition of a grown topic, old and new
+		k.Partition = p
+		if _, err := fencestore.CheckTopic(k, got, true, fence.Topic{ID: "idA", Partitions: 9}); !errors.Is(err, fence.ErrTopicGrown) {
+			t.Fatalf("CheckTopic(partition %d of %s seen with 9) = %v, want ErrTopicGrown", p, got, err)
+		}
 	}
 	// A stored identity without an ID (a broker without topic IDs) adopts the first ID
 	// seen, keeping its partition count: growth is never adopted silently.
