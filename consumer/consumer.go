@@ -7,9 +7,11 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/partition"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -65,6 +67,8 @@ type Consumer[Tx any] struct {
 	tracer  trace.Tracer
 	log     *slog.Logger
 	cur     atomic.Pointer[run[Tx]] // the running Run's state, for Readiness (health.go)
+
+	noTopics sync.Once // the WARN that the sink does not store topic identities
 }
 
 // New returns a consumer for group over topics, writing through sink with handlers built by
@@ -164,6 +168,8 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	}
 	r.clp.CompareAndSwap(nil, cl)
 	stopWatchdog := r.watchSession(cl, wd)
+	r.wg.Add(1)
+	go r.watchTopics()
 	err = r.poll(ctx)
 	stopWatchdog()
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
@@ -171,6 +177,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	r.health.closing.Store(true)
 	cl.Close()
 	r.stopAll() // anything left (e.g. after a fatal error) is stopped; nothing commits it
+	r.cancel()  // ends watchTopics
 	r.wg.Wait()
 	if err == nil && !r.health.joined.Load() {
 		// A run that never joined did no work: never report it as a clean one.
@@ -197,6 +204,8 @@ type run[Tx any] struct {
 	fatal chan error
 
 	health *health // client errors, and whether the member ever joined
+
+	looked map[string]time.Time // topic -> the last look after an UNKNOWN_TOPIC_ID fetch (poll's goroutine only)
 }
 
 // client returns the run's Kafka client. The group can start before NewClient returns to Run,
@@ -252,16 +261,22 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				r.health.failed("topic", fmt.Errorf("topic %s: %w", topic, err))
 				return
 			}
-			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
-		})
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if len(p.Records) == 0 {
+			if errors.Is(err, kerr.UnknownTopicID) {
+				r.unknownTopicID(ctx, topic) // throttled; logs what it finds
 				return
 			}
-			last := p.Records[len(p.Records)-1]
-			id := partition.ID{Topic: p.Topic, Partition: p.Partition}
-			r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
-			r.dispatch(ctx, id, p.Records)
+			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
+		})
+		fs.EachTopic(func(t kgo.FetchTopic) {
+			for _, p := range t.Partitions {
+				if len(p.Records) == 0 {
+					continue
+				}
+				last := p.Records[len(p.Records)-1]
+				id := partition.ID{Topic: t.Topic, Partition: p.Partition}
+				r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
+				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset)
+			}
 		})
 	}
 }
@@ -269,7 +284,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 // dispatch hands recs to the partition's worker. Records of a partition with no live worker
 // (revoked between the fetch and now) are dropped: the next owner re-reads them from the
 // sink's position.
-func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record) {
+func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart int64) {
 	n := int64(len(recs))
 	r.mu.Lock()
 	w := r.workers[k]
@@ -286,6 +301,10 @@ func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Reco
 	}
 	r.total.Add(n)
 	r.mu.Unlock()
+	if topicID != ([16]byte{}) {
+		w.fetchedID.Store(&topicID)
+	}
+	w.logStart.Store(logStart)
 	select {
 	case w.in <- recs:
 	case <-w.done:

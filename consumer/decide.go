@@ -24,22 +24,27 @@ const (
 	opRecover                    // Recover(step.Token -> {step.Token.Era+1, step.Epoch}) as this worker's claimant
 	opProceed                    // claimed and verified: apply records under the claimed token
 	opGiveUp                     // stop the partition (step.Why says why)
+	opTopic                      // compare the topic the partition is read from with the identity stored with the fences
+	opHold                       // the topic was recreated or grown: apply nothing, look again later (step.Why says why)
 )
 
 // claimEvent is the outcome of the step just executed.
 type claimEvent int
 
 const (
-	evStart      claimEvent = iota + 1 // a new assignment, or a write refused as not claimed: decide afresh
-	evLoaded                           // Load returned in.State
-	evClaimed                          // Claim accepted; in.State is the state afterwards
-	evClaimStale                       // Claim refused (*fence.StaleError); in.Stored is the stored token
-	evWriteStale                       // a write under the claimed token was refused as stale; in.Stored
-	evCurrent                          // the coordinator confirms: this member owns the partition at the epoch
-	evRetained                         // it owns it, at the later generation in.Generation
-	evNotCurrent                       // the coordinator refuses: another member owns it, or we left the group
-	evRecovered                        // Recover returned in.Token
-	evConflict                         // Recover lost its compare-and-set (the stored token moved)
+	evStart          claimEvent = iota + 1 // a new assignment, or a write refused as not claimed: decide afresh
+	evLoaded                               // Load returned in.State
+	evClaimed                              // Claim accepted; in.State is the state afterwards
+	evClaimStale                           // Claim refused (*fence.StaleError); in.Stored is the stored token
+	evWriteStale                           // a write under the claimed token was refused as stale; in.Stored
+	evCurrent                              // the coordinator confirms: this member owns the partition at the epoch
+	evRetained                             // it owns it, at the later generation in.Generation
+	evNotCurrent                           // the coordinator refuses: another member owns it, or we left the group
+	evRecovered                            // Recover returned in.Token
+	evConflict                             // Recover lost its compare-and-set (the stored token moved)
+	evTopicSame                            // the topic is the one stored with the fences, the partition below its acknowledged count
+	evTopicRecreated                       // the topic has another ID than the one stored with the fences
+	evTopicGrown                           // the partition is at or above the topic's acknowledged partition count
 )
 
 // claimInput is an event and its data.
@@ -67,6 +72,8 @@ const (
 	giveUpNoRecovery                   // a regression, and RecoverRegressions is off
 	giveUpConflicts                    // Recover lost its compare-and-set too many times in a row
 	giveUpRederived                    // the epoch was re-derived too many times in a row
+	holdRecreated                      // opHold: the topic was recreated (until an operator resets it)
+	holdGrown                          // opHold: the topic was grown (until an operator acknowledges it)
 )
 
 // Bounds of the decision's loops. Each turn of either loop is a fresh Load and Claim (never a
@@ -87,22 +94,74 @@ type claimState struct {
 	Stale     fence.Token // the stored token of that refusal
 	Conflicts int         // Recover conflicts in a row
 	Rederived int         // epoch re-derivations in a row
+	Token     fence.Token // the token of our last accepted claim
+	Confirm   bool        // the pending Load confirms that the fence still holds Token
 }
 
 // decideClaim returns the next state and step after in.
 func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 	switch in.Event {
 	case evStart:
-		s.Claimed, s.Refused = false, false
+		s.Claimed, s.Refused, s.Confirm = false, false, false
 		return s, claimStep{Op: opLoad}
 	case evLoaded:
+		if s.Confirm {
+			s.Confirm = false
+			if in.State.Token == s.Token {
+				// Still our token (at most one claimant ever holds a token): no reset of the
+				// topic came between the claim and the comparison, so the position the claim
+				// returned counts the offsets of the incarnation just compared. Verified after
+				// every successful claim, before the first write: an accepted claim proves only
+				// that nobody stored a higher token (a member of an older incarnation of a
+				// recreated group can climb past the stored epoch; only the coordinator knows).
+				return s, claimStep{Op: opVerify, Epoch: s.Epoch}
+			}
+			// The fence moved since our claim (a reset, or another member's claim): only the
+			// coordinator tells whether we still own the partition (then we load and claim
+			// afresh) or are a zombie (then we stop). Claiming afresh at once would let a
+			// zombie climb into every era its successor recovers into.
+			s.Claimed, s.Refused = false, false
+			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
+		}
 		return s, claimStep{Op: opClaim, Token: fence.Token{Era: in.State.Token.Era, Epoch: s.Epoch}}
 	case evClaimed:
-		// Verified after every successful claim, before the first write: an accepted claim
-		// proves only that nobody stored a higher token (a member of an older incarnation of
-		// a recreated group can climb past the stored epoch; only the coordinator knows).
-		s.Claimed, s.Refused = true, false
-		return s, claimStep{Op: opVerify, Epoch: s.Epoch}
+		// The topic is compared after every successful claim, before the first write: an
+		// operator's reset of a recreated topic moves every fence of the topic to a new era,
+		// so a claim accepted before the reset can never write after it, and a claim
+		// accepted after it sees the reset identity. Compared before the claim instead, a
+		// reset between the two would let records of the old incarnation in at the new
+		// incarnation's positions.
+		s.Claimed, s.Refused, s.Token = true, false, in.State.Token
+		if is(mutantTopicUnchecked) {
+			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
+		}
+		return s, claimStep{Op: opTopic}
+	case evTopicSame:
+		// The topic is the one stored with the fences, but an operator's reset may have come
+		// between our claim and the comparison: the claim's position would then count the
+		// old incarnation's offsets, and the records of the new one at or below it would be
+		// filtered out as applied, never reaching the sink to be refused. A reset moves the
+		// fence to a new era, so a Load that still finds our token proves there was none.
+		if is(mutantTopicNotConfirmed) {
+			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
+		}
+		s.Confirm = true
+		return s, claimStep{Op: opLoad}
+	case evTopicRecreated:
+		// The fences' positions are offsets of another incarnation of the topic: resuming
+		// from them would skip this one's records. Nothing is applied until an operator
+		// resets the topic's identity, which moves the fences to a new era; the runtime
+		// looks again (evStart) after a while.
+		s.Claimed = false
+		return s, claimStep{Op: opHold, Why: holdRecreated}
+	case evTopicGrown:
+		// Keys moved here from the older partitions, whose backlog may hold their earlier
+		// records: applying this partition now would make two writers for a moved key.
+		if is(mutantGrowthUnheld) {
+			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
+		}
+		s.Claimed = false
+		return s, claimStep{Op: opHold, Why: holdGrown}
 	case evClaimStale, evWriteStale:
 		s.Claimed, s.Refused, s.Stale = false, true, in.Stored
 		if is(mutantStaleIsRegression) {

@@ -224,7 +224,9 @@
 // .records.duplicates_skipped, .stale_refusals, .claims, .claims.stale, .regressions,
 // .recoveries, .records.dead_lettered, .rebalances, .retries, .client_errors (by
 // baton.error.kind: connect, group, fetch), .watchdog.stops (partitions stopped because the
-// member's session expired, see Watchdog), .apply.duration (histogram) and
+// member's session expired, see Watchdog), .topic_refusals (a partition held because its
+// topic was recreated or grown, by baton.outcome), .records.lost (records deleted from the
+// log before they were applied), .apply.duration (histogram) and
 // .lag (gauge, from the fetch's high watermark). One span per batch ([TracerProvider]) linked
 // to the producers' spans found in the records' headers, with topic, partition, token and
 // outcome. Logs go to [Logger] (default slog.Default(), so refusals are never silent).

@@ -9,5 +9,9 @@ func modelFindings() []modelFinding {
 		{name: "2-stale-write-stops", proto: mutantProtocol(mutStaleWriteStops), allow: faultsOf(stepRebalance, stepRecreate), want: "liveness"},
 		{name: "3-recover-conflict", proto: consumerMutant(mutantRecoverSameExpected), allow: faultsOf(stepRecreate, stepWorkerReplyLost), want: "liveness"},
 		{name: "4-retained-idle", proto: mutantProtocol(mutRetainedIdles), allow: faultsOf(stepStaticReplace, stepRebalance), want: "liveness"},
+		{name: "5-topic-unchecked", proto: consumerMutant(mutantTopicUnchecked), allow: faultsOf(stepTopicRecreate, stepRebalance), want: "skipped", topics: true},
+		{name: "5-reset-before-compare", proto: consumerMutant(mutantTopicNotConfirmed), allow: faultsOf(stepTopicRecreate, stepRebalance), want: "liveness", topics: true},
+		{name: "5-batch-topic-unchecked", proto: consumerMutant(mutantBatchTopicUnchecked), allow: faultsOf(stepTopicRecreate), want: "skipped", topics: true},
+		{name: "7-growth-unheld", proto: consumerMutant(mutantGrowthUnheld), allow: faultsOf(stepGrow), want: "before the operator acknowledged the growth", topics: true},
 	}
 }

@@ -72,13 +72,15 @@ type wstep struct {
 // compact copy of it.
 func (w *wstate) claimState() claimState {
 	return claimState{Epoch: int64(w.epoch), Recover: true, Claimed: w.claimedOK, Refused: w.refused,
-		Stale: w.seen.token(), Conflicts: int(w.conflicts), Rederived: int(w.rederived)}
+		Stale: w.seen.token(), Conflicts: int(w.conflicts), Rederived: int(w.rederived),
+		Token: w.tok.token(), Confirm: w.confirm}
 }
 
 func (w *wstate) decide(in claimInput) {
 	cs, step := decideClaim(w.claimState(), in)
 	w.epoch, w.claimedOK, w.refused = int8(cs.Epoch), cs.Claimed, cs.Refused
 	w.seen, w.conflicts, w.rederived = tok8of(cs.Stale), int8(cs.Conflicts), int8(cs.Rederived)
+	w.tok, w.confirm = tok8of(cs.Token), cs.Confirm
 	switch step.Op {
 	case opLoad:
 		w.pc = pcLoad
@@ -92,6 +94,10 @@ func (w *wstate) decide(in claimInput) {
 		w.pc = pcRun
 	case opGiveUp:
 		w.pc = pcStopped
+	case opTopic:
+		w.pc = pcTopic
+	case opHold:
+		w.pc = pcHold
 	default:
 		panic("model: unknown claim step")
 	}
@@ -140,6 +146,9 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 	switch w.pc {
 	case pcLoad:
 		nw.decide(claimInput{Event: evLoaded, State: s.sinkState()})
+		if p.mut[mutNoVerifyAfterClaim] && w.confirm && nw.pc == pcVerify && nw.claimedOK {
+			nw.decide(claimInput{Event: evCurrent}) // the claim confirmed: proceed unproven
+		}
 		return one(sayf("load: %s held by %s", s.sTok, claimantOf(s.sClaimant)), "")
 	case pcClaim:
 		err := p.claimRule(s, w.tok, w.id)
@@ -149,9 +158,12 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 			n.took(i, w.tok, false)
 			nw.pos = s.sPos
 			nw.decide(claimInput{Event: evClaimed, State: n.sinkState()})
-			if p.mut[mutNoVerifyAfterClaim] && nw.pc == pcVerify {
-				nw.decide(claimInput{Event: evCurrent})
+			if nw.pc == pcTopic && s.tinc == 0 {
+				// Topics not modelled: the comparison is a no-op, folded into the claim
+				// (one state fewer per claim).
+				nw.decide(claimInput{Event: evTopicSame})
 			}
+
 			return one(sayf("claim %s: ok, position %d; next %s", w.tok, s.sPos, nw.pc), "")
 		case errors.As(err, &se):
 			nw.decide(claimInput{Event: evClaimStale, Stored: se.Stored})
@@ -196,7 +208,24 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 		}
 		nw.decide(claimInput{Event: evRecovered, Token: to.token()})
 		return append(out, wstep{what: sayf("recover %s -> %s; next %s", w.exp, to, nw.pc), next: n, violation: v})
+	case pcTopic:
+		if s.tinc == 0 { // topics not modelled: the sink does not store them
+			nw.decide(claimInput{Event: evTopicSame})
+			return one("topic: not stored", "")
+		}
+		ev := n.topicCheck(0)
+		nw.tview = s.tinc
+		nw.decide(claimInput{Event: ev})
+		return one(sayf("compare topic (incarnation %d) with the stored %d: next %s", s.tinc, n.sTopic, nw.pc), "")
+	case pcHold:
+		nw.decide(claimInput{Event: evStart})
+		return one("held: look again", "")
 	case pcRun:
+		if s.tinc != 0 && w.tview != 0 && w.tview != s.tinc && !is(mutantBatchTopicUnchecked) {
+			// Records fetched from another topic ID than the claim compared: compare again.
+			nw.decide(claimInput{Event: evStart})
+			return one(sayf("fetched records of incarnation %d, claim compared %d: re-claim", s.tinc, w.tview), "")
+		}
 		var out []wstep
 		for last := w.pos + 1; last < logLen; last++ {
 			n := s

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -79,6 +80,10 @@ type wstate struct {
 	conflicts, rederived int8
 	vepoch               int8 // opVerify, opRecover: the epoch
 	exp                  tok8 // opRecover: the expected token
+	// tview: the topic incarnation this worker's last topic comparison saw (0: none);
+	// confirm: the decision's pending Load confirms the claimed token (w.tok).
+	tview   int8
+	confirm bool
 	// The relay (outbox steps): the pending rows it read under its token and not yet marked.
 	rfrom, rto int8 // sequences rfrom..rto; rto == 0: none read
 	published  bool // rfrom..rto were produced, not yet marked
@@ -100,10 +105,12 @@ const (
 	pcRecover           // about to Recover from w.seen
 	pcRun               // claimed: applying batches
 	pcStopped           // gave up on P: idles until revoked
+	pcTopic             // about to compare the topic with the identity stored with the fences
+	pcHold              // the topic was recreated or grown: holds, looks again later
 )
 
 func (p pc) String() string {
-	return [...]string{"-", "load", "claim", "verify", "recover", "run", "stopped"}[p]
+	return [...]string{"-", "load", "claim", "verify", "recover", "run", "stopped", "topic", "hold"}[p]
 }
 
 // mstate is the whole system state. It is comparable: the explorer dedups on it.
@@ -122,6 +129,17 @@ type mstate struct {
 	sClaimant int8
 	sPos      int8
 
+	// The topic (cfg.topics): the incarnation that exists (deleting and recreating it starts
+	// a new one, with a new ID and a new log) and its partition count; the identity the sink
+	// stores with the fences (sTopic 0: none yet) and its acknowledged partition count. P is
+	// partition 0; growth adds partition 1 (Q), to which the key of P's log moves: Q's log
+	// holds the key's later records. Q's worker is abstract: its claim and proof are P's
+	// protocol again; only its topic step (the real rule and decision) and its apply are
+	// modelled (qpc).
+	tinc, parts   int8
+	sTopic, sPart int8
+	qpc           int8 // Q's worker: 0 none, qTopic, qHold, qRun, qDone
+
 	// The outbox (cfg.outbox): rows next to the fence, the relay cursor, the destination
 	// topic's unconsumed messages, and the receiver's inbox for the key.
 	rows      [maxRows]orow
@@ -133,7 +151,8 @@ type mstate struct {
 	inSeq     int8
 
 	// Ghost state, for the invariants only.
-	applied      [logLen]int8 // how many times each offset was committed
+	applied      [logLen]int8 // how many times each offset (of the current incarnation) was committed
+	sPosInc      int8         // the topic incarnation whose offsets the sink's position counts
 	maxCommit    tok8         // the highest token that committed
 	ownerClaimed bool         // the current owner's worker has taken the fence since P moved
 	w            [slots]wstate
@@ -146,6 +165,10 @@ func (s mstate) String() string {
 		b.WriteString(" LOADING")
 	}
 	fmt.Fprintf(&b, " members=%v sink={%s %s pos=%d} applied=%v", s.member, s.sTok, claimantOf(s.sClaimant), s.sPos, s.applied)
+	if s.tinc > 0 {
+		fmt.Fprintf(&b, " topic={inc %d, %d partitions; stored inc %d, %d partitions; position of inc %d} Q=%s",
+			s.tinc, s.parts, s.sTopic, s.sPart, s.sPosInc, [...]string{"-", "topic", "hold", "run", "done"}[s.qpc])
+	}
 	if s.nrows > 0 || s.nmsgs > 0 || s.inSeq > 0 {
 		fmt.Fprintf(&b, " outbox={rows %d delivered %d} topic=%v inbox={%s seq %d}", s.nrows, s.delivered, s.msgs[:s.nmsgs], s.inTok, s.inSeq)
 	}
@@ -155,6 +178,9 @@ func (s mstate) String() string {
 			continue
 		}
 		fmt.Fprintf(&b, " p%d:w%d[m%d e%d %s", i, w.id, w.member, w.epoch, w.pc)
+		if w.tview != 0 {
+			fmt.Fprintf(&b, " t%d", w.tview)
+		}
 		if w.pc == pcRun {
 			fmt.Fprintf(&b, " %s@%d", w.tok, w.pos)
 		}
@@ -182,6 +208,10 @@ const (
 	stepWorkerReplyLost
 	stepRelay
 	stepAdmit
+	stepTopicRecreate // the topic is deleted and recreated (a fault)
+	stepGrow          // the topic is grown from 1 to 2 partitions (a fault)
+	stepOperator      // an operator resets a recreated topic, or acknowledges growth after draining
+	stepQ             // Q's worker
 )
 
 type label struct {
@@ -226,6 +256,12 @@ func (l label) String() string {
 		return "receiver: " + l.what
 	case stepRelay:
 		return fmt.Sprintf("p%d relay: %s", l.slot, l.what)
+	case stepTopicRecreate:
+		return "FAULT topic deleted and recreated (new ID, new log)"
+	case stepGrow:
+		return "FAULT topic grown: the key moves from P to the new partition Q"
+	case stepOperator, stepQ:
+		return l.what
 	case stepWorkerReplyLost:
 		return fmt.Sprintf("FAULT p%d: %s (reply lost)", l.slot, l.what)
 	}
@@ -241,6 +277,10 @@ type modelConfig struct {
 	// strictGoal: liveness requires the current owner to hold the fence, not only to have
 	// applied everything.
 	strictGoal bool
+	// topics: model the topic's identity (its recreation and growth, the operator's reset
+	// and acknowledgement). The faults stepTopicRecreate and stepGrow are explored only with
+	// it.
+	topics bool
 }
 
 // faultSet is a set of fault kinds (bits 1<<stepKind).
@@ -254,12 +294,20 @@ func faultsOf(kinds ...stepKind) faultSet {
 	return f
 }
 
-func (c modelConfig) allows(k stepKind) bool { return c.allow == 0 || c.allow&(1<<k) != 0 }
+func (c modelConfig) allows(k stepKind) bool {
+	if (k == stepTopicRecreate || k == stepGrow) && !c.topics {
+		return false
+	}
+	return c.allow == 0 || c.allow&(1<<k) != 0
+}
 
 func (c modelConfig) String() string {
 	ob := ""
 	if c.outbox {
 		ob = ", outbox"
+	}
+	if c.topics {
+		ob += ", topics"
 	}
 	return fmt.Sprintf("{protocol %s, %d processes, %d records, %d faults%s}", c.proto.name, slots, logLen, c.faults, ob)
 }
@@ -275,6 +323,9 @@ func (c modelConfig) initial() mstate {
 	s.member[0], s.member[1] = 1, 2
 	s.nextMember = 3
 	s.outbox = c.outbox
+	if c.topics {
+		s.tinc, s.parts = 1, 1
+	}
 	s.assign(0)
 	return s
 }
@@ -328,6 +379,9 @@ func (c modelConfig) goal(s mstate) bool {
 	if c.outbox {
 		ok = ok && s.delivered == s.nrows && s.inSeq == s.nrows && s.nmsgs == 0
 	}
+	if c.topics {
+		ok = ok && s.sPosInc == s.tinc && (s.parts == 1 || s.qpc == qDone)
+	}
 	return ok
 }
 
@@ -366,7 +420,9 @@ func (s mstate) canonical() mstate {
 			// A proof is good for the recovery it precedes only: proceeding consumes it.
 			w.vepoch, w.exp, w.proof = 0, tok8{}, proofNone
 		case pcLoad, pcClaim:
-			w.pos = 0
+			if !w.confirm { // a confirming Load keeps the claim's position
+				w.pos = 0
+			}
 		}
 		w.id = wid(w.id)
 		w.member = mid(w.member)
@@ -394,6 +450,14 @@ func (c modelConfig) successors(s mstate, out []transition) []transition {
 		n := s
 		n.loading = false
 		emit(label{kind: stepLoadEnd}, n, false, "")
+	}
+	if c.topics {
+		if n, what, ok := s.operator(); ok {
+			emit(label{kind: stepOperator, what: what}, n, false, "")
+		}
+		if n, what, v, ok := s.qStep(); ok {
+			emit(label{kind: stepQ, what: what}, n, false, v)
+		}
 	}
 	if c.outbox && s.nmsgs > 0 {
 		n, what, v := s.admit()
@@ -511,6 +575,24 @@ func (c modelConfig) faultSteps(s mstate, out []transition) []transition {
 			emit(label{kind: stepRecreate, slot: int8(j)}, n)
 		}
 	}
+	// Recreation and growth are explored in the same runs but not in one history: Q's worker
+	// is abstract and does not model incarnations (a grown topic deleted and recreated is a
+	// recreated topic, whose reset moves every partition's fence).
+	if s.tinc == 1 && s.parts == 1 && c.allows(stepTopicRecreate) {
+		n := s
+		n.tinc++
+		n.applied = [logLen]int8{} // the new incarnation's records: none applied yet
+		emit(label{kind: stepTopicRecreate}, n)
+	}
+	// Growth after the sink has seen the topic (a topic grown before Baton first saw it is
+	// adopted as it is: see DESIGN.md), once, and following the drain-then-grow procedure:
+	// after P applied its log. (With a backlog, keys that moved have records on both sides of
+	// the growth, and no hold can order them: see DESIGN.md.)
+	if s.parts == 1 && s.tinc == 1 && s.sTopic != 0 && s.drained() && c.allows(stepGrow) {
+		n := s
+		n.parts, n.qpc = 2, qTopic
+		emit(label{kind: stepGrow}, n)
+	}
 	if !s.loading && c.allows(stepLoadStart) {
 		n := s
 		n.loading = true
@@ -529,6 +611,12 @@ func (s *mstate) commit(i int, first, last int8) string {
 	}
 	if first > s.sPos+1 {
 		v = append(v, fmt.Sprintf("offsets %d..%d skipped", s.sPos+1, first-1))
+	}
+	if s.tinc != 0 && s.sPos >= 0 && s.sPosInc != s.tinc {
+		v = append(v, fmt.Sprintf("offsets 0..%d of topic incarnation %d skipped: the fence's position counts incarnation %d", s.sPos, s.tinc, s.sPosInc))
+	}
+	if s.qpc == qDone {
+		v = append(v, "two writers for the key: P applies its backlog of the key after Q applied the key's later records")
 	}
 	for o := first; o <= last; o++ {
 		s.applied[o]++
@@ -550,6 +638,7 @@ func (s *mstate) commit(i int, first, last int8) string {
 		s.nrows++
 	}
 	s.sTok, s.sPos = w.tok, last // Advance keeps the claimant: the token names it
+	s.sPosInc = s.tinc
 	w.pos = last
 	return strings.Join(v, "; ")
 }
@@ -630,4 +719,96 @@ func (s mstate) admit() (mstate, string, string) {
 		s.inTok, s.inSeq = m.tok, m.seq
 	}
 	return s, what, bad
+}
+
+// Q's worker states.
+const (
+	qNone int8 = iota
+	qTopic
+	qHold
+	qRun
+	qDone
+)
+
+var topicIDs = [...]string{"", "id1", "id2", "id3"}
+
+// storedTopic is the identity the sink stores with the fences.
+func (s *mstate) storedTopic() (fence.Topic, bool) {
+	if s.sTopic == 0 {
+		return fence.Topic{}, false
+	}
+	return fence.Topic{ID: topicIDs[s.sTopic], Partitions: int32(s.sPart)}, true
+}
+
+// topicCheck runs the real topic rule for partition p as a worker that sees the topic as it
+// is now, adopting it if the sink stores nothing yet, and returns the decision's event.
+func (s *mstate) topicCheck(p int32) claimEvent {
+	stored, found := s.storedTopic()
+	seen := fence.Topic{ID: topicIDs[s.tinc], Partitions: int32(s.parts)}
+	k := modelKey
+	k.Partition = p
+	adopt, err := fencestore.CheckTopic(k, stored, found, seen)
+	if adopt != nil {
+		s.sTopic, s.sPart = s.tinc, int8(adopt.Partitions)
+	}
+	switch {
+	case err == nil:
+		return evTopicSame
+	case errors.Is(err, fence.ErrTopicRecreated):
+		return evTopicRecreated
+	}
+	return evTopicGrown
+}
+
+// drained reports whether P's log (of the current incarnation) is applied.
+func (s *mstate) drained() bool { return s.sPosInc == s.tinc && s.sPos == logLen-1 }
+
+// operator is the operator's action, a non-fault step: a recreated topic is reset (the sink
+// moves the fence to a new era with no claimant and no position, as ResetTopic does), and a
+// grown topic's growth is acknowledged (the growth itself followed the drain-then-grow
+// procedure).
+func (s mstate) operator() (mstate, string, bool) {
+	switch {
+	case s.sTopic != 0 && s.sTopic != s.tinc:
+		s.sTopic = s.tinc
+		s.sTok, s.sClaimant, s.sPos, s.sPosInc = tok8of(fencestore.ResetToken(s.sTok.token())), 0, int8(fence.NoPosition), 0
+		s.ownerClaimed = false
+		return s, sayf("operator: topic reset to incarnation %d; fence to %s, no position", s.tinc, s.sTok), true
+	case s.sTopic == s.tinc && s.sPart < s.parts:
+		s.sPart = s.parts
+		return s, sayf("operator: growth to %d partitions acknowledged", s.parts), true
+	}
+	return s, "", false
+}
+
+// qStep is Q's worker: its topic step goes through the real rule and the real claim decision
+// (a claim accepted, then opTopic); opVerify stands for Q's whole claim protocol succeeding,
+// and Q then applies the key's later records in one batch.
+func (s mstate) qStep() (mstate, string, string, bool) {
+	switch s.qpc {
+	case qTopic, qHold:
+		ev := s.topicCheck(1)
+		cs, _ := decideClaim(claimState{Epoch: 1, Recover: true}, claimInput{Event: evClaimed})
+		_, step := decideClaim(cs, claimInput{Event: ev})
+		if step.Op == opHold {
+			if s.qpc == qHold {
+				return s, "", "", false // no change: it looks again later
+			}
+			s.qpc = qHold
+			return s, "Q: topic grown, partition held", "", true
+		}
+		s.qpc = qRun
+		return s, "Q: topic as stored; claimed and proven", "", true
+	case qRun:
+		s.qpc = qDone
+		v := ""
+		switch {
+		case !s.drained():
+			v = "two writers for the key: Q applies the key's later records while P's backlog of the key is not applied"
+		case s.sPart < s.parts:
+			v = "the grown topic processed before the operator acknowledged the growth"
+		}
+		return s, "Q: applies the key's later records", v, true
+	}
+	return s, "", "", false
 }

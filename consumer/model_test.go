@@ -68,10 +68,11 @@ func checkModel(t *testing.T, cfg modelConfig) {
 // reverted: the protocol with that fix reverted, the faults that expose it, and what the
 // model must report (an invariant's text, or "liveness").
 type modelFinding struct {
-	name  string
-	proto protocol
-	allow faultSet
-	want  string
+	name   string
+	proto  protocol
+	allow  faultSet
+	want   string
+	topics bool // model the topic's identity (findings 5 and 7)
 }
 
 // TestModelFindsRevertedFixes runs the model against each reverted fix and requires the
@@ -83,7 +84,7 @@ func TestModelFindsRevertedFixes(t *testing.T) {
 	for _, f := range modelFindings() {
 		t.Run(f.name, func(t *testing.T) {
 			cfg := defaultModel()
-			cfg.proto, cfg.allow = f.proto, f.allow
+			cfg.proto, cfg.allow, cfg.topics = f.proto, f.allow, f.topics
 			if f.proto.consumer != "" {
 				prev := mutant
 				mutant = f.proto.consumer
@@ -106,6 +107,25 @@ func TestModelFindsRevertedFixes(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestModelTopics explores the protocol with the topic's identity modelled (issue 10, findings
+// 5 and 7): the topic deleted and recreated (a new ID and a new log, the fence's position
+// counting the old one's offsets), the topic grown after P drained (the drain-then-grow
+// procedure; the key moves from P to a new partition Q), with rebalances, session expiries,
+// coordinator loads and lost replies, and an operator who resets a recreated topic and
+// acknowledges growth. Every invariant must hold (no offset skipped or applied twice, one
+// writer per key, nothing of a grown topic applied before the acknowledgement), and the
+// current owner (and Q's) must eventually apply everything of the current incarnation.
+func TestModelTopics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model check: skipped with -short")
+	}
+	cfg := defaultModel()
+	cfg.topics = true
+	cfg.faults = modelBound(t, "BATON_MODEL_TOPIC_FAULTS", 3)
+	cfg.allow = faultsOf(stepTopicRecreate, stepGrow, stepRebalance, stepExpire, stepWorkerReplyLost, stepLoadStart)
+	checkModel(t, cfg)
 }
 
 // TestModelRelayGap: a gap the model found in issue 10's first fixes. A relay Flush refused as

@@ -20,6 +20,11 @@ const (
 	mutantRelayNoReclaim      = "RelayStaleNotReclaimed"          // a relay Flush refused as stale only logged: an idle owner never re-claims
 	mutantHandlerVerdict      = "HandlerErrorReadAsVerdict"       // a handler error wrapping a fence sentinel read as the sink's verdict
 	mutantWatchdogOff         = "WatchdogOff"                     // a member whose session expired keeps working its partitions
+	mutantTopicUnchecked      = "TopicIdentityUnchecked"          // a claim proceeds without comparing the topic with the identity stored with the fences (finding 5)
+	mutantGrowthUnheld        = "GrownPartitionNotHeld"           // a partition added by growing the topic is applied before the growth is acknowledged (finding 7)
+	mutantTopicNotConfirmed   = "TopicResetNotConfirmed"          // no Load after the topic comparison: a reset between the claim and it goes unnoticed
+	mutantBatchTopicUnchecked = "BatchTopicIDUnchecked"           // a fetched batch's topic ID not compared with the claim's
+	mutantLossUnreported      = "DataLossUnreported"              // records deleted before they were applied skipped silently
 )
 
 // The lanes' named mutants (lanes.go).

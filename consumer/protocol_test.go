@@ -707,6 +707,10 @@ var mutants = map[string][]string{
 	"RelayStaleNotReclaimed":          {"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
 	"WatchdogOff":                     {"TestWatchdogStopsAnExpiredMember"},
 	"DeadLetterErrorReadAsVerdict":    {"TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict"},
+	"TopicIdentityUnchecked":          {"TestRecreatedTopicHeldUntilReset"},
+	"TopicResetNotConfirmed":          {"TestTopicResetBetweenClaimAndCompare"},
+	"GrownPartitionNotHeld":           {"TestGrownTopicHeldUntilAcknowledged"},
+	"DataLossUnreported":              {"TestDeletedRecordsReportedAsLoss"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

@@ -18,7 +18,7 @@ const instrumentation = "github.com/batonhq/baton/consumer"
 type meters struct {
 	applied, duplicates, stale, claims, regressions, recoveries metric.Int64Counter
 	deadLettered, rebalances, retries, staleClaims              metric.Int64Counter
-	clientErrors                                                metric.Int64Counter
+	clientErrors, topicRefusals, lost                           metric.Int64Counter
 	applyLatency                                                metric.Float64Histogram
 	lag                                                         metric.Int64Gauge
 }
@@ -45,6 +45,8 @@ func newMeters(p metric.MeterProvider) (*meters, error) {
 	counter(&ms.deadLettered, "baton.consumer.records.dead_lettered", "poison records sent to the dead-letter topic")
 	counter(&ms.rebalances, "baton.consumer.rebalances", "partition assignment changes seen (assigned, revoked, lost)")
 	counter(&ms.retries, "baton.consumer.retries", "transient failures retried (a partition stalled on them)")
+	counter(&ms.topicRefusals, "baton.consumer.topic_refusals", "partitions held because their topic was recreated or grown (baton.outcome recreated or grown) until an operator resets or acknowledges it")
+	counter(&ms.lost, "baton.consumer.records.lost", "records deleted from the log (retention, truncation) before they were applied: data loss")
 	counter(&ms.clientErrors, "baton.consumer.client_errors", "Kafka client failures: connect (dial, TLS, SASL), group (coordinator, join, sync), fetch")
 	if err != nil {
 		return nil, err

@@ -51,13 +51,23 @@ type worker[Tx any] struct {
 	paused   atomic.Bool  // pause != 0, readable without run.mu
 	inflight atomic.Int64 // records handed to this worker and not yet done
 
+	// Set by the poller with each fetch of this partition: the topic ID the records came
+	// from and the log start offset the broker reported.
+	fetchedID atomic.Pointer[[16]byte]
+	logStart  atomic.Int64
+	topicID   atomic.Pointer[[16]byte] // the topic ID the last claim compared
+	seenParts atomic.Int32             // the partition count the last claim compared
+	recheck   atomic.Bool              // the topic changed since: compare again before the next batch
+
 	// Owned by the goroutine.
 	token    fence.Token // the claimed token every write carries
 	tried    fence.Token // the token of the last claim or write attempt (for reports)
 	position int64
 	handler  Handler[Tx]
-	cs       claimState    // the claim decision's memory
-	prepared map[int64]any // with a Preparer: Prepare's results of the records being applied, by offset
+	cs       claimState        // the claim decision's memory
+	prepared map[int64]any     // with a Preparer: Prepare's results of the records being applied, by offset
+	held     *fence.TopicError // why the topic is held (opHold)
+	holding  bool              // a hold was reported since the last claim that proceeded
 }
 
 func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
@@ -216,6 +226,27 @@ func (w *worker[Tx]) afterCommit() bool {
 // process applies recs, skipping those the sink already holds. It returns false when the
 // partition must stop (not the owner any more, or cancelled by a revoke).
 func (w *worker[Tx]) process(recs []*kgo.Record) bool {
+	if w.recheck.Swap(false) {
+		// The topic grew or changed since this claim compared it (watchTopics): compare
+		// again (an idempotent re-claim) before applying anything more.
+		w.r.c.log.Warn("the topic changed since this partition's claim: comparing it again", w.log()...)
+		if !w.resettle(claimInput{Event: evStart}) {
+			return false
+		}
+	}
+	if w.batchTopicMoved() {
+		// The records come from another incarnation of the topic than the one this claim
+		// compared: compare again (the fresh metadata holds the partition if the stored
+		// identity is another), and apply them only if they are the claim's topic after all.
+		w.r.c.log.Warn("fetched records of another topic ID than the claim's: comparing the topic again", w.log()...)
+		if !w.resettle(claimInput{Event: evStart}) {
+			return false
+		}
+		if w.batchTopicMoved() {
+			return w.stuck("topic", fmt.Errorf("consumer: %s: records fetched from topic ID %s, the claim compared %s",
+				w.key, topicIDText(*w.fetchedID.Load()), topicIDText(*w.topicID.Load())))
+		}
+	}
 	fresh := w.fresh(recs)
 	if d := len(recs) - len(fresh); d > 0 {
 		w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.id))
@@ -223,6 +254,7 @@ func (w *worker[Tx]) process(recs []*kgo.Record) bool {
 	if len(fresh) == 0 {
 		return true
 	}
+	w.lost(fresh[0].Offset)
 	return w.apply(fresh)
 }
 
@@ -655,7 +687,21 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 			default:
 				return w.stuck("recover", err)
 			}
+		case opTopic:
+			in = w.topicStep()
+			if in.Event == 0 {
+				return false
+			}
+		case opHold:
+			if !w.hold(step.Why) {
+				return false
+			}
+			in = claimInput{Event: evStart}
 		case opProceed:
+			if w.holding {
+				w.holding = false
+				w.r.c.log.Warn("topic identity matches the fences again: partition resumed", append(w.log(), "token", w.token.String(), "position", w.position)...)
+			}
 			w.r.c.log.Debug("partition claimed", append(w.log(), "token", w.token.String(), "position", w.position)...)
 			return true
 		case opGiveUp:

@@ -56,6 +56,20 @@
 //     caller reloads and decides again; retrying the same compare-and-set cannot succeed.
 //     The position is kept.
 //
+// # Topic identities
+//
+// A fence's position is an offset of one incarnation of its topic, and a key's partition
+// depends on the topic's partition count. A [Topics] sink (memfence, pgfence and sqlitefence
+// are) stores, per (group, topic), the Kafka topic ID (KIP-516) and the acknowledged partition
+// count, appended as [TopicRecord]s: the first claim that sees a topic adopts it (fences from
+// before the upgrade adopt the incarnation present then), and only [Topics.ResetTopic], an
+// operator's recorded compare-and-set, changes it. The consumer compares it after every claim
+// (fencestore.CheckTopic): a topic with another ID ([ErrTopicRecreated]) or more partitions
+// ([ErrTopicGrown]) is held, as a [*TopicError], until the reset. Resetting a recreated topic
+// moves every fence of the topic, in the same transaction, to a new era with no claimant and
+// no position, each recorded as a [Recovery]: the new incarnation is read from its beginning,
+// and no token of the old one is accepted again.
+//
 // # Keyed fences
 //
 // A [KeyedSink] fences per entity instead of per partition: for each (scope, id) it keeps the

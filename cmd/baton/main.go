@@ -44,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = erasCmd(ctx, args[1:], stdout, stderr)
 	case "recover":
 		err = recoverCmd(ctx, args[1:], stdout, stderr)
+	case "topics":
+		err = topicsCmd(ctx, args[1:], stdout, stderr)
 	case "schema":
 		err = schemaCmd(ctx, args[1:], stdout, stderr)
 	case "migrate":
@@ -149,6 +151,8 @@ operating a group:
   who-owns the partition a key routes to, its owner, token and lag
   eras     the recorded recoveries (era advances) of a group
   recover  an operator's recorded era advance (a reason is required)
+  topics   each topic's stored identity against the brokers' (recreated? grown?);
+           'topics reset' accepts a recreated topic, 'topics ack' acknowledges growth
   schema   print the DDL of Baton's tables (PostgreSQL or SQLite)
   migrate  create Baton's tables in a store
 

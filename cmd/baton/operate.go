@@ -273,3 +273,58 @@ processes at once (PostgreSQL: under an advisory lock). Run it as the migration 
 	defer cancel()
 	return asUsage(status.Migrate(ctx, stdout, s.store, s.tables()))
 }
+
+func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	verb := ""
+	if len(args) > 0 && (args[0] == "reset" || args[0] == "ack") {
+		verb, args = args[0], args[1:]
+	}
+	name := strings.TrimSpace("topics " + verb)
+	use, doc := "-group G [-topic T] [flags]", `Each topic's identity stored with the group's fences (its Kafka topic ID and acknowledged
+partition count) against the brokers' view: ok, recreated (deleted and created again under the
+same name: the consumer holds its partitions), grown (partitions added: the consumer holds
+the new ones), missing, or not seen (no claim since the upgrade), with the recorded history.
+
+  baton topics reset -group G -topic T -reason TEXT
+      accept a recreated topic: every fence of the topic moves to a new era with no position
+      (recorded as recoveries) and the consumer reads the new incarnation from its beginning.
+  baton topics ack -group G -topic T -reason TEXT
+      acknowledge growth, after the older partitions drained the records produced before it
+      (see the drain-then-grow procedure in the README); the new partitions are then processed.
+`
+	if verb != "" {
+		use = "-group G -topic T -reason TEXT [flags]"
+	}
+	fs := newFlagSet(name, use, doc, stderr)
+	var s sourceFlags
+	s.register(fs, true)
+	reason := fs.String("reason", "", "why (required by reset and ack; recorded)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, err := s.collector()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if verb != "" {
+		req := status.TopicResetRequest{Topic: s.topic, Growth: verb == "ack", Reason: *reason, Claimant: status.Claimant()}
+		from, to, err := c.ResetTopic(ctx, req)
+		if err != nil {
+			return asUsage(err)
+		}
+		fmt.Fprintf(stdout, "%s/%s: %s -> %s, recorded as %s\n", s.group, s.topic, from, to, req.Claimant)
+		return nil
+	}
+	ts, err := c.Topics(ctx)
+	if err != nil {
+		return asUsage(err)
+	}
+	if s.json {
+		if ts == nil {
+			ts = []status.TopicIdentity{}
+		}
+		return status.WriteJSON(stdout, ts)
+	}
+	return status.WriteTopics(stdout, ts)
+}

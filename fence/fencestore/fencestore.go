@@ -1,6 +1,7 @@
 package fencestore
 
 import (
+	"errors"
 	"fmt"
 	"unicode/utf8"
 
@@ -155,3 +156,81 @@ func ValidateRecover(k fence.Key, expected fence.Token, epoch int64, claimant, r
 	}
 	return nil
 }
+
+// ValidateTopic checks the arguments of Topics.SeeTopic and the identities of
+// Topics.ResetTopic: valid group and topic names, an ID of at most [fence.MaxIdentifierLen]
+// bytes of UTF-8 ("" for unknown), at least one partition.
+func ValidateTopic(group, topic string, t fence.Topic) error {
+	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+		return err
+	}
+	if t.ID != "" {
+		if err := ValidateIdentifier("topic id", t.ID); err != nil {
+			return err
+		}
+	}
+	if t.Partitions < 1 {
+		return fmt.Errorf("%w: %s/%s: %d partitions", fence.ErrInvalid, group, topic, t.Partitions)
+	}
+	return nil
+}
+
+// CheckTopic is the topic rule every store and the consumer apply, written once. stored is
+// what the sink holds for k's topic (found false: nothing), seen what the claimant sees. It
+// returns the identity to store if the sink must adopt one (a topic never seen takes seen; a
+// stored identity without an ID takes seen's ID and keeps its partition count, so growth is
+// never adopted silently), and an error for a partition that must not be processed: a
+// *fence.TopicError wrapping fence.ErrTopicRecreated when both IDs are known and differ, or
+// fence.ErrTopicGrown when the topic has more partitions than the stored count (seen, or k's
+// partition is at or above it): growing a topic moves keys between all its partitions, old
+// and new, so every partition of a grown topic is refused until the growth is acknowledged.
+func CheckTopic(k fence.Key, stored fence.Topic, found bool, seen fence.Topic) (adopt *fence.Topic, err error) {
+	switch {
+	case !found:
+		a := seen
+		a.Partitions = max(a.Partitions, k.Partition+1)
+		return &a, nil
+	case stored.ID == "" && seen.ID != "":
+		a := fence.Topic{ID: seen.ID, Partitions: stored.Partitions}
+		adopt, stored = &a, a
+	}
+	if stored.ID != "" && seen.ID != "" && stored.ID != seen.ID {
+		return adopt, &fence.TopicError{Key: k, Stored: stored, Seen: seen}
+	}
+	if seen.Partitions = max(seen.Partitions, k.Partition+1); seen.Partitions > stored.Partitions {
+		return adopt, &fence.TopicError{Key: k, Stored: stored, Seen: seen}
+	}
+	return adopt, nil
+}
+
+// CheckTopicReset is the rule of Topics.ResetTopic: the stored identity must be expected
+// (fence.ErrConflict otherwise), the reset must change something, and a topic keeping its ID
+// may not lose partitions (Kafka never shrinks a topic; fence.ErrInvalid). It reports whether
+// the ID changes: then every fence of the topic moves to a new era with no position.
+func CheckTopicReset(group, topic string, stored fence.Topic, found bool, expected, to fence.Topic) (recreated bool, err error) {
+	if !found || stored != expected {
+		return false, fmt.Errorf("%w: %s/%s: stored topic identity %s, expected %s", fence.ErrConflict, group, topic, stored, expected)
+	}
+	if to == stored {
+		return false, fmt.Errorf("%w: %s/%s: the reset changes nothing (stored %s)", fence.ErrInvalid, group, topic, stored)
+	}
+	if to.ID == stored.ID && to.Partitions < stored.Partitions {
+		return false, fmt.Errorf("%w: %s/%s: partitions %d -> %d: a topic never shrinks", fence.ErrInvalid, group, topic, stored.Partitions, to.Partitions)
+	}
+	return to.ID != stored.ID, nil
+}
+
+// ValidateReset checks the arguments of Topics.ResetTopic.
+func ValidateReset(group, topic string, expected, to fence.Topic, reason string) error {
+	var errs []error
+	errs = append(errs, ValidateTopic(group, topic, expected), ValidateTopic(group, topic, to))
+	if reason == "" {
+		errs = append(errs, fmt.Errorf("%w: a topic reset needs a reason", fence.ErrInvalid))
+	}
+	return errors.Join(errs...)
+}
+
+// ResetToken is the token every fence of a recreated topic takes at ResetTopic: the next era,
+// epoch 0, no claimant, so that the next owner claims it at any generation and no token of
+// the old incarnation is accepted again.
+func ResetToken(stored fence.Token) fence.Token { return fence.Token{Era: stored.Era + 1} }

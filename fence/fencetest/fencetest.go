@@ -77,6 +77,9 @@ func Run[Tx any](t *testing.T, open func(t *testing.T) Env[Tx]) {
 		{"BadInput", s.badInput},
 		{"KeyedBadInput", s.keyedBadInput},
 		{"TableNames", s.tableNames},
+		{"TopicAdopt", s.topicAdopt},
+		{"TopicResetRecreated", s.topicResetRecreated},
+		{"TopicGrowthAck", s.topicGrowthAck},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -45,6 +45,7 @@ type Store struct {
 	mu         sync.Mutex // guards the maps below; never held while waiting for a key
 	fences     map[fence.Key]fence.State
 	recoveries map[fence.Key][]fence.Recovery
+	topics     map[topicName][]fence.TopicRecord
 	entities   map[entity]admission
 	data       map[string][]byte
 	locks      map[any]*keyLock // by fence.Key or entity; present while held or awaited
@@ -86,6 +87,7 @@ func New(opts ...Option) (*Store, error) {
 		now:        c.now,
 		fences:     map[fence.Key]fence.State{},
 		recoveries: map[fence.Key][]fence.Recovery{},
+		topics:     map[topicName][]fence.TopicRecord{},
 		entities:   map[entity]admission{},
 		data:       map[string][]byte{},
 		locks:      map[any]*keyLock{},
@@ -396,4 +398,101 @@ func (tx *Tx) end() {
 		tx.s.release(name, l)
 	}
 	tx.held = nil
+}
+
+type topicName struct{ group, topic string }
+
+var _ fence.Topics = (*Store)(nil)
+
+// SeeTopic implements [fence.Topics.SeeTopic].
+func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.Topic, reason string) (fence.Topic, bool, error) {
+	if err := fencestore.ValidateTopic(group, topic, seen); err != nil {
+		return fence.Topic{}, false, err
+	}
+	if reason == "" {
+		return fence.Topic{}, false, fmt.Errorf("%w: adopting a topic needs a reason", fence.ErrInvalid)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := topicName{group, topic}
+	stored, found := s.topic(n)
+	// The key only names the topic here; the partition rule does not apply to an adoption.
+	adopt, _ := fencestore.CheckTopic(fence.Key{Group: group, Topic: topic, Partition: 0}, stored, found, seen)
+	if adopt == nil {
+		return stored, false, nil
+	}
+	s.topics[n] = append(s.topics[n], fence.TopicRecord{Group: group, Topic: topic, Seq: int64(len(s.topics[n]) + 1),
+		Identity: *adopt, Reason: reason, At: s.now()})
+	return *adopt, true, nil
+}
+
+// topic returns the stored identity of n. The caller holds s.mu.
+func (s *Store) topic(n topicName) (fence.Topic, bool) {
+	h := s.topics[n]
+	if len(h) == 0 {
+		return fence.Topic{}, false
+	}
+	return h[len(h)-1].Identity, true
+}
+
+// ResetTopic implements [fence.Topics.ResetTopic]. A recreated topic's reset waits for the
+// transactions holding any of its fences, and covers partitions 0..max(partitions)-1 whether
+// or not they have a fence yet, so that a claim racing the reset is judged after it.
+func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
+	if err := fencestore.ValidateReset(group, topic, expected, to, reason); err != nil {
+		return err
+	}
+	n := topicName{group, topic}
+	s.mu.Lock()
+	stored, found := s.topic(n)
+	recreated, err := fencestore.CheckTopicReset(group, topic, stored, found, expected, to)
+	var keys []fence.Key
+	if err == nil && recreated {
+		for p := range max(stored.Partitions, to.Partitions) {
+			keys = append(keys, fence.Key{Group: group, Topic: topic, Partition: p})
+		}
+		for k := range s.fences {
+			if k.Group == group && k.Topic == topic && k.Partition >= max(stored.Partitions, to.Partitions) {
+				keys = append(keys, k)
+			}
+		}
+		slices.SortFunc(keys, func(a, b fence.Key) int { return int(a.Partition) - int(b.Partition) })
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, k := range keys {
+		l, err := s.acquire(ctx, k)
+		if err != nil {
+			return err
+		}
+		defer s.release(k, l)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	stored, found = s.topic(n)
+	if _, err := fencestore.CheckTopicReset(group, topic, stored, found, expected, to); err != nil {
+		return err
+	}
+	now := s.now()
+	for _, k := range keys {
+		st := s.state(k)
+		next := fencestore.ResetToken(st.Token)
+		s.recoveries[k] = append(s.recoveries[k], fence.Recovery{Key: k, From: st.Token, To: next, Reason: reason, At: now})
+		s.fences[k] = fence.State{Token: next, Position: fence.NoPosition}
+	}
+	s.topics[n] = append(s.topics[n], fence.TopicRecord{Group: group, Topic: topic, Seq: int64(len(s.topics[n]) + 1),
+		Identity: to, Reason: reason, At: now})
+	return nil
+}
+
+// TopicHistory implements [fence.Topics.TopicHistory].
+func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.TopicRecord, error) {
+	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.topics[topicName{group, topic}]), nil
 }

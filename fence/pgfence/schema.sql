@@ -36,6 +36,22 @@ CREATE TABLE IF NOT EXISTS {{recoveries}} (
     PRIMARY KEY (group_id, topic, partition, seq)
 );
 
+-- The identity of each source topic per group (fence.Topics), one row per recorded identity,
+-- the latest (highest seq) current: the Kafka topic ID (KIP-516) whose offsets the fences hold
+-- and the acknowledged partition count. Rows are only appended: adopted by the first claim that
+-- saw the topic (fences from before this table adopt the incarnation present at the upgrade),
+-- or set by an operator's reset (baton topics reset / ack).
+CREATE TABLE IF NOT EXISTS {{topics}} (
+    group_id   text        NOT NULL,
+    topic      text        NOT NULL,
+    seq        bigint      NOT NULL CHECK (seq >= 1),
+    topic_id   text        NOT NULL,
+    partitions integer     NOT NULL CHECK (partitions >= 1),
+    reason     text        NOT NULL CHECK (reason <> ''),
+    at         timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (group_id, topic, seq)
+);
+
 -- Per-entity fences (the inbox): the highest (era, epoch, seq) admitted for (scope, id).
 CREATE TABLE IF NOT EXISTS {{keyed}} (
     scope      text        NOT NULL,

@@ -31,6 +31,7 @@ const (
 	DefaultTable      = "baton_fences"
 	recoveriesSuffix  = "_recoveries"
 	keyedSuffix       = "_keyed"
+	topicsSuffix      = "_topics"
 	migrateLockPrefix = "baton/pgfence/migrate"
 )
 
@@ -62,10 +63,13 @@ func KeyedTable(name string) Option { return func(c *config) error { c.keyed = n
 type Store struct {
 	db     DB
 	schema string    // schema.sql with the quoted names substituted
-	tables [3]string // fence, recoveries, keyed table names as configured (RuntimeGrants)
+	tables [4]string // fence, recoveries, keyed, topics table names as configured (RuntimeGrants)
 
 	sqlClaim, sqlLoad, sqlAdvance, sqlRecover, sqlRecoveries string
 	sqlAdmit, sqlLoadKeyed                                   string
+
+	sqlRecoveryInsert                                                          string
+	sqlTopicLoad, sqlTopicInsert, sqlTopicHistory, sqlTopicLock, sqlTopicReset string // fence.Topics
 }
 
 var (
@@ -100,27 +104,29 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if c.keyed == "" {
 		c.keyed = c.table + keyedSuffix
 	}
+	topics := c.table + topicsSuffix
 	for _, n := range []struct{ what, name string }{
-		{"table", c.table}, {"recoveries table", c.recoveries}, {"keyed table", c.keyed},
+		{"table", c.table}, {"recoveries table", c.recoveries}, {"keyed table", c.keyed}, {"topics table", topics},
 	} {
 		if err := sqlident.Validate(n.name); err != nil {
 			errs = append(errs, fmt.Errorf("%w: pgfence: %s: %w", fence.ErrInvalid, n.what, err))
 		}
 	}
-	if c.table == c.recoveries || c.table == c.keyed || c.recoveries == c.keyed {
+	if c.table == c.recoveries || c.table == c.keyed || c.recoveries == c.keyed || topics == c.recoveries || topics == c.keyed {
 		errs = append(errs, fmt.Errorf("%w: pgfence: the fence, recoveries and keyed tables must differ (%q, %q, %q)",
 			fence.ErrInvalid, c.table, c.recoveries, c.keyed))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	f, r, k := sqlident.Quote(c.table), sqlident.Quote(c.recoveries), sqlident.Quote(c.keyed)
+	f, r, k, tp := sqlident.Quote(c.table), sqlident.Quote(c.recoveries), sqlident.Quote(c.keyed), sqlident.Quote(topics)
 	s := &Store{
 		db:     db,
-		tables: [3]string{c.table, c.recoveries, c.keyed},
-		schema: strings.NewReplacer("{{fences}}", f, "{{recoveries}}", r, "{{keyed}}", k).Replace(schemaSQL),
+		tables: [4]string{c.table, c.recoveries, c.keyed, topics},
+		schema: strings.NewReplacer("{{fences}}", f, "{{recoveries}}", r, "{{keyed}}", k, "{{topics}}", tp).Replace(schemaSQL),
 	}
 	s.prepareSQL(f, r, k)
+	s.prepareTopicSQL(f, r, tp)
 	return s, nil
 }
 

@@ -13,12 +13,13 @@ const (
 	suffixRecovery      = "_recoveries"
 	suffixRecoveryIndex = "_recoveries_idx"
 	suffixKeyed         = "_keyed"
+	suffixTopics        = "_topics"
 )
 
 // validateTable checks the fence table name and every name derived from it, since table names
 // are spliced into SQL text.
 func validateTable(name string) error {
-	for _, n := range []string{name, name + suffixRecovery, name + suffixRecoveryIndex, name + suffixKeyed} {
+	for _, n := range []string{name, name + suffixRecovery, name + suffixRecoveryIndex, name + suffixKeyed, name + suffixTopics} {
 		if err := sqlident.Validate(n); err != nil {
 			return fmt.Errorf("%w: table name: %w", fence.ErrInvalid, err)
 		}
@@ -28,7 +29,7 @@ func validateTable(name string) error {
 
 // names are the quoted identifiers a store splices into its SQL.
 type names struct {
-	fence, recovery, keyed string
+	fence, recovery, keyed, topics string
 	// recoveryIndex is schema-qualified like the tables; recoveryBare is the recovery table
 	// without its schema, as CREATE INDEX requires in its ON clause.
 	recoveryIndex, recoveryBare string
@@ -43,6 +44,7 @@ func newNames(table string) names {
 		fence:         sqlident.Quote(table),
 		recovery:      sqlident.Quote(table + suffixRecovery),
 		keyed:         sqlident.Quote(table + suffixKeyed),
+		topics:        sqlident.Quote(table + suffixTopics),
 		recoveryIndex: sqlident.Quote(table + suffixRecoveryIndex),
 		recoveryBare:  sqlident.Quote(bare + suffixRecovery),
 	}

@@ -27,6 +27,10 @@ type queries struct {
 
 	admit     string
 	loadKeyed string
+
+	topicLoad, topicInsert, topicHistory string // fence.Topics
+	topicPartitions                      string // the partitions of a topic with a fence row
+	topicReset                           string // upsert of one fence at a recreated topic's reset
 }
 
 func newQueries(n names) queries {
@@ -36,6 +40,7 @@ func newQueries(n names) queries {
 		"{{recovery}}", n.recovery,
 		"{{recovery_table}}", n.recoveryBare, // CREATE INDEX ... ON takes an unqualified table
 		"{{keyed}}", n.keyed,
+		"{{topics}}", n.topics,
 	).Replace(schemaSQL)
 	const key = ` WHERE grp = ?1 AND topic = ?2 AND partition = ?3`
 	return queries{
@@ -70,5 +75,16 @@ func newQueries(n names) queries {
 			` ON CONFLICT (scope, id) DO UPDATE SET era = ?3, epoch = ?4, seq = ?5` +
 			` WHERE (era, epoch, seq) < (?3, ?4, ?5)`,
 		loadKeyed: `SELECT era, epoch, seq FROM ` + n.keyed + ` WHERE scope = ?1 AND id = ?2`,
+
+		topicLoad: `SELECT seq, topic_id, partitions FROM ` + n.topics +
+			` WHERE grp = ?1 AND topic = ?2 ORDER BY seq DESC LIMIT 1`,
+		topicInsert: `INSERT INTO ` + n.topics + ` (grp, topic, seq, topic_id, partitions, reason, at_unix_ns)` +
+			` VALUES (?, ?, ?, ?, ?, ?, ?)`,
+		topicHistory: `SELECT seq, topic_id, partitions, reason, at_unix_ns FROM ` + n.topics +
+			` WHERE grp = ?1 AND topic = ?2 ORDER BY seq`,
+		topicPartitions: `SELECT partition, era, epoch FROM ` + n.fence + ` WHERE grp = ?1 AND topic = ?2`,
+		topicReset: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position, claimant)` +
+			` VALUES (?1, ?2, ?3, ?4, 0, -1, '')` +
+			` ON CONFLICT (grp, topic, partition) DO UPDATE SET era = ?4, epoch = 0, position = -1, claimant = ''`,
 	}
 }

@@ -35,6 +35,21 @@ CREATE TABLE IF NOT EXISTS {{recovery}} (
 
 CREATE INDEX IF NOT EXISTS {{recovery_index}} ON {{recovery_table}} (grp, topic, partition, seq);
 
+-- The identity of each source topic per group (fence.Topics), one row per recorded identity,
+-- the latest (highest seq) current: the topic ID (KIP-516) whose offsets the fences hold and
+-- the acknowledged partition count. Rows are only ever appended: adopted by the first claim
+-- that saw the topic, or set by an operator's reset.
+CREATE TABLE IF NOT EXISTS {{topics}} (
+    grp        TEXT    NOT NULL,
+    topic      TEXT    NOT NULL,
+    seq        INTEGER NOT NULL CHECK (seq >= 1),
+    topic_id   TEXT    NOT NULL,
+    partitions INTEGER NOT NULL CHECK (partitions >= 1),
+    reason     TEXT    NOT NULL,
+    at_unix_ns INTEGER NOT NULL,
+    PRIMARY KEY (grp, topic, seq)
+) STRICT, WITHOUT ROWID;
+
 -- Keyed (per-entity) fences: for each (scope, id) the highest (token, seq) admitted.
 CREATE TABLE IF NOT EXISTS {{keyed}} (
     scope TEXT    NOT NULL,

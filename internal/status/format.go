@@ -48,6 +48,12 @@ func WriteText(w io.Writer, s *Snapshot) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	for _, p := range s.Partitions {
+		if p.Lost != nil {
+			fmt.Fprintf(w, "DATA LOSS %s/%d: offsets %d..%d were deleted from the log (it starts at %d) before they were applied\n",
+				p.Topic, p.Partition, *p.Position+1, *p.LogStart-1, *p.LogStart)
+		}
+	}
 	sm := s.Summary
 	state := s.GroupState
 	if state == "" {
@@ -75,6 +81,27 @@ func WriteRecoveries(w io.Writer, recs []Recovery) error {
 			by = "consumer"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.At.Format(time.RFC3339), r.Topic, r.Partition, r.From, r.To, by, r.Reason)
+	}
+	return tw.Flush()
+}
+
+// WriteTopics writes each topic's stored identity against the brokers' view.
+func WriteTopics(w io.Writer, ts []TopicIdentity) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tSTATE\tSTORED ID\tSTORED PARTITIONS\tBROKER ID\tBROKER PARTITIONS\tLAST CHANGE")
+	for _, t := range ts {
+		sid, sp, bid, bp, last := "-", "-", "-", "-", "-"
+		if t.Stored != nil {
+			sid, sp = orDash(t.Stored.ID), strconv.Itoa(int(t.Stored.Partitions))
+		}
+		if t.Broker != nil {
+			bid, bp = orDash(t.Broker.ID), strconv.Itoa(int(t.Broker.Partitions))
+		}
+		if n := len(t.Log); n > 0 {
+			r := t.Log[n-1]
+			last = r.At.Format(time.RFC3339) + " " + r.Reason
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", t.Topic, t.State, sid, sp, bid, bp, last)
 	}
 	return tw.Flush()
 }

@@ -70,6 +70,12 @@ type Partition struct {
 	Lag           *int64    `json:"lag"`             // records produced and not applied: high watermark - (position+1), or - committed without a fence
 	Backlog       *int64    `json:"outbox_backlog"`  // outbox rows appended and not delivered
 	LastRecovery  *Recovery `json:"last_recovery"`   // the partition's latest recorded recovery
+	// LogStart is the partition's log start offset; Lost, when the log starts after the
+	// sink's position + 1, the records deleted (retention, truncation) before they were
+	// applied: data loss, also logged at ERROR and counted (baton.consumer.records.lost) by
+	// the consumer that resumes there.
+	LogStart *int64 `json:"log_start,omitempty"`
+	Lost     *int64 `json:"lost,omitempty"`
 }
 
 // Source is one place status reads from, and whether it answered.
@@ -189,7 +195,8 @@ type kafkaView struct {
 	owner     map[fence.Key]*Member
 	committed map[fence.Key]int64
 	hwm       map[fence.Key]int64
-	topics    map[string]bool // topics the brokers know
+	start     map[fence.Key]int64 // log start offsets
+	topics    map[string]bool     // topics the brokers know
 }
 
 func (c *Collector) readKafka(ctx context.Context, extraTopics []string) (*kafkaView, error) {
@@ -198,7 +205,7 @@ func (c *Collector) readKafka(ctx context.Context, extraTopics []string) (*kafka
 	if err := c.kcl.Ping(ctx); err != nil {
 		return nil, errorf(ErrUnreachable, "Kafka at %s did not answer within %s: %v", c.brokers(), c.cfg.Timeout, err)
 	}
-	v := &kafkaView{owner: map[fence.Key]*Member{}, committed: map[fence.Key]int64{}, hwm: map[fence.Key]int64{}, topics: map[string]bool{}}
+	v := &kafkaView{owner: map[fence.Key]*Member{}, committed: map[fence.Key]int64{}, hwm: map[fence.Key]int64{}, start: map[fence.Key]int64{}, topics: map[string]bool{}}
 	groups, err := c.adm.DescribeGroups(ctx, c.cfg.Group)
 	if err != nil {
 		return nil, errorf(ErrUnreachable, "Kafka at %s: describing group %q: %v", c.brokers(), c.cfg.Group, err)
@@ -261,6 +268,15 @@ func (c *Collector) readKafka(ctx context.Context, extraTopics []string) (*kafka
 		if o.Err == nil {
 			v.topics[o.Topic] = true
 			v.hwm[fence.Key{Group: c.cfg.Group, Topic: o.Topic, Partition: o.Partition}] = o.Offset
+		}
+	})
+	starts, err := c.adm.ListStartOffsets(ctx, names...)
+	if err != nil {
+		return nil, errorf(ErrUnreachable, "Kafka at %s: listing the start offsets of %s: %v", c.brokers(), strings.Join(names, ","), err)
+	}
+	starts.Each(func(o kadm.ListedOffset) {
+		if o.Err == nil {
+			v.start[fence.Key{Group: c.cfg.Group, Topic: o.Topic, Partition: o.Partition}] = o.Offset
 		}
 	})
 	return v, nil
@@ -366,6 +382,9 @@ func (c *Collector) Collect(ctx context.Context) (*Snapshot, error) {
 		for k, h := range kv.hwm {
 			row(k).HighWatermark = ptr(h)
 		}
+		for k, o := range kv.start {
+			row(k).LogStart = ptr(o)
+		}
 		for k, o := range kv.committed {
 			if want(k.Topic) {
 				row(k).Committed = ptr(o)
@@ -410,6 +429,9 @@ func (c *Collector) Collect(ctx context.Context) (*Snapshot, error) {
 		}
 		if p.Lag != nil {
 			snap.Summary.TotalLag += *p.Lag
+		}
+		if p.LogStart != nil && p.Position != nil && *p.Position != fence.NoPosition && *p.LogStart > *p.Position+1 {
+			p.Lost = ptr(*p.LogStart - (*p.Position + 1))
 		}
 		if p.Backlog != nil {
 			snap.Summary.Backlog += *p.Backlog
