@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/batonhq/baton/internal/bulk"
 	"github.com/batonhq/baton/internal/sqlident"
 )
 
@@ -23,7 +24,7 @@ const DefaultRowsPerStatement = 1000
 const MaxVariables = 32766
 
 // maxKeyColumns bounds the conflict target, so that a key fits a comparable array.
-const maxKeyColumns = 4
+const maxKeyColumns = bulk.MaxKeyColumns
 
 // Column is one column written by an [Upsert]: its name and, optionally, a type the bound
 // value is cast to (CAST(? AS type), as in "INTEGER", "REAL", "TEXT"); empty: the value as
@@ -348,49 +349,5 @@ func (u *Upsert) Statements(rows [][]any) int {
 	return n
 }
 
-type keyOf [maxKeyColumns]any
-
-func (u *Upsert) keyOf(row []any) keyOf {
-	var k keyOf
-	for j, i := range u.key {
-		v := row[i]
-		if bs, ok := v.([]byte); ok { // not comparable
-			v = string(bs)
-		}
-		k[j] = v
-	}
-	return k
-}
-
 // layers returns groups of rows in which no key appears twice, to be written in order.
-func (u *Upsert) layers(rows [][]any) [][][]any {
-	if len(rows) == 0 {
-		return nil
-	}
-	if u.cfg.merge != nil {
-		at := make(map[keyOf]int, len(rows))
-		merged := make([][]any, 0, len(rows))
-		for _, r := range rows {
-			k := u.keyOf(r)
-			if i, ok := at[k]; ok {
-				u.cfg.merge(merged[i], r)
-				continue
-			}
-			at[k] = len(merged)
-			merged = append(merged, slices.Clone(r))
-		}
-		return [][][]any{merged}
-	}
-	seen := make(map[keyOf]int, len(rows))
-	var layers [][][]any
-	for _, r := range rows {
-		k := u.keyOf(r)
-		n := seen[k]
-		seen[k] = n + 1
-		if n == len(layers) {
-			layers = append(layers, nil)
-		}
-		layers[n] = append(layers[n], r)
-	}
-	return layers
-}
+func (u *Upsert) layers(rows [][]any) [][][]any { return bulk.Layers(rows, u.key, u.cfg.merge) }
