@@ -1,6 +1,7 @@
 package consumer_test
 
 import (
+	"encoding/base64"
 	"errors"
 	"testing"
 	"time"
@@ -21,7 +22,9 @@ import (
 // for the group. A committed offset that names the old incarnation's offsets and lands inside
 // the new incarnation's log (a commit of marks that raced the deletion, offsets synced by a
 // mirror, tooling) makes the member skip the new incarnation's records below it, silently:
-// lost() is not consulted with no position.
+// lost() is not consulted with no position. Fixed in claimResolved: a claim with no position
+// in a fence of a later era than 0 (moved by a reset or a recovery) seeks to offset 0. Fails
+// with that case removed (48 of 72 records applied).
 //
 // The interleaving reproduced: the member applies the old incarnation and stops; the topic is
 // deleted and recreated; producers write more to the new incarnation than the old one held;
@@ -29,7 +32,7 @@ import (
 // commit); a member starts, is held, the operator resets the topic; every record of the new
 // incarnation must be applied.
 func TestRealTopicResetResumesAtCommittedOffset(t *testing.T) {
-	t.Skip("finding ResetResumesAtCommittedOffset (rev-claim): after ResetTopic a claim with no position resumes at Kafka's committed offset, not the new incarnation's beginning")
+
 	brokers := testenv.KafkaBrokers(t)
 	pool, sink := newPGLog(t)
 	topic := testenv.NewTopic(t, brokers, 3)
@@ -63,6 +66,11 @@ func TestRealTopicResetResumesAtCommittedOffset(t *testing.T) {
 	waitFor(t, "the topic recreated", time.Minute, func() bool {
 		r, err := adm.CreateTopic(ctx, 3, 1, nil, topic)
 		return err == nil && (r.Err == nil || errors.Is(r.Err, kerr.TopicAlreadyExists) && brokerTopicOK(t, brokers, topic, before.ID))
+	})
+	waitFor(t, "the new incarnation described", time.Minute, func() bool {
+		td, err := adm.ListTopics(ctx, topic)
+		d, ok := td[topic]
+		return err == nil && ok && d.Err == nil && len(d.Partitions) == 3 && topicIDString(d.ID) != before.ID
 	})
 	after := brokerTopic(t, brokers, topic)
 	if after.ID == before.ID || after.ID == "" {
@@ -109,3 +117,6 @@ func TestRealTopicResetResumesAtCommittedOffset(t *testing.T) {
 	}
 	keyOrder(t, pool, keys, 12)
 }
+
+// topicIDString is Kafka's text form of a topic ID (kadm's String is the same base64).
+func topicIDString(id kadm.TopicID) string { return base64.RawURLEncoding.EncodeToString(id[:]) }
