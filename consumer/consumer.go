@@ -528,6 +528,13 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// every record its predecessor was handed and dropped; the sink applied none of
 		// them, so fetching goes back to the first (finding ReviveSkipsUnappliedRecords).
 		seek = w.from
+	case ok && w.token.Era > 0:
+		// No position in a fence Baton has moved before (an operator's topic reset, which
+		// moves every fence of a recreated topic to a new era with no position): the new
+		// incarnation is read from its beginning, not from Kafka's committed offset, which
+		// may name the old incarnation's offsets (finding ResetResumesAtCommittedOffset). An
+		// offset below the log start is reset by franz-go to ConsumeResetOffset.
+		seek = 0
 	}
 	if seek >= 0 {
 		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: seek}}})

@@ -58,7 +58,8 @@
 //     generation) can never both hold it. Then the fetch position is set to the sink's
 //     position + 1 with SetOffsets inside the assignment callback (franz-go lets that seek
 //     win over the committed offset it is fetching). With no position, Kafka's committed
-//     (or reset) offset is kept. The callback waits for the claims up to [ClaimWait];
+//     (or reset) offset is kept, except in a fence of a later era than 0 (moved by a topic
+//     reset or a recovery): that partition is read from offset 0, its log's beginning. The callback waits for the claims up to [ClaimWait];
 //     slower claims keep the partition paused until they finish.
 //  3. Verify before the first write, and after every refusal: an accepted claim proves
 //     only that nobody stored a higher token, and a refused one proves nothing about this
