@@ -171,6 +171,13 @@ func TestRealTopicRecreated(t *testing.T) {
 		r, err := adm.CreateTopic(ctx, 3, 1, nil, topic)
 		return err == nil && (r.Err == nil || errors.Is(r.Err, kerr.TopicAlreadyExists) && brokerTopicOK(t, brokers, topic, before.ID))
 	})
+	// The new incarnation's metadata spreads to the brokers after CreateTopic returns: wait
+	// until it is described, so that reading its identity cannot fail on a stale answer.
+	waitFor(t, "the new incarnation described", time.Minute, func() bool {
+		td, err := adm.ListTopics(ctx, topic)
+		d, ok := td[topic]
+		return err == nil && ok && d.Err == nil && len(d.Partitions) == 3 && topicIDString(d.ID) != before.ID
+	})
 	after := brokerTopic(t, brokers, topic)
 	if after.ID == before.ID || after.ID == "" {
 		t.Fatalf("topic ID %q after the recreation, %q before: the fault did not happen", after.ID, before.ID)

@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencestore"
@@ -67,7 +68,7 @@ func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.To
 	for range maxAttempts {
 		cur, seq, found, err := s.loadTopic(ctx, s.db, group, topic)
 		if err != nil {
-			return fence.Topic{}, false, fmt.Errorf("pgfence: see topic %s/%s: %w", group, topic, err)
+			return fence.Topic{}, false, fmt.Errorf("pgfence: see topic %s/%s: %w", group, topic, notMigrated(err))
 		}
 		// The key only names the topic here; the partition rule does not apply to an adoption.
 		adopt, _ := fencestore.CheckTopic(fence.Key{Group: group, Topic: topic}, cur, found, seen)
@@ -175,4 +176,14 @@ func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.
 		return nil, fmt.Errorf("pgfence: topic history %s/%s: %w", group, topic, err)
 	}
 	return out, nil
+}
+
+// notMigrated names the fix when the topics table is missing (a deployment upgraded without
+// running its migration: the consumer retries, and its WARN says what to do).
+func notMigrated(err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "42P01" { // undefined_table
+		return fmt.Errorf("%w (the topics table is missing: run 'baton migrate' or Store.Migrate with the migration role)", err)
+	}
+	return err
 }
