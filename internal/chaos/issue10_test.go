@@ -69,7 +69,9 @@ func cluster(t *testing.T) ([]string, []string) {
 			}
 			clusterDir = dir
 		}
-		clusterEnv = []string{fmt.Sprintf("KAFKA_NODES=%d", clusterNodes), "BATON_STATE_DIR=" + dir, "KAFKA_CLUSTER_PORT=" + port}
+		// BATON_SECURE cleared: the cluster is plaintext (kafka.sh: secure mode is single-node only),
+		// whatever the rest of the run (.ci/run exports BATON_SECURE=1 for the secure tests).
+		clusterEnv = []string{fmt.Sprintf("KAFKA_NODES=%d", clusterNodes), "BATON_STATE_DIR=" + dir, "KAFKA_CLUSTER_PORT=" + port, "BATON_SECURE="}
 		t0 := time.Now()
 		out, err := kafkaSh(deployDir(t), "start")
 		if err != nil {

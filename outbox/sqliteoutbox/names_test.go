@@ -41,7 +41,7 @@ func TestDefaultTableNamesAgree(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"baton_fences", "baton_fences_keyed", "baton_fences_recoveries", "baton_outbox", "baton_outbox_cursors", "baton_outbox_dead_letters"}
+	want := []string{"baton_fences", "baton_fences_keyed", "baton_fences_recoveries", "baton_fences_topics", "baton_outbox", "baton_outbox_cursors", "baton_outbox_dead_letters"}
 	if !slices.Equal(got, want) {
 		t.Errorf("SQLite tables = %v, want %v", got, want)
 	}
