@@ -3,7 +3,13 @@
 // key twice.
 package bulk
 
-import "slices"
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/batonhq/baton/internal/sqlident"
+)
 
 // MaxKeyColumns bounds a conflict target, so that a key fits a comparable array.
 const MaxKeyColumns = 4
@@ -56,4 +62,42 @@ func Layers(rows [][]any, key []int, merge func(into, row []any)) [][][]any {
 		layers[n] = append(layers[n], r)
 	}
 	return layers
+}
+
+// Check validates what both upserts share, naming pkg in every error: the table (schema
+// qualification allowed), the column names (valid, unqualified, each listed once) and the
+// conflict target (1 to MaxKeyColumns columns, all among names). It returns the key columns'
+// indexes in names and every problem found.
+func Check(pkg, table string, names, key []string) (keyIdx []int, errs []error) {
+	if err := sqlident.Validate(table); err != nil {
+		errs = append(errs, fmt.Errorf("%s: table: %w", pkg, err))
+	}
+	if len(names) == 0 {
+		errs = append(errs, fmt.Errorf("%s: no columns", pkg))
+	}
+	seen := map[string]int{}
+	for i, n := range names {
+		if err := sqlident.Validate(n); err != nil || strings.Contains(n, ".") {
+			errs = append(errs, fmt.Errorf("%s: column %d: invalid name %q", pkg, i, n))
+		}
+		if _, dup := seen[n]; dup {
+			errs = append(errs, fmt.Errorf("%s: column %q listed twice", pkg, n))
+		}
+		seen[n] = i
+	}
+	switch {
+	case len(key) == 0:
+		errs = append(errs, fmt.Errorf("%s: no key columns", pkg))
+	case len(key) > MaxKeyColumns:
+		errs = append(errs, fmt.Errorf("%s: %d key columns, at most %d", pkg, len(key), MaxKeyColumns))
+	}
+	for _, k := range key {
+		i, ok := seen[k]
+		if !ok {
+			errs = append(errs, fmt.Errorf("%s: key column %q is not among the columns", pkg, k))
+			continue
+		}
+		keyIdx = append(keyIdx, i)
+	}
+	return keyIdx, errs
 }

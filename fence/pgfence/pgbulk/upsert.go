@@ -19,9 +19,6 @@ import (
 // arrays and plans cheap.
 const DefaultRowsPerStatement = 1000
 
-// maxKeyColumns bounds the conflict target, so that a key fits a comparable array.
-const maxKeyColumns = bulk.MaxKeyColumns
-
 // Column is one column written by an [Upsert]: its name and its PostgreSQL type, as written
 // in a cast ("text", "bigint", "timestamptz", "numeric(12,2)").
 type Column struct {
@@ -81,39 +78,16 @@ var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
 // problem at once; it does no I/O.
 func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
 	u := &Upsert{cols: slices.Clone(cols), cfg: config{rows: DefaultRowsPerStatement}}
-	var errs []error
-	if err := sqlident.Validate(table); err != nil {
-		errs = append(errs, fmt.Errorf("pgbulk: table: %w", err))
-	}
-	if len(cols) == 0 {
-		errs = append(errs, errors.New("pgbulk: no columns"))
-	}
-	seen := map[string]int{}
+	names := make([]string, len(cols))
 	for i, c := range cols {
-		if err := sqlident.Validate(c.Name); err != nil || strings.Contains(c.Name, ".") {
-			errs = append(errs, fmt.Errorf("pgbulk: column %d: invalid name %q", i, c.Name))
-		}
+		names[i] = c.Name
+	}
+	var errs []error
+	u.key, errs = bulk.Check("pgbulk", table, names, key)
+	for _, c := range cols {
 		if !typePattern.MatchString(c.Type) {
 			errs = append(errs, fmt.Errorf("pgbulk: column %q: invalid type %q", c.Name, c.Type))
 		}
-		if _, dup := seen[c.Name]; dup {
-			errs = append(errs, fmt.Errorf("pgbulk: column %q listed twice", c.Name))
-		}
-		seen[c.Name] = i
-	}
-	switch {
-	case len(key) == 0:
-		errs = append(errs, errors.New("pgbulk: no key columns"))
-	case len(key) > maxKeyColumns:
-		errs = append(errs, fmt.Errorf("pgbulk: %d key columns, at most %d", len(key), maxKeyColumns))
-	}
-	for _, k := range key {
-		i, ok := seen[k]
-		if !ok {
-			errs = append(errs, fmt.Errorf("pgbulk: key column %q is not among the columns", k))
-			continue
-		}
-		u.key = append(u.key, i)
 	}
 	for i, o := range opts {
 		if o == nil {

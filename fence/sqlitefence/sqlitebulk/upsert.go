@@ -23,9 +23,6 @@ const DefaultRowsPerStatement = 1000
 // of r rows over c columns binds r*c.
 const MaxVariables = 32766
 
-// maxKeyColumns bounds the conflict target, so that a key fits a comparable array.
-const maxKeyColumns = bulk.MaxKeyColumns
-
 // Column is one column written by an [Upsert]: its name and, optionally, a type the bound
 // value is cast to (CAST(? AS type), as in "INTEGER", "REAL", "TEXT"); empty: the value as
 // bound, under the column's affinity.
@@ -94,39 +91,16 @@ var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
 // problem at once; it does no I/O.
 func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
 	u := &Upsert{cols: slices.Clone(cols), cfg: config{rows: DefaultRowsPerStatement}, byRows: map[int]string{}}
-	var errs []error
-	if err := sqlident.Validate(table); err != nil {
-		errs = append(errs, fmt.Errorf("sqlitebulk: table: %w", err))
-	}
-	if len(cols) == 0 {
-		errs = append(errs, errors.New("sqlitebulk: no columns"))
-	}
-	seen := map[string]int{}
+	names := make([]string, len(cols))
 	for i, c := range cols {
-		if err := sqlident.Validate(c.Name); err != nil || strings.Contains(c.Name, ".") {
-			errs = append(errs, fmt.Errorf("sqlitebulk: column %d: invalid name %q", i, c.Name))
-		}
+		names[i] = c.Name
+	}
+	var errs []error
+	u.key, errs = bulk.Check("sqlitebulk", table, names, key)
+	for _, c := range cols {
 		if c.Type != "" && !typePattern.MatchString(c.Type) {
 			errs = append(errs, fmt.Errorf("sqlitebulk: column %q: invalid type %q", c.Name, c.Type))
 		}
-		if _, dup := seen[c.Name]; dup {
-			errs = append(errs, fmt.Errorf("sqlitebulk: column %q listed twice", c.Name))
-		}
-		seen[c.Name] = i
-	}
-	switch {
-	case len(key) == 0:
-		errs = append(errs, errors.New("sqlitebulk: no key columns"))
-	case len(key) > maxKeyColumns:
-		errs = append(errs, fmt.Errorf("sqlitebulk: %d key columns, at most %d", len(key), maxKeyColumns))
-	}
-	for _, k := range key {
-		i, ok := seen[k]
-		if !ok {
-			errs = append(errs, fmt.Errorf("sqlitebulk: key column %q is not among the columns", k))
-			continue
-		}
-		u.key = append(u.key, i)
 	}
 	for i, o := range opts {
 		if o == nil {
