@@ -183,11 +183,7 @@ func (r *run[Tx]) watchSession(cl *kgo.Client, d *watchdog) (stop func()) {
 	d.interval, _ = cl.OptValue(kgo.HeartbeatInterval).(time.Duration)
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
-	// A KIP-848 group's session timeout and heartbeat interval are the broker's
-	// (group.consumer.session.timeout.ms), and the client is never told the session timeout:
-	// judged by the client's values, the watchdog would fire on a live session or late. It
-	// watches classic groups only.
-	if d.session <= 0 || r.c.cfg.protocol == ProtocolConsumer || is(mutantWatchdogOff) {
+	if !watches(r.c.cfg.protocol, d.session) || is(mutantWatchdogOff) {
 		close(done)
 		return cancel
 	}
@@ -272,4 +268,13 @@ func (r *run[Tx]) revive() {
 	if len(started) > 0 {
 		r.c.log.Warn("group session answered again and the partitions stayed assigned: restarted them", "partitions", len(started))
 	}
+}
+
+// watches reports whether the watchdog judges a group of this protocol with this client
+// session timeout. A KIP-848 group's session timeout and heartbeat interval are the broker's
+// (group.consumer.session.timeout.ms), and the client is never told the session timeout:
+// judged by the client's values, the watchdog would fire on a live session or late. It
+// watches classic groups only.
+func watches(protocol string, session time.Duration) bool {
+	return session > 0 && protocol != ProtocolConsumer
 }
