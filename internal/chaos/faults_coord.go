@@ -80,14 +80,55 @@ func (h *harness) committedBy(ctx context.Context, w held, cond string, wait tim
 	}
 }
 
-// pausedCoordinatorMove is FaultPausedBrokerRestart and FaultCoordinatorKill: a writer frozen at
-// its next write is taken over; then the group coordinator's broker is restarted (killed, for
-// FaultCoordinatorKill) and the writer resumed as soon as a coordinator starts loading the
-// group, so its first requests meet a loading coordinator. Proven by the broker's own log: the
-// load of the offsets partition, scheduled and finished after the broker action.
+// pausedCoordinatorMove is FaultPausedBrokerRestart and FaultCoordinatorKill: a writer Z frozen
+// at its next write is taken over; then the group coordinator's broker is restarted (killed,
+// for FaultCoordinatorKill) and Z resumed as soon as a coordinator starts loading the group, so
+// that Z, whose held write and claim the fence refuses as stale, asks the coordinator for its
+// currentness proof while the coordinator is still loading (issue 10, finding 2: a loading
+// coordinator answers a Heartbeat blindly). The fault counts only when that interleaving is
+// seen, in up to maxMoveAttempts attempts (each freezes a writer and moves the coordinator
+// again): the load in the broker's own log; the coordinator answering the harness's direct
+// probes COORDINATOR_LOAD_IN_PROGRESS; and, in Z's log, Z asking the coordinator about the
+// held partition after it resumed and before the coordinator's last loading answer. Z's
+// blind confirmations (a regression "confirmed" while the coordinator was loading, which only
+// a build with the blind Heartbeat proof logs) are counted in the detail.
 func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
-	st := h.cfg.SessionTimeout
 	h.primeLoad(ctx)
+	var targets, ev []string
+	for attempt := 1; attempt <= maxMoveAttempts && ctx.Err() == nil; attempt++ {
+		a := h.moveOnce(ctx, f.Kind)
+		if a.target != "" {
+			targets = append(targets, a.target)
+		}
+		ev = append(ev, fmt.Sprintf("attempt %d/%d: %s", attempt, maxMoveAttempts, a.detail))
+		h.progress("fault %s attempt %d/%d: interleaving seen %v", f.Kind, attempt, maxMoveAttempts, a.proven)
+		if a.proven {
+			f.Bit = true
+			break
+		}
+		if a.stop {
+			break
+		}
+	}
+	f.Target = strings.Join(targets, ",")
+	f.Detail = strings.Join(ev, " | ")
+	f.End = time.Now()
+	sleep(ctx, h.cfg.SessionTimeout)
+}
+
+// maxMoveAttempts bounds the attempts of a coordinator-loading fault at its interleaving.
+const maxMoveAttempts = 3
+
+// moveAttempt is one attempt of pausedCoordinatorMove.
+type moveAttempt struct {
+	target string
+	detail string
+	proven bool // the interleaving was seen
+	stop   bool // no point in another attempt (no worker alive, no coordinator)
+}
+
+func (h *harness) moveOnce(ctx context.Context, kind FaultKind) (a moveAttempt) {
+	st := h.cfg.SessionTimeout
 	var p *proc
 	var w held
 	err := errors.New("no worker alive")
@@ -98,10 +139,10 @@ func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 		w, err = h.holdWrite(ctx, p, syscall.SIGUSR1, OutcomeFrozen)
 	}
 	if err != nil {
-		f.Detail = err.Error()
-		return
+		a.detail, a.stop = err.Error(), p == nil
+		return a
 	}
-	f.Target = p.id
+	a.target = p.id
 	resumed := false
 	resume := func() {
 		if !resumed {
@@ -112,19 +153,21 @@ func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 	defer resume()
 	by, era, epoch, ok := h.committedBy(ctx, w, `era > $3 OR (era = $3 AND epoch > $4)`, 3*st+30*time.Second)
 	if !ok {
-		f.Detail = w.String() + "; no takeover seen"
-		return
+		a.detail = w.String() + "; no takeover seen"
+		return a
 	}
 	ev := []string{fmt.Sprintf("%s, taken over by %s at %d.%d", w, by, era, epoch)}
+	defer func() { a.detail = strings.Join(ev, "; ") }()
 
 	before, _ := h.coordinator(ctx)
 	logs := h.brokerLogs(ctx)
 	var action []string
 	switch {
 	case h.cfg.KafkaNodes > 1 && before < 0:
-		f.Detail = strings.Join(append(ev, "no group coordinator found"), "; ")
-		return
-	case h.cfg.KafkaNodes > 1 && f.Kind == FaultCoordinatorKill:
+		ev = append(ev, "no group coordinator found")
+		a.stop = true
+		return a
+	case h.cfg.KafkaNodes > 1 && kind == FaultCoordinatorKill:
 		action = []string{"node-kill", strconv.Itoa(int(before))}
 	case h.cfg.KafkaNodes > 1:
 		action = []string{"node-restart", strconv.Itoa(int(before))}
@@ -144,12 +187,12 @@ func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 		scriptOut = out
 		scriptOK.Store(ok)
 	}()
-	// Count the coordinator's COORDINATOR_LOAD_IN_PROGRESS answers meanwhile.
+	// Ask every broker directly for the group meanwhile, noting its COORDINATOR_LOAD_IN_PROGRESS answers.
 	probeCtx, stopProbe := context.WithCancel(ctx)
-	var loadAnswers atomic.Int64
+	var loading loadAnswers
 	var probes sync.WaitGroup
 	probes.Add(1)
-	go func() { defer probes.Done(); h.probeLoading(probeCtx, &loadAnswers) }()
+	go func() { defer probes.Done(); h.probeLoading(probeCtx, &loading) }()
 
 	var sched, fin *loadLine
 	var resumedAt time.Time
@@ -194,24 +237,126 @@ func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 			ev = append(ev, fmt.Sprintf("%s: %s", fin.log, fin.text))
 		}
 		if !resumedAt.IsZero() {
-			when := "after the load finished"
-			if fin == nil || resumedAt.Before(fin.at.Add(time.Second)) {
-				when = "while the coordinator was loading (the logs' times have millisecond precision; the resume was seen within a poll of the load's start)"
-			}
-			ev = append(ev, fmt.Sprintf("%s resumed %s at %s", p.id, when, resumedAt.Format("15:04:05.000")))
+			ev = append(ev, fmt.Sprintf("%s resumed at %s", p.id, resumedAt.Format(stamp)))
 		}
 	}
-	ev = append(ev, fmt.Sprintf("COORDINATOR_LOAD_IN_PROGRESS answers seen: %d", loadAnswers.Load()))
-	f.Bit = scriptOK.Load() && sched != nil && fin != nil && resumed
-	if f.Kind == FaultCoordinatorKill {
-		f.Bit = f.Bit && after >= 0 && after != before
+	n, first, last := loading.get()
+	if n > 0 {
+		ev = append(ev, fmt.Sprintf("COORDINATOR_LOAD_IN_PROGRESS answered to the harness %d times, %s..%s", n, first.Format(stamp), last.Format(stamp)))
+	} else {
+		ev = append(ev, "COORDINATOR_LOAD_IN_PROGRESS never answered to the harness")
+	}
+	// Z's own account: its questions to the coordinator about the held partition after it
+	// resumed, and its regressions "confirmed", while the coordinator still answered loading.
+	var asked, blind int
+	var askedAt time.Time
+	if !resumedAt.IsZero() && n > 0 {
+		for _, l := range h.workerLog(p.id, w.topic, w.part, resumedAt) {
+			if l.at.After(last) {
+				continue
+			}
+			switch {
+			case strings.Contains(l.msg, askMsg):
+				if asked++; askedAt.IsZero() {
+					askedAt = l.at
+				}
+			case strings.Contains(l.msg, blindMsg):
+				blind++
+			}
+		}
+	}
+	switch {
+	case asked > 0:
+		ev = append(ev, fmt.Sprintf("%s asked the loading coordinator %d times whether it owns %s/%d (first at %s); %d regressions confirmed by it blindly",
+			p.id, asked, w.topic, w.part, askedAt.Format(stamp), blind))
+	case n > 0:
+		ev = append(ev, fmt.Sprintf("%s did not ask the coordinator about %s/%d while it was loading", p.id, w.topic, w.part))
+	}
+	a.proven = scriptOK.Load() && sched != nil && fin != nil && resumed && asked > 0
+	if kind == FaultCoordinatorKill {
+		a.proven = a.proven && after >= 0 && after != before
 		// Restart the killed broker: the cluster is whole again for the next fault.
 		ok, out := h.script(ctx, "kafka.sh", "node-start", strconv.Itoa(int(before)))
 		ev = append(ev, fmt.Sprintf("node %d restarted: %v %s", before, ok, out))
 	}
-	f.Detail = strings.Join(ev, "; ")
-	f.End = time.Now()
-	sleep(ctx, st)
+	return a
+}
+
+// The times in a fault's evidence.
+const stamp = "15:04:05.000"
+
+// What the consumer logs when it asks the coordinator for its currentness proof after a
+// refusal (a claim's, or a write's), and when the coordinator confirms a member whose token the
+// sink refused (a regression).
+const (
+	askMsg   = "asking the coordinator whether this member"
+	blindMsg = "the coordinator confirms this member owns the partition"
+)
+
+// loadAnswers notes the COORDINATOR_LOAD_IN_PROGRESS answers a probe saw.
+type loadAnswers struct {
+	mu          sync.Mutex
+	n           int
+	first, last time.Time
+}
+
+func (l *loadAnswers) add(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n++; l.first.IsZero() {
+		l.first = at
+	}
+	l.last = at
+}
+
+func (l *loadAnswers) get() (int, time.Time, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n, l.first, l.last
+}
+
+// workerLine is one line of a worker's log about one partition.
+type workerLine struct {
+	at  time.Time
+	msg string
+}
+
+var (
+	workerLineRE = regexp.MustCompile(`^time=(\S+) level=\S+ msg="((?:[^"\\]|\\.)*)"`)
+	workerPartRE = regexp.MustCompile(` topic=(\S+) partition=(\d+)( |$)`)
+)
+
+// workerLog returns worker id's log lines about topic/part from since on (its stderr files in
+// the run's LogDir).
+func (h *harness) workerLog(id, topic string, part int32, since time.Time) []workerLine {
+	dir := h.cfg.LogDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "baton-chaos-"+id+"-*.log"))
+	var out []workerLine
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			m := workerLineRE.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			pm := workerPartRE.FindStringSubmatch(line[len(m[0]):])
+			if pm == nil || strings.Trim(pm[1], `"`) != topic || pm[2] != strconv.Itoa(int(part)) {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, m[1])
+			if err != nil || at.Before(since) {
+				continue
+			}
+			out = append(out, workerLine{at: at, msg: m[2]})
+		}
+	}
+	return out
 }
 
 // coordinator returns the node id of the run's group coordinator (-1 if it cannot be found).
@@ -226,9 +371,10 @@ func (h *harness) coordinator(ctx context.Context) (int32, error) {
 	return r.NodeID, nil
 }
 
-// probeLoading asks for the group's description every 50 ms with a client that never retries
-// and counts the answers COORDINATOR_LOAD_IN_PROGRESS.
-func (h *harness) probeLoading(ctx context.Context, n *atomic.Int64) {
+// probeLoading asks every broker directly (no coordinator lookup, no retry) for the group's
+// description every 50 ms and notes when one answers COORDINATOR_LOAD_IN_PROGRESS: the
+// coordinator itself saying that it is loading the group.
+func (h *harness) probeLoading(ctx context.Context, seen *loadAnswers) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.cfg.Brokers...), kgo.RequestRetries(0),
 		kgo.RetryTimeout(time.Second), kgo.DialTimeout(time.Second)}, h.cfg.Kafka...)...)
 	if err != nil {
@@ -236,23 +382,24 @@ func (h *harness) probeLoading(ctx context.Context, n *atomic.Int64) {
 	}
 	defer cl.Close()
 	for ctx.Err() == nil {
-		req := kmsg.NewPtrDescribeGroupsRequest()
-		req.Groups = []string{h.cfg.Group}
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		shards := cl.RequestSharded(rctx, req)
-		cancel()
-		for _, s := range shards {
-			if errors.Is(s.Err, kerr.CoordinatorLoadInProgress) {
-				n.Add(1)
+		if len(cl.DiscoveredBrokers()) == 0 {
+			_, _ = kmsg.NewPtrMetadataRequest().RequestWith(rctx, cl)
+		}
+		for _, b := range cl.DiscoveredBrokers() {
+			req := kmsg.NewPtrDescribeGroupsRequest()
+			req.Groups = []string{h.cfg.Group}
+			resp, err := b.Request(rctx, req)
+			if err != nil {
+				continue
 			}
-			if resp, ok := s.Resp.(*kmsg.DescribeGroupsResponse); ok {
-				for _, g := range resp.Groups {
-					if errors.Is(kerr.ErrorForCode(g.ErrorCode), kerr.CoordinatorLoadInProgress) {
-						n.Add(1)
-					}
+			for _, g := range resp.(*kmsg.DescribeGroupsResponse).Groups {
+				if errors.Is(kerr.ErrorForCode(g.ErrorCode), kerr.CoordinatorLoadInProgress) {
+					seen.add(time.Now())
 				}
 			}
 		}
+		cancel()
 		sleep(ctx, 50*time.Millisecond)
 	}
 }
