@@ -247,30 +247,22 @@ func (h *harness) moveOnce(ctx context.Context, kind FaultKind) (a moveAttempt) 
 		ev = append(ev, "COORDINATOR_LOAD_IN_PROGRESS never answered to the harness")
 	}
 	// Z's own account: its questions to the coordinator about the held partition after it
-	// resumed, and its regressions "confirmed", while the coordinator still answered loading.
-	var asked, blind int
+	// resumed, while the coordinator still answered loading. The question that counts is a
+	// claim's: the held write's is usually cut short by Z's watchdog (its session expired while
+	// it was frozen), while a claim comes from a worker the watchdog restarted once franz-go's
+	// heartbeat was answered (a loading coordinator answers it blindly too), and that worker
+	// asks to the end. The regressions "confirmed" meanwhile are the blind answers.
+	var asked, wrote, blind int
 	var askedAt time.Time
 	if !resumedAt.IsZero() && n > 0 {
-		for _, l := range h.workerLog(p.id, w.topic, w.part, resumedAt) {
-			if l.at.After(last) {
-				continue
-			}
-			switch {
-			case strings.Contains(l.msg, askMsg):
-				if asked++; askedAt.IsZero() {
-					askedAt = l.at
-				}
-			case strings.Contains(l.msg, blindMsg):
-				blind++
-			}
-		}
+		asked, wrote, blind, askedAt = countAsks(h.workerLog(p.id, w.topic, w.part, resumedAt), last)
 	}
 	switch {
 	case asked > 0:
-		ev = append(ev, fmt.Sprintf("%s asked the loading coordinator %d times whether it owns %s/%d (first at %s); %d regressions confirmed by it blindly",
-			p.id, asked, w.topic, w.part, askedAt.Format(stamp), blind))
+		ev = append(ev, fmt.Sprintf("%s, its claim on %s/%d refused, asked the loading coordinator %d times whether it owns it (first at %s; %d questions after a refused write); %d regressions confirmed by the loading coordinator",
+			p.id, w.topic, w.part, asked, askedAt.Format(stamp), wrote, blind))
 	case n > 0:
-		ev = append(ev, fmt.Sprintf("%s did not ask the coordinator about %s/%d while it was loading", p.id, w.topic, w.part))
+		ev = append(ev, fmt.Sprintf("%s made no claim on %s/%d that asked the coordinator while it was loading (%d questions after a refused write)", p.id, w.topic, w.part, wrote))
 	}
 	a.proven = scriptOK.Load() && sched != nil && fin != nil && resumed && asked > 0
 	if kind == FaultCoordinatorKill {
@@ -289,8 +281,9 @@ const stamp = "15:04:05.000"
 // refusal (a claim's, or a write's), and when the coordinator confirms a member whose token the
 // sink refused (a regression).
 const (
-	askMsg   = "asking the coordinator whether this member"
-	blindMsg = "the coordinator confirms this member owns the partition"
+	askMsg      = "asking the coordinator whether this member"
+	claimPrefix = "claim refused as stale"
+	blindMsg    = "the coordinator confirms this member owns the partition"
 )
 
 // loadAnswers notes the COORDINATOR_LOAD_IN_PROGRESS answers a probe saw.
@@ -313,6 +306,28 @@ func (l *loadAnswers) get() (int, time.Time, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.n, l.first, l.last
+}
+
+// countAsks counts, in a worker's lines up to last, the questions to the coordinator after a
+// refused claim (asked, the first at askedAt) and after a refused write (wrote), and the
+// regressions the coordinator confirmed (blind).
+func countAsks(lines []workerLine, last time.Time) (asked, wrote, blind int, askedAt time.Time) {
+	for _, l := range lines {
+		if l.at.After(last) {
+			continue
+		}
+		switch {
+		case strings.Contains(l.msg, askMsg) && strings.HasPrefix(l.msg, claimPrefix):
+			if asked++; askedAt.IsZero() {
+				askedAt = l.at
+			}
+		case strings.Contains(l.msg, askMsg):
+			wrote++
+		case strings.Contains(l.msg, blindMsg):
+			blind++
+		}
+	}
+	return asked, wrote, blind, askedAt
 }
 
 // workerLine is one line of a worker's log about one partition.

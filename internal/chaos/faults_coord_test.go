@@ -40,7 +40,18 @@ time=2026-12-01T09:22:41.600Z level=INFO msg="claim refused as stale; asking the
 	if !strings.Contains(got[1].msg, blindMsg) {
 		t.Errorf("second line %q, want the confirmation", got[1].msg)
 	}
-	if all := h.workerLog("w3", "t", 3, time.Time{}); len(all) != 3 || !strings.Contains(all[0].msg, askMsg) {
-		t.Errorf("from the start: %d lines, want 3 with the write's question first: %+v", len(all), all)
+	all := h.workerLog("w3", "t", 3, time.Time{})
+	if len(all) != 3 || !strings.Contains(all[0].msg, askMsg) {
+		t.Fatalf("from the start: %d lines, want 3 with the write's question first: %+v", len(all), all)
+	}
+	// Counted up to the coordinator's last loading answer: the claim's question, the write's,
+	// the blind confirmation; a loading answer before the claim's question leaves only the write's.
+	asked, wrote, blind, at := countAsks(all, all[2].at)
+	if asked != 1 || wrote != 1 || blind != 1 || !at.Equal(all[1].at) {
+		t.Errorf("countAsks = %d claim questions (first at %s), %d write questions, %d confirmations; want 1 (at %s), 1, 1",
+			asked, at.Format(stamp), wrote, blind, all[1].at.Format(stamp))
+	}
+	if asked, wrote, blind, _ = countAsks(all, all[1].at.Add(-time.Millisecond)); asked != 0 || wrote != 1 || blind != 0 {
+		t.Errorf("up to just before the claim: countAsks = %d, %d, %d; want 0, 1, 0", asked, wrote, blind)
 	}
 }
