@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -419,14 +421,23 @@ func (h *harness) probeLoading(ctx context.Context, seen *loadAnswers) {
 	}
 }
 
-// primeLoad fills the group coordinator's log once per run (Config.LoadFiller offset
-// commits of a filler group), so that loading the run's group after a broker move takes long
-// enough for a resumed worker's requests to meet it.
+// primeLoad fills the group coordinator's log once per run with Config.LoadFiller offset
+// commits of a filler group, so that loading the run's group after a broker move takes long
+// enough for a resumed worker's requests to meet it: written straight to the group's
+// __consumer_offsets partition (fillDirect, fast), or, where the broker refuses that, through
+// the OffsetCommit API (100 a request).
 func (h *harness) primeLoad(ctx context.Context) {
 	if h.primed || h.cfg.LoadFiller < 0 {
 		return
 	}
 	h.primed = true
+	t0 := time.Now()
+	if err := h.fillDirect(ctx, h.cfg.LoadFiller); err == nil {
+		h.progress("filled the coordinator's log with %d offset commit records of %s-filler in %.1fs", h.cfg.LoadFiller, h.cfg.Group, time.Since(t0).Seconds())
+		return
+	} else {
+		h.progress("filling the coordinator's log directly: %v; committing through the API instead", err)
+	}
 	group := h.cfg.Group + "-filler"
 	// Offsets of a filler topic of 100 partitions (never produced to), 100 records a request:
 	// the coordinator loads every one.
@@ -471,6 +482,70 @@ func (h *harness) primeLoad(ctx context.Context) {
 	}
 	wg.Wait()
 	h.progress("filled the coordinator's log with %d offset commits of %s", rounds*parts, group)
+}
+
+// fillDirect appends n offset commit records of a filler group (100 keys, overwritten in turn:
+// the coordinator's memory does not grow) to the run's group's __consumer_offsets partition,
+// as the coordinator itself would write them (record key version 1, value version 3),
+// zstd-compressed batches of 10000 (repetitive, so the log grows little: no segment rolls,
+// nothing for the log cleaner to compact away). Kafka lets a producer whose client id is
+// "__admin_client" write internal topics. The coordinator replays every record when it loads
+// the partition, so loading takes time in proportion to n.
+func (h *harness) fillDirect(ctx context.Context, n int) error {
+	const offsetsTopic = "__consumer_offsets"
+	md, err := h.adm.Metadata(ctx, offsetsTopic)
+	if err != nil {
+		return err
+	}
+	td, ok := md.Topics[offsetsTopic]
+	if !ok || td.Err != nil || len(td.Partitions) == 0 {
+		return fmt.Errorf("no %s topic (%v)", offsetsTopic, td.Err)
+	}
+	part := groupPartition(h.cfg.Group, len(td.Partitions))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.cfg.Brokers...), kgo.ClientID("__admin_client"),
+		kgo.DefaultProduceTopic(offsetsTopic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerBatchMaxBytes(4 << 20),
+		kgo.MaxBufferedRecords(50000), kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(20 * time.Millisecond)}, h.cfg.Kafka...)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	group, topic := h.cfg.Group+"-filler", h.cfg.Topic+"-filler"
+	now := time.Now().UnixMilli()
+	var failed atomic.Pointer[error]
+	for i := 0; i < n && failed.Load() == nil && ctx.Err() == nil; i++ {
+		k := kmsg.OffsetCommitKey{Version: 1, Group: group, Topic: topic, Partition: int32(i % 100)}
+		v := kmsg.OffsetCommitValue{Version: 3, Offset: int64(i / 100), LeaderEpoch: -1, Metadata: "chaos load filler", CommitTimestamp: now}
+		r := &kgo.Record{Partition: part, Key: k.AppendTo(nil), Value: v.AppendTo(nil)}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	if e := failed.Load(); e != nil {
+		return *e
+	}
+	return ctx.Err()
+}
+
+// groupPartition is the __consumer_offsets partition of group: Kafka's
+// Utils.abs(group.hashCode()) % partitions, with Java's String.hashCode.
+func groupPartition(group string, partitions int) int32 {
+	var h int32
+	for _, c := range utf16.Encode([]rune(group)) {
+		h = 31*h + int32(c)
+	}
+	if h == math.MinInt32 {
+		h = 0
+	} else if h < 0 {
+		h = -h
+	}
+	return h % int32(partitions)
 }
 
 // brokerLog is one broker's log file, read from where it was when the fault began.

@@ -55,3 +55,27 @@ time=2026-12-01T09:22:41.600Z level=INFO msg="claim refused as stale; asking the
 		t.Errorf("up to just before the claim: countAsks = %d, %d, %d; want 0, 1, 0", asked, wrote, blind)
 	}
 }
+
+// TestGroupPartition checks the __consumer_offsets partition against Java's String.hashCode
+// ("abc" is 96354; "polygenelubricants" hashes to Integer.MIN_VALUE, which Kafka's Utils.abs
+// maps to 0).
+func TestGroupPartition(t *testing.T) {
+	for _, c := range []struct {
+		group string
+		parts int
+		want  int32
+	}{
+		{"abc", 50, 96354 % 50},
+		{"abc", 1, 0},
+		{"polygenelubricants", 50, 0},
+		{"chaos-fenced-x", 1, 0},
+	} {
+		if got := groupPartition(c.group, c.parts); got != c.want {
+			t.Errorf("groupPartition(%q, %d) = %d, want %d", c.group, c.parts, got, c.want)
+		}
+	}
+	// A hash that overflows to a negative number still lands in range.
+	if got := groupPartition("aaaaaaaaaaaaaaaa", 50); got < 0 || got >= 50 {
+		t.Errorf("groupPartition of a negative hash = %d, want in [0, 50)", got)
+	}
+}

@@ -176,7 +176,7 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 		Faults: faults, NumFaults: n * len(faults), Seed: 10,
 		Brokers: brokers, KafkaNodes: nodes, ScriptEnv: scriptEnv,
 		PostgresURL: url + sep + "search_path=" + schema,
-		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: 8000,
+		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: 200000,
 		Progress: &progress, Settle: 2 * time.Minute, LogDir: t.TempDir(),
 	}
 	t0 := time.Now()
