@@ -90,8 +90,9 @@ func (h *harness) committedBy(ctx context.Context, w held, cond string, wait tim
 // coordinator answers a Heartbeat blindly). The fault counts only when that interleaving is
 // seen, in up to maxMoveAttempts attempts (each freezes a writer and moves the coordinator
 // again): the load in the broker's own log; the coordinator answering the harness's direct
-// probes COORDINATOR_LOAD_IN_PROGRESS; and, in Z's log, Z asking the coordinator about the
-// held partition after it resumed and before the coordinator's last loading answer. Z's
+// probes COORDINATOR_LOAD_IN_PROGRESS; and, in Z's log, a claim of the held partition refused
+// as stale and Z asking the coordinator for its proof, after it resumed and before the
+// coordinator's last loading answer (countAsks). Z's
 // blind confirmations (a regression "confirmed" while the coordinator was loading, which only
 // a build with the blind Heartbeat proof logs) are counted in the detail.
 func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
