@@ -17,5 +17,6 @@ func TestMutants(t *testing.T) {
 	mutanttest.Run(t, map[string][]string{
 		mutant.DeadLetterDirect:        {"TestZombieDeadLetterThroughTheOutbox"},
 		mutant.InboxPreparedUnfiltered: {"TestInboxKeepsPreparedAligned"},
+		mutant.ShardCountUnchecked:     {"TestPrepareShardsChecksTheShardCount", "TestStandaloneRelayShardCountChange"},
 	}, 3*time.Minute)
 }
