@@ -65,7 +65,7 @@ func NewStandaloneRelay[Tx any](group, coordTopic string, sink fence.Sink[Tx], r
 // shards, so a count above the acknowledged one is refused with a *fence.TopicError
 // ([fence.ErrTopicGrown]) until an operator has drained every shard, grown coordTopic and
 // acknowledged it (baton topics ack); a count below it is refused with [outbox.ErrInvalid]
-// (shards are never removed). See "Changing the shard count" in DESIGN.md.
+// (shards are never removed). See "Changing the standalone relay's shard count" in DESIGN.md.
 func PrepareShards[Tx any](ctx context.Context, sink fence.Sink[Tx], group, coordTopic string, shards int32) error {
 	if sink == nil {
 		return fmt.Errorf("%w: nil sink", outbox.ErrInvalid)
