@@ -43,3 +43,8 @@ const (
 const (
 	mutantDeadLetterVerdict = "DeadLetterErrorReadAsVerdict" // a DeadLetterer's error wrapping a fence sentinel taken for the sink's verdict
 )
+
+// Appended by the relay shard-count work (issue 10, finding 7, standalone relay).
+const (
+	mutantIdleTopicUnchecked = "IdleTopicChangeUnchecked" // an idle partition runs its after-commit hook past a growth watchTopics saw (a standalone relay's shards relay on)
+)

@@ -711,6 +711,7 @@ var mutants = map[string][]string{
 	"TopicResetNotConfirmed":          {"TestTopicResetBetweenClaimAndCompare"},
 	"GrownPartitionNotHeld":           {"TestGrownTopicHeldUntilAcknowledged"},
 	"DataLossUnreported":              {"TestDeletedRecordsReportedAsLoss"},
+	"IdleTopicChangeUnchecked":        {"TestIdleGrownTopicHoldsAfterCommit"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

@@ -209,6 +209,18 @@ func (w *worker[Tx]) afterCommit() bool {
 	if w.ctx.Err() != nil {
 		return false
 	}
+	if !is(mutantIdleTopicUnchecked) && w.recheck.Swap(false) {
+		// The topic grew or changed since this claim compared it (watchTopics) and no record
+		// came for process to compare it again: an idle partition must not run its hook past
+		// a growth either. A standalone relay's shard (outboxconsumer) is always idle (its
+		// coordination topic receives no records), so without this its relay would go on
+		// after the shard count changed, and entities moved between shards would be relayed
+		// by two shards at once (issue 10, finding 7). Compare again: a grown topic holds.
+		w.r.c.log.Warn("the topic changed since this partition's claim: comparing it again before the after-commit hook", w.log()...)
+		if !w.resettle(claimInput{Event: evStart}) {
+			return false
+		}
+	}
 	err := w.r.c.cfg.afterCommit(w.ctx, w.key, w.token)
 	if err == nil || w.ctx.Err() != nil {
 		return w.ctx.Err() == nil
