@@ -88,7 +88,6 @@ func TestAssignmentEpochsRefuseBrokerFallback(t *testing.T) {
 // RecoverRegressions(false), is left unprocessed for good. Under the classic protocol a
 // rejoin always brings a new generation. Here one heartbeat is answered FENCED_MEMBER_EPOCH.
 func TestAssignmentEpochsRejoinInPlace(t *testing.T) {
-	t.Skip("RejoinInPlace (rev-848): fails on the current code; un-skip with the fix")
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"),
 		kfake.BrokerConfigs(map[string]string{
 			"group.min.session.timeout.ms":         "500",

@@ -43,3 +43,10 @@ const (
 const (
 	mutantDeadLetterVerdict = "DeadLetterErrorReadAsVerdict" // a DeadLetterer's error wrapping a fence sentinel taken for the sink's verdict
 )
+
+// Appended by the static-member handover work (issue 14).
+const (
+	mutantHandoverUnproven     = "HandoverUnproven"     // an equal token held by this member's identity recovered without the coordinator's proof
+	mutantHandoverIsRegression = "HandoverIsRegression" // an equal token held by this member's own previous worker treated as a regression (ERROR, stopped with RecoverRegressions(false))
+	mutantEraMovedIsRegression = "EraMovedIsRegression" // a stored token higher only by its era (its epoch below ours) treated as a regression
+)

@@ -711,6 +711,9 @@ var mutants = map[string][]string{
 	"TopicResetNotConfirmed":          {"TestTopicResetBetweenClaimAndCompare"},
 	"GrownPartitionNotHeld":           {"TestGrownTopicHeldUntilAcknowledged"},
 	"DataLossUnreported":              {"TestDeletedRecordsReportedAsLoss"},
+	"HandoverUnproven":                {"TestZombieOfTheSameIdentityNeverRecovers"},
+	"HandoverIsRegression":            {"TestStaticMemberReplacedIsAHandover", "TestAssignmentEpochsRejoinInPlace"},
+	"EraMovedIsRegression":            {"TestModelStaticHandover"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built
