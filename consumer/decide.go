@@ -7,9 +7,11 @@ import "github.com/batonhq/baton/fence"
 // runtime (worker.settle) executes the steps against the sink and the group coordinator; a
 // model checker can call the same function over every interleaving.
 //
-// The decision never compares tokens itself: whether a stored token equal to ours belongs to
-// us is decided by the sink, atomically, from the claimant stored with it (Claim refuses an
-// equal token held by another claimant). A refusal, of a claim or of a write, is never taken
+// The decision never decides who may write by comparing tokens itself: whether a stored token
+// equal to ours belongs to us is decided by the sink, atomically, from the claimant stored with
+// it (Claim refuses an equal token held by another claimant); the comparisons it makes (was
+// the refused token ours? is the stored one higher only by its era?) only choose how a
+// refusal is reported and recovered. A refusal, of a claim or of a write, is never taken
 // as proof of anything: only the coordinator tells a zombie (give up) from a current owner
 // whose epoch source went backwards (recover), and a partition this member still owns at a
 // later generation (re-derive the epoch and claim again) from one it lost.
