@@ -126,7 +126,7 @@ func TestAssignmentEpochsRejoinInPlace(t *testing.T) {
 	waitFor(t, "one heartbeat fenced", 30*time.Second, fenced.Load)
 	produceSeq(t, brokers, "orders", keys, n1+1, n)
 	ok, done := false, allApplied(store, keys, n)
-	for deadline := time.Now().Add(20 * time.Second); !ok && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(20 * time.Second); !ok && time.Now().Before(deadline) && m.sum(t, "baton.consumer.regressions") == 0; time.Sleep(20 * time.Millisecond) {
 		ok = done()
 	}
 	if err := r.stop(); err != nil {
