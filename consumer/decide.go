@@ -123,9 +123,9 @@ type claimState struct {
 	// Handover: the refusal of Stale is a same-generation handover (Identify found a claimant
 	// of our identity holding it).
 	Handover bool
-	Holder   string
+	Holder   string // the claimant Identify found holding Stale (for the report only)
 	// Equal: the last refusal was of a claim at the very token stored (held by another).
-	Equal bool // the claimant Identify found holding Stale (for the report only)
+	Equal bool
 }
 
 // decideClaim returns the next state and step after in.
