@@ -320,6 +320,22 @@ type attemptSink[T any] struct {
 	wait *dueTable // batches that were not due: wait for them outside the transaction (apps)
 }
 
+// topicsSink is an attemptSink whose sink stores topic identities: the consumer looks for
+// fence.Topics on the sink it is given, so the wrapper keeps it (without it the workers never
+// compared a topic's identity, and a recreated or grown topic went unnoticed).
+type topicsSink[T any] struct {
+	*attemptSink[T]
+	fence.Topics
+}
+
+// withTopics returns s, keeping inner's fence.Topics if it has it.
+func withTopics[T any](s *attemptSink[T], inner fence.Sink[T]) fence.Sink[T] {
+	if ts, ok := inner.(fence.Topics); ok {
+		return topicsSink[T]{s, ts}
+	}
+	return s
+}
+
 func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, T) error) error {
 	if s.wait != nil {
 		s.wait.wait(ctx, k)
