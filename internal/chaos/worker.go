@@ -91,6 +91,9 @@ func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 		kgo.RebalanceTimeout(2 * c.SessionTimeout),
 		kgo.FetchMaxWait(250 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// The group leader assigns a grown topic's new partitions once its metadata shows them:
+		// at its next refresh (franz-go's default: every 5 minutes; topic-grow).
+		kgo.MetadataMaxAge(5 * time.Second),
 		kgo.AlwaysRetryEOF(), // brokers restart during chaos runs; the configuration is known good
 	}, static...), c.Kafka...)
 }
