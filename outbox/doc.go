@@ -113,7 +113,11 @@
 // the application calls outboxconsumer.PrepareShards once at startup: it claims each unclaimed
 // shard with the zero token, which any relay outranks, and rows appended under it wait for the
 // first relay. Put all of an entity's messages in one shard: order and deduplication are per
-// (shard, record key). The coordination group commits no offsets, so Kafka deletes it once it
+// (shard, record key). The shard count is the coordination topic's partition count, recorded
+// with the shard fences; changing it moves entities between shards, so every shard is held
+// when the topic grows and PrepareShards refuses another count until an operator drains the
+// shards and acknowledges it (baton topics ack; DESIGN.md, "Changing the standalone relay's
+// shard count"). The coordination group commits no offsets, so Kafka deletes it once it
 // stays empty past an offsets cleanup (offsets.retention.check.interval.ms, 10 minutes by
 // default); its generation then restarts at 1, and the next relay proves it is current and
 // recovers each shard into a new era (recorded, logged as a regression): expected after a long

@@ -291,6 +291,8 @@ the new ones), missing, or not seen (no claim since the upgrade), with the recor
   baton topics ack -group G -topic T -reason TEXT
       acknowledge growth, after the older partitions drained the records produced before it
       (see the drain-then-grow procedure in the README); the new partitions are then processed.
+      A standalone relay's shard count is its coordination topic's partition count: ack its
+      growth with the relay's group, after every shard's outbox backlog is 0.
 `
 	if verb != "" {
 		use = "-group G -topic T -reason TEXT [flags]"

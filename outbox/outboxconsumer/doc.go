@@ -15,7 +15,10 @@
 //     relay shards: the member owning shard i claims [ShardKey](group, topic, i) and flushes
 //     that shard's outbox rows under its token, so a takeover fences the old relay exactly as
 //     for a consumer's own outbox. Applications append to a shard with outbox.AppendCurrent
-//     and make the shards writable before any relay runs with [PrepareShards].
+//     and make the shards writable before any relay runs with [PrepareShards], which also
+//     checks their shard count against the one acknowledged with the fences. Growing the
+//     coordination topic holds every shard until the growth is acknowledged (drain the shards
+//     first: DESIGN.md, "Changing the standalone relay's shard count").
 //
 // The relay of a consumer's own outbox needs no glue: consumer.AfterCommit(relay.AfterCommit(),
 // interval) runs outbox.Relay.Flush in each partition's goroutine under its token.

@@ -9,6 +9,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/internal/mutant"
 )
 
 // ShardKey is the source key an application appends under for a shard of a standalone relay:
@@ -55,12 +56,28 @@ func NewStandaloneRelay[Tx any](group, coordTopic string, sink fence.Sink[Tx], r
 // appended under the zero token are relayed by the first owner like any others. Call it once at
 // startup, outside any transaction: each claim is a write transaction of its own (in SQLite it
 // would wait for the write lock a caller's open transaction holds). It is idempotent.
+//
+// shards is the shard count the application chooses shards with (entity hash modulo shards),
+// which must be coordTopic's partition count. If sink stores topic identities (fence.Topics:
+// memfence, pgfence, sqlitefence), the count is checked against the one acknowledged for
+// (group, coordTopic), the same record the relay's claims compare coordTopic with; the first
+// call (or the relay's first claim) records it. Changing the count moves entities between
+// shards, so a count above the acknowledged one is refused with a *fence.TopicError
+// ([fence.ErrTopicGrown]) until an operator has drained every shard, grown coordTopic and
+// acknowledged it (baton topics ack); a count below it is refused with [outbox.ErrInvalid]
+// (shards are never removed). See "Changing the standalone relay's shard count" in DESIGN.md.
 func PrepareShards[Tx any](ctx context.Context, sink fence.Sink[Tx], group, coordTopic string, shards int32) error {
 	if sink == nil {
 		return fmt.Errorf("%w: nil sink", outbox.ErrInvalid)
 	}
 	if shards < 1 {
 		return fmt.Errorf("%w: %d shards", outbox.ErrInvalid, shards)
+	}
+	if err := ShardKey(group, coordTopic, shards-1).Validate(); err != nil {
+		return fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
+	}
+	if err := checkShardCount(ctx, sink, group, coordTopic, shards); err != nil {
+		return err
 	}
 	for i := range shards {
 		k := ShardKey(group, coordTopic, i)
@@ -69,4 +86,28 @@ func PrepareShards[Tx any](ctx context.Context, sink fence.Sink[Tx], group, coor
 		}
 	}
 	return nil
+}
+
+// checkShardCount compares shards with the partition count acknowledged for (group,
+// coordTopic), recording it if none is.
+func checkShardCount[Tx any](ctx context.Context, sink fence.Sink[Tx], group, coordTopic string, shards int32) error {
+	ts, ok := sink.(fence.Topics)
+	if !ok {
+		return nil
+	}
+	stored, _, err := ts.SeeTopic(ctx, group, coordTopic, fence.Topic{Partitions: shards},
+		fmt.Sprintf("adopted by outboxconsumer.PrepareShards: the application's shard count %d", shards))
+	if err != nil {
+		return fmt.Errorf("outboxconsumer: the shard count of %s/%s: %w", group, coordTopic, err)
+	}
+	switch {
+	case stored.Partitions == shards || mutant.Is(mutant.ShardCountUnchecked):
+		return nil
+	case shards > stored.Partitions:
+		return fmt.Errorf("outboxconsumer: %d shards, %d acknowledged: entities would move between shards; stop the appenders, wait until every shard's outbox backlog is 0, grow %s to %d partitions, acknowledge it (baton topics ack), then prepare %d: %w",
+			shards, stored.Partitions, coordTopic, shards, shards,
+			&fence.TopicError{Key: ShardKey(group, coordTopic, stored.Partitions), Stored: stored, Seen: fence.Topic{ID: stored.ID, Partitions: shards}})
+	}
+	return fmt.Errorf("%w: %d shards, but %d are acknowledged for %s/%s: shards are never removed (entities would move between shards); prepare %d",
+		outbox.ErrInvalid, shards, stored.Partitions, group, coordTopic, stored.Partitions)
 }

@@ -103,6 +103,16 @@ type appSide[Tx any] struct {
 	// event is the application's request handler: one transaction that changes its state
 	// for key k and appends msg to shard with AppendCurrent.
 	event func(ctx context.Context, shard int32, k string, msg outbox.Message) error
+	// appendTo is event for any shard key src (another relay group or coordination topic).
+	appendTo func(ctx context.Context, src fence.Key, k string, msg outbox.Message) error
+}
+
+// withEvent sets a.event to a.appendTo under ShardKey(relayGroup, coordTopic, shard).
+func (a appSide[Tx]) withEvent() appSide[Tx] {
+	a.event = func(ctx context.Context, shard int32, k string, msg outbox.Message) error {
+		return a.appendTo(ctx, outboxconsumer.ShardKey(relayGroup, coordTopic, shard), k, msg)
+	}
+	return a
 }
 
 func sqliteApp(t *testing.T, ctx context.Context) appSide[*sql.Tx] {
@@ -122,7 +132,7 @@ func sqliteApp(t *testing.T, ctx context.Context) appSide[*sql.Tx] {
 		t.Fatal(err)
 	}
 	return appSide[*sql.Tx]{sink: app, store: box,
-		event: func(ctx context.Context, shard int32, k string, msg outbox.Message) error {
+		appendTo: func(ctx context.Context, src fence.Key, k string, msg outbox.Message) error {
 			tx, err := app.DB().BeginTx(ctx, nil)
 			if err != nil {
 				return err
@@ -131,11 +141,11 @@ func sqliteApp(t *testing.T, ctx context.Context) appSide[*sql.Tx] {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (k, n) VALUES (?, 1) ON CONFLICT (k) DO UPDATE SET n = n + 1`, k); err != nil {
 				return err
 			}
-			if _, err := outbox.AppendCurrent(ctx, tx, fence.Sink[*sql.Tx](app), box, outboxconsumer.ShardKey(relayGroup, coordTopic, shard), msg); err != nil {
+			if _, err := outbox.AppendCurrent(ctx, tx, fence.Sink[*sql.Tx](app), box, src, msg); err != nil {
 				return err
 			}
 			return tx.Commit()
-		}}
+		}}.withEvent()
 }
 
 func pgApp(t *testing.T, ctx context.Context) appSide[pgx.Tx] {
@@ -158,7 +168,7 @@ func pgApp(t *testing.T, ctx context.Context) appSide[pgx.Tx] {
 		t.Fatal(err)
 	}
 	return appSide[pgx.Tx]{sink: fences, store: box,
-		event: func(ctx context.Context, shard int32, k string, msg outbox.Message) error {
+		appendTo: func(ctx context.Context, src fence.Key, k string, msg outbox.Message) error {
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				return err
@@ -167,11 +177,11 @@ func pgApp(t *testing.T, ctx context.Context) appSide[pgx.Tx] {
 			if _, err := tx.Exec(ctx, `INSERT INTO orders (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = orders.n + 1`, k); err != nil {
 				return err
 			}
-			if _, err := outbox.AppendCurrent(ctx, tx, fence.Sink[pgx.Tx](fences), box, outboxconsumer.ShardKey(relayGroup, coordTopic, shard), msg); err != nil {
+			if _, err := outbox.AppendCurrent(ctx, tx, fence.Sink[pgx.Tx](fences), box, src, msg); err != nil {
 				return err
 			}
 			return tx.Commit(ctx)
-		}}
+		}}.withEvent()
 }
 
 // TestStandaloneRelayTakeover: an application that is no Baton consumer appends rows to two

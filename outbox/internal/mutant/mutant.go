@@ -35,3 +35,8 @@ func Set(m string) { active = m }
 
 // Is reports whether the mutant m is built.
 func Is(m string) bool { return active != "" && active == m }
+
+// Appended by the relay shard-count work (issue 10, finding 7, standalone relay).
+const (
+	ShardCountUnchecked = "PrepareShardsCountUnchecked" // outboxconsumer.PrepareShards accepts a shard count other than the acknowledged one: entities move between shards unheld
+)
