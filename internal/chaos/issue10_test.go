@@ -136,7 +136,10 @@ func mutantBinary(t *testing.T) string {
 // built as bin with env: on the three-broker cluster, or with single on BATON_KAFKA_BROKERS,
 // which kafka.sh restarts as the environment says (BATON_STATE_DIR, KAFKA_PORT: never a
 // shared broker).
-func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string, single bool) *chaos.Result {
+// strict: the coordinator-loading faults must show the zombie asking the loading coordinator
+// (Config.ProveAsk), with a coordinator log long enough to load for seconds (the blind-proof
+// mutant runs); CI's TestChaosIssueFaults counts the load with the zombie resumed inside it.
+func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string, single, strict bool) *chaos.Result {
 	t.Helper()
 	var brokers, scriptEnv []string
 	nodes := clusterNodes
@@ -170,13 +173,17 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 		t.Fatal(err)
 	}
 	var progress bytes.Buffer
+	filler := 8000
+	if strict {
+		filler = 200000
+	}
 	cfg := chaos.Config{
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6,
 		Workload: chaos.Workload{Keys: 60, PerKey: 10, CommandEvery: 2}, Rate: 300,
 		Faults: faults, NumFaults: n * len(faults), Seed: 10,
 		Brokers: brokers, KafkaNodes: nodes, ScriptEnv: scriptEnv,
 		PostgresURL: url + sep + "search_path=" + schema,
-		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: 200000,
+		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: filler, ProveAsk: strict,
 		Progress: &progress, Settle: 2 * time.Minute, LogDir: t.TempDir(),
 	}
 	t0 := time.Now()
@@ -194,7 +201,7 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 // TestChaosIssueFaults runs each of issue 10's faults once on the three-broker cluster against
 // Baton: each must be proven to have happened, and every invariant must hold.
 func TestChaosIssueFaults(t *testing.T) {
-	res := runIssue(t, chaos.IssueFaults, 1, binary(t), nil, false)
+	res := runIssue(t, chaos.IssueFaults, 1, binary(t), nil, false, false)
 	for _, f := range res.Faults {
 		if !f.Bit {
 			t.Errorf("fault %s on %s not proven: %s", f.Kind, f.Target, f.Detail)
@@ -250,7 +257,7 @@ func TestChaosIssueMutants(t *testing.T) {
 		single := c.fault != chaos.FaultCoordinatorKill
 		t.Run(strings.SplitN(c.env, "=", 2)[1]+"/"+string(c.fault), func(t *testing.T) {
 			t0 := time.Now()
-			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env}, single)
+			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env}, single, c.control)
 			bit := proven(res)
 			if res.Verdict.OK() {
 				t.Errorf("the checker found nothing wrong with %s under %s (%d of %d faults proven)", c.env, c.fault, bit, len(res.Faults))
@@ -267,7 +274,7 @@ func TestChaosIssueMutants(t *testing.T) {
 		}
 		t.Run("control/"+string(c.fault), func(t *testing.T) {
 			t0 := time.Now()
-			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, nil, single)
+			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, nil, single, true)
 			bit := proven(res)
 			if bit == 0 {
 				t.Errorf("%s: the interleaving was never seen without the mutant: the control proves nothing", c.fault)
