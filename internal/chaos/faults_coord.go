@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf16"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -80,14 +82,56 @@ func (h *harness) committedBy(ctx context.Context, w held, cond string, wait tim
 	}
 }
 
-// pausedCoordinatorMove is FaultPausedBrokerRestart and FaultCoordinatorKill: a writer frozen at
-// its next write is taken over; then the group coordinator's broker is restarted (killed, for
-// FaultCoordinatorKill) and the writer resumed as soon as a coordinator starts loading the
-// group, so its first requests meet a loading coordinator. Proven by the broker's own log: the
-// load of the offsets partition, scheduled and finished after the broker action.
+// pausedCoordinatorMove is FaultPausedBrokerRestart and FaultCoordinatorKill: a writer Z frozen
+// at its next write is taken over; then the group coordinator's broker is restarted (killed,
+// for FaultCoordinatorKill) and Z resumed as soon as a coordinator starts loading the group, so
+// that Z, whose held write and claim the fence refuses as stale, asks the coordinator for its
+// currentness proof while the coordinator is still loading (issue 10, finding 2: a loading
+// coordinator answers a Heartbeat blindly). The fault counts only when that interleaving is
+// seen, in up to maxMoveAttempts attempts (each freezes a writer and moves the coordinator
+// again): the load in the broker's own log; the coordinator answering the harness's direct
+// probes COORDINATOR_LOAD_IN_PROGRESS; and, in Z's log, a claim of the held partition refused
+// as stale and Z asking the coordinator for its proof, after it resumed and before the
+// coordinator's last loading answer (countAsks). Z's
+// blind confirmations (a regression "confirmed" while the coordinator was loading, which only
+// a build with the blind Heartbeat proof logs) are counted in the detail.
 func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
-	st := h.cfg.SessionTimeout
 	h.primeLoad(ctx)
+	var targets, ev []string
+	for attempt := 1; attempt <= maxMoveAttempts && ctx.Err() == nil; attempt++ {
+		a := h.moveOnce(ctx, f.Kind)
+		if a.target != "" {
+			targets = append(targets, a.target)
+		}
+		ev = append(ev, fmt.Sprintf("attempt %d/%d: %s", attempt, maxMoveAttempts, a.detail))
+		h.progress("fault %s attempt %d/%d: interleaving seen %v", f.Kind, attempt, maxMoveAttempts, a.proven)
+		if a.proven {
+			f.Bit = true
+			break
+		}
+		if a.stop {
+			break
+		}
+	}
+	f.Target = strings.Join(targets, ",")
+	f.Detail = strings.Join(ev, " | ")
+	f.End = time.Now()
+	sleep(ctx, h.cfg.SessionTimeout)
+}
+
+// maxMoveAttempts bounds the attempts of a coordinator-loading fault at its interleaving.
+const maxMoveAttempts = 3
+
+// moveAttempt is one attempt of pausedCoordinatorMove.
+type moveAttempt struct {
+	target string
+	detail string
+	proven bool // the interleaving was seen
+	stop   bool // no point in another attempt (no worker alive, no coordinator)
+}
+
+func (h *harness) moveOnce(ctx context.Context, kind FaultKind) (a moveAttempt) {
+	st := h.cfg.SessionTimeout
 	var p *proc
 	var w held
 	err := errors.New("no worker alive")
@@ -98,10 +142,10 @@ func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 		w, err = h.holdWrite(ctx, p, syscall.SIGUSR1, OutcomeFrozen)
 	}
 	if err != nil {
-		f.Detail = err.Error()
-		return
+		a.detail, a.stop = err.Error(), p == nil
+		return a
 	}
-	f.Target = p.id
+	a.target = p.id
 	resumed := false
 	resume := func() {
 		if !resumed {
@@ -112,19 +156,21 @@ func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 	defer resume()
 	by, era, epoch, ok := h.committedBy(ctx, w, `era > $3 OR (era = $3 AND epoch > $4)`, 3*st+30*time.Second)
 	if !ok {
-		f.Detail = w.String() + "; no takeover seen"
-		return
+		a.detail = w.String() + "; no takeover seen"
+		return a
 	}
 	ev := []string{fmt.Sprintf("%s, taken over by %s at %d.%d", w, by, era, epoch)}
+	defer func() { a.detail = strings.Join(ev, "; ") }()
 
 	before, _ := h.coordinator(ctx)
 	logs := h.brokerLogs(ctx)
 	var action []string
 	switch {
 	case h.cfg.KafkaNodes > 1 && before < 0:
-		f.Detail = strings.Join(append(ev, "no group coordinator found"), "; ")
-		return
-	case h.cfg.KafkaNodes > 1 && f.Kind == FaultCoordinatorKill:
+		ev = append(ev, "no group coordinator found")
+		a.stop = true
+		return a
+	case h.cfg.KafkaNodes > 1 && kind == FaultCoordinatorKill:
 		action = []string{"node-kill", strconv.Itoa(int(before))}
 	case h.cfg.KafkaNodes > 1:
 		action = []string{"node-restart", strconv.Itoa(int(before))}
@@ -144,12 +190,12 @@ func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 		scriptOut = out
 		scriptOK.Store(ok)
 	}()
-	// Count the coordinator's COORDINATOR_LOAD_IN_PROGRESS answers meanwhile.
+	// Ask every broker directly for the group meanwhile, noting its COORDINATOR_LOAD_IN_PROGRESS answers.
 	probeCtx, stopProbe := context.WithCancel(ctx)
-	var loadAnswers atomic.Int64
+	var loading loadAnswers
 	var probes sync.WaitGroup
 	probes.Add(1)
-	go func() { defer probes.Done(); h.probeLoading(probeCtx, &loadAnswers) }()
+	go func() { defer probes.Done(); h.probeLoading(probeCtx, &loading) }()
 
 	var sched, fin *loadLine
 	var resumedAt time.Time
@@ -194,24 +240,141 @@ func (h *harness) pausedCoordinatorMove(ctx context.Context, f *Fault) {
 			ev = append(ev, fmt.Sprintf("%s: %s", fin.log, fin.text))
 		}
 		if !resumedAt.IsZero() {
-			when := "after the load finished"
-			if fin == nil || resumedAt.Before(fin.at.Add(time.Second)) {
-				when = "while the coordinator was loading (the logs' times have millisecond precision; the resume was seen within a poll of the load's start)"
-			}
-			ev = append(ev, fmt.Sprintf("%s resumed %s at %s", p.id, when, resumedAt.Format("15:04:05.000")))
+			ev = append(ev, fmt.Sprintf("%s resumed at %s", p.id, resumedAt.Format(stamp)))
 		}
 	}
-	ev = append(ev, fmt.Sprintf("COORDINATOR_LOAD_IN_PROGRESS answers seen: %d", loadAnswers.Load()))
-	f.Bit = scriptOK.Load() && sched != nil && fin != nil && resumed
-	if f.Kind == FaultCoordinatorKill {
-		f.Bit = f.Bit && after >= 0 && after != before
+	n, first, last := loading.get()
+	if n > 0 {
+		ev = append(ev, fmt.Sprintf("COORDINATOR_LOAD_IN_PROGRESS answered to the harness %d times, %s..%s", n, first.Format(stamp), last.Format(stamp)))
+	} else {
+		ev = append(ev, "COORDINATOR_LOAD_IN_PROGRESS never answered to the harness")
+	}
+	// Z's own account: its questions to the coordinator about the held partition after it
+	// resumed, while the coordinator still answered loading. The question that counts is a
+	// claim's: the held write's is usually cut short by Z's watchdog (its session expired while
+	// it was frozen), while a claim comes from a worker the watchdog restarted once franz-go's
+	// heartbeat was answered (a loading coordinator answers it blindly too), and that worker
+	// asks to the end. The regressions "confirmed" meanwhile are the blind answers.
+	var asked, wrote, blind int
+	var askedAt time.Time
+	if !resumedAt.IsZero() && n > 0 {
+		asked, wrote, blind, askedAt = countAsks(h.workerLog(p.id, w.topic, w.part, resumedAt), last)
+	}
+	switch {
+	case asked > 0:
+		ev = append(ev, fmt.Sprintf("%s, its claim on %s/%d refused, asked the loading coordinator %d times whether it owns it (first at %s; %d questions after a refused write); %d regressions confirmed by the loading coordinator",
+			p.id, w.topic, w.part, asked, askedAt.Format(stamp), wrote, blind))
+	case n > 0:
+		ev = append(ev, fmt.Sprintf("%s made no claim on %s/%d that asked the coordinator while it was loading (%d questions after a refused write)", p.id, w.topic, w.part, wrote))
+	}
+	a.proven = scriptOK.Load() && sched != nil && fin != nil && resumed && (asked > 0 || !h.cfg.ProveAsk)
+	if kind == FaultCoordinatorKill {
+		a.proven = a.proven && after >= 0 && after != before
 		// Restart the killed broker: the cluster is whole again for the next fault.
 		ok, out := h.script(ctx, "kafka.sh", "node-start", strconv.Itoa(int(before)))
 		ev = append(ev, fmt.Sprintf("node %d restarted: %v %s", before, ok, out))
 	}
-	f.Detail = strings.Join(ev, "; ")
-	f.End = time.Now()
-	sleep(ctx, st)
+	return a
+}
+
+// The times in a fault's evidence.
+const stamp = "15:04:05.000"
+
+// What the consumer logs when it asks the coordinator for its currentness proof after a
+// refusal (a claim's, or a write's), and when the coordinator confirms a member whose token the
+// sink refused (a regression).
+const (
+	askMsg      = "asking the coordinator whether this member"
+	claimPrefix = "claim refused as stale"
+	blindMsg    = "the coordinator confirms this member owns the partition"
+)
+
+// loadAnswers notes the COORDINATOR_LOAD_IN_PROGRESS answers a probe saw.
+type loadAnswers struct {
+	mu          sync.Mutex
+	n           int
+	first, last time.Time
+}
+
+func (l *loadAnswers) add(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n++; l.first.IsZero() {
+		l.first = at
+	}
+	l.last = at
+}
+
+func (l *loadAnswers) get() (int, time.Time, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.n, l.first, l.last
+}
+
+// countAsks counts, in a worker's lines up to last, the questions to the coordinator after a
+// refused claim (asked, the first at askedAt) and after a refused write (wrote), and the
+// regressions the coordinator confirmed (blind).
+func countAsks(lines []workerLine, last time.Time) (asked, wrote, blind int, askedAt time.Time) {
+	for _, l := range lines {
+		if l.at.After(last) {
+			continue
+		}
+		switch {
+		case strings.Contains(l.msg, askMsg) && strings.HasPrefix(l.msg, claimPrefix):
+			if asked++; askedAt.IsZero() {
+				askedAt = l.at
+			}
+		case strings.Contains(l.msg, askMsg):
+			wrote++
+		case strings.Contains(l.msg, blindMsg):
+			blind++
+		}
+	}
+	return asked, wrote, blind, askedAt
+}
+
+// workerLine is one line of a worker's log about one partition.
+type workerLine struct {
+	at  time.Time
+	msg string
+}
+
+var (
+	workerLineRE = regexp.MustCompile(`^time=(\S+) level=\S+ msg="((?:[^"\\]|\\.)*)"`)
+	workerPartRE = regexp.MustCompile(` topic=(\S+) partition=(\d+)( |$)`)
+)
+
+// workerLog returns worker id's log lines about topic/part from since on (its stderr files in
+// the run's LogDir).
+func (h *harness) workerLog(id, topic string, part int32, since time.Time) []workerLine {
+	dir := h.cfg.LogDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "baton-chaos-"+id+"-*.log"))
+	var out []workerLine
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			m := workerLineRE.FindStringSubmatch(line)
+			if m == nil {
+				continue
+			}
+			pm := workerPartRE.FindStringSubmatch(line[len(m[0]):])
+			if pm == nil || strings.Trim(pm[1], `"`) != topic || pm[2] != strconv.Itoa(int(part)) {
+				continue
+			}
+			at, err := time.Parse(time.RFC3339Nano, m[1])
+			if err != nil || at.Before(since) {
+				continue
+			}
+			out = append(out, workerLine{at: at, msg: m[2]})
+		}
+	}
+	return out
 }
 
 // coordinator returns the node id of the run's group coordinator (-1 if it cannot be found).
@@ -226,9 +389,10 @@ func (h *harness) coordinator(ctx context.Context) (int32, error) {
 	return r.NodeID, nil
 }
 
-// probeLoading asks for the group's description every 50 ms with a client that never retries
-// and counts the answers COORDINATOR_LOAD_IN_PROGRESS.
-func (h *harness) probeLoading(ctx context.Context, n *atomic.Int64) {
+// probeLoading asks every broker directly (no coordinator lookup, no retry) for the group's
+// description every 50 ms and notes when one answers COORDINATOR_LOAD_IN_PROGRESS: the
+// coordinator itself saying that it is loading the group.
+func (h *harness) probeLoading(ctx context.Context, seen *loadAnswers) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.cfg.Brokers...), kgo.RequestRetries(0),
 		kgo.RetryTimeout(time.Second), kgo.DialTimeout(time.Second)}, h.cfg.Kafka...)...)
 	if err != nil {
@@ -236,35 +400,45 @@ func (h *harness) probeLoading(ctx context.Context, n *atomic.Int64) {
 	}
 	defer cl.Close()
 	for ctx.Err() == nil {
-		req := kmsg.NewPtrDescribeGroupsRequest()
-		req.Groups = []string{h.cfg.Group}
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		shards := cl.RequestSharded(rctx, req)
-		cancel()
-		for _, s := range shards {
-			if errors.Is(s.Err, kerr.CoordinatorLoadInProgress) {
-				n.Add(1)
+		if len(cl.DiscoveredBrokers()) == 0 {
+			_, _ = kmsg.NewPtrMetadataRequest().RequestWith(rctx, cl)
+		}
+		for _, b := range cl.DiscoveredBrokers() {
+			req := kmsg.NewPtrDescribeGroupsRequest()
+			req.Groups = []string{h.cfg.Group}
+			resp, err := b.Request(rctx, req)
+			if err != nil {
+				continue
 			}
-			if resp, ok := s.Resp.(*kmsg.DescribeGroupsResponse); ok {
-				for _, g := range resp.Groups {
-					if errors.Is(kerr.ErrorForCode(g.ErrorCode), kerr.CoordinatorLoadInProgress) {
-						n.Add(1)
-					}
+			for _, g := range resp.(*kmsg.DescribeGroupsResponse).Groups {
+				if errors.Is(kerr.ErrorForCode(g.ErrorCode), kerr.CoordinatorLoadInProgress) {
+					seen.add(time.Now())
 				}
 			}
 		}
+		cancel()
 		sleep(ctx, 50*time.Millisecond)
 	}
 }
 
-// primeLoad fills the group coordinator's log once per run (Config.LoadFiller offset
-// commits of a filler group), so that loading the run's group after a broker move takes long
-// enough for a resumed worker's requests to meet it.
+// primeLoad fills the group coordinator's log once per run with Config.LoadFiller offset
+// commits of a filler group, so that loading the run's group after a broker move takes long
+// enough for a resumed worker's requests to meet it: written straight to the group's
+// __consumer_offsets partition (fillDirect, fast), or, where the broker refuses that, through
+// the OffsetCommit API (100 a request).
 func (h *harness) primeLoad(ctx context.Context) {
 	if h.primed || h.cfg.LoadFiller < 0 {
 		return
 	}
 	h.primed = true
+	t0 := time.Now()
+	if err := h.fillDirect(ctx, h.cfg.LoadFiller); err == nil {
+		h.progress("filled the coordinator's log with %d offset commit records of %s-filler in %.1fs", h.cfg.LoadFiller, h.cfg.Group, time.Since(t0).Seconds())
+		return
+	} else {
+		h.progress("filling the coordinator's log directly: %v; committing through the API instead", err)
+	}
 	group := h.cfg.Group + "-filler"
 	// Offsets of a filler topic of 100 partitions (never produced to), 100 records a request:
 	// the coordinator loads every one.
@@ -309,6 +483,70 @@ func (h *harness) primeLoad(ctx context.Context) {
 	}
 	wg.Wait()
 	h.progress("filled the coordinator's log with %d offset commits of %s", rounds*parts, group)
+}
+
+// fillDirect appends n offset commit records of a filler group (100 keys, overwritten in turn:
+// the coordinator's memory does not grow) to the run's group's __consumer_offsets partition,
+// as the coordinator itself would write them (record key version 1, value version 3),
+// zstd-compressed batches of 10000 (repetitive, so the log grows little: no segment rolls,
+// nothing for the log cleaner to compact away). Kafka lets a producer whose client id is
+// "__admin_client" write internal topics. The coordinator replays every record when it loads
+// the partition, so loading takes time in proportion to n.
+func (h *harness) fillDirect(ctx context.Context, n int) error {
+	const offsetsTopic = "__consumer_offsets"
+	md, err := h.adm.Metadata(ctx, offsetsTopic)
+	if err != nil {
+		return err
+	}
+	td, ok := md.Topics[offsetsTopic]
+	if !ok || td.Err != nil || len(td.Partitions) == 0 {
+		return fmt.Errorf("no %s topic (%v)", offsetsTopic, td.Err)
+	}
+	part := groupPartition(h.cfg.Group, len(td.Partitions))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.cfg.Brokers...), kgo.ClientID("__admin_client"),
+		kgo.DefaultProduceTopic(offsetsTopic), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerBatchCompression(kgo.ZstdCompression()), kgo.ProducerBatchMaxBytes(4 << 20),
+		kgo.MaxBufferedRecords(50000), kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(20 * time.Millisecond)}, h.cfg.Kafka...)...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	group, topic := h.cfg.Group+"-filler", h.cfg.Topic+"-filler"
+	now := time.Now().UnixMilli()
+	var failed atomic.Pointer[error]
+	for i := 0; i < n && failed.Load() == nil && ctx.Err() == nil; i++ {
+		k := kmsg.OffsetCommitKey{Version: 1, Group: group, Topic: topic, Partition: int32(i % 100)}
+		v := kmsg.OffsetCommitValue{Version: 3, Offset: int64(i / 100), LeaderEpoch: -1, Metadata: "chaos load filler", CommitTimestamp: now}
+		r := &kgo.Record{Partition: part, Key: k.AppendTo(nil), Value: v.AppendTo(nil)}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	if e := failed.Load(); e != nil {
+		return *e
+	}
+	return ctx.Err()
+}
+
+// groupPartition is the __consumer_offsets partition of group: Kafka's
+// Utils.abs(group.hashCode()) % partitions, with Java's String.hashCode.
+func groupPartition(group string, partitions int) int32 {
+	var h int32
+	for _, c := range utf16.Encode([]rune(group)) {
+		h = 31*h + int32(c)
+	}
+	if h == math.MinInt32 {
+		h = 0
+	} else if h < 0 {
+		h = -h
+	}
+	return h % int32(partitions)
 }
 
 // brokerLog is one broker's log file, read from where it was when the fault began.

@@ -151,6 +151,11 @@ type Config struct {
 	// group coordinator's log (a filler group's offsets), once per run, so that loading the
 	// group takes long enough to be caught; 0: 20000, negative: none.
 	LoadFiller int
+	// ProveAsk makes the coordinator-loading faults count only when the frozen writer was seen
+	// asking the loading coordinator for its currentness proof (the blind-proof mutant runs and
+	// their controls, which need that very interleaving); otherwise the coordinator's load with
+	// the writer resumed inside it counts, and the question, when seen, is evidence in the detail.
+	ProveAsk bool
 }
 
 // Result is a chaos run's outcome.

@@ -136,7 +136,10 @@ func mutantBinary(t *testing.T) string {
 // built as bin with env: on the three-broker cluster, or with single on BATON_KAFKA_BROKERS,
 // which kafka.sh restarts as the environment says (BATON_STATE_DIR, KAFKA_PORT: never a
 // shared broker).
-func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string, single bool) *chaos.Result {
+// strict: the coordinator-loading faults must show the zombie asking the loading coordinator
+// (Config.ProveAsk), with a coordinator log long enough to load for seconds (the blind-proof
+// mutant runs); CI's TestChaosIssueFaults counts the load with the zombie resumed inside it.
+func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string, single, strict bool) *chaos.Result {
 	t.Helper()
 	var brokers, scriptEnv []string
 	nodes := clusterNodes
@@ -170,13 +173,17 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 		t.Fatal(err)
 	}
 	var progress bytes.Buffer
+	filler := 8000
+	if strict {
+		filler = 200000
+	}
 	cfg := chaos.Config{
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6,
 		Workload: chaos.Workload{Keys: 60, PerKey: 10, CommandEvery: 2}, Rate: 300,
 		Faults: faults, NumFaults: n * len(faults), Seed: 10,
 		Brokers: brokers, KafkaNodes: nodes, ScriptEnv: scriptEnv,
 		PostgresURL: url + sep + "search_path=" + schema,
-		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: 8000,
+		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: filler, ProveAsk: strict,
 		Progress: &progress, Settle: 2 * time.Minute, LogDir: t.TempDir(),
 	}
 	t0 := time.Now()
@@ -194,7 +201,7 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 // TestChaosIssueFaults runs each of issue 10's faults once on the three-broker cluster against
 // Baton: each must be proven to have happened, and every invariant must hold.
 func TestChaosIssueFaults(t *testing.T) {
-	res := runIssue(t, chaos.IssueFaults, 1, binary(t), nil, false)
+	res := runIssue(t, chaos.IssueFaults, 1, binary(t), nil, false, false)
 	for _, f := range res.Faults {
 		if !f.Bit {
 			t.Errorf("fault %s on %s not proven: %s", f.Kind, f.Target, f.Detail)
@@ -227,11 +234,14 @@ func TestChaosIssueMutants(t *testing.T) {
 		env   string
 		fault chaos.FaultKind
 		n     int
+		// control: the same fault also runs with the mutant unset (the same binary, the fix in
+		// place), where the interleaving must be proven again and every invariant hold.
+		control bool
 	}{
-		{"BATON_CONSUMER_MUTANT=EqualTokenOtherClaimantAccepted", chaos.FaultStaticReplace, 2},
-		{"BATON_OUTBOX_MUTANT=InboxScopeIgnoresDestination", chaos.FaultTwoTopicInbox, 1},
-		{"BATON_CONSUMER_MUTANT=BlindHeartbeatProof", chaos.FaultPausedBrokerRestart, 2},
-		{"BATON_CONSUMER_MUTANT=BlindHeartbeatProof", chaos.FaultCoordinatorKill, 2},
+		{"BATON_CONSUMER_MUTANT=EqualTokenOtherClaimantAccepted", chaos.FaultStaticReplace, 2, false},
+		{"BATON_OUTBOX_MUTANT=InboxScopeIgnoresDestination", chaos.FaultTwoTopicInbox, 1, false},
+		{"BATON_CONSUMER_MUTANT=BlindHeartbeatProof", chaos.FaultPausedBrokerRestart, 2, true},
+		{"BATON_CONSUMER_MUTANT=BlindHeartbeatProof", chaos.FaultCoordinatorKill, 2, true},
 	}
 	if only := os.Getenv("BATON_CHAOS_MUTANTS"); only != "1" {
 		var keep = cases[:0]
@@ -244,19 +254,46 @@ func TestChaosIssueMutants(t *testing.T) {
 	}
 	bin := mutantBinary(t)
 	for _, c := range cases {
+		single := c.fault != chaos.FaultCoordinatorKill
 		t.Run(strings.SplitN(c.env, "=", 2)[1]+"/"+string(c.fault), func(t *testing.T) {
-			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env}, c.fault != chaos.FaultCoordinatorKill)
-			bit := 0
-			for _, f := range res.Faults {
-				if f.Bit {
-					bit++
-				}
-			}
+			t0 := time.Now()
+			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env}, single, c.control)
+			bit := proven(res)
 			if res.Verdict.OK() {
 				t.Errorf("the checker found nothing wrong with %s under %s (%d of %d faults proven)", c.env, c.fault, bit, len(res.Faults))
 			} else {
-				t.Logf("caught %s: %v", c.env, res.Verdict.Violations())
+				t.Logf("caught %s: %v (%d of %d faults proven; %.0fs)", c.env, res.Verdict.Violations(), bit, len(res.Faults), time.Since(t0).Seconds())
+			}
+			if c.control && bit == 0 {
+				// The blind answer needs the interleaving: without it a catch is not this fault's.
+				t.Errorf("%s: the interleaving was never seen (a zombie asking a loading coordinator for its proof)", c.fault)
 			}
 		})
+		if !c.control {
+			continue
+		}
+		t.Run("control/"+string(c.fault), func(t *testing.T) {
+			t0 := time.Now()
+			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, nil, single, true)
+			bit := proven(res)
+			if bit == 0 {
+				t.Errorf("%s: the interleaving was never seen without the mutant: the control proves nothing", c.fault)
+			}
+			if !res.OK() {
+				t.Errorf("invariants violated without the mutant: %v (settled %v)", res.Verdict.Violations(), res.Settled)
+			}
+			t.Logf("control: %d of %d faults proven, verdict OK %v (%.0fs)", bit, len(res.Faults), res.OK(), time.Since(t0).Seconds())
+		})
 	}
+}
+
+// proven counts the faults of res proven to have happened.
+func proven(res *chaos.Result) int {
+	n := 0
+	for _, f := range res.Faults {
+		if f.Bit {
+			n++
+		}
+	}
+	return n
 }

@@ -23,7 +23,7 @@ func TestChaosTopicFaults(t *testing.T) {
 	if os.Getenv("BATON_CHAOS_TOPIC") == "" {
 		t.Skip("set BATON_CHAOS_TOPIC=1 to run the topic faults on the real broker (a run of about 70 s)")
 	}
-	res := runIssue(t, chaos.TopicFaults, 1, binary(t), nil, true)
+	res := runIssue(t, chaos.TopicFaults, 1, binary(t), nil, true, false)
 	for _, f := range res.Faults {
 		if !f.Bit {
 			t.Errorf("fault %s on %s not proven: %s", f.Kind, f.Target, f.Detail)
@@ -61,7 +61,7 @@ func TestChaosTopicMutants(t *testing.T) {
 			bin = mutantBinary(t)
 		}
 		t.Run(strings.SplitN(c.env, "=", 2)[1]+"/"+string(c.fault), func(t *testing.T) {
-			res := runIssue(t, []chaos.FaultKind{c.fault}, 1, bin, []string{c.env}, true)
+			res := runIssue(t, []chaos.FaultKind{c.fault}, 1, bin, []string{c.env}, true, false)
 			if res.Verdict.OK() {
 				t.Errorf("the checker found nothing wrong with %s under %s: %+v", c.env, c.fault, res.Faults)
 			} else {
