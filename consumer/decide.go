@@ -7,12 +7,25 @@ import "github.com/batonhq/baton/fence"
 // runtime (worker.settle) executes the steps against the sink and the group coordinator; a
 // model checker can call the same function over every interleaving.
 //
-// The decision never compares tokens itself: whether a stored token equal to ours belongs to
-// us is decided by the sink, atomically, from the claimant stored with it (Claim refuses an
-// equal token held by another claimant). A refusal, of a claim or of a write, is never taken
+// The decision never decides who may write by comparing tokens itself: whether a stored token
+// equal to ours belongs to us is decided by the sink, atomically, from the claimant stored with
+// it (Claim refuses an equal token held by another claimant); the comparisons it makes (was
+// the refused token ours? is the stored one higher only by its era?) only choose how a
+// refusal is reported and recovered. A refusal, of a claim or of a write, is never taken
 // as proof of anything: only the coordinator tells a zombie (give up) from a current owner
 // whose epoch source went backwards (recover), and a partition this member still owns at a
 // later generation (re-derive the epoch and claim again) from one it lost.
+//
+// A claim refused because the stored token equals ours while another claimant holds it is
+// told apart by who that claimant is: a claimant of this member's own identity (the same
+// group.instance.id, or the same member id: see claimant.go) is this member's previous
+// worker, handing the partition over at the same generation (a static member restarted
+// without a rebalance, a KIP-848 member rejoining in place); any other is an epoch source
+// that went backwards (a recreated group back at the stored generation). Both are recovered
+// the same way, only after the coordinator's proof and only by a compare-and-set that moves
+// the era (the era is what fences the previous claimant, which holds the very token we
+// present); they differ in how they are reported, and a handover is not a regression, so
+// RecoverRegressions(false) does not stop it.
 
 // claimOp is what the runtime does next.
 type claimOp int
@@ -21,7 +34,7 @@ const (
 	opLoad    claimOp = iota + 1 // Load the fence (its era, for our token)
 	opClaim                      // Claim(step.Token) as this worker's claimant
 	opVerify                     // prove with the coordinator that this member owns the partition at step.Epoch
-	opRecover                    // Recover(step.Token -> {step.Token.Era+1, step.Epoch}) as this worker's claimant
+	opRecover                    // Recover(step.Token -> {step.Token.Era+1, step.Epoch}) as this worker's claimant (step.Handover: a same-generation handover)
 	opProceed                    // claimed and verified: apply records under the claimed token
 	opGiveUp                     // stop the partition (step.Why says why)
 	opTopic                      // compare the topic the partition is read from with the identity stored with the fences
@@ -35,7 +48,7 @@ const (
 	evStart          claimEvent = iota + 1 // a new assignment, or a write refused as not claimed: decide afresh
 	evLoaded                               // Load returned in.State
 	evClaimed                              // Claim accepted; in.State is the state afterwards
-	evClaimStale                           // Claim refused (*fence.StaleError); in.Stored is the stored token
+	evClaimStale                           // Claim refused (*fence.StaleError); in.Stored is the stored token, in.Presented ours
 	evWriteStale                           // a write under the claimed token was refused as stale; in.Stored
 	evCurrent                              // the coordinator confirms: this member owns the partition at the epoch
 	evRetained                             // it owns it, at the later generation in.Generation
@@ -52,6 +65,7 @@ type claimInput struct {
 	Event      claimEvent
 	State      fence.State // evLoaded, evClaimed
 	Stored     fence.Token // evClaimStale, evWriteStale
+	Presented  fence.Token // evClaimStale: the token the refused claim presented
 	Token      fence.Token // evRecovered
 	Generation int64       // evRetained
 }
@@ -62,6 +76,9 @@ type claimStep struct {
 	Token fence.Token // opClaim: the token to claim; opRecover: the expected (stored) token
 	Epoch int64       // opVerify: the epoch to prove; opRecover: the new token's epoch
 	Why   giveUp      // opGiveUp
+	// Handover (opRecover): the stored token equals ours and is held by a claimant of this
+	// member's identity: a same-generation handover, reported as such, not as a regression.
+	Handover bool
 }
 
 // giveUp says why a partition is stopped.
@@ -96,15 +113,47 @@ type claimState struct {
 	Rederived int         // epoch re-derivations in a row
 	Token     fence.Token // the token of our last accepted claim
 	Confirm   bool        // the pending Load confirms that the fence still holds Token
+	// Identity is this member's identity (memberIdentity): a claimant of it is this member's
+	// own previous worker. "" (unknown) never matches.
+	Identity string
+	// Identify: the pending Load reads who holds Stale, the token equal to ours that our claim
+	// was refused (at one token the holder never changes: only Recover, which moves the era,
+	// gives a token another holder).
+	Identify bool
+	// Handover: the refusal of Stale is a same-generation handover (Identify found a claimant
+	// of our identity holding it).
+	Handover bool
+	Holder   string // the claimant Identify found holding Stale (for the report only)
+	// Equal: the last refusal was of a claim at the very token stored (held by another).
+	Equal bool
 }
 
 // decideClaim returns the next state and step after in.
 func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 	switch in.Event {
 	case evStart:
-		s.Claimed, s.Refused, s.Confirm = false, false, false
+		s.Claimed, s.Refused, s.Confirm, s.Identify, s.Handover = false, false, false, false, false
 		return s, claimStep{Op: opLoad}
 	case evLoaded:
+		if s.Identify {
+			s.Identify = false
+			if in.State.Token == s.Stale {
+				// The holder of the token our claim was refused: our own identity's previous
+				// worker makes this a handover. Either way only the coordinator's proof lets
+				// us recover; a handover skips nothing but the ERROR.
+				s.Holder = in.State.Claimant
+				s.Handover = sameIdentity(s.Identity, in.State.Claimant)
+				if s.Handover && is(mutantHandoverUnproven) {
+					return decideClaim(s, claimInput{Event: evCurrent})
+				}
+				return s, claimStep{Op: opVerify, Epoch: s.Epoch}
+			}
+			// The fence moved since the refusal (a recovery, a reset): as after a confirming
+			// Load that finds another token, only the coordinator tells whether to claim
+			// afresh or stop.
+			s.Claimed, s.Refused = false, false
+			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
+		}
 		if s.Confirm {
 			s.Confirm = false
 			if in.State.Token == s.Token {
@@ -131,7 +180,7 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 		// accepted after it sees the reset identity. Compared before the claim instead, a
 		// reset between the two would let records of the old incarnation in at the new
 		// incarnation's positions.
-		s.Claimed, s.Refused, s.Token = true, false, in.State.Token
+		s.Claimed, s.Refused, s.Token, s.Handover = true, false, in.State.Token, false
 		if is(mutantTopicUnchecked) {
 			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
 		}
@@ -163,9 +212,16 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 		s.Claimed = false
 		return s, claimStep{Op: opHold, Why: holdGrown}
 	case evClaimStale, evWriteStale:
-		s.Claimed, s.Refused, s.Stale = false, true, in.Stored
+		s.Claimed, s.Refused, s.Stale, s.Handover = false, true, in.Stored, false
+		s.Equal = in.Event == evClaimStale && in.Stored == in.Presented
 		if is(mutantStaleIsRegression) {
 			return decideClaim(s, claimInput{Event: evCurrent})
+		}
+		if s.Equal && !is(mutantHandoverIsRegression) {
+			// Our very token, held by another claimant: learn who holds it before asking the
+			// coordinator (a write is never refused at an equal token).
+			s.Identify = true
+			return s, claimStep{Op: opLoad}
 		}
 		return s, claimStep{Op: opVerify, Epoch: s.Epoch}
 	case evCurrent:
@@ -176,20 +232,37 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 			return s, claimStep{Op: opProceed}
 		case !s.Refused:
 			return s, claimStep{Op: opLoad}
-		case !s.Recover:
+		case !s.Equal && s.Stale.Epoch <= s.Epoch && !is(mutantEraMovedIsRegression):
+			// The stored token is higher only by its era: its epoch is not above ours, so no
+			// epoch went backwards; the era moved between our Load and our claim or write (a
+			// handover or a recovery by an owner before us, an operator's reset). Load and
+			// claim again at the stored era, as a current owner: a token above the stored
+			// one, which the sink accepts without a recovery, or the stored token itself,
+			// whose holder the equal-token path then tells apart. (The model check found the
+			// recovery that used to follow here: a handover racing a rebalance or a second
+			// replacement left the next owner stuck with RecoverRegressions(false), and it
+			// moved one era too many otherwise.)
+			if s.Conflicts++; s.Conflicts > maxConflicts {
+				return s, claimStep{Op: opGiveUp, Why: giveUpConflicts}
+			}
+			s.Refused = false
+			return s, claimStep{Op: opLoad}
+		case !s.Recover && !s.Handover:
 			return s, claimStep{Op: opGiveUp, Why: giveUpNoRecovery}
 		}
-		// Current, yet the sink holds a higher token or ours for another claimant: the
-		// epoch source went backwards (a recreated group, a replaced static member), or a
-		// non-current member raised the era. Move to a new era from exactly what is stored.
-		return s, claimStep{Op: opRecover, Token: s.Stale, Epoch: s.Epoch}
+		// Current, yet the sink holds a higher token or ours for another claimant: our own
+		// previous worker (a handover: a static member replaced, a KIP-848 member rejoined in
+		// place), an epoch source that went backwards (a recreated group), or a non-current
+		// member that raised the era. Move to a new era from exactly what is stored: the
+		// new era is what fences the previous holder, which holds the token we present.
+		return s, claimStep{Op: opRecover, Token: s.Stale, Epoch: s.Epoch, Handover: s.Handover}
 	case evRetained:
 		// Still ours at a later generation (kept across a rebalance under cooperative-sticky
 		// assignment): that generation is a token the coordinator vouches for. Claim again.
 		if s.Rederived++; s.Rederived > maxRederived {
 			return s, claimStep{Op: opGiveUp, Why: giveUpRederived}
 		}
-		s.Epoch, s.Claimed, s.Refused = in.Generation, false, false
+		s.Epoch, s.Claimed, s.Refused, s.Handover = in.Generation, false, false, false
 		return s, claimStep{Op: opLoad}
 	case evNotCurrent:
 		return s, claimStep{Op: opGiveUp, Why: giveUpNotCurrent}
@@ -207,7 +280,7 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 		if is(mutantRecoverSameExpected) {
 			return s, claimStep{Op: opRecover, Token: s.Stale, Epoch: s.Epoch}
 		}
-		s.Claimed, s.Refused = false, false
+		s.Claimed, s.Refused, s.Handover = false, false, false
 		return s, claimStep{Op: opLoad}
 	}
 	panic("consumer: unknown claim event")

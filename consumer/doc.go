@@ -51,8 +51,9 @@
 //     keep their token; reading the generation at write time would let a zombie that
 //     rejoined at a higher generation pass the fence.
 //  2. Claim before the first record: token = {Era: the era stored in the sink, Epoch};
-//     Sink.Claim with this worker's claimant (the member id and 64 random bits, new for
-//     every worker incarnation): the sink accepts a higher token, or the stored one only if
+//     Sink.Claim with this worker's claimant (the member's identity, its group.instance.id if
+//     static and its member id otherwise, and 64 random bits, new for every worker
+//     incarnation): the sink accepts a higher token, or the stored one only if
 //     this claimant already holds it, atomically, so two workers presenting the same token
 //     (a static member replaced without a rebalance, a recreated group back at the stored
 //     generation) can never both hold it. Then the fetch position is set to the sink's
@@ -217,13 +218,20 @@
 // timeout stays franz-go's 45s: a crash takeover takes the session timeout plus about a
 // heartbeat interval, a graceful one (Run's ctx cancelled: the member leaves the group) about
 // half a second. 'baton bench handover' measures both on a real broker. A static member (kgo.InstanceID) does not leave the group when it stops, so a
-// restart within the session timeout gets its partitions back without a rebalance.
+// restart within the session timeout gets its partitions back without a rebalance, at the
+// same generation: its new workers present the token the old ones claimed. Because the
+// claimant they find holding it is of the same group.instance.id, this is a handover, not a
+// regression: after the coordinator's proof each partition moves to a new era (which fences
+// the old process, should it still be running), logged at INFO and counted in
+// baton.consumer.handovers, with RecoverRegressions(false) too. A KIP-848 member that
+// rejoins in place (same member id, same epoch) is handed over the same way. An equal token
+// held by another identity stays a regression (ERROR).
 //
 // # Observability
 //
 // Metrics (OpenTelemetry API, [MeterProvider]): baton.consumer.records.applied,
 // .records.duplicates_skipped, .stale_refusals, .claims, .claims.stale, .regressions,
-// .recoveries, .records.dead_lettered, .rebalances, .retries, .client_errors (by
+// .recoveries, .handovers (same-generation handovers, see Handovers), .records.dead_lettered, .rebalances, .retries, .client_errors (by
 // baton.error.kind: connect, group, fetch), .watchdog.stops (partitions stopped because the
 // member's session expired, see Watchdog), .topic_refusals (a partition held because its
 // topic was recreated or grown, by baton.outcome), .records.lost (records deleted from the

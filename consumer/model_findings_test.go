@@ -12,6 +12,9 @@ func modelFindings() []modelFinding {
 		{name: "5-topic-unchecked", proto: consumerMutant(mutantTopicUnchecked), allow: faultsOf(stepTopicRecreate, stepRebalance), want: "skipped", topics: true},
 		{name: "5-reset-before-compare", proto: consumerMutant(mutantTopicNotConfirmed), allow: faultsOf(stepTopicRecreate, stepRebalance), want: "liveness", topics: true},
 		{name: "5-batch-topic-unchecked", proto: consumerMutant(mutantBatchTopicUnchecked), allow: faultsOf(stepTopicRecreate), want: "skipped", topics: true},
+		{name: "14-handover-unproven", proto: consumerMutant(mutantHandoverUnproven), allow: faultsOf(stepStaticReplace), want: "never proved"},
+		{name: "14-handover-is-regression", proto: consumerMutant(mutantHandoverIsRegression), allow: faultsOf(stepStaticReplace), want: "liveness", norec: true},
+		{name: "14-era-moved-is-regression", proto: consumerMutant(mutantEraMovedIsRegression), allow: faultsOf(stepStaticReplace, stepRebalance, stepWorkerReplyLost), want: "liveness", norec: true},
 		{name: "7-growth-unheld", proto: consumerMutant(mutantGrowthUnheld), allow: faultsOf(stepGrow), want: "before the operator acknowledged the growth", topics: true},
 	}
 }

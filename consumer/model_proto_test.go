@@ -71,9 +71,10 @@ type wstep struct {
 // claimStateOf and setClaimState convert between the decision's claimState and the model's
 // compact copy of it.
 func (w *wstate) claimState() claimState {
-	return claimState{Epoch: int64(w.epoch), Recover: true, Claimed: w.claimedOK, Refused: w.refused,
+	return claimState{Epoch: int64(w.epoch), Recover: !w.norec, Claimed: w.claimedOK, Refused: w.refused,
 		Stale: w.seen.token(), Conflicts: int(w.conflicts), Rederived: int(w.rederived),
-		Token: w.tok.token(), Confirm: w.confirm}
+		Token: w.tok.token(), Confirm: w.confirm,
+		Identity: identityName(w.inst), Identify: w.identify, Handover: w.handover, Equal: w.equal}
 }
 
 func (w *wstate) decide(in claimInput) {
@@ -81,6 +82,7 @@ func (w *wstate) decide(in claimInput) {
 	w.epoch, w.claimedOK, w.refused = int8(cs.Epoch), cs.Claimed, cs.Refused
 	w.seen, w.conflicts, w.rederived = tok8of(cs.Stale), int8(cs.Conflicts), int8(cs.Rederived)
 	w.tok, w.confirm = tok8of(cs.Token), cs.Confirm
+	w.identify, w.handover, w.equal = cs.Identify, cs.Handover, cs.Equal
 	switch step.Op {
 	case opLoad:
 		w.pc = pcLoad
@@ -103,9 +105,9 @@ func (w *wstate) decide(in claimInput) {
 	}
 }
 
-func (p protocol) claimRule(s mstate, t tok8, claimant int8) error {
+func (p protocol) claimRule(s mstate, t tok8, claimant, inst int8) error {
 	st := s.sinkState()
-	c := claimantOf(claimant)
+	c := claimantOf(claimant, inst)
 	err := fencestore.CheckClaim(modelKey, st, t.token(), c)
 	var se *fence.StaleError
 	if errors.As(err, &se) && se.Stored == t.token() && is(mutantEqualTokenAccepted) && st.Claimant != "" {
@@ -149,9 +151,9 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 		if p.mut[mutNoVerifyAfterClaim] && w.confirm && nw.pc == pcVerify && nw.claimedOK {
 			nw.decide(claimInput{Event: evCurrent}) // the claim confirmed: proceed unproven
 		}
-		return one(sayf("load: %s held by %s", s.sTok, claimantOf(s.sClaimant)), "")
+		return one(sayf("load: %s held by w%d (i%d); next %s", s.sTok, s.sClaimant, s.sInst, nw.pc), "")
 	case pcClaim:
-		err := p.claimRule(s, w.tok, w.id)
+		err := p.claimRule(s, w.tok, w.id, w.inst)
 		var se *fence.StaleError
 		switch {
 		case err == nil:
@@ -166,8 +168,8 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 
 			return one(sayf("claim %s: ok, position %d; next %s", w.tok, s.sPos, nw.pc), "")
 		case errors.As(err, &se):
-			nw.decide(claimInput{Event: evClaimStale, Stored: se.Stored})
-			return one(sayf("claim %s: refused (stored %s held by %s); next %s", w.tok, s.sTok, claimantOf(s.sClaimant), nw.pc), "")
+			nw.decide(claimInput{Event: evClaimStale, Stored: se.Stored, Presented: se.Presented})
+			return one(sayf("claim %s: refused (stored %s held by w%d); next %s", w.tok, s.sTok, s.sClaimant, nw.pc), "")
 		}
 		return one("claim: "+err.Error(), "claim refused: "+err.Error())
 	case pcVerify:

@@ -52,11 +52,22 @@ func (t tok8) token() fence.Token { return fence.Token{Era: int64(t.era), Epoch:
 func (t tok8) less(u tok8) bool   { return t.token().Less(u.token()) }
 func (t tok8) String() string     { return t.token().String() }
 func tok8of(t fence.Token) tok8   { return tok8{era: int8(t.Era), epoch: int8(t.Epoch)} }
-func claimantOf(id int8) string   { return fmt.Sprintf("w%d", id) }
+
+// Every process is a static member: its group.instance.id (inst) is its identity, which a
+// static replacement hands to the replacing process. identityName is the real identity of
+// instance i (claimant.go), and claimantOf a claimant of that identity in newClaimant's shape,
+// with the worker id in place of the random bits.
+func identityName(inst int8) string {
+	if inst == 0 {
+		return ""
+	}
+	return identityOf(fmt.Sprintf("i%d", inst), "")
+}
+func claimantOf(id, inst int8) string { return fmt.Sprintf("%s/%016x", identityName(inst), id) }
 func (s *mstate) sinkState() fence.State {
 	st := fence.State{Token: s.sTok.token(), Position: int64(s.sPos)}
 	if s.sClaimant != 0 {
-		st.Claimant = claimantOf(s.sClaimant)
+		st.Claimant = claimantOf(s.sClaimant, s.sInst)
 	}
 	return st
 }
@@ -66,6 +77,7 @@ type wstate struct {
 	id      int8 // claimant id, unique for ever; 0: no worker in this slot
 	pc      pc
 	member  int8 // the member id this worker's process had when P was assigned
+	inst    int8 // the instance id (identity) of this worker's process when P was assigned
 	epoch   int8 // the epoch the worker's tokens carry
 	tok     tok8 // the token it claimed (valid in pcRun)
 	pos     int8 // the last position it knows applied
@@ -84,6 +96,11 @@ type wstate struct {
 	// confirm: the decision's pending Load confirms the claimed token (w.tok).
 	tview   int8
 	confirm bool
+	// identify: the decision's pending Load reads who holds the equal token a claim was
+	// refused; handover: it was held by a claimant of this worker's identity.
+	// equal: the last refusal was of the very token stored.
+	identify, handover, equal bool
+	norec                     bool // RecoverRegressions(false) (constant per run)
 	// The relay (outbox steps): the pending rows it read under its token and not yet marked.
 	rfrom, rto int8 // sequences rfrom..rto; rto == 0: none read
 	published  bool // rfrom..rto were produced, not yet marked
@@ -122,11 +139,14 @@ type mstate struct {
 	loading    bool
 	owner      int8        // slot that owns P at gen, -1: none
 	member     [slots]int8 // member id of each process in the group, 0: not a member
+	inst       [slots]int8 // instance id of each process (static members: a permutation of 1..slots)
+	norec      bool        // RecoverRegressions(false) (constant)
 	nextMember int8
 	nextWorker int8
 
 	sTok      tok8 // the sink's fence for P
 	sClaimant int8
+	sInst     int8 // the identity (instance) of sClaimant's process
 	sPos      int8
 
 	// The topic (cfg.topics): the incarnation that exists (deleting and recreating it starts
@@ -164,7 +184,7 @@ func (s mstate) String() string {
 	if s.loading {
 		b.WriteString(" LOADING")
 	}
-	fmt.Fprintf(&b, " members=%v sink={%s %s pos=%d} applied=%v", s.member, s.sTok, claimantOf(s.sClaimant), s.sPos, s.applied)
+	fmt.Fprintf(&b, " members=%v instances=%v sink={%s w%d(i%d) pos=%d} applied=%v", s.member, s.inst, s.sTok, s.sClaimant, s.sInst, s.sPos, s.applied)
 	if s.tinc > 0 {
 		fmt.Fprintf(&b, " topic={inc %d, %d partitions; stored inc %d, %d partitions; position of inc %d} Q=%s",
 			s.tinc, s.parts, s.sTopic, s.sPart, s.sPosInc, [...]string{"-", "topic", "hold", "run", "done"}[s.qpc])
@@ -177,7 +197,7 @@ func (s mstate) String() string {
 		if w.id == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, " p%d:w%d[m%d e%d %s", i, w.id, w.member, w.epoch, w.pc)
+		fmt.Fprintf(&b, " p%d:w%d[m%d i%d e%d %s", i, w.id, w.member, w.inst, w.epoch, w.pc)
 		if w.tview != 0 {
 			fmt.Fprintf(&b, " t%d", w.tview)
 		}
@@ -277,6 +297,8 @@ type modelConfig struct {
 	// strictGoal: liveness requires the current owner to hold the fence, not only to have
 	// applied everything.
 	strictGoal bool
+	// norec: RecoverRegressions(false): only a same-generation handover may move the era.
+	norec bool
 	// topics: model the topic's identity (its recreation and growth, the operator's reset
 	// and acknowledgement). The faults stepTopicRecreate and stepGrow are explored only with
 	// it.
@@ -309,6 +331,9 @@ func (c modelConfig) String() string {
 	if c.topics {
 		ob += ", topics"
 	}
+	if c.norec {
+		ob += ", RecoverRegressions(false)"
+	}
 	return fmt.Sprintf("{protocol %s, %d processes, %d records, %d faults%s}", c.proto.name, slots, logLen, c.faults, ob)
 }
 
@@ -322,7 +347,10 @@ func (c modelConfig) initial() mstate {
 	s := mstate{inc: 1, gen: 1, owner: -1, nextMember: 1, nextWorker: 1, sPos: int8(fence.NoPosition)}
 	s.member[0], s.member[1] = 1, 2
 	s.nextMember = 3
-	s.outbox = c.outbox
+	for i := range slots {
+		s.inst[i] = int8(i + 1)
+	}
+	s.outbox, s.norec = c.outbox, c.norec
 	if c.topics {
 		s.tinc, s.parts = 1, 1
 	}
@@ -351,7 +379,7 @@ func (s *mstate) assign(j int) {
 	}
 	s.ownerClaimed = false
 	s.owner = int8(j)
-	s.w[j] = wstate{id: s.nextWorker, member: s.member[j], epoch: s.gen, pos: int8(fence.NoPosition)}
+	s.w[j] = wstate{id: s.nextWorker, member: s.member[j], inst: s.inst[j], epoch: s.gen, pos: int8(fence.NoPosition), norec: s.norec}
 	s.w[j].decide(claimInput{Event: evStart})
 	s.nextWorker++
 }
@@ -389,8 +417,8 @@ func (c modelConfig) goal(s mstate) bool {
 // compared for equality, and fresh ones are taken above every id in use), and clears the
 // fields a worker no longer reads, so that states differing only there are one state.
 func (s mstate) canonical() mstate {
-	var wmap, mmap [64]int8
-	var nw, nm int8
+	var wmap, mmap, imap [64]int8
+	var nw, nm, ni int8
 	wid := func(id int8) int8 {
 		if id == 0 {
 			return 0
@@ -411,14 +439,26 @@ func (s mstate) canonical() mstate {
 		}
 		return mmap[id]
 	}
+	iid := func(id int8) int8 {
+		if id == 0 {
+			return 0
+		}
+		if imap[id] == 0 {
+			ni++
+			imap[id] = ni
+		}
+		return imap[id]
+	}
 	for i := range slots {
 		w := &s.w[i]
 		switch w.pc {
 		case pcStopped:
-			*w = wstate{id: w.id, pc: pcStopped, member: w.member, revoked: w.revoked}
+			*w = wstate{id: w.id, pc: pcStopped, member: w.member, revoked: w.revoked, norec: w.norec}
 		case pcRun:
-			// A proof is good for the recovery it precedes only: proceeding consumes it.
+			// A proof is good for the recovery it precedes only: proceeding consumes it; the
+			// last refusal's classification is read only after the next refusal sets it.
 			w.vepoch, w.exp, w.proof = 0, tok8{}, proofNone
+			w.handover, w.equal = false, false
 		case pcLoad, pcClaim:
 			if !w.confirm { // a confirming Load keeps the claim's position
 				w.pos = 0
@@ -426,10 +466,16 @@ func (s mstate) canonical() mstate {
 		}
 		w.id = wid(w.id)
 		w.member = mid(w.member)
+		w.inst = iid(w.inst)
 	}
 	s.sClaimant = wid(s.sClaimant)
+	if s.sClaimant == 0 {
+		s.sInst = 0
+	}
+	s.sInst = iid(s.sInst)
 	for i := range slots {
 		s.member[i] = mid(s.member[i])
+		s.inst[i] = iid(s.inst[i])
 	}
 	s.nextWorker, s.nextMember = nw+1, nm+1
 	return s
@@ -546,6 +592,9 @@ func (c modelConfig) faultSteps(s mstate, out []transition) []transition {
 			n.member[k] = n.nextMember
 			n.nextMember++
 			n.member[i] = 0
+			// k takes i's group.instance.id (the coordinator replaces i's member id by k's,
+			// KIP-345); i, should it join again, comes back as k's former instance.
+			n.inst[i], n.inst[k] = n.inst[k], n.inst[i]
 			if int(n.owner) == i {
 				n.owner = -1
 				if n.active(i) {
@@ -650,7 +699,7 @@ func (s *mstate) took(i int, t tok8, recovered bool) string {
 	if recovered && !s.current(i) {
 		v = fmt.Sprintf("era raised to %s by w%d, which is not the current owner", t, s.w[i].id)
 	}
-	s.sTok, s.sClaimant = t, s.w[i].id
+	s.sTok, s.sClaimant, s.sInst = t, s.w[i].id, s.w[i].inst
 	if s.current(i) {
 		s.ownerClaimed = true
 	}
@@ -771,7 +820,7 @@ func (s mstate) operator() (mstate, string, bool) {
 	switch {
 	case s.sTopic != 0 && s.sTopic != s.tinc:
 		s.sTopic = s.tinc
-		s.sTok, s.sClaimant, s.sPos, s.sPosInc = tok8of(fencestore.ResetToken(s.sTok.token())), 0, int8(fence.NoPosition), 0
+		s.sTok, s.sClaimant, s.sInst, s.sPos, s.sPosInc = tok8of(fencestore.ResetToken(s.sTok.token())), 0, 0, int8(fence.NoPosition), 0
 		s.ownerClaimed = false
 		return s, sayf("operator: topic reset to incarnation %d; fence to %s, no position", s.tinc, s.sTok), true
 	case s.sTopic == s.tinc && s.sPart < s.parts:

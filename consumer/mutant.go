@@ -48,3 +48,10 @@ const (
 const (
 	mutantIdleTopicUnchecked = "IdleTopicChangeUnchecked" // an idle partition runs its after-commit hook past a growth watchTopics saw (a standalone relay's shards relay on)
 )
+
+// Appended by the static-member handover work (issue 14).
+const (
+	mutantHandoverUnproven     = "HandoverUnproven"     // an equal token held by this member's identity recovered without the coordinator's proof
+	mutantHandoverIsRegression = "HandoverIsRegression" // an equal token held by this member's own previous worker treated as a regression (ERROR, stopped with RecoverRegressions(false))
+	mutantEraMovedIsRegression = "EraMovedIsRegression" // a stored token higher only by its era (its epoch below ours) treated as a regression
+)

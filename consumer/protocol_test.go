@@ -712,6 +712,9 @@ var mutants = map[string][]string{
 	"GrownPartitionNotHeld":           {"TestGrownTopicHeldUntilAcknowledged"},
 	"DataLossUnreported":              {"TestDeletedRecordsReportedAsLoss"},
 	"IdleTopicChangeUnchecked":        {"TestIdleGrownTopicHoldsAfterCommit"},
+	"HandoverUnproven":                {"TestZombieOfTheSameIdentityNeverRecovers"},
+	"HandoverIsRegression":            {"TestStaticMemberReplacedIsAHandover", "TestAssignmentEpochsRejoinInPlace"},
+	"EraMovedIsRegression":            {"TestModelStaticHandover"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

@@ -18,7 +18,7 @@ const instrumentation = "github.com/batonhq/baton/consumer"
 type meters struct {
 	applied, duplicates, stale, claims, regressions, recoveries metric.Int64Counter
 	deadLettered, rebalances, retries, staleClaims              metric.Int64Counter
-	clientErrors, topicRefusals, lost                           metric.Int64Counter
+	clientErrors, topicRefusals, lost, handovers                metric.Int64Counter
 	applyLatency                                                metric.Float64Histogram
 	lag                                                         metric.Int64Gauge
 }
@@ -42,6 +42,7 @@ func newMeters(p metric.MeterProvider) (*meters, error) {
 	counter(&ms.claims, "baton.consumer.claims", "successful fence claims on assignment")
 	counter(&ms.regressions, "baton.consumer.regressions", "epoch regressions detected (current owner presenting a lower token)")
 	counter(&ms.recoveries, "baton.consumer.recoveries", "epoch regressions recovered through Sink.Recover")
+	counter(&ms.handovers, "baton.consumer.handovers", "partitions handed over at the same generation by this member's previous worker (a static member replaced, a KIP-848 member rejoined in place): verified, moved to a new era, not a regression")
 	counter(&ms.deadLettered, "baton.consumer.records.dead_lettered", "poison records sent to the dead-letter topic")
 	counter(&ms.rebalances, "baton.consumer.rebalances", "partition assignment changes seen (assigned, revoked, lost)")
 	counter(&ms.retries, "baton.consumer.retries", "transient failures retried (a partition stalled on them)")

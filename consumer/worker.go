@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -25,7 +23,7 @@ type worker[Tx any] struct {
 	id       partition.ID
 	key      fence.Key
 	epoch    int64
-	claimant string // this worker incarnation's identity at the sink: member id + "/" + random
+	claimant string // this worker incarnation's identity at the sink (claimant.go): member identity + "/" + random
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -73,8 +71,9 @@ type worker[Tx any] struct {
 func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 	ctx, cancel := context.WithCancel(r.ctx)
 	member, _ := r.client().GroupMetadata()
+	identity := memberIdentity(r.client())
 	return &worker[Tx]{
-		r: r, id: id, epoch: epoch, claimant: newClaimant(member),
+		r: r, id: id, epoch: epoch, claimant: newClaimant(identity, member),
 		key:    id.Key(r.c.group),
 		ctx:    ctx,
 		cancel: cancel,
@@ -85,7 +84,7 @@ func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 		claimed:  make(chan struct{}),
 		position: fence.NoPosition,
 		from:     -1,
-		cs:       claimState{Epoch: epoch, Recover: r.c.cfg.recoverRegressions},
+		cs:       claimState{Epoch: epoch, Recover: r.c.cfg.recoverRegressions, Identity: identity},
 	}
 }
 
@@ -672,18 +671,32 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 				in = claimInput{Event: evNotCurrent}
 			}
 		case opRecover:
-			reg := &fence.RegressionError{Key: w.key, Stored: step.Token, Presented: w.tried}
-			w.r.c.m.regressions.Add(w.ctx, 1, partAttrs(w.id))
-			w.r.c.log.Error("epoch regression: the coordinator confirms this member owns the partition, yet the sink refused its token",
-				append(w.log(), "err", reg, "presented", reg.Presented.String(), "stored", reg.Stored.String(), "recover", true)...)
-			reason := fmt.Sprintf("consumer group %s: member verified as the owner at generation %d with the coordinator; sink held %s against its %s",
-				w.key.Group, step.Epoch, step.Token, w.tried)
+			var reason string
+			if step.Handover {
+				// Our own identity's previous worker holds the token we present (a static
+				// member replaced, a KIP-848 member rejoined in place): the new era fences it.
+				// Not a regression: reported once, at INFO, when it is done.
+				reason = fmt.Sprintf("consumer group %s: handover at generation %d: claimant %s replaced by %s (verified as the owner with the coordinator)",
+					w.key.Group, step.Epoch, w.cs.Holder, w.claimant)
+			} else {
+				reg := &fence.RegressionError{Key: w.key, Stored: step.Token, Presented: w.tried}
+				w.r.c.m.regressions.Add(w.ctx, 1, partAttrs(w.id))
+				w.r.c.log.Error("epoch regression: the coordinator confirms this member owns the partition, yet the sink refused its token",
+					append(w.log(), "err", reg, "presented", reg.Presented.String(), "stored", reg.Stored.String(), "recover", true)...)
+				reason = fmt.Sprintf("consumer group %s: member verified as the owner at generation %d with the coordinator; sink held %s against its %s",
+					w.key.Group, step.Epoch, step.Token, w.tried)
+			}
 			var to fence.Token
 			err := w.attempt("recover", func() (err error) {
 				to, err = w.r.c.sink.Recover(w.ctx, w.key, step.Token, step.Epoch, w.claimant, reason)
 				return err
 			})
 			switch {
+			case err == nil && step.Handover:
+				w.r.c.m.handovers.Add(w.ctx, 1, partAttrs(w.id))
+				w.r.c.log.Info("partition handed over at the same generation: the previous claimant of this member fenced by a new era",
+					append(w.log(), "generation", step.Epoch, "previous", w.cs.Holder, "claimant", w.claimant, "from", step.Token.String(), "to", to.String())...)
+				in = claimInput{Event: evRecovered, Token: to}
 			case err == nil:
 				w.r.c.m.recoveries.Add(w.ctx, 1, partAttrs(w.id))
 				w.r.c.log.Warn("epoch regression recovered", append(w.log(), "from", step.Token.String(), "to", to.String())...)
@@ -749,7 +762,7 @@ func (w *worker[Tx]) claimStep(tok fence.Token) claimInput {
 		}
 		w.r.c.log.Info("claim refused as stale; asking the coordinator whether this member owns the partition",
 			append(w.log(), "err", err, "presented", tok.String(), "stored", stale.Stored.String())...)
-		return claimInput{Event: evClaimStale, Stored: stale.Stored}
+		return claimInput{Event: evClaimStale, Stored: stale.Stored, Presented: tok}
 	}
 	w.stuck("claim", err)
 	return claimInput{}
@@ -793,17 +806,6 @@ func (w *worker[Tx]) sleep(d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
-}
-
-// newClaimant returns a claimant id unique to one partition worker incarnation: the member id
-// (coordinator-generated per join) and 64 random bits, never reused across restarts.
-func newClaimant(member string) string {
-	var b [8]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	if member == "" {
-		member = "member"
-	}
-	return member + "/" + hex.EncodeToString(b[:])
 }
 
 // handlerError marks an error the handler returned, so that a fence sentinel it happens to
