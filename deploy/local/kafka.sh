@@ -36,10 +36,11 @@
 # 600); 'env' prints the files' paths, never the passwords. Turning the mode on for an existing
 # data directory needs 'reset' first (SCRAM users are created when the storage is formatted).
 #
-# Version: KAFKA_VERSION, default 4.1.1, the release whose broker was researched first (SLF4J 1.7
-# + log4j 2.24.3, KRaft --standalone formatting). KAFKA_VERSION=4.3.1 runs the broker of KIP-1251
-# (per-partition assignment epochs for KIP-848 groups), which the consumer's AssignmentEpochs
-# source needs to prove ownership (make test-kip848 starts one next to the default broker). Every
+# Version: KAFKA_VERSION, default 4.3.1, the release of KIP-1251 (per-partition assignment
+# epochs for KIP-848 groups), which the consumer's AssignmentEpochs source needs to prove
+# ownership; the whole suite runs on it in the classic protocol and make test-kip848 repeats the
+# consumer's tests and a chaos run in the consumer protocol on the same broker. 4.1.1 (SLF4J 1.7 +
+# log4j 2.24.3), the release the scripts were first written for, still works. Every
 # 4.x release on Maven Central works: LOG4J_VERSION defaults to the log4j2 line the release ships,
 # each version's jars are cached in their own directory ($BATON_CACHE_DIR/kafka-V-log4j-L), and a
 # data directory remembers the version that formatted it: starting another version on it is
@@ -51,7 +52,7 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-KAFKA_VERSION="${KAFKA_VERSION:-4.1.1}"
+KAFKA_VERSION="${KAFKA_VERSION:-4.3.1}"
 case "$KAFKA_VERSION" in
   4.0.*|4.1.*) default_log4j=2.24.3 ;;
   4.2.*|4.3.*) default_log4j=2.25.4 ;;
@@ -385,14 +386,19 @@ print_env() {
 # Cluster mode: every command runs this script once per node, with the node's settings.
 cluster_dir() { echo "$BATON_STATE_DIR/kafka-cluster"; }
 node_port() { echo $((KAFKA_CLUSTER_PORT + 2 * ($1 - 1))); }
+# cluster_id prints the cluster's id, made on first use: 16 random bytes in unpadded URL-safe
+# base64, as 'kafka-storage random-uuid' prints.
+cluster_id() {
+  mkdir -p "$(cluster_dir)"
+  [[ -s "$(cluster_dir)/cluster.id" ]] || openssl rand 16 | base64 | tr '+/' '-_' | tr -d '=\n' >"$(cluster_dir)/cluster.id"
+  cat "$(cluster_dir)/cluster.id"
+}
 # node CMD I runs this script's CMD for node I of the cluster.
 node() {
   local cmd="$1" i="$2" voters="" j
   [[ "$i" =~ ^[0-9]+$ && "$i" -ge 1 && "$i" -le "$KAFKA_NODES" ]] || die "no node '$i' (1..$KAFKA_NODES)"
   for j in $(seq 1 "$KAFKA_NODES"); do voters="$voters${voters:+,}$j@$KAFKA_HOST:$(($(node_port "$j") + 1))"; done
-  mkdir -p "$(cluster_dir)"
-  # A cluster id is 16 random bytes in unpadded URL-safe base64, as 'kafka-storage random-uuid' prints.
-  [[ -s "$(cluster_dir)/cluster.id" ]] || openssl rand 16 | base64 | tr '+/' '-_' | tr -d '=\n' >"$(cluster_dir)/cluster.id"
+  cluster_id >/dev/null
   local rf=$((KAFKA_NODES < 3 ? KAFKA_NODES : 3))
   KAFKA_NODES=1 KAFKA_NODE_ID="$i" KAFKA_VOTERS="$voters" KAFKA_RF="$rf" \
     KAFKA_DIR="$(cluster_dir)/node-$i" KAFKA_PORT="$(node_port "$i")" KAFKA_CONTROLLER_PORT=$(($(node_port "$i") + 1)) \
@@ -405,6 +411,9 @@ cluster() {
   [[ -z "$BATON_SECURE" ]] || die "BATON_SECURE=1 is single-node only"
   case "$cmd" in
     start)
+      # One cluster id for every node, made before the nodes start in parallel (each would
+      # otherwise race to make its own, and a node formatted with another id never joins).
+      cluster_id >/dev/null
       # Every node first (a node answers only once a quorum of controllers runs), then wait.
       for i in $(seq 1 "$KAFKA_NODES"); do KAFKA_NO_WAIT=1 node start "$i" & done
       wait
