@@ -244,6 +244,19 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 		if fs.IsClientClosed() {
 			return nil
 		}
+		// The topic ID a fetch refused with UNKNOWN_TOPIC_ID used: the client's own, which a
+		// recreation leaves stale even where this member's claims already compared the new one.
+		var refusedID map[string][16]byte
+		fs.EachTopic(func(t kgo.FetchTopic) {
+			for _, p := range t.Partitions {
+				if errors.Is(p.Err, kerr.UnknownTopicID) && t.TopicID != ([16]byte{}) {
+					if refusedID == nil {
+						refusedID = map[string][16]byte{}
+					}
+					refusedID[t.Topic] = t.TopicID
+				}
+			}
+		})
 		fs.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.Canceled) {
 				return
@@ -262,7 +275,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				return
 			}
 			if errors.Is(err, kerr.UnknownTopicID) {
-				r.unknownTopicID(ctx, topic) // throttled; logs what it finds
+				r.unknownTopicID(ctx, topic, refusedID[topic]) // throttled; logs what it finds
 				return
 			}
 			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)

@@ -163,8 +163,13 @@ const unknownTopicLook = 5 * time.Second
 // the one this member's claims compared, the topic was recreated: it is purged from the
 // client and added back, so its partitions are assigned afresh, and each new claim compares
 // the new incarnation with the identity stored with the fences, which holds them (ERROR,
-// baton.consumer.topic_refusals) until an operator resets it. Runs on the poll goroutine.
-func (r *run[Tx]) unknownTopicID(ctx context.Context, topic string) {
+// baton.consumer.topic_refusals) until an operator resets it. The ID compared is the one the
+// refused fetch used (fetched), when the response names it: a member whose claims compared
+// the new incarnation (assigned after the recreation) still fetches with the old ID its client
+// keeps, and comparing the claims' ID would take that for a lagging broker forever (found by
+// the chaos fault topic-recreate: partitions never read after the reset). Runs on the poll
+// goroutine.
+func (r *run[Tx]) unknownTopicID(ctx context.Context, topic string, fetched [16]byte) {
 	if r.looked == nil {
 		r.looked = map[string]time.Time{}
 	}
@@ -182,6 +187,9 @@ func (r *run[Tx]) unknownTopicID(ctx context.Context, topic string) {
 		}
 	}
 	r.mu.Unlock()
+	if fetched != ([16]byte{}) {
+		known = &fetched
+	}
 	lctx, cancel := context.WithTimeout(ctx, unknownTopicLook)
 	defer cancel()
 	_, now, err := topicView(lctx, r.client(), topic)

@@ -114,7 +114,7 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 				return logApplied(ctx, adapt(tx), b.Key.Topic, b.Key.Partition, b.Token, cfg.ID, b.Records)
 			}), nil
 		}
-		cons, err := consumer.New[T](group, topics, fence.Sink[T](wrapped), factory,
+		cons, err := consumer.New[T](group, topics, withTopics(wrapped, sink), factory,
 			consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger), groupProtocol(),
 			consumer.RetryBackoff(20*time.Millisecond, 250*time.Millisecond), // a timeout record waits for its time
 			// The relay's reads and marks are writes too: keep freezes out of them.

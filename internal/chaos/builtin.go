@@ -2,8 +2,11 @@ package chaos
 
 import (
 	"context"
+	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -52,6 +55,13 @@ type builtin struct {
 	w      Workload
 	mode   Mode
 	rounds atomic.Int64 // rounds produced (the harness's process)
+
+	// The producer's pause (the topic faults): while hold is not nil the producer stops
+	// between rounds (everything it produced acknowledged) and closes parked.
+	mu     sync.Mutex
+	hold   chan struct{} // closed by resume
+	parked chan struct{} // closed by the producer once it stopped
+	isPark bool
 }
 
 func newBuiltin(w Workload, mode Mode) *builtin {
@@ -110,9 +120,66 @@ func (b *builtin) Consumers(context.Context, AppEnv) ([]AppConsumer, func(), err
 // Produce implements App: round after round (one record per key) until stop, and at least
 // PerKey rounds.
 func (b *builtin) Produce(ctx context.Context, env AppEnv, cl *kgo.Client, rate int, stop <-chan struct{}) error {
-	n, err := b.w.ProduceRounds(ctx, cl, env.Topic(""), rate, b.w.PerKey, stop)
-	b.rounds.Store(int64(n))
-	return err
+	topic := env.Topic("")
+	rounds := 0
+	defer func() { b.rounds.Store(int64(rounds)) }()
+	for {
+		b.mu.Lock()
+		hold := b.hold
+		if hold != nil && !b.isPark {
+			b.isPark = true
+			close(b.parked)
+		}
+		b.mu.Unlock()
+		if hold != nil {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		select {
+		case <-stop:
+			if rounds >= b.w.PerKey {
+				return nil
+			}
+		default:
+		}
+		w := b.w
+		if err := w.Produce(ctx, cl, topic, rounds*w.Keys, (rounds+1)*w.Keys, rate); err != nil {
+			return err
+		}
+		rounds++
+		b.rounds.Store(int64(rounds))
+	}
+}
+
+// pause stops the producer after the round it is in and waits until everything it produced is
+// acknowledged (at most wait); resume lets it go on.
+func (b *builtin) pause(ctx context.Context, wait time.Duration) error {
+	b.mu.Lock()
+	if b.hold == nil {
+		b.hold, b.parked, b.isPark = make(chan struct{}), make(chan struct{}), false
+	}
+	parked := b.parked
+	b.mu.Unlock()
+	select {
+	case <-parked:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(wait):
+		return fmt.Errorf("the producer did not stop within %s", wait)
+	}
+}
+
+func (b *builtin) resume() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.hold != nil {
+		close(b.hold)
+		b.hold = nil
+	}
 }
 
 // workload is the workload as it was actually run.

@@ -51,6 +51,10 @@ type Verdict struct {
 	// later one: a zombie that wrote after its takeover, whatever token the fence let it use
 	// (a stale proof of currentness followed by a recovery, finding 2).
 	ZombieOverTaken int64
+	// HeldApplied counts batches committed on a source topic between its recreation or growth
+	// and the operator's reset or acknowledgement (the topic faults: chaos_topic_changes): the
+	// consumer must hold every partition of such a topic until then.
+	HeldApplied int64
 
 	// Invariants are an [App]'s own, as its Check judged them (none for the built-in workload).
 	Invariants []Invariant
@@ -68,7 +72,7 @@ type ErrorGroup struct {
 func (v Verdict) OK() bool {
 	return v.KeysWrong == 0 && v.Lost == 0 && v.Duplicated == 0 && v.Disorder == 0 &&
 		v.StaleCommits == 0 && v.OverlapBatches == 0 && v.Applied == v.Expected &&
-		v.SameTokenWriters == 0 && v.ZombieOverTaken == 0 &&
+		v.SameTokenWriters == 0 && v.ZombieOverTaken == 0 && v.HeldApplied == 0 &&
 		v.CommandsMissing == 0 && v.CommandsDuplicated == 0 && v.CommandsDisorder == 0 &&
 		v.invariantsHold()
 }
@@ -108,6 +112,9 @@ func (v Verdict) Violations() []string {
 	}
 	if v.ZombieOverTaken > 0 {
 		out = append(out, fmt.Sprintf("%d zombie writes committed after their takeover", v.ZombieOverTaken))
+	}
+	if v.HeldApplied > 0 {
+		out = append(out, fmt.Sprintf("%d batches applied from a recreated or grown topic before the operator released it", v.HeldApplied))
 	}
 	if v.CommandsMissing > 0 {
 		out = append(out, fmt.Sprintf("%d commands never delivered", v.CommandsMissing))
@@ -241,11 +248,26 @@ func checkLog(ctx context.Context, db DB, v *Verdict) error {
 	if err := rows.Err(); err != nil {
 		return err
 	}
-	for _, bs := range byPart {
+	// A recreated topic's offsets start again at 0 in the era its reset moved each fence to:
+	// re-applied offsets are looked for within one incarnation; tokens rise across them.
+	incs, err := incarnations(ctx, db)
+	if err != nil {
+		return err
+	}
+	for l, bs := range byPart {
 		var maxTok fence.Token
-		maxOff := int64(-1)
+		maxOff := map[int]int64{}
 		writers := map[fence.Token]string{}
 		for _, b := range bs {
+			inc := 0
+			for _, era := range incs[incKey{l.topic, l.part}] {
+				if era <= b.tok.Era {
+					inc++
+				}
+			}
+			if _, ok := maxOff[inc]; !ok {
+				maxOff[inc] = -1
+			}
 			if w, ok := writers[b.tok]; !ok {
 				writers[b.tok] = b.worker
 			} else if w != b.worker && w != "" {
@@ -255,16 +277,44 @@ func checkLog(ctx context.Context, db DB, v *Verdict) error {
 			if b.tok.Less(maxTok) {
 				v.StaleCommits++
 			}
-			if b.first <= maxOff {
+			if b.first <= maxOff[inc] {
 				v.OverlapBatches++
 			}
 			if maxTok.Less(b.tok) {
 				maxTok = b.tok
 			}
-			if b.last > maxOff {
-				maxOff = b.last
+			if b.last > maxOff[inc] {
+				maxOff[inc] = b.last
 			}
 		}
+	}
+
+	// Nothing applied from a recreated or grown topic before the operator released it.
+	rows, err = db.Query(ctx, `SELECT topic, changed_ms, released_ms FROM chaos_topic_changes ORDER BY id`)
+	if err != nil {
+		return fmt.Errorf("chaos: check topic changes: %w", err)
+	}
+	for rows.Next() {
+		var topic string
+		var changed, released int64
+		if err := rows.Scan(&topic, &changed, &released); err != nil {
+			rows.Close()
+			return err
+		}
+		for l, bs := range byPart {
+			if l.topic != topic {
+				continue
+			}
+			for _, b := range bs {
+				if b.at >= changed && (released == 0 || b.at < released) {
+					v.HeldApplied++
+				}
+			}
+		}
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
 	}
 
 	// The fence's recovery log, when the store uses the default table name; absent otherwise.
@@ -418,4 +468,29 @@ func checkCommands(ctx context.Context, db DB, w Workload, v *Verdict) error {
 		}
 	}
 	return nil
+}
+
+type incKey struct {
+	topic string
+	part  int32
+}
+
+// incarnations returns, per topic partition, the eras at which the topic's later incarnations
+// start (each a reset after a recreation, recorded by the harness in chaos_incarnations).
+func incarnations(ctx context.Context, db DB) (map[incKey][]int64, error) {
+	rows, err := db.Query(ctx, `SELECT topic, part, era FROM chaos_incarnations`)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: read incarnations: %w", err)
+	}
+	defer rows.Close()
+	out := map[incKey][]int64{}
+	for rows.Next() {
+		var k incKey
+		var era int64
+		if err := rows.Scan(&k.topic, &k.part, &era); err != nil {
+			return nil, err
+		}
+		out[k] = append(out[k], era)
+	}
+	return out, rows.Err()
 }

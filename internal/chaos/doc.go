@@ -4,12 +4,16 @@
 // crashes, graceful handovers, rebalance storms, broker and database restarts, group
 // deletion; and issue 10's: a paused member resumed while the group coordinator loads after a
 // broker restart or after its broker was killed in a three-broker cluster, a static member
-// replaced without a rebalance, a receiver of two destination topics with one inbox), and then
-// checks what landed:
+// replaced without a rebalance, a receiver of two destination topics with one inbox; and the
+// topic faults, fenced runs only: the source topic deleted and recreated, or grown, mid-run,
+// with the harness as the operator who drains, proves the hold and runs baton topics reset or
+// ack), and then checks what landed:
 //
 //   - no stale write: no committed batch carries a token lower than one committed before it on
 //     its partition, no batch re-applies offsets already applied, no two workers commit under
-//     one token, and no frozen-and-resumed worker commits after its takeover;
+//     one token, and no frozen-and-resumed worker commits after its takeover (offsets are
+//     compared within a topic's incarnation: a recreated topic's start again at 0);
+//   - nothing applied from a recreated or grown topic before the operator released it;
 //   - no lost update and no double apply: every key's final state equals the fold of its
 //     records, in order;
 //   - the faults bit: every frozen worker's held write was attempted after its takeover and is

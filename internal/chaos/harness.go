@@ -65,11 +65,11 @@ var AllFaults = []FaultKind{FaultFreeze, FaultDelay, FaultKill, FaultTerm, Fault
 // cluster (Config.KafkaNodes).
 var IssueFaults = []FaultKind{FaultPausedBrokerRestart, FaultCoordinatorKill, FaultStaticReplace, FaultTwoTopicInbox}
 
-// EveryFault is AllFaults and IssueFaults ("every").
-var EveryFault = append(append([]FaultKind(nil), AllFaults...), IssueFaults...)
+// EveryFault is AllFaults, IssueFaults and TopicFaults ("every").
+var EveryFault = append(append(append([]FaultKind(nil), AllFaults...), IssueFaults...), TopicFaults...)
 
 // ParseFaults parses a comma-separated list of kinds ("all" for the original kinds, "every"
-// for those and issue 10's).
+// for those, issue 10's and the topic faults).
 func ParseFaults(s string) ([]FaultKind, error) {
 	if s == "" || s == "all" {
 		return append([]FaultKind(nil), AllFaults...), nil
@@ -186,6 +186,7 @@ type proc struct {
 	instance string // group.instance.id, for a static member
 	cmd      *exec.Cmd
 	done     chan struct{}
+	log      string // its stderr's file ("" if it could not be created)
 }
 
 type harness struct {
@@ -201,6 +202,8 @@ type harness struct {
 	faults  []Fault
 	t0      time.Time
 	adm     *kadm.Client
+	cl      *kgo.Client // the harness's client: creates topics, produces the workload
+	logs    []string    // every worker's log file, in start order
 	workers sync.WaitGroup
 	primed  bool // the coordinator's log was filled (LoadFiller)
 }
@@ -218,9 +221,6 @@ func (c *Config) defaults() error {
 	if c.NumFaults < 0 {
 		return errors.New("chaos: negative fault count")
 	}
-	if c.NumFaults == 0 && len(c.Faults) > 0 {
-		c.NumFaults = 3 * len(c.Faults)
-	}
 	if c.Settle <= 0 {
 		c.Settle = 90 * time.Second
 	}
@@ -235,6 +235,25 @@ func (c *Config) defaults() error {
 	}
 	if c.LoadFiller == 0 {
 		c.LoadFiller = 20000
+	}
+	// The topic faults need the fence's topic identity (fenced mode) and the built-in
+	// workload's producer, which they pause: other runs skip them (the baselines have no
+	// identity to hold a recreated or grown topic with; run there, they would fail for that
+	// instead of the reasons they are run for). A run given only topic faults there is refused.
+	if c.Mode != Fenced || c.App != nil {
+		kept := c.Faults[:0:0]
+		for _, f := range c.Faults {
+			if !isTopicFault(f) {
+				kept = append(kept, f)
+			}
+		}
+		if len(kept) == 0 && len(c.Faults) > 0 {
+			return fmt.Errorf("chaos: faults %v need the built-in workload in fenced mode", c.Faults)
+		}
+		c.Faults = kept
+	}
+	if c.NumFaults == 0 && len(c.Faults) > 0 {
+		c.NumFaults = 3 * len(c.Faults)
 	}
 	for _, f := range c.Faults {
 		switch f {
@@ -305,7 +324,7 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	h.adm = kadm.NewClient(cl)
+	h.adm, h.cl = kadm.NewClient(cl), cl
 	h.app = cfg.App
 	if h.app == nil {
 		h.builtin = newBuiltin(cfg.Workload, cfg.Mode)
@@ -367,6 +386,9 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 		return nil, fmt.Errorf("chaos: start worker: %w", err)
 	}
 	p := &proc{id: id, instance: instance, cmd: cmd, done: make(chan struct{})}
+	if logf != nil {
+		p.log = logf.Name()
+	}
 	h.workers.Add(1)
 	go func() {
 		defer h.workers.Done()
@@ -378,6 +400,9 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 	}()
 	h.mu.Lock()
 	h.procs[id] = p
+	if p.log != "" {
+		h.logs = append(h.logs, p.log)
+	}
 	h.mu.Unlock()
 	return p, nil
 }
@@ -515,6 +540,10 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		h.staticReplace(ctx, f)
 	case FaultTwoTopicInbox:
 		h.twoTopicInbox(ctx, f)
+	case FaultTopicRecreate:
+		h.topicRecreate(ctx, f)
+	case FaultTopicGrow:
+		h.topicGrow(ctx, f)
 	case FaultDBRestart:
 		f.Target = "postgres"
 		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")
@@ -640,21 +669,29 @@ func lastLine(b []byte) string {
 	return s
 }
 
-// caughtUp reports whether the applied log reaches every listed partition's end offset.
+// caughtUp reports whether the applied log reaches every listed partition's end offset (in
+// the topic's current incarnation: batches under its latest reset's era or above).
 func (h *harness) caughtUp(ctx context.Context, ends kadm.ListedOffsets) bool {
-	type tp struct {
-		topic string
-		part  int32
+	type tp = incKey
+	incs, err := incarnations(ctx, h.db)
+	if err != nil {
+		return false
 	}
 	got := map[tp]int64{}
-	rows, err := h.db.Query(ctx, `SELECT topic, part, max(last_off) FROM chaos_applied GROUP BY topic, part`)
+	rows, err := h.db.Query(ctx, `SELECT topic, part, era, max(last_off) FROM chaos_applied GROUP BY topic, part, era`)
 	if err != nil {
 		return false
 	}
 	for rows.Next() {
 		var k tp
-		var o int64
-		if rows.Scan(&k.topic, &k.part, &o) == nil {
+		var era, o int64
+		if rows.Scan(&k.topic, &k.part, &era, &o) != nil {
+			continue
+		}
+		if eras := incs[k]; len(eras) > 0 && era < slices.Max(eras) {
+			continue // an earlier incarnation's
+		}
+		if cur, ok := got[k]; !ok || o > cur {
 			got[k] = o
 		}
 	}

@@ -79,6 +79,9 @@ func WriteVerdict(w io.Writer, r *Result) {
 	fmt.Fprintf(tw, "tokens with two committing workers\t%d\n", v.SameTokenWriters)
 	fmt.Fprintf(tw, "zombie writes committed after their takeover\t%d\n", v.ZombieOverTaken)
 	fmt.Fprintf(tw, "re-applied batches\t%d\n", v.OverlapBatches)
+	if v.HeldApplied > 0 || r.hasTopicFaults() {
+		fmt.Fprintf(tw, "batches applied from a recreated or grown topic before its release\t%d\n", v.HeldApplied)
+	}
 	fmt.Fprintf(tw, "backlog applied after faults\t%v in %s (bound %s)\n", r.Settled, r.SettleIn.Round(100*time.Millisecond), r.Config.Settle)
 	verdict := "PASS"
 	if !r.OK() {

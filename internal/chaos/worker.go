@@ -91,6 +91,9 @@ func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 		kgo.RebalanceTimeout(2 * c.SessionTimeout),
 		kgo.FetchMaxWait(250 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		// The group leader assigns a grown topic's new partitions once its metadata shows them:
+		// at its next refresh (franz-go's default: every 5 minutes; topic-grow).
+		kgo.MetadataMaxAge(5 * time.Second),
 		kgo.AlwaysRetryEOF(), // brokers restart during chaos runs; the configuration is known good
 	}, static...), c.Kafka...)
 }
@@ -318,6 +321,22 @@ type attemptSink[T any] struct {
 	db   DB
 	id   string
 	wait *dueTable // batches that were not due: wait for them outside the transaction (apps)
+}
+
+// topicsSink is an attemptSink whose sink stores topic identities: the consumer looks for
+// fence.Topics on the sink it is given, so the wrapper keeps it (without it the workers never
+// compared a topic's identity, and a recreated or grown topic went unnoticed).
+type topicsSink[T any] struct {
+	*attemptSink[T]
+	fence.Topics
+}
+
+// withTopics returns s, keeping inner's fence.Topics if it has it.
+func withTopics[T any](s *attemptSink[T], inner fence.Sink[T]) fence.Sink[T] {
+	if ts, ok := inner.(fence.Topics); ok {
+		return topicsSink[T]{s, ts}
+	}
+	return s
 }
 
 func (s *attemptSink[T]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, T) error) error {

@@ -141,7 +141,10 @@ func (w Workload) ProduceRounds(ctx context.Context, cl *kgo.Client, topic strin
 // Schema returns the workload's tables for a dialect: the per-key state the handler folds the
 // records into, the log of applied batches (one row per committed batch, written in the same
 // transaction), the log of write attempts (written outside it, so refused attempts are seen),
-// and the log of injected faults.
+// the log of injected faults, and what the topic faults (faults_topic.go) changed: each
+// recreation or growth of a source topic with when it happened and when the harness, as the
+// operator, released it (chaos_topic_changes), and the era each partition's new incarnation
+// starts at (chaos_incarnations).
 func Schema(d Dialect) string {
 	id := "BIGSERIAL PRIMARY KEY"
 	if d == SQLite {
@@ -187,6 +190,18 @@ CREATE TABLE IF NOT EXISTS chaos_commands (
 	k TEXT NOT NULL,
 	seq BIGINT NOT NULL,
 	topic TEXT NOT NULL DEFAULT ''
+);
+CREATE TABLE IF NOT EXISTS chaos_topic_changes (
+	id ` + id + `,
+	topic TEXT NOT NULL,
+	kind TEXT NOT NULL,
+	changed_ms BIGINT NOT NULL,
+	released_ms BIGINT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chaos_incarnations (
+	topic TEXT NOT NULL,
+	part INTEGER NOT NULL,
+	era BIGINT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS chaos_faults (
 	id ` + id + `,
