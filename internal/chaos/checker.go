@@ -260,7 +260,7 @@ func checkLog(ctx context.Context, db DB, v *Verdict) error {
 		writers := map[fence.Token]string{}
 		for _, b := range bs {
 			inc := 0
-			for _, era := range incs[incKey{l.topic, l.part}] {
+			for _, era := range incs[incKey(l)] {
 				if era <= b.tok.Era {
 					inc++
 				}

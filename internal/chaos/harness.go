@@ -318,8 +318,12 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	h := &harness{cfg: cfg, db: db, rng: rand.New(rand.NewSource(cfg.Seed)), procs: map[string]*proc{}, t0: time.Now()}
 	// AlwaysRetryEOF: a restarting broker closes connections during the handshake, which
 	// franz-go otherwise takes for a TLS/SASL misconfiguration and does not retry.
+	// UnknownTopicRetries(-1): the run's topics exist (created, or recreated by topic-recreate,
+	// by the harness), so UNKNOWN_TOPIC_OR_PARTITION is metadata not yet spread; franz-go's
+	// default fails the records after 4 (seen on a loaded machine: the producer stopped).
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5 * time.Millisecond),
-		kgo.RecordRetries(1 << 30), kgo.RequestRetries(1 << 20), kgo.RetryTimeout(5 * time.Minute), kgo.AlwaysRetryEOF()}, cfg.Kafka...)...)
+		kgo.RecordRetries(1 << 30), kgo.RequestRetries(1 << 20), kgo.RetryTimeout(5 * time.Minute), kgo.AlwaysRetryEOF(),
+		kgo.UnknownTopicRetries(-1)}, cfg.Kafka...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,13 @@ import (
 // TestChaosTopicFaults runs each topic fault once against Baton: each must be proven (the
 // topic changed, every partition held with records waiting and nothing applied, released by
 // the operator's command, then applied), and every invariant must hold across the change.
+//
+// Not in CI by default (a run costs about 70 s of faults and settling, 120 s and more on a
+// loaded machine, and CI is full): BATON_CHAOS_TOPIC=1 runs it.
 func TestChaosTopicFaults(t *testing.T) {
+	if os.Getenv("BATON_CHAOS_TOPIC") == "" {
+		t.Skip("set BATON_CHAOS_TOPIC=1 to run the topic faults on the real broker (a run of about 70 s)")
+	}
 	res := runIssue(t, chaos.TopicFaults, 1, binary(t), nil, true)
 	for _, f := range res.Faults {
 		if !f.Bit {
