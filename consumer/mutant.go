@@ -48,3 +48,8 @@ const (
 const (
 	mutantIdleTopicUnchecked = "IdleTopicChangeUnchecked" // an idle partition runs its after-commit hook past a growth watchTopics saw (a standalone relay's shards relay on)
 )
+
+// Appended by the review of topic growth (rev-topics).
+const (
+	mutantLanesDeadLetterUnheld = "LanesDeadLetterPastHold" // a poison record the lanes hand deadLetter is dead-lettered without comparing a topic that changed
+)

@@ -712,6 +712,7 @@ var mutants = map[string][]string{
 	"GrownPartitionNotHeld":           {"TestGrownTopicHeldUntilAcknowledged"},
 	"DataLossUnreported":              {"TestDeletedRecordsReportedAsLoss"},
 	"IdleTopicChangeUnchecked":        {"TestIdleGrownTopicHoldsAfterCommit"},
+	"LanesDeadLetterPastHold":         {"TestLanesPoisonHeldAfterGrowth"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built
