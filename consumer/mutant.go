@@ -55,3 +55,8 @@ const (
 	mutantHandoverIsRegression = "HandoverIsRegression" // an equal token held by this member's own previous worker treated as a regression (ERROR, stopped with RecoverRegressions(false))
 	mutantEraMovedIsRegression = "EraMovedIsRegression" // a stored token higher only by its era (its epoch below ours) treated as a regression
 )
+
+// Appended by the review of topic growth (rev-topics).
+const (
+	mutantLanesDeadLetterUnheld = "LanesDeadLetterPastHold" // a poison record the lanes hand deadLetter is dead-lettered without comparing a topic that changed
+)

@@ -715,6 +715,7 @@ var mutants = map[string][]string{
 	"HandoverUnproven":                {"TestZombieOfTheSameIdentityNeverRecovers"},
 	"HandoverIsRegression":            {"TestStaticMemberReplacedIsAHandover", "TestAssignmentEpochsRejoinInPlace"},
 	"EraMovedIsRegression":            {"TestModelStaticHandover"},
+	"LanesDeadLetterPastHold":         {"TestLanesPoisonHeldAfterGrowth"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

@@ -216,11 +216,15 @@ const topicLook = 5 * time.Second
 // before its next batch: growing a topic moves keys between all its partitions, and a member
 // whose assignment did not change is not told. Partitions of a grown topic are then held
 // until the growth is acknowledged. Until a member looks (topicLook) its older partitions
-// go on; the drain-then-grow procedure keeps them empty meanwhile.
+// go on; the drain-then-grow procedure keeps them empty meanwhile. A look that sees a topic
+// grow also refreshes the client's metadata, so that the group leader assigns the new
+// partitions now rather than at its next refresh (MetadataMaxAge, 5 minutes by default).
 func (r *run[Tx]) watchTopics() {
 	defer r.wg.Done()
 	t := time.NewTicker(topicLook)
 	defer t.Stop()
+	looked := map[string]int32{} // each topic's partition count at the previous look
+	refresh := map[string]int{}  // looks left that refresh the client's metadata
 	for {
 		select {
 		case <-r.ctx.Done():
@@ -238,16 +242,33 @@ func (r *run[Tx]) watchTopics() {
 				r.c.log.Debug("topic look failed", "topic", topic, "err", err)
 				continue // the next look; fetches and claims report lasting trouble
 			}
+			prev, seen := looked[topic]
 			r.mu.Lock()
 			for id, w := range r.workers {
 				if id.Topic != topic {
 					continue
+				}
+				if !seen {
+					prev = max(prev, w.seenParts.Load())
 				}
 				if k := w.topicID.Load(); k != nil && (view.Partitions > w.seenParts.Load() || *k != raw) && !w.recheck.Swap(true) {
 					r.c.log.Debug("topic changed since the claim: compare again before the next batch", append(w.log(), "partitions", view.Partitions, "compared", w.seenParts.Load())...)
 				}
 			}
 			r.mu.Unlock()
+			looked[topic] = max(prev, view.Partitions)
+			if view.Partitions > prev && prev > 0 {
+				// The topic grew: the group assigns the new partitions when the leader's
+				// client sees them in its metadata, which it refreshes on its own only every
+				// MetadataMaxAge (5 minutes by default). Refresh now and at the next look (a
+				// broker may not know the new partitions yet): once acknowledged, the new
+				// partitions (a standalone relay's new shards) are processed within seconds.
+				refresh[topic] = 2
+			}
+			if refresh[topic] > 0 {
+				refresh[topic]--
+				r.client().ForceMetadataRefresh()
+			}
 		}
 	}
 }

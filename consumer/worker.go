@@ -237,6 +237,26 @@ func (w *worker[Tx]) afterCommit() bool {
 // process applies recs, skipping those the sink already holds. It returns false when the
 // partition must stop (not the owner any more, or cancelled by a revoke).
 func (w *worker[Tx]) process(recs []*kgo.Record) bool {
+	if !w.compareIfMoved() {
+		return false
+	}
+	fresh := w.fresh(recs)
+	if d := len(recs) - len(fresh); d > 0 {
+		w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.id))
+	}
+	if len(fresh) == 0 {
+		return true
+	}
+	w.lost(fresh[0].Offset)
+	return w.apply(fresh)
+}
+
+// compareIfMoved compares the topic again before a write when it changed since the claim
+// compared it (watchTopics saw it grow or get another ID, or the last fetch came from another
+// topic ID): a grown or recreated topic holds here. It returns false when the partition must
+// stop. process calls it before every batch, and deadLetter before a poison record the lanes
+// hand it directly (a record of a held topic is dead-lettered no more than it is applied).
+func (w *worker[Tx]) compareIfMoved() bool {
 	if w.recheck.Swap(false) {
 		// The topic grew or changed since this claim compared it (watchTopics): compare
 		// again (an idempotent re-claim) before applying anything more.
@@ -258,15 +278,7 @@ func (w *worker[Tx]) process(recs []*kgo.Record) bool {
 				w.key, topicIDText(*w.fetchedID.Load()), topicIDText(*w.topicID.Load())))
 		}
 	}
-	fresh := w.fresh(recs)
-	if d := len(recs) - len(fresh); d > 0 {
-		w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.id))
-	}
-	if len(fresh) == 0 {
-		return true
-	}
-	w.lost(fresh[0].Offset)
-	return w.apply(fresh)
+	return true
 }
 
 // fresh returns the records of recs after the position the sink holds. The seek to the sink's
@@ -517,6 +529,9 @@ const (
 // resumes, so its produce may land next to its successor's copy of the same record; and a
 // commit that fails after the produce duplicates it. Direct dead-lettering is at least once.
 func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
+	if !is(mutantLanesDeadLetterUnheld) && !w.compareIfMoved() {
+		return false
+	}
 	topic := w.r.c.cfg.deadLetterTopic
 	if topic == "" {
 		topic = r.Topic + ".dlq"
