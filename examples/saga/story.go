@@ -95,7 +95,7 @@ AND (era > $4 OR (era = $4 AND epoch > $5)) ORDER BY off DESC LIMIT 1`, z.topic,
 		return b.String(), nil
 	}
 	z := zs[0]
-	return fmt.Sprintf("Walk-through: worker %s froze holding a batch of %s/%d (token %d.%d) and its write was refused %s after the run began; no saga step was in that batch.\n",
+	return fmt.Sprintf("Walk-through: worker %s froze holding a batch of %s/%d (token %d.%d) and its write was REFUSED by the fence, stale token, %s after the run began; no saga step was in that batch (a service's batch, or events before any step).\n",
 		z.worker, short(z.topic), z.part, z.era, z.epoch, time.Duration(z.at-t0)*time.Millisecond), nil
 }
 
