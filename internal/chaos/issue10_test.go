@@ -173,6 +173,10 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 		t.Fatal(err)
 	}
 	var progress bytes.Buffer
+	logDir := t.TempDir()
+	if d := os.Getenv("BATON_CHAOS_LOGS"); d != "" {
+		logDir = d // kept after the run, to read a failure's worker logs
+	}
 	filler := 8000
 	if strict {
 		filler = 200000
@@ -184,7 +188,7 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 		Brokers: brokers, KafkaNodes: nodes, ScriptEnv: scriptEnv,
 		PostgresURL: url + sep + "search_path=" + schema,
 		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: filler, ProveAsk: strict,
-		Progress: &progress, Settle: 2 * time.Minute, LogDir: t.TempDir(),
+		Progress: &progress, Settle: 2 * time.Minute, LogDir: logDir,
 	}
 	t0 := time.Now()
 	res, err := chaos.Run(ctx, cfg, db)
