@@ -6,12 +6,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/batonhq/baton/consumer"
-	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
 )
 
 // Review of the topic growth hold (rev-topics, finding GrownPartitionsAssignedLate): once the
@@ -23,24 +18,8 @@ import (
 // refresh its metadata, so the leader assigns the new partitions at once. The client here
 // keeps franz-go's default MetadataMaxAge.
 func TestGrownPartitionsAssignedWithoutWaitingForMetadataAge(t *testing.T) {
-	brokers := fakeKafka(t, kfake.SeedTopics(2, "coord"))
-	store := newStore(t)
+	brokers, store, clock, m, mb := startIdleCoord(t)
 	ctx := context.Background()
-	clock := &hookClock{last: map[int32]time.Time{}}
-	noop := consumer.HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil })
-	m := newMeter()
-	c, err := consumer.New("g", []string{"coord"}, store,
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
-			return noop, nil
-		},
-		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
-		consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond),
-		consumer.AfterCommit(clock.hook, 20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mb := start(t, c)
-	waitFor(t, "both partitions' hooks running", 30*time.Second, func() bool { return clock.ranSince(time.Time{}, 0, 1) })
 	h, err := store.TopicHistory(ctx, "g", "coord")
 	if err != nil || len(h) != 1 {
 		t.Fatalf("stored identities %+v, %v", h, err)

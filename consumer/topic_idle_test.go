@@ -48,24 +48,8 @@ func (h *hookClock) ranSince(t time.Time, ps ...int32) bool {
 // by two shards at once (issue 10, finding 7). (Mutant IdleTopicChangeUnchecked: partitions 0
 // and 1 are never held: fewer than 2 refusals are ever counted.)
 func TestIdleGrownTopicHoldsAfterCommit(t *testing.T) {
-	brokers := fakeKafka(t, kfake.SeedTopics(2, "coord"))
-	store := newStore(t)
+	brokers, store, clock, m, mb := startIdleCoord(t)
 	ctx := context.Background()
-	clock := &hookClock{last: map[int32]time.Time{}}
-	noop := consumer.HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil })
-	m := newMeter()
-	c, err := consumer.New("g", []string{"coord"}, store,
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
-			return noop, nil
-		},
-		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
-		consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond),
-		consumer.AfterCommit(clock.hook, 20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mb := start(t, c)
-	waitFor(t, "both partitions' hooks running", 30*time.Second, func() bool { return clock.ranSince(time.Time{}, 0, 1) })
 	h, err := store.TopicHistory(ctx, "g", "coord")
 	if err != nil || len(h) != 1 || h[0].Identity.Partitions != 2 {
 		t.Fatalf("stored identities %+v, %v: want 2 partitions adopted by the claims", h, err)
@@ -100,4 +84,30 @@ func TestIdleGrownTopicHoldsAfterCommit(t *testing.T) {
 	if err := mb.stop(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// startIdleCoord starts one member of group "g" on a kfake topic "coord" of 2 partitions whose
+// handler does nothing and whose after-commit hook records when each partition's hook ran, and
+// waits until both hooks run: an idle relay's shards, as the growth tests need them. The client
+// keeps franz-go's default MetadataMaxAge.
+func startIdleCoord(t *testing.T) ([]string, *memfence.Store, *hookClock, *meter, *member) {
+	t.Helper()
+	brokers := fakeKafka(t, kfake.SeedTopics(2, "coord"))
+	store := newStore(t)
+	clock := &hookClock{last: map[int32]time.Time{}}
+	noop := consumer.HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil })
+	m := newMeter()
+	c, err := consumer.New("g", []string{"coord"}, store,
+		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
+			return noop, nil
+		},
+		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
+		consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond),
+		consumer.AfterCommit(clock.hook, 20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := start(t, c)
+	waitFor(t, "both partitions' hooks running", 30*time.Second, func() bool { return clock.ranSince(time.Time{}, 0, 1) })
+	return brokers, store, clock, m, mb
 }
