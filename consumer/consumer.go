@@ -205,6 +205,8 @@ type run[Tx any] struct {
 
 	health *health // client errors, and whether the member ever joined
 
+	session int32 // the group generation of the latest OnPartitionsAssigned (guarded by mu)
+
 	looked map[string]time.Time // topic -> the last look after an UNKNOWN_TOPIC_ID fetch (poll's goroutine only)
 }
 
@@ -379,6 +381,13 @@ func (r *run[Tx]) done(w *worker[Tx], n int64) {
 func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
 	r.clp.CompareAndSwap(nil, cl)
 	r.health.joined.Store(true) // franz-go calls this after every join and sync, even with nothing added
+	_, session := cl.GroupMetadata()
+	r.mu.Lock()
+	r.session = max(r.session, session)
+	r.mu.Unlock()
+	// After the new assignments: a refused partition newly assigned again gets a new worker
+	// there; the others that this session still assigns to us are restarted here.
+	defer r.retryRefused(session)
 	if len(added) == 0 {
 		r.health.session.Store(true)
 		return
@@ -433,6 +442,77 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 			r.setPause(w, pauseClaiming, true)
 		}
 		r.mu.Unlock()
+	}
+}
+
+// refused is called by a worker whose claim decision gives up (why) after a proof begun at
+// generation w.judgedAt. A partition the coordinator refused this member (or whose fence kept
+// moving under its claims) may stay assigned to it: franz-go learns of the later generation
+// only when it rejoins, and a cooperative rebalance can give the partition back to this
+// member without revoking it first (found by the chaos fault topic-grow: two partitions left
+// unprocessed for good by members that kept them). So the worker is marked for a retry, and the
+// next group session that still assigns the partition restarts it (retryRefused). If such a
+// session began already (an OnPartitionsAssigned at a later generation ran during the proof),
+// refused returns it and true, and the worker decides afresh at once instead. A regression with
+// RecoverRegressions off waits for an operator, not a session: never retried.
+func (r *run[Tx]) refused(w *worker[Tx], why giveUp) (int32, bool) {
+	if why != giveUpNotCurrent && why != giveUpConflicts && why != giveUpRederived || is(mutantRefusedNotRetried) {
+		return 0, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.session > w.judgedAt && !is(mutantRefusedSessionMissed) {
+		return r.session, true
+	}
+	w.retry, w.refusedAt = true, w.judgedAt
+	return 0, false
+}
+
+// retryRefused restarts, from OnPartitionsAssigned, the workers that gave up at an earlier
+// generation than session (retry) and whose partition this session still assigns to this
+// member (prerevoke stopped those it does not). Like the watchdog's revive, the new worker is
+// the same claimant at the same epoch, started after the old one returned, on its fetch
+// cursor: it claims, compares the topic and proves ownership with the coordinator before any
+// write, exactly as at an assignment, so a member that is still not the owner gives up again
+// and writes nothing.
+func (r *run[Tx]) retryRefused(session int32) {
+	r.mu.Lock()
+	var olds []*worker[Tx]
+	for _, w := range r.workers {
+		if w.retry && w.refusedAt < session && !w.removed && !w.stopping && !w.expired {
+			w.stopping = true // ours to replace: the watchdog's revive must not
+			olds = append(olds, w)
+		}
+	}
+	r.mu.Unlock()
+	var started []*worker[Tx]
+	for _, old := range olds {
+		old.cancel()
+		<-old.done
+		r.mu.Lock()
+		if old.removed || r.workers[old.id] != old {
+			r.mu.Unlock()
+			continue
+		}
+		old.removed = true
+		r.total.Add(-old.inflight.Swap(0))
+		w := newWorker(r, old.id, old.cs.Epoch)
+		w.claimant = old.claimant
+		w.late = true
+		w.revived = true
+		w.from = old.from
+		// Fetching stays paused (the old worker's idle paused it) until claimResolved seeks to
+		// the sink's position; paused here too in case the old one was stopped before it did.
+		r.workers[old.id] = w
+		r.setPause(w, pauseClaiming, true)
+		started = append(started, w)
+		r.c.log.Info("partition still assigned to this member in a later group session after the coordinator refused it: claiming it again",
+			append(w.log(), "refused_at", old.refusedAt, "session", session)...)
+		r.mu.Unlock()
+	}
+	for _, w := range started {
+		r.wg.Add(1)
+		go w.run()
 	}
 }
 

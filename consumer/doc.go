@@ -170,9 +170,12 @@
 //   - Dead letters produced directly (a handler that is not a [DeadLetterer]) are at least
 //     once and may come from a zombie (see above); the dead-letter topic must exist.
 //   - A partition the coordinator says this member does not own stays unprocessed (WARN,
-//     stale_refusals) until franz-go revokes or loses it; a partition it does own is always
-//     processed or, after a bounded number of lost recoveries or epoch re-derivations in a
-//     row, given up with a WARN and the same metric.
+//     stale_refusals) until franz-go revokes or loses it, or until a later group session
+//     still assigns it to this member (a cooperative rebalance can give it back without a
+//     revoke): its worker is then restarted and claims and proves ownership afresh. A
+//     partition it does own is always processed or, after a bounded number of lost
+//     recoveries or epoch re-derivations in a row, given up with a WARN and the same metric
+//     (and retried the same way at the next session).
 //   - A claim is verified after it was accepted: a member of an old incarnation of a deleted
 //     and recreated group whose generation climbed past the stored epoch can raise the
 //     stored token before its verification fails. It never writes (the claim is verified

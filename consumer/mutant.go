@@ -60,3 +60,9 @@ const (
 const (
 	mutantLanesDeadLetterUnheld = "LanesDeadLetterPastHold" // a poison record the lanes hand deadLetter is dead-lettered without comparing a topic that changed
 )
+
+// Appended by the fix of the chaos topic-grow stall (session 6).
+const (
+	mutantRefusedNotRetried    = "RefusedPartitionNotRetried" // a partition the coordinator refused stays unprocessed while a later session keeps it assigned
+	mutantRefusedSessionMissed = "RefusedDuringSessionMissed" // a refusal decided after a new session's OnPartitionsAssigned waits for yet another session
+)

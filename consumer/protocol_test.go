@@ -716,6 +716,8 @@ var mutants = map[string][]string{
 	"HandoverIsRegression":            {"TestStaticMemberReplacedIsAHandover", "TestAssignmentEpochsRejoinInPlace"},
 	"EraMovedIsRegression":            {"TestModelStaticHandover"},
 	"LanesDeadLetterPastHold":         {"TestLanesPoisonHeldAfterGrowth"},
+	"RefusedPartitionNotRetried":      {"TestRefusedPartitionRetriedInANewSession"},
+	"RefusedDuringSessionMissed":      {"TestRefusedDuringANewSessionRetried"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

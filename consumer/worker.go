@@ -41,10 +41,17 @@ type worker[Tx any] struct {
 	// the watchdog revived, to its predecessors), -1 before any: the client's fetch cursor
 	// has passed it, so a revived worker whose sink holds no position must seek back to it.
 	from    int64
-	revived bool // started by the watchdog's revive, on its predecessor's fetch cursor
+	revived bool // started by the watchdog's revive or retryRefused, on its predecessor's fetch cursor
 	// stopping: a revoke, a loss, a reassignment or Run's end picked this worker to stop
 	// (set under run.mu), so the watchdog's revive must not replace it with a successor.
 	stopping bool
+	// retry: the claim decision gave up (the coordinator refused this member the
+	// partition, or the fence kept moving under its claims) while this member was at group
+	// generation refusedAt. A later group session that still assigns the partition to this
+	// member restarts it (run.retryRefused): franz-go may keep a partition assigned across
+	// the sessions in between without revoking it.
+	retry     bool
+	refusedAt int32
 
 	paused   atomic.Bool  // pause != 0, readable without run.mu
 	inflight atomic.Int64 // records handed to this worker and not yet done
@@ -63,6 +70,7 @@ type worker[Tx any] struct {
 	position int64
 	handler  Handler[Tx]
 	cs       claimState        // the claim decision's memory
+	judgedAt int32             // this member's group generation when the last proof began
 	prepared map[int64]any     // with a Preparer: Prepare's results of the records being applied, by offset
 	held     *fence.TopicError // why the topic is held (opHold)
 	holding  bool              // a hold was reported since the last claim that proceeded
@@ -670,6 +678,7 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 			var gen int64
 			var ok bool
 			if err := w.attempt("verify", func() (err error) {
+				_, w.judgedAt = w.r.client().GroupMetadata()
 				gen, ok, err = w.r.c.cfg.epochs.VerifyCurrent(w.ctx, w.r.client(), w.id, step.Epoch)
 				return err
 			}); err != nil {
@@ -745,6 +754,17 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 			w.r.c.log.Debug("partition claimed", append(w.log(), "token", w.token.String(), "position", w.position)...)
 			return true
 		case opGiveUp:
+			if session, again := w.r.refused(w, step.Why); again {
+				// A group session began after the proof that refused us, and franz-go has
+				// not revoked the partition: that session may have assigned it to this
+				// member again. Decide afresh under it rather than wait for the next one.
+				w.r.c.log.Info("a group session began since the coordinator refused this member the partition: claiming it again",
+					append(w.log(), "refused_at", w.judgedAt, "session", session)...)
+				w.judgedAt = session
+				w.cs.Conflicts, w.cs.Rederived = 0, 0
+				in = claimInput{Event: evStart}
+				continue
+			}
 			w.gaveUp(step.Why)
 			return false
 		}
