@@ -205,7 +205,10 @@ type run[Tx any] struct {
 
 	health *health // client errors, and whether the member ever joined
 
-	session int32 // the group generation of the latest OnPartitionsAssigned (guarded by mu)
+	// sessions counts the calls of OnPartitionsAssigned, one per group session (guarded by
+	// mu; also an atomic, so a worker marks its proofs without the lock). A count, not the
+	// generation: a deleted and recreated group starts its generations again from 1.
+	sessions atomic.Int64
 
 	looked map[string]time.Time // topic -> the last look after an UNKNOWN_TOPIC_ID fetch (poll's goroutine only)
 }
@@ -310,6 +313,16 @@ func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Reco
 	if w.from < 0 {
 		w.from = recs[0].Offset
 	}
+	if w.revived && !w.claimDone && !is(mutantRevivedTakesStale) {
+		// A restarted worker's partition is paused from its start until its claim resolved
+		// (claimResolved seeks, then resumes it), so these records were fetched before the
+		// restart, on its predecessor's cursor: they need not follow the sink's position
+		// (the predecessor dropped what it had not applied), and applied after the seek they
+		// would skip the records in between. Dropped; the seek reads them again (from its
+		// start, noted in from, when the sink has no position).
+		r.mu.Unlock()
+		return
+	}
 	// Counted under mu so that removal, also under mu, accounts for everything it strands.
 	if w.inflight.Add(n) >= int64(r.c.cfg.maxInflightPart) {
 		r.setPause(w, pauseBackpressure, true)
@@ -381,9 +394,8 @@ func (r *run[Tx]) done(w *worker[Tx], n int64) {
 func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
 	r.clp.CompareAndSwap(nil, cl)
 	r.health.joined.Store(true) // franz-go calls this after every join and sync, even with nothing added
-	_, session := cl.GroupMetadata()
 	r.mu.Lock()
-	r.session = max(r.session, session)
+	session := r.sessions.Add(1)
 	r.mu.Unlock()
 	// After the new assignments: a refused partition newly assigned again gets a new worker
 	// there; the others that this session still assigns to us are restarted here.
@@ -445,37 +457,38 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 	}
 }
 
-// refused is called by a worker whose claim decision gives up (why) after a proof begun at
-// generation w.judgedAt. A partition the coordinator refused this member (or whose fence kept
-// moving under its claims) may stay assigned to it: franz-go learns of the later generation
-// only when it rejoins, and a cooperative rebalance can give the partition back to this
-// member without revoking it first (found by the chaos fault topic-grow: two partitions left
-// unprocessed for good by members that kept them). So the worker is marked for a retry, and the
-// next group session that still assigns the partition restarts it (retryRefused). If such a
-// session began already (an OnPartitionsAssigned at a later generation ran during the proof),
-// refused returns it and true, and the worker decides afresh at once instead. A regression with
+// refused is called by a worker whose claim decision gives up (why) after a proof begun in
+// group session w.judgedAt (run.sessions). A partition the coordinator refused this member
+// (or whose fence kept moving under its claims) may stay assigned to it: franz-go learns of
+// the later generation only when it rejoins, and a cooperative rebalance can give the
+// partition back to this member without revoking it first (found by the chaos fault
+// topic-grow: two partitions left unprocessed for good by a member that kept them). So the
+// worker is marked for a retry, and the next group session that still assigns the partition
+// restarts it (retryRefused). If such a session began already (an OnPartitionsAssigned
+// counted during the proof), refused returns it and true, and the worker decides afresh at
+// once instead: at most once per session, never in a loop. A regression with
 // RecoverRegressions off waits for an operator, not a session: never retried.
-func (r *run[Tx]) refused(w *worker[Tx], why giveUp) (int32, bool) {
+func (r *run[Tx]) refused(w *worker[Tx], why giveUp) (int64, bool) {
 	if why != giveUpNotCurrent && why != giveUpConflicts && why != giveUpRederived || is(mutantRefusedNotRetried) {
 		return 0, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.session > w.judgedAt && !is(mutantRefusedSessionMissed) {
-		return r.session, true
+	if now := r.sessions.Load(); now > w.judgedAt && !is(mutantRefusedSessionMissed) {
+		return now, true
 	}
 	w.retry, w.refusedAt = true, w.judgedAt
 	return 0, false
 }
 
-// retryRefused restarts, from OnPartitionsAssigned, the workers that gave up at an earlier
-// generation than session (retry) and whose partition this session still assigns to this
+// retryRefused restarts, from OnPartitionsAssigned, the workers that gave up in a session
+// before this one (retry) and whose partition this session still assigns to this
 // member (prerevoke stopped those it does not). Like the watchdog's revive, the new worker is
 // the same claimant at the same epoch, started after the old one returned, on its fetch
 // cursor: it claims, compares the topic and proves ownership with the coordinator before any
 // write, exactly as at an assignment, so a member that is still not the owner gives up again
 // and writes nothing.
-func (r *run[Tx]) retryRefused(session int32) {
+func (r *run[Tx]) retryRefused(session int64) {
 	r.mu.Lock()
 	var olds []*worker[Tx]
 	for _, w := range r.workers {
@@ -495,7 +508,7 @@ func (r *run[Tx]) retryRefused(session int32) {
 			continue
 		}
 		old.removed = true
-		r.total.Add(-old.inflight.Swap(0))
+		r.release(old)
 		w := newWorker(r, old.id, old.cs.Epoch)
 		w.claimant = old.claimant
 		w.late = true
@@ -579,6 +592,12 @@ func (r *run[Tx]) stop(w *worker[Tx]) {
 	if r.workers[w.id] == w {
 		delete(r.workers, w.id)
 	}
+	r.release(w)
+}
+
+// release drops what a removed worker still had in flight from the run's count and wakes the
+// poller, which may be waiting for room.
+func (r *run[Tx]) release(w *worker[Tx]) {
 	r.total.Add(-w.inflight.Swap(0))
 	select {
 	case r.space <- struct{}{}:

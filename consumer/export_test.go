@@ -11,3 +11,12 @@ func SkewWatchdog(d time.Duration) { watchdogSkew.Store(int64(d)) }
 
 // MaxDeadLetterReason exposes the bound of the baton.dlq.reason header.
 const MaxDeadLetterReason = maxDeadLetterReason
+
+// Sessions returns how many group sessions (OnPartitionsAssigned calls) the running Run of c
+// has seen; 0 when none runs.
+func Sessions[Tx any](c *Consumer[Tx]) int64 {
+	if r := c.cur.Load(); r != nil {
+		return r.sessions.Load()
+	}
+	return 0
+}

@@ -65,4 +65,5 @@ const (
 const (
 	mutantRefusedNotRetried    = "RefusedPartitionNotRetried" // a partition the coordinator refused stays unprocessed while a later session keeps it assigned
 	mutantRefusedSessionMissed = "RefusedDuringSessionMissed" // a refusal decided after a new session's OnPartitionsAssigned waits for yet another session
+	mutantRevivedTakesStale    = "RevivedTakesStaleFetch"     // a restarted worker is handed records fetched before its restart, ahead of its claim's seek
 )

@@ -718,6 +718,7 @@ var mutants = map[string][]string{
 	"LanesDeadLetterPastHold":         {"TestLanesPoisonHeldAfterGrowth"},
 	"RefusedPartitionNotRetried":      {"TestRefusedPartitionRetriedInANewSession"},
 	"RefusedDuringSessionMissed":      {"TestRefusedDuringANewSessionRetried"},
+	"RevivedTakesStaleFetch":          {"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"},
 }
 
 // TestMutants runs, for each named mutant, the tests that guard it in a child process built

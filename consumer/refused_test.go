@@ -78,9 +78,10 @@ func TestRefusedPartitionRetriedInANewSession(t *testing.T) {
 	f := newFolder()
 	epochs := &refuseFirst{EpochSource: consumer.ClassicGeneration()}
 	epochs.left.Store(1)
-	var gaveUp, retried atomic.Bool
-	log := slog.New(logSpy{Handler: logSpy{Handler: quiet.Handler(), want: "no longer owns the partition: left unprocessed", seen: &gaveUp},
-		want: "claiming it again", seen: &retried})
+	var gaveUp, retried, early atomic.Bool
+	log := slog.New(logSpy{Handler: logSpy{Handler: logSpy{Handler: quiet.Handler(), want: "no longer owns the partition: left unprocessed", seen: &gaveUp},
+		want: "still assigned to this member in a later group session", seen: &retried},
+		want: "a group session began since the coordinator refused", seen: &early})
 	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log), consumer.Epochs(epochs))
 	if err != nil {
@@ -92,8 +93,8 @@ func TestRefusedPartitionRetriedInANewSession(t *testing.T) {
 	// member's group session has not changed, so nothing restarts the worker yet).
 	time.Sleep(time.Second)
 	for k := 0; k < keys; k++ {
-		if _, ok := store.Get("k/k" + strconv.Itoa(k)); ok || retried.Load() {
-			t.Fatalf("before any new session: key k%d applied %v, retried %v; want neither (the refusal must stop the partition)", k, ok, retried.Load())
+		if _, ok := store.Get("k/k" + strconv.Itoa(k)); ok || retried.Load() || early.Load() {
+			t.Fatalf("before any new session: key k%d applied %v, retried %v/%v; want none (the refusal must stop the partition)", k, ok, retried.Load(), early.Load())
 		}
 	}
 
@@ -102,7 +103,7 @@ func TestRefusedPartitionRetriedInANewSession(t *testing.T) {
 
 	waitFor(t, "A applies everything after the new session", 15*time.Second, allApplied(store, keys, n))
 	if !retried.Load() {
-		t.Error("applied without the restart's INFO line")
+		t.Error("applied without retryRefused's INFO line")
 	}
 	if err := ma.stop(); err != nil {
 		t.Fatalf("A: %v", err)
@@ -116,12 +117,12 @@ func TestRefusedPartitionRetriedInANewSession(t *testing.T) {
 	}
 }
 
-// The same refusal, decided while the new session begins: the proof starts at one generation,
-// another member joins meanwhile, and the refusal is returned only after A's client moved to
-// the next generation and its OnPartitionsAssigned ran (it finds no worker to restart: this
-// one has not given up yet). The worker must notice that a session began since its proof and
-// decide again at once; waiting for the next session would leave the partition unprocessed
-// for good, since no other member joins. Fails under RefusedDuringSessionMissed.
+// The same refusal, decided while the new session begins: the proof starts in one session,
+// another member joins meanwhile, and the refusal is returned only after A's next
+// OnPartitionsAssigned began (it finds no worker to restart: this one has not given up yet).
+// The worker must notice that a session began since its proof and decide again at once;
+// waiting for the next session would leave the partition unprocessed for good, since no other
+// member joins. Fails under RefusedDuringSessionMissed.
 func TestRefusedDuringANewSessionRetried(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders", "other"))
 	const keys, n = 4, 20
@@ -131,24 +132,19 @@ func TestRefusedDuringANewSessionRetried(t *testing.T) {
 	var stopOther func()
 	var moved atomic.Bool
 	started := make(chan struct{})
+	var a *consumer.Consumer[*memfence.Tx]
 	epochs := &refuseFirst{EpochSource: consumer.ClassicGeneration()}
 	epochs.left.Store(1)
-	epochs.hold = func(ctx context.Context, cl *kgo.Client) {
-		_, from := cl.GroupMetadata()
+	epochs.hold = func(ctx context.Context, _ *kgo.Client) {
+		from := consumer.Sessions(a)
 		close(started)
-		for ctx.Err() == nil {
-			if _, gen := cl.GroupMetadata(); gen > from {
-				moved.Store(true)
-				break
-			}
+		for ctx.Err() == nil && !moved.Load() {
+			moved.Store(consumer.Sessions(a) > from)
 			time.Sleep(20 * time.Millisecond)
 		}
-		// OnPartitionsAssigned of the new session runs right after the generation moves
-		// (nothing is added or revoked): leave it ample time to finish first.
-		time.Sleep(time.Second)
 	}
 	var retried atomic.Bool
-	log := slog.New(logSpy{Handler: quiet.Handler(), want: "claiming it again", seen: &retried})
+	log := slog.New(logSpy{Handler: quiet.Handler(), want: "a group session began since the coordinator refused", seen: &retried})
 	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log), consumer.Epochs(epochs),
 		consumer.ClaimWait(200*time.Millisecond)) // the assignment callback must not wait for the held proof
@@ -163,7 +159,7 @@ func TestRefusedDuringANewSessionRetried(t *testing.T) {
 	}
 	stopOther = joinOther(t, brokers, "g", "other")
 	defer stopOther()
-	waitFor(t, "A's generation moves during the refused proof", 20*time.Second, moved.Load)
+	waitFor(t, "A's next session begins during the refused proof", 20*time.Second, moved.Load)
 	waitFor(t, "A applies everything", 15*time.Second, allApplied(store, keys, n))
 	if err := ma.stop(); err != nil {
 		t.Fatalf("A: %v", err)

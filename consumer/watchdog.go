@@ -247,7 +247,7 @@ func (r *run[Tx]) revive() {
 			continue
 		}
 		old.removed = true
-		r.total.Add(-old.inflight.Swap(0))
+		r.release(old)
 		w := newWorker(r, old.id, old.cs.Epoch)
 		w.claimant = old.claimant
 		w.late = true

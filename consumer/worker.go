@@ -46,12 +46,12 @@ type worker[Tx any] struct {
 	// (set under run.mu), so the watchdog's revive must not replace it with a successor.
 	stopping bool
 	// retry: the claim decision gave up (the coordinator refused this member the
-	// partition, or the fence kept moving under its claims) while this member was at group
-	// generation refusedAt. A later group session that still assigns the partition to this
+	// partition, or the fence kept moving under its claims) after a proof begun in group
+	// session refusedAt (run.sessions). A later group session that still assigns the partition to this
 	// member restarts it (run.retryRefused): franz-go may keep a partition assigned across
 	// the sessions in between without revoking it.
 	retry     bool
-	refusedAt int32
+	refusedAt int64
 
 	paused   atomic.Bool  // pause != 0, readable without run.mu
 	inflight atomic.Int64 // records handed to this worker and not yet done
@@ -70,7 +70,7 @@ type worker[Tx any] struct {
 	position int64
 	handler  Handler[Tx]
 	cs       claimState        // the claim decision's memory
-	judgedAt int32             // this member's group generation when the last proof began
+	judgedAt int64             // the group session (run.sessions) in which the last proof began
 	prepared map[int64]any     // with a Preparer: Prepare's results of the records being applied, by offset
 	held     *fence.TopicError // why the topic is held (opHold)
 	holding  bool              // a hold was reported since the last claim that proceeded
@@ -678,7 +678,7 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 			var gen int64
 			var ok bool
 			if err := w.attempt("verify", func() (err error) {
-				_, w.judgedAt = w.r.client().GroupMetadata()
+				w.judgedAt = w.r.sessions.Load()
 				gen, ok, err = w.r.c.cfg.epochs.VerifyCurrent(w.ctx, w.r.client(), w.id, step.Epoch)
 				return err
 			}); err != nil {
