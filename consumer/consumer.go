@@ -507,17 +507,7 @@ func (r *run[Tx]) retryRefused(session int64) {
 			r.mu.Unlock()
 			continue
 		}
-		old.removed = true
-		r.release(old)
-		w := newWorker(r, old.id, old.cs.Epoch)
-		w.claimant = old.claimant
-		w.late = true
-		w.revived = true
-		w.from = old.from
-		// Fetching stays paused (the old worker's idle paused it) until claimResolved seeks to
-		// the sink's position; paused here too in case the old one was stopped before it did.
-		r.workers[old.id] = w
-		r.setPause(w, pauseClaiming, true)
+		w := r.successor(old)
 		started = append(started, w)
 		r.c.log.Info("partition still assigned to this member in a later group session after the coordinator refused it: claiming it again",
 			append(w.log(), "refused_at", old.refusedAt, "session", session)...)

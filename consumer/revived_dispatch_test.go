@@ -24,32 +24,8 @@ import (
 // dispatch drops it, noting its first offset for the seek when the worker has none yet.
 // RevivedTakesStaleFetch fails it.
 func TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	store, err := memfence.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory := func(context.Context, fence.Key, fence.Token) (Handler[*memfence.Tx], error) {
-		return HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *Batch) error { return nil }), nil
-	}
-	c, err := New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), factory,
-		Kafka(kgo.SeedBrokers(cluster.ListenAddrs()...)), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	r := &run[*memfence.Tx]{c: c, workers: map[partition.ID]*worker[*memfence.Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
-	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r := testRun(t)
 	defer r.cancel()
-	r.clp.Store(cl)
 	id := partition.ID{Topic: "orders", Partition: 0}
 	batch := func(from int64) []*kgo.Record {
 		var recs []*kgo.Record
@@ -85,4 +61,36 @@ func TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim(t *testing.T) {
 		r.mu.Unlock()
 		r.total.Add(-w.inflight.Swap(0))
 	}
+}
+
+// testRun returns a run of a consumer of "orders" on a kfake cluster, with a client that is
+// not in the group: for the registry's unit tests, which start no Run.
+func testRun(t *testing.T) *run[*memfence.Tx] {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	store, err := memfence.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory := func(context.Context, fence.Key, fence.Token) (Handler[*memfence.Tx], error) {
+		return HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *Batch) error { return nil }), nil
+	}
+	c, err := New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), factory,
+		Kafka(kgo.SeedBrokers(cluster.ListenAddrs()...)), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	r := &run[*memfence.Tx]{c: c, workers: map[partition.ID]*worker[*memfence.Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.clp.Store(cl)
+	return r
 }

@@ -246,19 +246,7 @@ func (r *run[Tx]) revive() {
 			r.mu.Unlock()
 			continue
 		}
-		old.removed = true
-		r.release(old)
-		w := newWorker(r, old.id, old.cs.Epoch)
-		w.claimant = old.claimant
-		w.late = true
-		w.revived = true
-		w.from = old.from
-		// The partition is paused (by the watchdog); it stays paused, now for the claim,
-		// until claimResolved seeks it to the sink's position.
-		w.pause = pauseClaiming
-		w.paused.Store(true)
-		r.workers[old.id] = w
-		started = append(started, w)
+		started = append(started, r.successor(old))
 		r.mu.Unlock()
 	}
 	for _, w := range started {
@@ -268,6 +256,20 @@ func (r *run[Tx]) revive() {
 	if len(started) > 0 {
 		r.c.log.Warn("group session answered again and the partitions stayed assigned: restarted them", "partitions", len(started))
 	}
+}
+
+// successor replaces old, which has returned, with a new worker of the same claimant at the
+// same epoch, on old's fetch cursor (revive, retryRefused); the caller holds r.mu. Fetching
+// stays paused (by the watchdog, or by the old worker's idle) until claimResolved seeks to the
+// sink's position; paused here too, should old have been stopped before it paused.
+func (r *run[Tx]) successor(old *worker[Tx]) *worker[Tx] {
+	old.removed = true
+	r.release(old)
+	w := newWorker(r, old.id, old.cs.Epoch)
+	w.claimant, w.late, w.revived, w.from = old.claimant, true, true, old.from
+	r.workers[old.id] = w
+	r.setPause(w, pauseClaiming, true)
+	return w
 }
 
 // watches reports whether the watchdog judges a group of this protocol with this client

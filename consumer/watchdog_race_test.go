@@ -1,17 +1,10 @@
 package consumer
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
 	"github.com/batonhq/baton/partition"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Review finding "ReviveRacesRevoke" (fixed: run.stopPartitions marks the worker stopping): OnPartitionsRevoked (or Lost) picks the partition's
@@ -22,33 +15,9 @@ import (
 // up on one stopped worker many times and requires the partition to have no worker once
 // the revoke returned.
 func TestWatchdogReviveDoesNotOutliveARevoke(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cluster.Close()
-	store, err := memfence.New()
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory := func(context.Context, fence.Key, fence.Token) (Handler[*memfence.Tx], error) {
-		return HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *Batch) error { return nil }), nil
-	}
-	c, err := New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), factory,
-		Kafka(kgo.SeedBrokers(cluster.ListenAddrs()...)), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	id := partition.ID{Topic: "orders", Partition: 0}
 	for i := 0; i < 40; i++ {
-		r := &run[*memfence.Tx]{c: c, workers: map[partition.ID]*worker[*memfence.Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1)}
-		r.ctx, r.cancel = context.WithCancel(context.Background())
-		r.clp.Store(cl)
+		r := testRun(t)
 		old := newWorker(r, id, 1)
 		old.expired = true // stopped by the watchdog; its goroutine is still returning
 		r.workers[id] = old
