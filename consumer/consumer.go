@@ -262,6 +262,21 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				}
 			}
 		})
+		// The records first, the errors after: an UNKNOWN_TOPIC_ID look is a request of up to
+		// unknownTopicLook, and records held across it could reach a worker that a rebalance
+		// or a restart started, and whose claim sought back, meanwhile (found by review): ahead
+		// of the seek, they would skip what its predecessor had dropped.
+		fs.EachTopic(func(t kgo.FetchTopic) {
+			for _, p := range t.Partitions {
+				if len(p.Records) == 0 {
+					continue
+				}
+				last := p.Records[len(p.Records)-1]
+				id := partition.ID{Topic: t.Topic, Partition: p.Partition}
+				r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
+				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset)
+			}
+		})
 		fs.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, context.Canceled) {
 				return
@@ -284,17 +299,6 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				return
 			}
 			r.c.log.Warn("fetch error", "topic", topic, "partition", p, "err", err)
-		})
-		fs.EachTopic(func(t kgo.FetchTopic) {
-			for _, p := range t.Partitions {
-				if len(p.Records) == 0 {
-					continue
-				}
-				last := p.Records[len(p.Records)-1]
-				id := partition.ID{Topic: t.Topic, Partition: p.Partition}
-				r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
-				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset)
-			}
 		})
 	}
 }
@@ -319,7 +323,9 @@ func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Reco
 		// restart, on its predecessor's cursor: they need not follow the sink's position
 		// (the predecessor dropped what it had not applied), and applied after the seek they
 		// would skip the records in between. Dropped; the seek reads them again (from its
-		// start, noted in from, when the sink has no position).
+		// start, noted in from, when the sink has no position). Records of a poll taken
+		// before the restart that reach it only after its claim resolved are not told apart;
+		// poll hands a poll's records out before anything slow to keep that window short.
 		r.mu.Unlock()
 		return
 	}
@@ -625,18 +631,20 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// it is about to make and lets it win over the committed offset; after a late
 		// claim the partition is still paused, so nothing was fetched from elsewhere.
 		seek = w.position + 1
-	case ok && w.revived && w.from >= 0:
-		// A worker the watchdog restarted inherits the client's fetch cursor, which passed
-		// every record its predecessor was handed and dropped; the sink applied none of
-		// them, so fetching goes back to the first (finding ReviveSkipsUnappliedRecords).
-		seek = w.from
 	case ok && w.token.Era > 0:
 		// No position in a fence Baton has moved before (an operator's topic reset, which
 		// moves every fence of a recreated topic to a new era with no position): the new
 		// incarnation is read from its beginning, not from Kafka's committed offset, which
 		// may name the old incarnation's offsets (finding ResetResumesAtCommittedOffset). An
-		// offset below the log start is reset by franz-go to ConsumeResetOffset.
+		// offset below the log start is reset by franz-go to ConsumeResetOffset. Before a
+		// restarted worker's inherited cursor (next case), which may name the old incarnation.
 		seek = 0
+	case ok && w.revived && w.from >= 0:
+		// A restarted worker (the watchdog's revive, retryRefused) inherits the client's fetch
+		// cursor, which passed every record its predecessor was handed and dropped; the sink
+		// applied none of them, so fetching goes back to the first (finding
+		// ReviveSkipsUnappliedRecords).
+		seek = w.from
 	}
 	if seek >= 0 {
 		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: seek}}})
