@@ -205,9 +205,8 @@ type run[Tx any] struct {
 
 	health *health // client errors, and whether the member ever joined
 
-	// sessions counts the calls of OnPartitionsAssigned, one per group session (guarded by
-	// mu; also an atomic, so a worker marks its proofs without the lock). A count, not the
-	// generation: a deleted and recreated group starts its generations again from 1.
+	// sessions counts the calls of OnPartitionsAssigned, one per group session. A count, not
+	// the generation: a deleted and recreated group starts its generations again from 1.
 	sessions atomic.Int64
 
 	looked map[string]time.Time // topic -> the last look after an UNKNOWN_TOPIC_ID fetch (poll's goroutine only)
@@ -400,9 +399,9 @@ func (r *run[Tx]) done(w *worker[Tx], n int64) {
 func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
 	r.clp.CompareAndSwap(nil, cl)
 	r.health.joined.Store(true) // franz-go calls this after every join and sync, even with nothing added
-	r.mu.Lock()
+	// Counted before retryRefused takes run.mu: a worker that gives up (refused, under run.mu)
+	// either is marked before that scan or sees this count and decides again itself.
 	session := r.sessions.Add(1)
-	r.mu.Unlock()
 	// After the new assignments: a refused partition newly assigned again gets a new worker
 	// there; the others that this session still assigns to us are restarted here.
 	defer r.retryRefused(session)

@@ -129,7 +129,6 @@ func TestRefusedDuringANewSessionRetried(t *testing.T) {
 	produceSeq(t, brokers, "orders", keys, 1, n)
 	store := newStore(t)
 	f := newFolder()
-	var stopOther func()
 	var moved atomic.Bool
 	started := make(chan struct{})
 	var a *consumer.Consumer[*memfence.Tx]
@@ -157,8 +156,7 @@ func TestRefusedDuringANewSessionRetried(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("timed out waiting for A's first proof")
 	}
-	stopOther = joinOther(t, brokers, "g", "other")
-	defer stopOther()
+	defer joinOther(t, brokers, "g", "other")()
 	waitFor(t, "A's next session begins during the refused proof", 20*time.Second, moved.Load)
 	waitFor(t, "A applies everything", 15*time.Second, allApplied(store, keys, n))
 	if err := ma.stop(); err != nil {

@@ -45,9 +45,9 @@ type worker[Tx any] struct {
 	// stopping: a revoke, a loss, a reassignment or Run's end picked this worker to stop
 	// (set under run.mu), so the watchdog's revive must not replace it with a successor.
 	stopping bool
-	// retry: the claim decision gave up (the coordinator refused this member the
-	// partition, or the fence kept moving under its claims) after a proof begun in group
-	// session refusedAt (run.sessions). A later group session that still assigns the partition to this
+	// retry: the claim decision gave up (the coordinator refused this member the partition,
+	// or the fence kept moving under its claims) after a proof begun in group session
+	// refusedAt (run.sessions). A later session that still assigns the partition to this
 	// member restarts it (run.retryRefused): franz-go may keep a partition assigned across
 	// the sessions in between without revoking it.
 	retry     bool
