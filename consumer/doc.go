@@ -13,7 +13,7 @@
 //
 // Every owned partition has exactly one goroutine. Records reach it over a channel from the
 // poll loop; its handler, token and position belong to it alone (no locks around partition
-// state). [Handler.Handle] is never called concurrently for the same partition. Run owns
+// state). A [Handler] is never called concurrently for the same partition. Run owns
 // every goroutine it starts and waits for all of them before it returns.
 //
 // # Configuration and startup
@@ -21,7 +21,7 @@
 // [New] validates everything and starts nothing: no Kafka client, no goroutine. It reports
 // every problem at once (errors.Join), each matching its sentinel: [ErrNoGroup], [ErrNoTopics],
 // [ErrInvalidTopic] (Kafka's rules: [a-zA-Z0-9._-], at most 249 characters, not "." or ".."),
-// [ErrNilSink] (a typed nil such as a nil *pgfence.Store included), [ErrNilFactory],
+// [ErrNilSink] (a typed nil such as a nil *pgfence.Store included), [ErrNilHandler],
 // [ErrNoBrokers] and [ErrInvalidOption]. The franz-go options go through kgo.ValidateOpts; the
 // ones Baton sets itself (ConsumerGroup, ShareGroup, ConsumeRegex, ConsumePartitions, the
 // rebalance callbacks, the auto-commit modes and AutoCommitCallback) are refused with
@@ -97,8 +97,8 @@
 //     returns a *partition.RecordError, or found by applying one record at a time) rolls the batch back; the records before it are
 //     applied, the poison record is dead-lettered in a fenced transaction that advances the
 //     fence over it, and processing goes on after it. The copy (to [DeadLetterTopic],
-//     default "<topic>.dlq", with the headers baton.dlq.*) is written one of two ways. With a
-//     handler that implements [DeadLetterer] (outboxconsumer.DeadLetters: an append to the
+//     default "<topic>.dlq", with the headers baton.dlq.*) is written one of two ways. With
+//     [FencedDeadLetters] (outboxconsumer.DeadLetters: an append to the
 //     fenced outbox, relayed by the partition's owner) it is written IN the transaction and
 //     commits with the fence advance or not at all: a zombie never dead-letters, and the
 //     relay's copies carry baton-* headers to deduplicate on. Otherwise it is produced to
@@ -128,21 +128,21 @@
 //
 // A partition's batch is applied in one transaction, and a database transaction is one
 // connection: its statements cannot run in parallel. The slow part of handling a record is
-// usually not the write but a call to another service (a device gateway, a payment API). A
-// handler that implements [Preparer] puts that part in Prepare, which the consumer runs per
+// usually not the write but a call to another service (a device gateway, a payment API). The
+// [Lanes] option puts that part in a [PrepareFunc], which the consumer runs per
 // record outside the transaction, in up to [Lanes] lanes per partition: one key's records on
 // one lane in offset order, never two of them at once; different keys in parallel; every lane
 // under the partition's single token, its ctx cancelled when the partition is revoked or lost.
 // The partition's goroutine stays its only writer: it applies the contiguous prefix of
 // prepared records (never past a record still in a lane) in fenced transactions, calling
-// Handle with each record's result in [Batch.Prepared], so a crash or a takeover loses and
+// the handler with each record's result in [Batch.Prepared], so a crash or a takeover loses and
 // duplicates nothing, and a zombie's lanes have no write path. Prepare itself is not fenced:
 // a record prepared and not applied when the partition moves is prepared again by the next
 // owner, and a zombie's lanes can keep calling until it notices, so Prepare must be
 // repeatable (a read, or a call with an idempotency key); an effect that must happen once is
-// appended to the outbox by Handle. A plain Handler is unaffected by Lanes.
+// appended to the outbox by the handler.
 //
-// Inside one Handle, work can also be spread over lanes with lanes.Lanes (package
+// Inside one handler call, work can also be spread over lanes with lanes.Lanes (package
 // partition/lanes), whose Run returns the committable offset (the lowest contiguous completed
 // one) if a lane fails; the writes then go into the transaction from the handler's goroutine.
 //
@@ -167,7 +167,7 @@
 // # What it does not cover
 //
 //   - Side effects outside the sink's transaction (HTTP calls, emails): use the outbox.
-//   - Dead letters produced directly (a handler that is not a [DeadLetterer]) are at least
+//   - Dead letters produced directly (without [FencedDeadLetters]) are at least
 //     once and may come from a zombie (see above); the dead-letter topic must exist.
 //   - A partition the coordinator says this member does not own stays unprocessed (WARN,
 //     stale_refusals) until franz-go revokes or loses it, or until a later group session

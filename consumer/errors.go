@@ -13,8 +13,8 @@ var (
 	// ErrNilSink means New was given a nil sink, or a typed nil (a nil pointer, map, func or
 	// chan in the interface).
 	ErrNilSink = errors.New("consumer: nil sink")
-	// ErrNilFactory means New was given a nil handler factory.
-	ErrNilFactory = errors.New("consumer: nil factory")
+	// ErrNilHandler means New was given neither a handler nor [PerPartition].
+	ErrNilHandler = errors.New("consumer: nil handler")
 	// ErrNoBrokers means the Kafka options passed with [Kafka] name no seed brokers.
 	ErrNoBrokers = errors.New("consumer: no seed brokers")
 	// ErrInvalidOption means an option was given an invalid value (a non-positive bound,

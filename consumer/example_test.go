@@ -39,9 +39,9 @@ func ExampleNew() {
 	}
 	applied := make(chan int, 16)
 	c, err := consumer.New("twins", []string{"readings"}, fence.Sink[*memfence.Tx](store),
-		func(_ context.Context, _ fence.Key, _ fence.Token) (consumer.Handler[*memfence.Tx], error) {
+		nil, consumer.PerPartition(func(_ context.Context, _ fence.Key, _ fence.Token) (consumer.Handler[*memfence.Tx], error) {
 			// State here belongs to this partition's goroutine alone: no locks.
-			return consumer.HandlerFunc[*memfence.Tx](func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+			return consumer.Handler[*memfence.Tx](func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					if err := tx.Put("twin/"+string(r.Key), r.Value); err != nil {
 						return err
@@ -50,7 +50,7 @@ func ExampleNew() {
 				applied <- len(b.Records)
 				return nil
 			}), nil
-		},
+		}),
 		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100*time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
 		consumer.Logger(quiet))

@@ -36,12 +36,12 @@ func is(m string) bool { return mutant != "" && mutant == m }
 
 // Appended by the dead-letter work (issue 10, finding 8).
 const (
-	mutantDeadLetterDirect = "DeadLetterProducedDirectly" // a DeadLetterer handler bypassed: the copy produced to Kafka inside the transaction
+	mutantDeadLetterDirect = "DeadLetterProducedDirectly" // FencedDeadLetters bypassed: the copy produced to Kafka inside the transaction
 )
 
 // Appended by the review of the dead-letter work (rev-dlq).
 const (
-	mutantDeadLetterVerdict = "DeadLetterErrorReadAsVerdict" // a DeadLetterer's error wrapping a fence sentinel taken for the sink's verdict
+	mutantDeadLetterVerdict = "DeadLetterErrorReadAsVerdict" // a FencedDeadLetters error wrapping a fence sentinel taken for the sink's verdict
 )
 
 // Appended by the relay shard-count work (issue 10, finding 7, standalone relay).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -36,6 +37,9 @@ type config struct {
 	afterCommit        AfterCommitFunc
 	afterCommitIdle    time.Duration
 	lanes              int
+	prepare            PrepareFunc
+	factory            any // PerPartition's Factory[Tx], checked against the sink's Tx by New
+	deadLetters        any // FencedDeadLetters' DeadLetterFunc[Tx], checked likewise
 }
 
 func defaults() config {
@@ -52,7 +56,6 @@ func defaults() config {
 		epochs:             ClassicGeneration(),
 		claimWait:          10 * time.Second,
 		afterCommitIdle:    time.Second,
-		lanes:              1,
 	}
 }
 
@@ -158,7 +161,7 @@ func MaxInflight(n int) Option {
 // DeadLetterTopic sets the topic poison records go to. Default: the source topic's name plus
 // ".dlq" (a poison record of "orders" goes to "orders.dlq"). The topic must exist (or be
 // auto-created): until the dead-letter produce succeeds, the partition retries and stalls
-// observably rather than dropping the record. With a handler that is a [DeadLetterer]
+// observably rather than dropping the record. With [FencedDeadLetters]
 // (outboxconsumer.DeadLetters), the copy to this topic is written in the fenced transaction
 // instead, and the outbox's relay produces it: the partition goes on at once, and a topic that
 // stays missing (or unauthorized) for the relay's GiveUpAfter makes the relay set the copy
@@ -247,21 +250,136 @@ func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
 	}
 }
 
-// Lanes sets how many records of one partition may run [Preparer.Prepare] at once: up to n
-// lanes per partition, one key's records on one lane at a time in offset order, every lane under
-// the partition's single token. The partition's goroutine stays its only writer: it applies
-// the contiguous prefix of prepared records (never past one still in a lane) in fenced
-// transactions, so a crash or a takeover loses and duplicates nothing. Lanes apply to handlers
-// that implement Preparer; a plain [Handler] runs as before. Default 1 (Prepare runs one
-// record at a time, overlapped with the writer's transactions); at most 256.
-func Lanes(n int) Option {
+// PrepareFunc is the first stage of handling a record: the slow part (a remote call to a
+// device gateway or a payment API) that needs no transaction. With [Lanes] it is called for
+// every record, in the partition's lanes, outside the sink's transaction, with the partition's
+// fence key k and the token t it is owned with; its results reach the handler in
+// [Batch.Prepared], and the handler writes them in the fenced transaction as before.
+//
+// It is called concurrently for records of different keys of one partition, never
+// concurrently for two records of the same key, and for one key's records in offset order.
+// ctx is cancelled when this member loses the partition (or the partition stops); a revoke
+// waits for every call to return, as it waits for the handler, so it must honour ctx.
+//
+// The lanes run ahead of the writer: a key's next record may be prepared before the handler
+// has committed its previous one (or even started), so the function must not read what the
+// handler writes for the key's earlier records; a step that depends on them belongs in the
+// handler. A result may also be applied under a later token than the one it was prepared
+// under (t): when the partition is re-claimed while its records are in the window (it was
+// kept at a later generation, or its fence recovered), records prepared under the earlier
+// token are applied under the new one, with those results in [Batch.Prepared]. A handler
+// that drops records from a batch must drop their Prepared results with them.
+//
+// Its effects are not fenced: a record prepared and not yet applied when the partition moves
+// is prepared again by the next owner, and a zombie whose session expired keeps preparing
+// until it notices (its writes are refused). So it must be safe to repeat and to run on a
+// member that no longer owns the partition: a read, or a call with an idempotency key. A side
+// effect that must happen once belongs in the outbox, appended by the handler in the fenced
+// transaction.
+//
+// An error is handled like the handler's: [Permanent] makes the record poison (the records
+// before it are applied, it is dead-lettered, the records after it go on); any other error is
+// retried on the record's lane with backoff, the same record again.
+type PrepareFunc func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)
+
+// Lanes runs prepare for every record before the handler applies it, in up to n lanes per
+// partition: one key's records on one lane at a time in offset order, every lane under the
+// partition's single token. The partition's goroutine stays its only writer: it applies the
+// contiguous prefix of prepared records (never past one still in a lane) in fenced
+// transactions, so a crash or a takeover loses and duplicates nothing. n is 1 to 256 (1
+// prepares one record at a time, overlapped with the writer's transactions). Default: no
+// lanes, no prepare stage.
+func Lanes(n int, prepare PrepareFunc) Option {
 	return func(c *config) error {
 		if n < 1 || n > maxLanes {
 			return fmt.Errorf("%w: Lanes %d, want 1..%d", ErrInvalidOption, n, maxLanes)
 		}
-		c.lanes = n
+		if prepare == nil {
+			return fmt.Errorf("%w: Lanes with a nil prepare function", ErrInvalidOption)
+		}
+		c.lanes, c.prepare = n, prepare
 		return nil
 	}
+}
+
+// PerPartition builds each partition's handler with factory when this member is assigned the
+// partition (and again when it is claimed with a new token), for handlers that keep
+// per-partition state. [New]'s handler must then be nil; both, or a factory of another
+// transaction type than the sink's, make New fail with [ErrInvalidOption]. A factory's error
+// stops [Consumer.Run].
+func PerPartition[Tx any](factory Factory[Tx]) Option {
+	return func(c *config) error {
+		if factory == nil {
+			return fmt.Errorf("%w: nil PerPartition factory", ErrInvalidOption)
+		}
+		if c.factory != nil {
+			return fmt.Errorf("%w: PerPartition given twice", ErrInvalidOption)
+		}
+		c.factory = factory
+		return nil
+	}
+}
+
+// DeadLetterFunc writes the dead-letter copy d of a poison record in the fenced transaction
+// tx; see [FencedDeadLetters].
+type DeadLetterFunc[Tx any] func(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error
+
+// FencedDeadLetters makes the consumer dead-letter a poison record through fn, inside the
+// fenced transaction that advances the fence over the record, instead of producing it to
+// Kafka. b holds that record alone (b.Key, b.Token: the partition and the token the
+// transaction is fenced with; with [Lanes], b.Prepared its prepared result, nil if its
+// preparation failed for good) and d is the record the consumer would have produced (the
+// dead-letter topic, the poison record's key, value and headers, and the baton.dlq.*
+// headers). The copy commits with the fence advance or not at all, so a zombie whose
+// transaction the database ended (idle_in_transaction_session_timeout) never dead-letters a
+// record. outboxconsumer.DeadLetters is this option with an append to the fenced outbox,
+// relayed by the partition's owner.
+//
+// An error rolls the transaction back; it is retried like a handler's error, except that an
+// error marked [Permanent] (a copy the store can never take) stops the partition with an
+// ERROR log. fn is never called concurrently for the same partition. Its transaction type
+// must be the sink's, or [New] fails with [ErrInvalidOption].
+func FencedDeadLetters[Tx any](fn DeadLetterFunc[Tx]) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil FencedDeadLetters function", ErrInvalidOption)
+		}
+		c.deadLetters = fn
+		return nil
+	}
+}
+
+// handlers returns the factory of New's handler or of PerPartition's factory: exactly one
+// of them must be given.
+func handlers[Tx any](h Handler[Tx], factory any) (Factory[Tx], error) {
+	switch {
+	case h != nil && factory != nil:
+		return nil, fmt.Errorf("%w: both a handler and PerPartition: pass a nil handler with PerPartition", ErrInvalidOption)
+	case h != nil:
+		return func(context.Context, fence.Key, fence.Token) (Handler[Tx], error) { return h, nil }, nil
+	case factory == nil:
+		return nil, ErrNilHandler
+	}
+	f, ok := factory.(Factory[Tx])
+	if !ok {
+		return nil, fmt.Errorf("%w: PerPartition builds handlers of %s, the sink's transactions are %s", ErrInvalidOption, txOf(factory), txName[Tx]())
+	}
+	return f, nil
+}
+
+// txName names the type Tx; txOf the transaction type of a PerPartition or FencedDeadLetters
+// function, for New's errors.
+func txName[Tx any]() string { return reflect.TypeFor[Tx]().String() }
+
+func txOf(f any) string {
+	t := reflect.TypeOf(f)
+	if t.Kind() == reflect.Func && t.NumOut() >= 1 && t.Out(0).Kind() == reflect.Func && t.Out(0).NumIn() >= 2 {
+		return t.Out(0).In(1).String() // Factory: its Handler's (ctx, tx, b)
+	}
+	if t.Kind() == reflect.Func && t.NumIn() >= 2 {
+		return t.In(1).String() // DeadLetterFunc: (ctx, tx, ...)
+	}
+	return t.String()
 }
 
 // GroupProtocol selects the consumer group protocol, by the names of Kafka's consumer config

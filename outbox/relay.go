@@ -459,7 +459,7 @@ func (r *Relay) topicMissing(ctx context.Context, topic string) (bool, error) {
 // from the partition's own goroutine, under its fence key and token, after every committed
 // batch and every idle interval:
 //
-//	consumer.New(group, topics, sink, factory, consumer.AfterCommit(relay.AfterCommit(), time.Second))
+//	consumer.New(group, topics, sink, handler, consumer.AfterCommit(relay.AfterCommit(), time.Second))
 //
 // So the relay of source partition k runs exactly where k's ownership lives, and stops the
 // moment k is revoked or lost. It is Flush without the count, so it holds up the partition for

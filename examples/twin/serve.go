@@ -80,9 +80,9 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 		kopts = append(kopts, kgo.InstanceID(o.instanceID))
 	}
 	c, err := consumer.New(n.twins, []string{n.updates}, st.fast,
-		func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
+		nil, consumer.PerPartition(func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
 			return fold(st, n.commands), nil
-		},
+		}),
 		consumer.Kafka(kopts...), consumer.AfterCommit(relay.AfterCommit(), time.Second),
 		consumer.MeterProvider(m.Provider()), consumer.TracerProvider(tp), consumer.Logger(log))
 	if err != nil {

@@ -81,20 +81,20 @@ func TestSecurePipelineRuntimeRole(t *testing.T) {
 	defer relayClient.Close()
 	relay := must(outbox.NewRelay(relayClient, box))
 	sender := must(consumer.New(sendGroup, []string{events}, fence.Sink[pgx.Tx](fences),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-			return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+			return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 				msgs := make([]outbox.Message, 0, len(b.Records))
 				for _, r := range b.Records {
 					msgs = append(msgs, outbox.Message{Topic: commands, Key: r.Key, Value: r.Value})
 				}
 				return box.Append(ctx, tx, b.Key, b.Token, msgs...)
 			}), nil
-		},
+		}),
 		consumer.Kafka(kopts()...), consumer.Logger(log), consumer.AfterCommit(relay.AfterCommit(), 200*time.Millisecond)))
 	inbox := must(outbox.NewInbox[pgx.Tx]("receiver", fences))
 	receiver := must(consumer.New(recvGroup, []string{commands}, fence.Sink[pgx.Tx](fences),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-			return outboxconsumer.Handler(inbox, consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+			return outboxconsumer.Handler(inbox, consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					if _, err := tx.Exec(ctx, `INSERT INTO applied VALUES ($1, $2)`, string(r.Key), string(r.Value)); err != nil {
 						return consumer.Permanent(fmt.Errorf("applied twice: %s/%s: %w", r.Key, r.Value, err))
@@ -102,7 +102,7 @@ func TestSecurePipelineRuntimeRole(t *testing.T) {
 				}
 				return nil
 			})), nil
-		},
+		}),
 		consumer.Kafka(kopts()...), consumer.Logger(log)))
 
 	runCtx, cancel := context.WithCancel(ctx)

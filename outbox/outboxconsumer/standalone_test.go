@@ -246,8 +246,8 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	receiver, err := consumer.New("billing", []string{"commands"}, fence.Sink[*sql.Tx](recv),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
-			apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
+			apply := consumer.Handler[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					res, err := tx.ExecContext(ctx, `INSERT INTO applied (k, v) VALUES (?, ?) ON CONFLICT DO NOTHING`, string(r.Key), string(r.Value))
 					if err != nil {
@@ -262,7 +262,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 				return nil
 			})
 			return outboxconsumer.Handler(inbox, apply), nil
-		}, consumer.Kafka(kopts...), consumer.Logger(quiet()))
+		}), consumer.Kafka(kopts...), consumer.Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)
 	}
