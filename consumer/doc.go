@@ -46,7 +46,7 @@
 // # Protocol
 //
 //  1. Assignment (OnPartitionsAssigned): the epoch of the newly assigned partitions is read
-//     once from the [EpochSource] (classic protocol: the group generation) and kept for as
+//     once from the epoch source (classic protocol: the group generation) and kept for as
 //     long as the partition is retained. Under cooperative rebalancing retained partitions
 //     keep their token; reading the generation at write time would let a zombie that
 //     rejoined at a higher generation pass the fence.
@@ -64,7 +64,7 @@
 //     slower claims keep the partition paused until they finish.
 //  3. Verify before the first write, and after every refusal: an accepted claim proves
 //     only that nobody stored a higher token, and a refused one proves nothing about this
-//     member. The member asks the coordinator ([EpochSource.VerifyCurrent]; classic
+//     member. The member asks the coordinator (the epoch source's VerifyCurrent; classic
 //     protocol: an OffsetCommit with its member id and generation naming the partition,
 //     which a loading coordinator refuses, plus DescribeGroups showing the partition in its
 //     assignment; a Heartbeat is not enough, Kafka answers it blindly while it loads the
@@ -189,7 +189,7 @@
 //     stopped VM) pauses its watchdog too; the fence is what stops its writes.
 //   - The watchdog watches classic groups only: a KIP-848 group's session timeout is the
 //     broker's and is not sent to the client (DESIGN.md, "What Baton does not cover").
-//   - KIP-848 groups ([GroupProtocol]("consumer"), [AssignmentEpochs]) are proven on Kafka 4.3+
+//   - KIP-848 groups ([GroupProtocol]("consumer")) are proven on Kafka 4.3+
 //     (KIP-1251's per-partition assignment epochs); the default stays the classic protocol. A
 //     restarted static member of a KIP-848 group comes back at its predecessor's epoch and goes
 //     through a recorded recovery, as under the classic protocol.

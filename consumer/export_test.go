@@ -20,3 +20,19 @@ func Sessions[Tx any](c *Consumer[Tx]) int64 {
 	}
 	return 0
 }
+
+// EpochSource is the epoch source, for tests that give their own.
+type EpochSource = epochSource
+
+// Epochs sets the epoch source.
+func Epochs(s EpochSource) Option { return withEpochs(s) }
+
+// ClassicGeneration and AssignmentEpochs are the two protocols' epoch sources.
+func ClassicGeneration() EpochSource { return classicGeneration{} }
+func AssignmentEpochs() EpochSource  { return assignmentEpochs{} }
+
+// The group protocols' names.
+const (
+	ProtocolClassic  = protocolClassic
+	ProtocolConsumer = protocolConsumer
+)

@@ -30,8 +30,8 @@ type config struct {
 	deadLetterTopic    string
 	retryMin, retryMax time.Duration
 	recoverRegressions bool
-	epochs             EpochSource
-	epochsSet          bool   // Epochs was given
+	epochs             epochSource
+	epochsSet          bool   // withEpochs was given
 	protocol           string // GroupProtocol, or "" for the epoch source's
 	claimWait          time.Duration
 	afterCommit        AfterCommitFunc
@@ -53,7 +53,7 @@ func defaults() config {
 		retryMin:           100 * time.Millisecond,
 		retryMax:           10 * time.Second,
 		recoverRegressions: true,
-		epochs:             ClassicGeneration(),
+		epochs:             classicGeneration{},
 		claimWait:          10 * time.Second,
 		afterCommitIdle:    time.Second,
 	}
@@ -201,8 +201,9 @@ func RecoverRegressions(on bool) Option {
 	}
 }
 
-// Epochs sets where a partition's epoch comes from. Default: [ClassicGeneration].
-func Epochs(s EpochSource) Option {
+// withEpochs sets where a partition's epoch comes from, for tests; the group protocol picks it
+// otherwise.
+func withEpochs(s epochSource) Option {
 	return func(c *config) error {
 		if s == nil {
 			return fmt.Errorf("%w: nil epoch source", ErrInvalidOption)
@@ -383,20 +384,19 @@ func txOf(f any) string {
 }
 
 // GroupProtocol selects the consumer group protocol, by the names of Kafka's consumer config
-// group.protocol: [ProtocolClassic] (JoinGroup/SyncGroup; the token's epoch is the group
-// generation, [ClassicGeneration]) or [ProtocolConsumer] (KIP-848, Kafka 4.0+, proven on 4.3+;
-// the epoch is the partition's assignment epoch, [AssignmentEpochs]). Without [Epochs] the
-// protocol's own epoch source is used; with an epoch source of the other protocol, [New]
-// fails. Default: the epoch source's protocol, classic unless [Epochs] says otherwise. See
-// DESIGN.md, "KIP-848 groups", for why classic stays the default.
+// group.protocol: "classic" (JoinGroup/SyncGroup; the token's epoch is the group generation)
+// or "consumer" (KIP-848, Kafka 4.0+, proven on 4.3+; the epoch is the partition's assignment
+// epoch of KIP-1251, and franz-go's kgo.ServerSideBalancer is added). Any other name makes
+// [New] fail with [ErrInvalidOption]. Default "classic". See DESIGN.md, "KIP-848 groups", for
+// why classic stays the default.
 func GroupProtocol(name string) Option {
 	return func(c *config) error {
 		switch name {
-		case ProtocolClassic, ProtocolConsumer:
+		case protocolClassic, protocolConsumer:
 			c.protocol = name
 			return nil
 		}
-		return fmt.Errorf("%w: GroupProtocol %q: want %q or %q", ErrInvalidOption, name, ProtocolClassic, ProtocolConsumer)
+		return fmt.Errorf("%w: GroupProtocol %q: want %q or %q", ErrInvalidOption, name, protocolClassic, protocolConsumer)
 	}
 }
 
