@@ -55,7 +55,7 @@ type Consumer[Tx any] struct {
 	topics  []string
 	sink    fence.Sink[Tx]
 	factory Factory[Tx]
-	dlq     DeadLetterFunc[Tx] // FencedDeadLetters, or nil
+	dlq     func(context.Context, Tx, *Batch, *kgo.Record) error // FencedDeadLetters, or nil
 	cfg     config
 	m       *meters
 	tracer  trace.Tracer
@@ -68,15 +68,13 @@ type Consumer[Tx any] struct {
 // New returns a consumer for group over topics, writing through sink, applying every
 // partition's batches with handler. A handler that keeps per-partition state is built per
 // partition by a factory instead: pass a nil handler and [PerPartition]. It validates
-// everything and reports every problem at once (errors.Join), each matching its sentinel with
-// errors.Is: ErrNoGroup (empty or invalid group), ErrNoTopics (no topics, or an empty name),
-// ErrInvalidTopic (a name Kafka refuses: longer than 249 characters, "." or "..", or a
-// character outside [a-zA-Z0-9._-]), ErrNilSink (nil, or a typed nil such as a nil
-// *pgfence.Store), ErrNilHandler (neither a handler nor PerPartition), ErrNoBrokers (no
-// kgo.SeedBrokers among the [Kafka] options) and ErrInvalidOption (a nil or invalid option,
-// both a handler and PerPartition, a PerPartition or FencedDeadLetters function of another
-// transaction type than the sink's, a Kafka option franz-go refuses, or one Baton owns, which
-// also matches ErrOwnedOption and names the option).
+// everything and reports every problem at once (errors.Join), each naming what is wrong: an
+// empty or invalid group; no topics, an empty name or one Kafka refuses (longer than 249
+// characters, "." or "..", or a character outside [a-zA-Z0-9._-]); a nil sink, or a typed nil
+// such as a nil *pgfence.Store; neither a handler nor PerPartition; no kgo.SeedBrokers among
+// the [Kafka] options; and, matching [ErrInvalidOption], a nil or invalid option, both a
+// handler and PerPartition, a PerPartition or FencedDeadLetters function of another
+// transaction type than the sink's, a Kafka option franz-go refuses, or one Baton owns (named).
 //
 // New has no side effect: it creates no Kafka client and starts nothing (the Kafka options
 // are checked with kgo.ValidateOpts); [Consumer.Run] does.
@@ -84,16 +82,16 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 	var errs []error
 	// The group's rules are the fence key's: it is stored with every fence.
 	if err := (fence.Key{Group: group, Topic: probeTopic}).Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrNoGroup, err))
+		errs = append(errs, fmt.Errorf("%w: %w", errNoGroup, err))
 	}
 	if len(topics) == 0 {
-		errs = append(errs, ErrNoTopics)
+		errs = append(errs, errNoTopics)
 	}
 	for _, t := range topics {
 		errs = append(errs, validTopic(t))
 	}
 	if isNil(sink) {
-		errs = append(errs, ErrNilSink)
+		errs = append(errs, errNilSink)
 	}
 	cfg := defaults()
 	for i, o := range opts {
@@ -108,9 +106,9 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 	}
 	factory, ferr := handlers(handler, cfg.factory)
 	errs = append(errs, ferr)
-	var dlq DeadLetterFunc[Tx]
+	var dlq func(context.Context, Tx, *Batch, *kgo.Record) error
 	if cfg.deadLetters != nil {
-		f, ok := cfg.deadLetters.(DeadLetterFunc[Tx])
+		f, ok := cfg.deadLetters.(func(context.Context, Tx, *Batch, *kgo.Record) error)
 		if !ok {
 			errs = append(errs, fmt.Errorf("%w: FencedDeadLetters takes %s, the sink's transactions are %s", ErrInvalidOption, txOf(cfg.deadLetters), txName[Tx]()))
 		}
@@ -136,7 +134,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 // offsets, leaves the group and returns nil. No goroutine it starts outlives it.
 //
 // It returns an error if the Kafka client cannot be created, the Kafka options hold
-// kgo.BlockRebalanceOnPoll ([ErrOwnedOption]) or kgo.ServerSideBalancer with the classic
+// kgo.BlockRebalanceOnPoll ([ErrInvalidOption]) or kgo.ServerSideBalancer with the classic
 // protocol ([ErrInvalidOption]: use [GroupProtocol]), a partition's [PerPartition] factory fails, or ctx
 // ended before this member ever joined the group ([ErrNotJoined], with the last cause: the
 // cluster unreachable, authentication failed, the group not joinable). While the client

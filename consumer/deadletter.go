@@ -46,11 +46,11 @@ func deadLetterHeaders(r *kgo.Record, cause error, k fence.Key, t fence.Token) [
 		reason = reason[:n]
 	}
 	return append(hs,
-		kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(k.Group)},
-		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
-		kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(itoa(r.Offset))},
-		kgo.RecordHeader{Key: HeaderDLQToken, Value: []byte(t.String())},
+		kgo.RecordHeader{Key: headerDLQReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: headerDLQGroup, Value: []byte(k.Group)},
+		kgo.RecordHeader{Key: headerDLQTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: headerDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+		kgo.RecordHeader{Key: headerDLQOffset, Value: []byte(itoa(r.Offset))},
+		kgo.RecordHeader{Key: headerDLQToken, Value: []byte(t.String())},
 	)
 }

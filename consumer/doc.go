@@ -6,7 +6,7 @@
 //
 // A partition is named by one type throughout: its fence key (fence.Key: group, topic,
 // partition) reaches user code as [Batch.Key], and as the key argument of the [Factory] and of
-// the [AfterCommitFunc]; it is the key the sink fences and the outbox appends under. Inside,
+// the [AfterCommit] function; it is the key the sink fences and the outbox appends under. Inside,
 // the registry of workers is keyed by partition.ID.
 //
 // # Threading contract
@@ -19,13 +19,13 @@
 // # Configuration and startup
 //
 // [New] validates everything and starts nothing: no Kafka client, no goroutine. It reports
-// every problem at once (errors.Join), each matching its sentinel: [ErrNoGroup], [ErrNoTopics],
-// [ErrInvalidTopic] (Kafka's rules: [a-zA-Z0-9._-], at most 249 characters, not "." or ".."),
-// [ErrNilSink] (a typed nil such as a nil *pgfence.Store included), [ErrNilHandler],
-// [ErrNoBrokers] and [ErrInvalidOption]. The franz-go options go through kgo.ValidateOpts; the
+// every problem at once (errors.Join), each naming what is wrong: the group, the topics
+// (Kafka's rules: [a-zA-Z0-9._-], at most 249 characters, not "." or ".."), a nil sink (a
+// typed nil such as a nil *pgfence.Store included), no handler, no seed brokers, and the
+// options ([ErrInvalidOption]). The franz-go options go through kgo.ValidateOpts; the
 // ones Baton sets itself (ConsumerGroup, ShareGroup, ConsumeRegex, ConsumePartitions, the
 // rebalance callbacks, the auto-commit modes and AutoCommitCallback) are refused with
-// [ErrOwnedOption] naming the option and why. franz-go offers no look at an option's value
+// [ErrInvalidOption] naming the option and why. franz-go offers no look at an option's value
 // without a client, so they are recognised by how its validation reacts to probe options;
 // BlockRebalanceOnPoll leaves no trace there and is refused by Run before it joins (read with
 // OptValue from a client that has no group, topics or partitions, so it connects nowhere). A
@@ -119,7 +119,7 @@
 //     can overshoot it by what the client had buffered). A pause
 //     is cleared when its partition is revoked or lost, so a later assignment fetches again.
 //  8. After each committed batch, and every idle interval, the partition's own goroutine runs
-//     the [AfterCommit] hook with the partition's fence key and token ([AfterCommitFunc]): the
+//     the [AfterCommit] hook with the partition's fence key and token ([AfterCommit] function): the
 //     outbox relay runs there (consumer.AfterCommit(relay.AfterCommit(), time.Second); the
 //     relay's hook is a plain func, so package outbox does not import this one), and relaying a
 //     partition's side effects lives exactly where its ownership does.
@@ -129,7 +129,7 @@
 // A partition's batch is applied in one transaction, and a database transaction is one
 // connection: its statements cannot run in parallel. The slow part of handling a record is
 // usually not the write but a call to another service (a device gateway, a payment API). The
-// [Lanes] option puts that part in a [PrepareFunc], which the consumer runs per
+// [Lanes] option puts that part in a prepare function, which the consumer runs per
 // record outside the transaction, in up to [Lanes] lanes per partition: one key's records on
 // one lane in offset order, never two of them at once; different keys in parallel; every lane
 // under the partition's single token, its ctx cancelled when the partition is revoked or lost.

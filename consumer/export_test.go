@@ -36,3 +36,25 @@ const (
 	ProtocolClassic  = protocolClassic
 	ProtocolConsumer = protocolConsumer
 )
+
+// The sentinels of New's misconfigurations and of a permanent error, and the dead-letter
+// headers' names.
+var (
+	ErrNoGroup      = errNoGroup
+	ErrNoTopics     = errNoTopics
+	ErrInvalidTopic = errInvalidTopic
+	ErrNilSink      = errNilSink
+	ErrNilHandler   = errNilHandler
+	ErrNoBrokers    = errNoBrokers
+	ErrOwnedOption  = errOwnedOption
+	ErrPermanent    = errPermanent
+)
+
+const (
+	HeaderDLQReason    = headerDLQReason
+	HeaderDLQGroup     = headerDLQGroup
+	HeaderDLQTopic     = headerDLQTopic
+	HeaderDLQPartition = headerDLQPartition
+	HeaderDLQOffset    = headerDLQOffset
+	HeaderDLQToken     = headerDLQToken
+)

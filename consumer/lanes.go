@@ -14,7 +14,7 @@ import (
 // preparer is the prepare stage of one partition under one token: [Lanes]' function bound to
 // the fence key and the token of the worker that dispatched the record.
 type preparer struct {
-	fn PrepareFunc
+	fn func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)
 	k  fence.Key
 	t  fence.Token
 }

@@ -34,12 +34,12 @@ type config struct {
 	epochsSet          bool   // withEpochs was given
 	protocol           string // GroupProtocol, or "" for the epoch source's
 	claimWait          time.Duration
-	afterCommit        AfterCommitFunc
+	afterCommit        func(ctx context.Context, k fence.Key, t fence.Token) error
 	afterCommitIdle    time.Duration
 	lanes              int
-	prepare            PrepareFunc
+	prepare            func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)
 	factory            any // PerPartition's Factory[Tx], checked against the sink's Tx by New
-	deadLetters        any // FencedDeadLetters' DeadLetterFunc[Tx], checked likewise
+	deadLetters        any // FencedDeadLetters' function, checked likewise
 }
 
 func defaults() config {
@@ -66,7 +66,7 @@ func defaults() config {
 // 500ms heartbeat interval: see Handovers in the package documentation), which these options
 // override.
 //
-// The options Baton owns are refused with [ErrOwnedOption], naming the option: ConsumerGroup,
+// The options Baton owns are refused with [ErrInvalidOption], naming the option: ConsumerGroup,
 // ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
 // OnPartitionsLost, DisableAutoCommit, AutoCommitMarks, GreedyAutoCommit and
 // AutoCommitCallback by [New]; BlockRebalanceOnPoll by [Consumer.Run], before it joins the
@@ -159,7 +159,10 @@ func MaxInflight(n int) Option {
 }
 
 // DeadLetterTopic sets the topic poison records go to. Default: the source topic's name plus
-// ".dlq" (a poison record of "orders" goes to "orders.dlq"). The topic must exist (or be
+// ".dlq" (a poison record of "orders" goes to "orders.dlq"). The copy has the record's key,
+// value and timestamp, its headers without any baton.dlq.* one, then Baton's: baton.dlq.reason
+// (the error, at most 1 KiB), baton.dlq.group, baton.dlq.topic, baton.dlq.partition,
+// baton.dlq.offset and baton.dlq.token (the owner's token). The topic must exist (or be
 // auto-created): until the dead-letter produce succeeds, the partition retries and stalls
 // observably rather than dropping the record. With [FencedDeadLetters]
 // (outboxconsumer.DeadLetters), the copy to this topic is written in the fenced transaction
@@ -226,19 +229,18 @@ func ClaimWait(d time.Duration) Option {
 	}
 }
 
-// AfterCommitFunc is called by a partition's own goroutine, under its ownership and token,
+// AfterCommit sets fn to run in each partition's goroutine after its batches commit, and
+// every idle interval while the partition has nothing to apply (so work fn could not finish,
+// e.g. rows not relayed while Kafka was down, is retried without new records). Default: none;
+// idle interval 1s.
+//
+// fn is called by a partition's own goroutine, under its ownership and token,
 // after the partition's batches commit: the place to relay that partition's outbox rows
 // (outbox.Relay.AfterCommit). It is never called concurrently for the same partition, and
 // never after the partition was revoked or lost (its ctx is the partition's). An error is
 // logged and counted; the call is made again after the next commit or within the idle
 // interval, so work it leaves (undelivered rows) is picked up later.
-type AfterCommitFunc func(ctx context.Context, k fence.Key, t fence.Token) error
-
-// AfterCommit sets fn to run in each partition's goroutine after its batches commit, and
-// every idle interval while the partition has nothing to apply (so work fn could not finish,
-// e.g. rows not relayed while Kafka was down, is retried without new records). Default: none;
-// idle interval 1s.
-func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
+func AfterCommit(fn func(ctx context.Context, k fence.Key, t fence.Token) error, idle time.Duration) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil AfterCommit func", ErrInvalidOption)
@@ -251,11 +253,19 @@ func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
 	}
 }
 
-// PrepareFunc is the first stage of handling a record: the slow part (a remote call to a
-// device gateway or a payment API) that needs no transaction. With [Lanes] it is called for
-// every record, in the partition's lanes, outside the sink's transaction, with the partition's
-// fence key k and the token t it is owned with; its results reach the handler in
-// [Batch.Prepared], and the handler writes them in the fenced transaction as before.
+// Lanes runs prepare for every record before the handler applies it, in up to n lanes per
+// partition: one key's records on one lane at a time in offset order, every lane under the
+// partition's single token. The partition's goroutine stays its only writer: it applies the
+// contiguous prefix of prepared records (never past one still in a lane) in fenced
+// transactions, so a crash or a takeover loses and duplicates nothing. n is 1 to 256 (1
+// prepares one record at a time, overlapped with the writer's transactions). Default: no
+// lanes, no prepare stage.
+//
+// prepare is the first stage of handling a record: the slow part (a remote call to a device
+// gateway or a payment API) that needs no transaction. It is called for every record, in the
+// partition's lanes, outside the sink's transaction, with the partition's fence key k and the
+// token t it is owned with; its results reach the handler in [Batch.Prepared], and the handler
+// writes them in the fenced transaction.
 //
 // It is called concurrently for records of different keys of one partition, never
 // concurrently for two records of the same key, and for one key's records in offset order.
@@ -281,16 +291,7 @@ func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
 // An error is handled like the handler's: [Permanent] makes the record poison (the records
 // before it are applied, it is dead-lettered, the records after it go on); any other error is
 // retried on the record's lane with backoff, the same record again.
-type PrepareFunc func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)
-
-// Lanes runs prepare for every record before the handler applies it, in up to n lanes per
-// partition: one key's records on one lane at a time in offset order, every lane under the
-// partition's single token. The partition's goroutine stays its only writer: it applies the
-// contiguous prefix of prepared records (never past one still in a lane) in fenced
-// transactions, so a crash or a takeover loses and duplicates nothing. n is 1 to 256 (1
-// prepares one record at a time, overlapped with the writer's transactions). Default: no
-// lanes, no prepare stage.
-func Lanes(n int, prepare PrepareFunc) Option {
+func Lanes(n int, prepare func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)) Option {
 	return func(c *config) error {
 		if n < 1 || n > maxLanes {
 			return fmt.Errorf("%w: Lanes %d, want 1..%d", ErrInvalidOption, n, maxLanes)
@@ -321,11 +322,8 @@ func PerPartition[Tx any](factory Factory[Tx]) Option {
 	}
 }
 
-// DeadLetterFunc writes the dead-letter copy d of a poison record in the fenced transaction
-// tx; see [FencedDeadLetters].
-type DeadLetterFunc[Tx any] func(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error
-
-// FencedDeadLetters makes the consumer dead-letter a poison record through fn, inside the
+// FencedDeadLetters makes the consumer dead-letter a poison record through fn, which writes
+// its dead-letter copy d in the fenced transaction tx, inside the
 // fenced transaction that advances the fence over the record, instead of producing it to
 // Kafka. b holds that record alone (b.Key, b.Token: the partition and the token the
 // transaction is fenced with; with [Lanes], b.Prepared its prepared result, nil if its
@@ -340,7 +338,7 @@ type DeadLetterFunc[Tx any] func(ctx context.Context, tx Tx, b *Batch, d *kgo.Re
 // error marked [Permanent] (a copy the store can never take) stops the partition with an
 // ERROR log. fn is never called concurrently for the same partition. Its transaction type
 // must be the sink's, or [New] fails with [ErrInvalidOption].
-func FencedDeadLetters[Tx any](fn DeadLetterFunc[Tx]) Option {
+func FencedDeadLetters[Tx any](fn func(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil FencedDeadLetters function", ErrInvalidOption)
@@ -359,7 +357,7 @@ func handlers[Tx any](h Handler[Tx], factory any) (Factory[Tx], error) {
 	case h != nil:
 		return func(context.Context, fence.Key, fence.Token) (Handler[Tx], error) { return h, nil }, nil
 	case factory == nil:
-		return nil, ErrNilHandler
+		return nil, errNilHandler
 	}
 	f, ok := factory.(Factory[Tx])
 	if !ok {
@@ -378,7 +376,7 @@ func txOf(f any) string {
 		return t.Out(0).In(1).String() // Factory: its Handler's (ctx, tx, b)
 	}
 	if t.Kind() == reflect.Func && t.NumIn() >= 2 {
-		return t.In(1).String() // DeadLetterFunc: (ctx, tx, ...)
+		return t.In(1).String() // FencedDeadLetters: (ctx, tx, ...)
 	}
 	return t.String()
 }

@@ -519,12 +519,12 @@ func (w *worker[Tx]) poison(recs []*kgo.Record, cause error) bool {
 
 // Headers set on dead-lettered records, next to the record's own headers.
 const (
-	HeaderDLQReason    = "baton.dlq.reason"
-	HeaderDLQGroup     = "baton.dlq.group"
-	HeaderDLQTopic     = "baton.dlq.topic"
-	HeaderDLQPartition = "baton.dlq.partition"
-	HeaderDLQOffset    = "baton.dlq.offset"
-	HeaderDLQToken     = "baton.dlq.token"
+	headerDLQReason    = "baton.dlq.reason"
+	headerDLQGroup     = "baton.dlq.group"
+	headerDLQTopic     = "baton.dlq.topic"
+	headerDLQPartition = "baton.dlq.partition"
+	headerDLQOffset    = "baton.dlq.offset"
+	headerDLQToken     = "baton.dlq.token"
 )
 
 // deadLetter advances the fence over r in a fenced transaction that dead-letters r before

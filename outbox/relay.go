@@ -465,7 +465,7 @@ func (r *Relay) topicMissing(ctx context.Context, topic string) (bool, error) {
 // moment k is revoked or lost. It is Flush without the count, so it holds up the partition for
 // at most [FlushTimeout]; a Flush that delivered rows and then ran out of time (a large backlog
 // catching up) is not an error, the rest follows on the next call. Its type is the one of
-// consumer.AfterCommitFunc, spelled out so that outbox does not depend on the consumer.
+// consumer.AfterCommit's function, spelled out so that outbox does not depend on the consumer.
 func (r *Relay) AfterCommit() func(ctx context.Context, k fence.Key, t fence.Token) error {
 	return func(ctx context.Context, k fence.Key, t fence.Token) error {
 		n, err := r.Flush(ctx, k, t)

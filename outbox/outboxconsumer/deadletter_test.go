@@ -225,10 +225,10 @@ func zombieDeadLetter(t *testing.T, brokers []string, src, dlq, group string, se
 			for _, x := range r.Headers {
 				h[x.Key] = string(x.Value)
 			}
-			if h[consumer.HeaderDLQOffset] != strconv.FormatInt(poison, 10) {
+			if h["baton.dlq.offset"] != strconv.FormatInt(poison, 10) {
 				continue
 			}
-			tokens = append(tokens, h[consumer.HeaderDLQToken])
+			tokens = append(tokens, h["baton.dlq.token"])
 			if _, ok := h[outbox.HeaderSeq]; ok {
 				withRow++
 			}
@@ -290,7 +290,7 @@ func TestDeadLettersAppendsTheCopy(t *testing.T) {
 		r := &kgo.Record{Topic: "orders", Partition: 2, Offset: 9, Key: []byte("k"), Value: []byte("v")}
 		d := &kgo.Record{Topic: "orders.dlq", Key: r.Key, Value: r.Value, Headers: []kgo.RecordHeader{
 			{Key: "app", Value: []byte("1")}, {Key: "Baton-Token", Value: []byte("9.9")}, {Key: "traceparent"},
-			{Key: ""}, {Key: "\xff"}, {Key: consumer.HeaderDLQOffset, Value: []byte("9")}}}
+			{Key: ""}, {Key: "\xff"}, {Key: "baton.dlq.offset", Value: []byte("9")}}}
 		if err := dl(context.Background(), 0, &consumer.Batch{Key: k, Token: tok, Records: []*kgo.Record{r}}, d); err != nil {
 			t.Fatal(err)
 		}
@@ -302,7 +302,7 @@ func TestDeadLettersAppendsTheCopy(t *testing.T) {
 		for _, x := range m.Headers {
 			keys = append(keys, x.Key)
 		}
-		if m.Topic != "orders.dlq" || string(m.Key) != "k" || string(m.Value) != "v" || len(keys) != 2 || keys[0] != "app" || keys[1] != consumer.HeaderDLQOffset {
+		if m.Topic != "orders.dlq" || string(m.Key) != "k" || string(m.Value) != "v" || len(keys) != 2 || keys[0] != "app" || keys[1] != "baton.dlq.offset" {
 			t.Fatalf("appended %s %q=%q with headers %q", m.Topic, m.Key, m.Value, keys)
 		}
 	}

@@ -83,7 +83,7 @@ func DeadLetters[Tx any](box outbox.Appender[Tx]) consumer.Option {
 }
 
 // deadLetterCopy appends the consumer's dead-letter copy d to box: DeadLetters' function.
-func deadLetterCopy[Tx any](box outbox.Appender[Tx]) consumer.DeadLetterFunc[Tx] {
+func deadLetterCopy[Tx any](box outbox.Appender[Tx]) func(context.Context, Tx, *consumer.Batch, *kgo.Record) error {
 	return func(ctx context.Context, tx Tx, b *consumer.Batch, d *kgo.Record) error {
 		m := outbox.Message{Topic: d.Topic, Key: d.Key, Value: d.Value, Headers: make([]kgo.RecordHeader, 0, len(d.Headers))}
 		for _, h := range d.Headers {
