@@ -12,8 +12,9 @@
 //
 //	go run ./internal/testkit/exports [-budget FILE]
 //
-// The budget file has one "import/path N" line per public package and a "total N" line;
-// blank lines and lines starting with # are ignored. A public package without a line fails,
+// The budget file has one "path N" line per public package (its import path without the
+// module's, e.g. "consumer") and a "total N" line; blank lines and lines starting with # are
+// ignored. A public package without a line fails,
 // so a new package states its own budget.
 package main
 
@@ -50,9 +51,9 @@ func run(budgetFile string) error {
 	}
 	var failed []string
 	sum := 0
-	fmt.Printf("%-48s %6s %6s\n", "package", "count", "budget")
+	fmt.Printf("%-32s %6s %6s\n", "package", "count", "budget")
 	for _, p := range pkgs {
-		doc, err := exec.Command("go", "doc", "-all", p).Output()
+		doc, err := exec.Command("go", "doc", "-all", "./"+p).Output()
 		if err != nil {
 			return fmt.Errorf("go doc -all %s: %w", p, err)
 		}
@@ -68,9 +69,9 @@ func run(budgetFile string) error {
 			mark = "  OVER"
 			failed = append(failed, fmt.Sprintf("%s: %d exported identifiers, budget %d", p, n, limit))
 		}
-		fmt.Printf("%-48s %6d %6s%s\n", p, n, budgetString(limit, ok), mark)
+		fmt.Printf("%-32s %6d %6s%s\n", p, n, budgetString(limit, ok), mark)
 	}
-	fmt.Printf("%-48s %6d %6d\n", "total", sum, total)
+	fmt.Printf("%-32s %6d %6d\n", "total", sum, total)
 	if sum > total {
 		failed = append(failed, fmt.Sprintf("total: %d exported identifiers, budget %d", sum, total))
 	}
@@ -89,6 +90,11 @@ func budgetString(n int, ok bool) string {
 
 // publicPackages lists the module's public packages, sorted.
 func publicPackages() ([]string, error) {
+	mod, err := exec.Command("go", "list", "-m").Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -m: %w", err)
+	}
+	prefix := strings.TrimSpace(string(mod)) + "/"
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{.Name}}", "./...").Output()
 	if err != nil {
 		return nil, fmt.Errorf("go list: %w", err)
@@ -99,7 +105,7 @@ func publicPackages() ([]string, error) {
 		if name == "main" || hasElem(path, "internal") || hasElem(path, "examples") {
 			continue
 		}
-		pkgs = append(pkgs, path)
+		pkgs = append(pkgs, strings.TrimPrefix(path, prefix))
 	}
 	sort.Strings(pkgs)
 	return pkgs, nil
