@@ -101,7 +101,7 @@ func client(t testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-func relay(t testing.TB, cl *kgo.Client, s outbox.Store, opts ...outbox.Option) *outbox.Relay {
+func relay(t testing.TB, cl *kgo.Client, s outbox.Store, opts ...outbox.RelayOption) *outbox.Relay {
 	t.Helper()
 	r, err := outbox.NewRelay(cl, s, opts...)
 	if err != nil {
