@@ -53,7 +53,7 @@ func newRelayEnv(t *testing.T, kopts []kfake.Opt, copts []kgo.Opt, opts ...outbo
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.fences.Close() })
-	if e.box, err = sqliteoutbox.New(e.fences.DB()); err == nil {
+	if e.box, err = sqliteoutbox.New(e.fences); err == nil {
 		err = e.box.Migrate(e.ctx)
 	}
 	if err != nil {

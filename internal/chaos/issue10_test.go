@@ -165,7 +165,7 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 	}
 	if err == nil {
 		var box *pgoutbox.Store
-		if box, err = pgoutbox.New(pool); err == nil {
+		if box, err = pgoutbox.New(pool, store); err == nil {
 			err = box.Migrate(ctx)
 		}
 	}

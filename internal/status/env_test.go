@@ -53,7 +53,7 @@ func newRealEnv(t *testing.T, partitions int32) *realEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	box, err := pgoutbox.New(pool)
+	box, err := pgoutbox.New(pool, sink)
 	if err != nil {
 		t.Fatal(err)
 	}

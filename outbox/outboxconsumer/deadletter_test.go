@@ -88,7 +88,7 @@ func zombieDeadLetter(t *testing.T, brokers []string, src, dlq, group string, se
 	if err != nil {
 		t.Fatal(err)
 	}
-	box, err := pgoutbox.New(pool)
+	box, err := pgoutbox.New(pool, fences)
 	if err == nil {
 		err = box.Migrate(ctx)
 	}

@@ -44,7 +44,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sendFence.Close()
-	box, err := sqliteoutbox.New(sendFence.DB())
+	box, err := sqliteoutbox.New(sendFence)
 	if err == nil {
 		err = box.Migrate(ctx)
 	}

@@ -51,10 +51,11 @@ func TestSecurePipelineRuntimeRole(t *testing.T) {
 	sp := testenv.SecurePostgres(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	var grants []string
+	adminFences := must(pgfence.New(sp.Admin))
 	for _, m := range []interface {
 		Migrate(context.Context) error
 		RuntimeGrants(string) ([]string, error)
-	}{must(pgfence.New(sp.Admin)), must(pgoutbox.New(sp.Admin))} {
+	}{adminFences, must(pgoutbox.New(sp.Admin, adminFences))} {
 		if err := m.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,8 @@ func TestSecurePipelineRuntimeRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	sp.Grant(t, append(grants, "GRANT SELECT, INSERT ON applied TO "+sp.RuntimeRole))
-	fences, box := must(pgfence.New(sp.Runtime)), must(pgoutbox.New(sp.Runtime))
+	fences := must(pgfence.New(sp.Runtime))
+	box := must(pgoutbox.New(sp.Runtime, fences))
 
 	events, commands := ke.Topic(t, 2), ke.Topic(t, 2)
 	sendGroup, recvGroup := ke.Group(t), ke.Group(t)

@@ -31,7 +31,7 @@ type DB interface {
 // Defaults.
 const (
 	DefaultTable      = "baton_outbox"
-	DefaultFenceTable = pgfence.DefaultTable
+	defaultFenceTable = pgfence.DefaultTable
 	cursorsSuffix     = "_cursors"
 	deadSuffix        = "_dead_letters"
 )
@@ -48,10 +48,6 @@ type Option func(*config) error
 // Table sets the outbox table name (default [DefaultTable]); the store also uses
 // name+"_cursors" and name+"_dead_letters". "table" or "schema.table", validated by internal/sqlident.
 func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
-
-// FenceTable names the pgfence fence table the store checks tokens against (default
-// [DefaultFenceTable]); it must be the table given to pgfence.Table.
-func FenceTable(name string) Option { return func(c *config) error { c.fences = name; return nil } }
 
 // MaxMessageBytes bounds each message's key+value+headers at Append (default
 // outbox.DefaultMaxMessageBytes). Keep it at or below the destination topics' max.message.bytes.
@@ -95,14 +91,22 @@ var _ outbox.Store = (*Store)(nil)
 //go:embed schema.sql
 var schemaSQL string
 
-// New returns a store; call [Store.Migrate] once to create its tables. The fence table is
-// pgfence's and is not created here. Invalid names fail with [outbox.ErrInvalid].
-func New(db DB, opts ...Option) (*Store, error) {
+// New returns a store over db whose appends are fenced by fences: it checks tokens against
+// fences' table (pgfence's, not created here), in db's transactions, so db must reach the same
+// database. Call [Store.Migrate] once to create its tables. A nil db or fences, or invalid
+// names, fail with [outbox.ErrInvalid].
+func New(db DB, fences *pgfence.Store, opts ...Option) (*Store, error) {
 	var errs []error
 	if db == nil {
 		errs = append(errs, fmt.Errorf("%w: pgoutbox: nil DB", outbox.ErrInvalid))
 	}
-	c := config{table: DefaultTable, fences: DefaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
+	if fences == nil {
+		errs = append(errs, fmt.Errorf("%w: pgoutbox: nil fence store", outbox.ErrInvalid))
+	}
+	c := config{table: DefaultTable, fences: defaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
+	if fences != nil {
+		c.fences = fences.Table()
+	}
 	for i, o := range opts {
 		if o == nil {
 			errs = append(errs, fmt.Errorf("%w: pgoutbox: option %d is nil", outbox.ErrInvalid, i))

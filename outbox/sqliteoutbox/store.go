@@ -21,7 +21,7 @@ import (
 // Defaults.
 const (
 	DefaultTable      = "baton_outbox"
-	DefaultFenceTable = sqlitefence.DefaultTable
+	defaultFenceTable = sqlitefence.DefaultTable
 	cursorsSuffix     = "_cursors"
 	deadSuffix        = "_dead_letters"
 )
@@ -38,10 +38,6 @@ type Option func(*config) error
 // Table sets the outbox table name (default [DefaultTable]); the store also uses name+"_cursors"
 // and name+"_dead_letters".
 func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
-
-// FenceTable names the sqlitefence fence table (default [DefaultFenceTable]); it must be the
-// table given to sqlitefence.Table.
-func FenceTable(name string) Option { return func(c *config) error { c.fences = name; return nil } }
 
 // MaxMessageBytes bounds each message's key+value+headers (default outbox.DefaultMaxMessageBytes).
 func MaxMessageBytes(n int) Option {
@@ -80,17 +76,20 @@ var _ outbox.Store = (*Store)(nil)
 //go:embed schema.sql
 var schemaSQL string
 
-// New returns a store over db (opened with modernc.org/sqlite, e.g. sqlitefence.Store.DB()).
-// It does no I/O: call [Store.Migrate] to create the tables (or create them yourself from
-// [Store.Schema]). The fence table is sqlitefence's and is not created here. A nil option or an
-// invalid value fails with [outbox.ErrInvalid]; every problem is reported, joined with
-// errors.Join.
-func New(db *sql.DB, opts ...Option) (*Store, error) {
+// New returns a store next to fences, in its database (fences.DB()), whose appends are
+// checked against fences' table (sqlitefence's, not created here). It does no I/O: call
+// [Store.Migrate] to create the tables (or create them yourself from [Store.Schema]). A nil
+// fences, a nil option or an invalid value fails with [outbox.ErrInvalid]; every problem is
+// reported, joined with errors.Join.
+func New(fences *sqlitefence.Store, opts ...Option) (*Store, error) {
 	var errs []error
-	if db == nil {
-		errs = append(errs, fmt.Errorf("%w: sqliteoutbox: nil DB", outbox.ErrInvalid))
+	var db *sql.DB
+	c := config{table: DefaultTable, fences: defaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
+	if fences == nil {
+		errs = append(errs, fmt.Errorf("%w: sqliteoutbox: nil fence store", outbox.ErrInvalid))
+	} else {
+		db, c.fences = fences.DB(), fences.Table()
 	}
-	c := config{table: DefaultTable, fences: DefaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
 	for i, o := range opts {
 		if o == nil {
 			errs = append(errs, fmt.Errorf("%w: sqliteoutbox: option %d is nil", outbox.ErrInvalid, i))
