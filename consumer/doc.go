@@ -60,7 +60,7 @@
 //     position + 1 with SetOffsets inside the assignment callback (franz-go lets that seek
 //     win over the committed offset it is fetching). With no position, Kafka's committed
 //     (or reset) offset is kept, except in a fence of a later era than 0 (moved by a topic
-//     reset or a recovery): that partition is read from offset 0, its log's beginning. The callback waits for the claims up to [ClaimWait];
+//     reset or a recovery): that partition is read from offset 0, its log's beginning. The callback waits for the claims up to 10s;
 //     slower claims keep the partition paused until they finish.
 //  3. Verify before the first write, and after every refusal: an accepted claim proves
 //     only that nobody stored a higher token, and a refused one proves nothing about this
@@ -232,14 +232,14 @@
 //
 // # Observability
 //
-// Metrics (OpenTelemetry API, [MeterProvider]): baton.consumer.records.applied,
+// Metrics (OpenTelemetry API, [Telemetry]): baton.consumer.records.applied,
 // .records.duplicates_skipped, .stale_refusals, .claims, .claims.stale, .regressions,
 // .recoveries, .handovers (same-generation handovers, see Handovers), .records.dead_lettered, .rebalances, .retries, .client_errors (by
 // baton.error.kind: connect, group, fetch), .watchdog.stops (partitions stopped because the
 // member's session expired, see Watchdog), .topic_refusals (a partition held because its
 // topic was recreated or grown, by baton.outcome), .records.lost (records deleted from the
 // log before they were applied), .apply.duration (histogram) and
-// .lag (gauge, from the fetch's high watermark). One span per batch ([TracerProvider]) linked
+// .lag (gauge, from the fetch's high watermark). One span per batch ([Telemetry]) linked
 // to the producers' spans found in the records' headers, with topic, partition, token and
 // outcome. Logs go to [Logger] (default slog.Default(), so refusals are never silent).
 package consumer

@@ -1,6 +1,12 @@
 package consumer
 
-import "time"
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
 
 // DeadLetterHeaders exposes deadLetterHeaders to the external tests (the fuzzer).
 var DeadLetterHeaders = deadLetterHeaders
@@ -58,3 +64,11 @@ const (
 	HeaderDLQOffset    = headerDLQOffset
 	HeaderDLQToken     = headerDLQToken
 )
+
+// MeterProvider, TracerProvider and TextMapPropagator set one signal of Telemetry each.
+func MeterProvider(p metric.MeterProvider) Option              { return Telemetry(p, nil, nil) }
+func TracerProvider(p trace.TracerProvider) Option             { return Telemetry(nil, p, nil) }
+func TextMapPropagator(p propagation.TextMapPropagator) Option { return Telemetry(nil, nil, p) }
+
+// ClaimWait bounds the assignment callback's wait for the claims.
+func ClaimWait(d time.Duration) Option { return claimWait(d) }

@@ -96,36 +96,22 @@ func Logger(l *slog.Logger) Option {
 	}
 }
 
-// MeterProvider sets the OpenTelemetry meter provider. Default: otel.GetMeterProvider().
-func MeterProvider(p metric.MeterProvider) Option {
+// Telemetry sets where the consumer's OpenTelemetry signals go: its metrics (meters), its
+// batch spans (tracers) and the propagator that extracts producers' trace contexts from record
+// headers, to link batch spans to them (propagator). A nil argument keeps its default: the
+// OpenTelemetry globals (otel.GetMeterProvider(), otel.GetTracerProvider(),
+// otel.GetTextMapPropagator()).
+func Telemetry(meters metric.MeterProvider, tracers trace.TracerProvider, propagator propagation.TextMapPropagator) Option {
 	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		if meters != nil {
+			c.meters = meters
 		}
-		c.meters = p
-		return nil
-	}
-}
-
-// TracerProvider sets the OpenTelemetry tracer provider. Default: otel.GetTracerProvider().
-func TracerProvider(p trace.TracerProvider) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
+		if tracers != nil {
+			c.tracers = tracers
 		}
-		c.tracers = p
-		return nil
-	}
-}
-
-// TextMapPropagator sets the propagator that extracts producers' trace contexts from record
-// headers (to link batch spans to them). Default: otel.GetTextMapPropagator().
-func TextMapPropagator(p propagation.TextMapPropagator) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
+		if propagator != nil {
+			c.propagator = propagator
 		}
-		c.propagator = p
 		return nil
 	}
 }
@@ -216,10 +202,10 @@ func withEpochs(s epochSource) Option {
 	}
 }
 
-// ClaimWait bounds how long the assignment callback waits for the claims of newly assigned
+// claimWait bounds how long the assignment callback waits for the claims of newly assigned
 // partitions before letting the rebalance finish; partitions still claiming stay paused until
 // their claim completes. Keep it well below the rebalance timeout. Default 10s.
-func ClaimWait(d time.Duration) Option {
+func claimWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: ClaimWait %v", ErrInvalidOption, d)

@@ -84,7 +84,7 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 			return fold(st, n.commands), nil
 		}),
 		consumer.Kafka(kopts...), consumer.AfterCommit(relay.AfterCommit(), time.Second),
-		consumer.MeterProvider(m.Provider()), consumer.TracerProvider(tp), consumer.Logger(log))
+		consumer.Telemetry(m.Provider(), tp, nil), consumer.Logger(log))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -611,7 +611,7 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	mA := netscNewMeter()
 	a, err := consumer.New(group, []string{topic}, fence.Sink[pgx.Tx](sinkA), nil, consumer.PerPartition(netscFold),
 		consumer.Kafka(append(netscKafka(brokers), kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
-		consumer.Logger(netscQuiet), consumer.MeterProvider(mA))
+		consumer.Logger(netscQuiet), consumer.Telemetry(mA, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -140,7 +140,7 @@ func (e *realEnv) member(t *testing.T, clientID string, mp metric.MeterProvider)
 		}),
 		consumer.Kafka(kgo.SeedBrokers(e.brokers...), kgo.ClientID(clientID), kgo.FetchMaxWait(200*time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
-		consumer.Logger(slog.New(slog.DiscardHandler)), consumer.MeterProvider(mp))
+		consumer.Logger(slog.New(slog.DiscardHandler)), consumer.Telemetry(mp, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
