@@ -93,16 +93,19 @@ func (s *Store) prepare(r *strings.Replacer) {
 		QueryRow: s.db.QueryRow, Query: s.db.Query, Close: func(rows pgx.Rows) { rows.Close() }}
 	q := &s.core.SQL
 	s.schema = r.Replace(schemaSQL)
-	// Append in one statement: lock the fence row FOR SHARE only if it stores exactly the
-	// token (a concurrent Claim waits for the caller's commit; a changed token matches nothing),
-	// allocate n sequences from the cursor row (its row lock orders appenders, so sequences are
-	// gap-free in commit order), and insert the rows numbered from the allocation.
-	s.appendSQL = r.Replace(`
+	// lockFence opens the fenced statements: the fence row, FOR SHARE, only if it stores
+	// exactly the token ($4, $5) of the source partition ($1, $2, $3).
+	const lockFence = `
 WITH f AS (
     SELECT 1 FROM {{fences}}
     WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
     FOR SHARE
-), c AS (
+)`
+	// Append in one statement: lock the fence row FOR SHARE only if it stores exactly the
+	// token (a concurrent Claim waits for the caller's commit; a changed token matches nothing),
+	// allocate n sequences from the cursor row (its row lock orders appenders, so sequences are
+	// gap-free in commit order), and insert the rows numbered from the allocation.
+	s.appendSQL = r.Replace(lockFence + `, c AS (
     INSERT INTO {{cursors}} AS c (group_id, topic, partition, last_seq)
     SELECT $1, $2, $3, $6::bigint FROM f
     ON CONFLICT (group_id, topic, partition) DO UPDATE SET last_seq = c.last_seq + EXCLUDED.last_seq
@@ -130,12 +133,7 @@ ORDER BY o.seq
 LIMIT $6`)
 	// The mark is the relay's fence: FOR SHARE on the fence row, matching only the exact token,
 	// so it either commits before a takeover's Claim (which waits for it) or matches nothing.
-	q.Mark = r.Replace(`
-WITH f AS (
-    SELECT 1 FROM {{fences}}
-    WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
-    FOR SHARE
-)
+	q.Mark = r.Replace(lockFence + `
 UPDATE {{cursors}} c SET delivered_seq = GREATEST(c.delivered_seq, $6), delivered_at = now()
 FROM f
 WHERE c.group_id = $1 AND c.topic = $2 AND c.partition = $3 AND $6 <= c.last_seq
@@ -144,12 +142,7 @@ RETURNING c.last_seq - c.delivered_seq`)
 	// cursor moves past seq only if seq is the first pending row (delivered_seq = seq-1), the
 	// row exists and the fence stores exactly the token; the row's copy goes to the
 	// dead-letter table in the same statement, so either both happen or neither.
-	s.deadSQL = r.Replace(`
-WITH f AS (
-    SELECT 1 FROM {{fences}}
-    WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
-    FOR SHARE
-), c AS (
+	s.deadSQL = r.Replace(lockFence + `, c AS (
     UPDATE {{cursors}} c SET delivered_seq = $6, delivered_at = now()
     FROM f
     WHERE c.group_id = $1 AND c.topic = $2 AND c.partition = $3
