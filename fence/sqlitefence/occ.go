@@ -35,9 +35,9 @@ func KeyColumn(name string) VersionedOption { return occsql.KeyColumn(name) }
 // writer's version match again.
 func VersionColumn(name string) VersionedOption { return occsql.VersionColumn(name) }
 
-// Versioned is optimistic concurrency control on one of the caller's tables in SQLite (the
-// seeds' OCC pattern): Write sets a record's columns only if its version column still holds
-// the version the caller read, and increments it, in one statement:
+// Versioned is optimistic concurrency control on one of the caller's tables in SQLite: Write
+// sets a record's columns only if its version column still holds the version the caller read,
+// and increments it, in one statement:
 //
 //	UPDATE "work_order" SET "status" = ?3, "version" = "version" + 1
 //	 WHERE "id" = ?1 AND "version" = ?2 RETURNING "version"
