@@ -62,19 +62,22 @@ func under(r, dir string) bool { return r == dir || strings.HasPrefix(r, dir+"/"
 // layer orders the library packages: a package may import ours only from a lower or equal layer.
 //
 //	fence < internal/* < fence/* < partition/* < outbox (and its stores) < consumer/*
-//	      < outbox/outboxconsumer < internal/chaos (chaos/) < cmd/, examples/
+//	      < outbox/outboxconsumer < internal/chaos < consumer/chaos < cmd/, examples/
 //
 // fence is the leaf contract; internal/ helpers sit below everything that uses them; the fence
 // stores implement fence; partition names and routes; the outbox relays effects under a fence
 // key and token without knowing who owns them; the consumer owns partitions and may call the
 // outbox through its AfterCommit hook; outbox/outboxconsumer is the glue that needs both (it is
 // the one outbox package above the consumer). internal/chaos is the exception among internal/
-// packages: a harness driving the whole stack, so it sits on top of the library, with chaos/,
-// internal/status (the operator's commands) sits beside it. cmd/ and examples/ sit on top.
+// packages: a harness driving the whole stack, so it sits on top of the library;
+// internal/status (the operator's commands) sits beside it; consumer/chaos, the harness's public
+// face for a user's own workload, sits on it. cmd/ and examples/ sit on top.
 func layer(r string) int {
 	switch {
 	case r == "fence":
 		return 0
+	case under(r, "consumer/chaos"): // the harness's public face, on top of it
+		return 8
 	case under(r, "internal/chaos"): // the harness drives everything below it
 		return 7
 	case under(r, "internal/status"): // the operator's tools read the stores and the group
@@ -169,6 +172,10 @@ func TestLayerRules(t *testing.T) {
 		{"outbox/outboxconsumer", "internal/chaos", false},
 		{"internal/pgmigrate", "internal/chaos", false},
 		{"cmd/baton", "internal/chaos", true},
+		{"consumer/chaos", "internal/chaos", true},
+		{"internal/chaos", "consumer/chaos", false},
+		{"consumer", "consumer/chaos", false},
+		{"outbox/outboxconsumer", "consumer/chaos", false},
 		{"internal/status", "outbox/pgoutbox", true},
 		{"internal/status", "internal/timeline", true},
 		{"consumer", "internal/status", false},
