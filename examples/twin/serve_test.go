@@ -19,7 +19,6 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/batonhq/baton/consumer"
-	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/internal/testenv"
 )
 
@@ -81,7 +80,7 @@ func TestServeRealServices(t *testing.T) {
 		sep = "&"
 	}
 	pgURL := testenv.PostgresURL(t) + sep + "search_path=" + schema
-	serveMember(t, []string{"-postgres", pgURL}, pgURL, chaos.PgDB(pool))
+	serveMember(t, []string{"-postgres", pgURL}, pgURL, pgDB{pool})
 }
 
 // TestServeLeastPrivilege is the deployment's split of rights on the TLS-only PostgreSQL:
@@ -96,7 +95,7 @@ func TestServeLeastPrivilege(t *testing.T) {
 		sep = "&"
 	}
 	serveMember(t, []string{"-postgres", admURL + sep + "search_path=" + pg.Schema, "-app-role", pg.RuntimeRole},
-		pg.RuntimeURL, chaos.PgDB(pg.Admin))
+		pg.RuntimeURL, pgDB{pg.Admin})
 	// The runtime role could not have created the tables itself.
 	if _, err := pg.Runtime.Exec(context.Background(), "CREATE TABLE runtime_ddl (x int)"); err == nil {
 		t.Error("the runtime role may create tables: the least privilege is not least")
@@ -105,7 +104,7 @@ func TestServeLeastPrivilege(t *testing.T) {
 
 // serveMember runs -migrate with migrateArgs, then a member on pgURL, and checks it as
 // TestServeRealServices says, reading the database through db.
-func serveMember(t *testing.T, migrateArgs []string, pgURL string, db chaos.DB) {
+func serveMember(t *testing.T, migrateArgs []string, pgURL string, db sqlDB) {
 	brokers := testenv.KafkaBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -103,7 +103,7 @@ func layer(r string) int {
 }
 
 // internal/telemetry is an application's wiring of the OpenTelemetry SDK (Prometheus, OTLP): it may
-// import the SDK, and only cmd/ and examples/ may import it.
+// import the SDK, and only cmd/ may import it (an example writes its own, for users to copy).
 
 // checkImport returns why package r may not import ir (both relative to the module), or "".
 func checkImport(r, ir string) string {
@@ -111,8 +111,10 @@ func checkImport(r, ir string) string {
 	switch {
 	case under(ir, "cmd") || under(ir, "examples"):
 		return "nothing imports cmd/ or examples/"
+	case under(r, "examples") && under(ir, "internal"):
+		return "an example imports only public packages: a user copies it out of this module"
 	case under(ir, "internal/telemetry") && !app:
-		return "internal/telemetry is an application's SDK wiring: only cmd/ and examples/ import it"
+		return "internal/telemetry is an application's SDK wiring: only cmd/ imports it"
 	case ir == "internal/testenv":
 		return "test plumbing is for _test.go files only"
 	case !app && layer(ir) > layer(r):
@@ -184,6 +186,10 @@ func TestLayerRules(t *testing.T) {
 		{"internal/status", "internal/telemetry", false},
 		{"cmd/baton", "internal/telemetry", true},
 		{"examples/twin", "outbox/outboxconsumer", true},
+		{"examples/saga", "consumer/chaos", true},
+		{"examples/saga", "internal/chaos", false},
+		{"examples/twin", "internal/telemetry", false},
+		{"examples/lock-to-partition", "internal/redislock", false},
 		{"internal/chaos", "examples/twin", false},
 		{"consumer", "internal/testenv", false},
 	} {
