@@ -82,9 +82,9 @@ bench:
 	deploy/local/with-services.sh $(GO) run ./cmd/baton bench -out docs/bench $(BENCHFLAGS)
 
 # bench-smoke checks every design's correctness (its fold), not its speed: tiny sizes, seconds.
-# It also vets and staticchecks the peers' module (internal/bench/peers), which ./... does not reach.
+# It also vets and staticchecks the peers' module (cmd/baton/internal/bench/peers), which ./... does not reach.
 bench-smoke:
-	@echo "== go vet, staticcheck (internal/bench/peers)"; cd internal/bench/peers && $(GO) vet ./... && $(GO) tool -modfile=../../../go.mod staticcheck ./...
+	@echo "== go vet, staticcheck (cmd/baton/internal/bench/peers)"; cd cmd/baton/internal/bench/peers && $(GO) vet ./... && $(GO) tool -modfile=../../../../../go.mod staticcheck ./...
 	@echo "== baton bench (smoke)"
 	$(GO) run ./cmd/baton bench -records 1200 -keys 60 -partitions 3 -slow-records 240 -conns 1,2 -timeout 2m
 

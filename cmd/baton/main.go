@@ -11,7 +11,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/batonhq/baton/internal/bench"
+	"github.com/batonhq/baton/cmd/baton/internal/bench"
 	"github.com/batonhq/baton/internal/chaos"
 )
 

@@ -42,14 +42,14 @@ type Verdict struct {
 	CommandsInverted int64
 
 	// SameTokenWriters counts partitions (and tokens) under which batches of more than one
-	// worker committed: two writers presenting one token (the equal-token race, finding 1 of
-	// issue 10). A token is one claimant's.
+	// worker committed: two writers presenting one token (the equal-token race). A token is
+	// one claimant's.
 	SameTokenWriters int64
 	// ZombieOverTaken counts committed writes of a frozen-and-resumed worker's old assignment
 	// (its held write, or a later one at the held epoch or below: attempts flagged zombie or
 	// resumed) made after another worker had committed on the partition at that epoch or a
 	// later one: a zombie that wrote after its takeover, whatever token the fence let it use
-	// (a stale proof of currentness followed by a recovery, finding 2).
+	// (a stale proof of currentness followed by a recovery).
 	ZombieOverTaken int64
 	// HeldApplied counts batches committed on a source topic between its recreation or growth
 	// and the operator's reset or acknowledgement (the topic faults: chaos_topic_changes): the

@@ -2,7 +2,7 @@
 // application against a real Kafka broker and a real database, produces a keyed stream whose
 // fold is known in advance, injects faults (frozen workers past their session timeout,
 // crashes, graceful handovers, rebalance storms, broker and database restarts, group
-// deletion; and issue 10's: a paused member resumed while the group coordinator loads after a
+// deletion; and the coordinator and static-membership faults: a paused member resumed while the group coordinator loads after a
 // broker restart or after its broker was killed in a three-broker cluster, a static member
 // replaced without a rebalance, a receiver of two destination topics with one inbox; and the
 // topic faults, fenced runs only: the source topic deleted and recreated, or grown, mid-run,

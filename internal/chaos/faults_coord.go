@@ -25,7 +25,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// The faults aimed at issue 10's interleavings. Each proves it happened before its outcome
+// The faults aimed at the group coordinator's and static membership's interleavings. Each proves it happened before its outcome
 // counts (Fault.Bit) and writes its evidence in Fault.Detail: the coordinator's loads as the
 // broker logged them, the coordinator's node before and after, the replaced static member's
 // member ids, the receiver's out-of-order reads.
@@ -86,8 +86,8 @@ func (h *harness) committedBy(ctx context.Context, w held, cond string, wait tim
 // at its next write is taken over; then the group coordinator's broker is restarted (killed,
 // for FaultCoordinatorKill) and Z resumed as soon as a coordinator starts loading the group, so
 // that Z, whose held write and claim the fence refuses as stale, asks the coordinator for its
-// currentness proof while the coordinator is still loading (issue 10, finding 2: a loading
-// coordinator answers a Heartbeat blindly). The fault counts only when that interleaving is
+// currentness proof while the coordinator is still loading (a loading coordinator answers a
+// Heartbeat blindly). The fault counts only when that interleaving is
 // seen, in up to maxMoveAttempts attempts (each freezes a writer and moves the coordinator
 // again): the load in the broker's own log; the coordinator answering the harness's direct
 // probes COORDINATOR_LOAD_IN_PROGRESS; and, in Z's log, a claim of the held partition refused
@@ -636,8 +636,8 @@ func (l *brokerLog) scan() []*loadLine {
 // frozen worker's partition, the frozen one is resumed (its held write and the next ones are
 // a zombie's), then stopped. Proven by the group's member ids (the instance's changed, no
 // other member's did) and by the replacement's commit on that partition; the detail says
-// whether it carried the held generation (the equal-token race of issue 10's finding 1: when
-// the partition was assigned at the group's current generation).
+// whether it carried the held generation (the equal-token race: when the partition was
+// assigned at the group's current generation).
 func (h *harness) staticReplace(ctx context.Context, f *Fault) {
 	st := h.cfg.SessionTimeout
 	p := h.pickWriter(ctx)

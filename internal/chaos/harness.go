@@ -40,7 +40,8 @@ const (
 	FaultGroupDelete   FaultKind = "group-delete"   // stop every worker, delete the group, restart: the generation regresses
 )
 
-// The faults aimed at issue 10's interleavings (faults_coord.go).
+// The faults aimed at the group coordinator's and static membership's interleavings
+// (faults_coord.go).
 const (
 	// SIGSTOP a writer at its next write, let another member take its partition over, restart
 	// the broker (in a cluster: the group coordinator's broker, gracefully) and SIGCONT the
@@ -58,18 +59,20 @@ const (
 	FaultTwoTopicInbox FaultKind = "two-topic-inbox"
 )
 
-// AllFaults lists the original kinds, in the order a bounded run cycles through them ("all").
+// AllFaults lists the worker, broker and database kinds, in the order a bounded run cycles
+// through them ("all").
 var AllFaults = []FaultKind{FaultFreeze, FaultDelay, FaultKill, FaultTerm, FaultStorm, FaultBrokerRestart, FaultDBRestart, FaultGroupDelete}
 
-// IssueFaults lists the kinds aimed at issue 10's interleavings. FaultCoordinatorKill needs a
+// CoordFaults lists the coordinator and static-membership kinds. FaultCoordinatorKill needs a
 // cluster (Config.KafkaNodes).
-var IssueFaults = []FaultKind{FaultPausedBrokerRestart, FaultCoordinatorKill, FaultStaticReplace, FaultTwoTopicInbox}
+var CoordFaults = []FaultKind{FaultPausedBrokerRestart, FaultCoordinatorKill, FaultStaticReplace, FaultTwoTopicInbox}
 
-// EveryFault is AllFaults, IssueFaults and TopicFaults ("every").
-var EveryFault = append(append(append([]FaultKind(nil), AllFaults...), IssueFaults...), TopicFaults...)
+// EveryFault is AllFaults, CoordFaults and TopicFaults ("every").
+var EveryFault = append(append(append([]FaultKind(nil), AllFaults...), CoordFaults...), TopicFaults...)
 
-// ParseFaults parses a comma-separated list of kinds ("all" for the original kinds, "every"
-// for those, issue 10's and the topic faults).
+// ParseFaults parses a comma-separated list of kinds ("all" for the worker, broker and
+// database kinds, "every" for those, the coordinator and static-membership kinds and the topic
+// faults).
 func ParseFaults(s string) ([]FaultKind, error) {
 	if s == "" || s == "all" {
 		return append([]FaultKind(nil), AllFaults...), nil

@@ -20,7 +20,7 @@ import (
 // In CI (about 70 s of faults and settling, 120 s and more on a loaded machine): the topic
 // faults are issue 10's, and they run where its other faults run.
 func TestChaosTopicFaults(t *testing.T) {
-	res := runIssue(t, chaos.TopicFaults, 1, binary(t), nil, true, false)
+	res := runFaults(t, chaos.TopicFaults, 1, binary(t), nil, true, false)
 	for _, f := range res.Faults {
 		if !f.Bit {
 			t.Errorf("fault %s on %s not proven: %s", f.Kind, f.Target, f.Detail)
@@ -58,7 +58,7 @@ func TestChaosTopicMutants(t *testing.T) {
 			bin = mutantBinary(t)
 		}
 		t.Run(strings.SplitN(c.env, "=", 2)[1]+"/"+string(c.fault), func(t *testing.T) {
-			res := runIssue(t, []chaos.FaultKind{c.fault}, 1, bin, []string{c.env}, true, false)
+			res := runFaults(t, []chaos.FaultKind{c.fault}, 1, bin, []string{c.env}, true, false)
 			if res.Verdict.OK() {
 				t.Errorf("the checker found nothing wrong with %s under %s: %+v", c.env, c.fault, res.Faults)
 			} else {

@@ -27,7 +27,7 @@ type Info struct {
 	Name  string
 	About string
 	Slow  bool // one transaction per record: runs on the smaller topic (Config.SlowRecords)
-	Peer  bool // served by the peers binary (the nested module internal/bench/peers)
+	Peer  bool // served by the peers binary (the nested module cmd/baton/internal/bench/peers)
 	// SQLite: the design folds into an SQLite file (Job.SQLite) instead of PostgreSQL; its
 	// ceiling is sqlite-ceiling.
 	SQLite bool

@@ -9,7 +9,7 @@
 // ([Serve]) and the run ([Run]), and the designs that do not use Baton (one row per
 // transaction, a Redis lock per key, the database's ceiling, the broker's read ceiling). Baton's designs are
 // registered by cmd/baton, which sits above the library; watermill's live in the nested
-// module internal/bench/peers (its own go.mod), so that watermill, Sarama and their
+// module cmd/baton/internal/bench/peers (its own go.mod), so that watermill, Sarama and their
 // dependencies never enter the module graph of Baton's library: a user who requires
 // github.com/batonhq/baton does not download them, and 'go test ./...' does not build them.
 //

@@ -5,7 +5,7 @@
 // directive points it at the repository's root, and 'baton bench' builds it with 'go build'
 // and runs it as its worker for these designs, exactly as it runs itself for the others.
 //
-//	go build -o baton-bench-peers ./internal/bench/peers   # from this directory's module
+//	go build -o baton-bench-peers ./cmd/baton/internal/bench/peers   # from this directory's module
 //	baton-bench-peers bench-worker -job '{...}'            # what 'baton bench' runs
 package main
 
@@ -24,7 +24,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	wsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/batonhq/baton/internal/bench"
+	"github.com/batonhq/baton/cmd/baton/internal/bench"
 )
 
 func main() {

@@ -188,7 +188,7 @@ func WriteTable(w io.Writer, rows []Row, c Conditions) {
 	}
 }
 
-// WriteTargets writes issue 15's targets as this run measured them: met, missed, or not
+// WriteTargets writes the performance targets as this run measured them: met, missed, or not
 // measured (a design missing or not counted).
 func WriteTargets(w io.Writer, rows []Row) {
 	by := map[string]Row{}

@@ -1,4 +1,4 @@
-module github.com/batonhq/baton/internal/bench/peers
+module github.com/batonhq/baton/cmd/baton/internal/bench/peers
 
 go 1.26.8
 
@@ -56,4 +56,4 @@ require (
 
 // The repository's own library: this module exists only to keep the peers' dependencies out
 // of its module graph.
-replace github.com/batonhq/baton => ../../..
+replace github.com/batonhq/baton => ../../../../..

@@ -3,7 +3,7 @@ package chaos_test
 // Issue 10's faults on the real broker: a paused member across a broker restart (the group
 // coordinator loading), the coordinator's broker killed in a three-broker cluster, static
 // members replaced without a rebalance, and a receiver reading two destination topics with one
-// inbox. TestChaosIssueFaults runs each once against Baton and requires every invariant to
+// inbox. TestChaosCoordFaults runs each once against Baton and requires every invariant to
 // hold; TestChaosIssueMutants runs each against a worker built with the corresponding fix
 // reverted (a named mutant, compiled in only with the batonmutant build tag) and requires the
 // checker to report the violation.
@@ -132,14 +132,14 @@ func mutantBinary(t *testing.T) string {
 	return bin
 }
 
-// runIssue runs the built-in workload, fenced, with the given faults, each n times, in workers
+// runFaults runs the built-in workload, fenced, with the given faults, each n times, in workers
 // built as bin with env: on the three-broker cluster, or with single on BATON_KAFKA_BROKERS,
 // which kafka.sh restarts as the environment says (BATON_STATE_DIR, KAFKA_PORT: never a
 // shared broker).
 // strict: the coordinator-loading faults must show the zombie asking the loading coordinator
 // (Config.ProveAsk), with a coordinator log long enough to load for seconds (the blind-proof
-// mutant runs); CI's TestChaosIssueFaults counts the load with the zombie resumed inside it.
-func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string, single, strict bool) *chaos.Result {
+// mutant runs); CI's TestChaosCoordFaults counts the load with the zombie resumed inside it.
+func runFaults(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string, single, strict bool) *chaos.Result {
 	t.Helper()
 	var brokers, scriptEnv []string
 	nodes := clusterNodes
@@ -202,17 +202,17 @@ func runIssue(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []s
 	return res
 }
 
-// TestChaosIssueFaults runs each of issue 10's faults once on the three-broker cluster against
+// TestChaosCoordFaults runs each of issue 10's faults once on the three-broker cluster against
 // Baton: each must be proven to have happened, and every invariant must hold.
-func TestChaosIssueFaults(t *testing.T) {
-	res := runIssue(t, chaos.IssueFaults, 1, binary(t), nil, false, false)
+func TestChaosCoordFaults(t *testing.T) {
+	res := runFaults(t, chaos.CoordFaults, 1, binary(t), nil, false, false)
 	for _, f := range res.Faults {
 		if !f.Bit {
 			t.Errorf("fault %s on %s not proven: %s", f.Kind, f.Target, f.Detail)
 		}
 	}
-	if len(res.Faults) != len(chaos.IssueFaults) {
-		t.Errorf("%d faults injected, want %d", len(res.Faults), len(chaos.IssueFaults))
+	if len(res.Faults) != len(chaos.CoordFaults) {
+		t.Errorf("%d faults injected, want %d", len(res.Faults), len(chaos.CoordFaults))
 	}
 	if !res.OK() {
 		t.Errorf("invariants violated: %v (settled %v)", res.Verdict.Violations(), res.Settled)
@@ -261,7 +261,7 @@ func TestChaosIssueMutants(t *testing.T) {
 		single := c.fault != chaos.FaultCoordinatorKill
 		t.Run(strings.SplitN(c.env, "=", 2)[1]+"/"+string(c.fault), func(t *testing.T) {
 			t0 := time.Now()
-			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env}, single, c.control)
+			res := runFaults(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env}, single, c.control)
 			bit := proven(res)
 			if res.Verdict.OK() {
 				t.Errorf("the checker found nothing wrong with %s under %s (%d of %d faults proven)", c.env, c.fault, bit, len(res.Faults))
@@ -278,7 +278,7 @@ func TestChaosIssueMutants(t *testing.T) {
 		}
 		t.Run("control/"+string(c.fault), func(t *testing.T) {
 			t0 := time.Now()
-			res := runIssue(t, []chaos.FaultKind{c.fault}, c.n, bin, nil, single, true)
+			res := runFaults(t, []chaos.FaultKind{c.fault}, c.n, bin, nil, single, true)
 			bit := proven(res)
 			if bit == 0 {
 				t.Errorf("%s: the interleaving was never seen without the mutant: the control proves nothing", c.fault)
