@@ -122,7 +122,7 @@ func checkImport(r, ir string) string {
 		return "an example imports only public packages: a user copies it out of this module"
 	case under(ir, "internal/telemetry") && !app:
 		return "internal/telemetry is an application's SDK wiring: only cmd/ imports it"
-	case ir == "internal/testenv":
+	case ir == "internal/testenv" || under(ir, "internal/testkit"):
 		return "test plumbing is for _test.go files only"
 	case !app && layer(ir) > layer(r):
 		return fmt.Sprintf("layer %d imports layer %d: imports must point down", layer(r), layer(ir))
@@ -203,6 +203,9 @@ func TestLayerRules(t *testing.T) {
 		{"examples/lock-to-partition", "internal/redislock", false},
 		{"internal/chaos", "examples/twin", false},
 		{"consumer", "internal/testenv", false},
+		{"consumer", "internal/testkit/netfreeze", false},
+		{"cmd/baton", "internal/testkit/testenv", false},
+		{"examples/saga", "internal/testkit", false},
 	} {
 		why := checkImport(c.from, c.to)
 		if got := why == ""; got != c.ok {
