@@ -3,7 +3,7 @@
 #
 #   (a) every examples/* is copied into a scratch module of its own (example.com/x, with a
 #       replace of github.com/batonhq/baton to this checkout), tidied through the module proxy
-#       or cache, and built;
+#       or cache, built and vetted (tests included);
 #   (b) internal/testkit/outside/chaosuser (a program with its own small workload on
 #       github.com/batonhq/baton/consumer/chaos) is built the same way and run twice: fenced it
 #       must PASS, with -unfenced it must FAIL. It uses the services BATON_KAFKA_BROKERS and
@@ -36,8 +36,8 @@ if [[ "$what" == all || "$what" == examples ]]; then
 		mkdir -p "$dir"
 		cp -R "$ex". "$dir"
 		module "$dir"
-		(cd "$dir" && "$GO" build ./...)
-		echo "== outside: examples/$name builds in a module of its own ($((SECONDS - t0))s)"
+		(cd "$dir" && "$GO" build ./... && "$GO" vet ./...)
+		echo "== outside: examples/$name builds and vets in a module of its own ($((SECONDS - t0))s)"
 	done
 fi
 
