@@ -53,9 +53,9 @@ KIP848_FAULTS ?= 8
 KIP848_RECORDS_PER_KEY ?= 20
 test-kip848:
 	@set -euo pipefail; t0=$$SECONDS; \
-	echo "== go test ./consumer ./internal/chaos (Kafka $$(deploy/local/kafka.sh version | cut -d' ' -f1) on $$BATON_KAFKA_BROKERS, group protocol consumer)"; \
+	echo "== go test ./consumer ./internal/operator/chaos (Kafka $$(deploy/local/kafka.sh version | cut -d' ' -f1) on $$BATON_KAFKA_BROKERS, group protocol consumer)"; \
 	BATON_GROUP_PROTOCOL=consumer BATON_CHAOS_FAULTS=$(KIP848_FAULTS) BATON_CONSUMER_RECORDS_PER_KEY=$(KIP848_RECORDS_PER_KEY) \
-		$(GO) test $(GOTESTFLAGS) -run '$(KIP848_RUN)' ./consumer ./internal/chaos; \
+		$(GO) test $(GOTESTFLAGS) -run '$(KIP848_RUN)' ./consumer ./internal/operator/chaos; \
 	echo "== test-kip848 took $$((SECONDS - t0))s"
 
 # fuzz runs every fuzzer for FUZZTIME (bounded; the seed corpora also run in every go test).

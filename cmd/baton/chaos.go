@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/internal/operator/chaos"
 )
 
 func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -12,7 +12,7 @@ import (
 	"syscall"
 
 	"github.com/batonhq/baton/cmd/baton/internal/bench"
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/internal/operator/chaos"
 )
 
 func main() {

@@ -6,7 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
-	engine "github.com/batonhq/baton/internal/chaos"
+	engine "github.com/batonhq/baton/internal/operator/chaos"
 )
 
 // appName names the workload on the worker command lines the harness builds: one program runs

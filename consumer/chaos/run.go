@@ -16,7 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	engine "github.com/batonhq/baton/internal/chaos"
+	engine "github.com/batonhq/baton/internal/operator/chaos"
 )
 
 // envArgs carries the harness process's command line to its workers, which parse the

@@ -9,7 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
-	engine "github.com/batonhq/baton/internal/chaos"
+	engine "github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/outbox"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/batonhq/baton/internal/redislock"
+	"github.com/batonhq/baton/internal/operator/redislock"
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 )

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/internal/operator/chaos"
 )
 
 // TestChaosTopicFaults runs each topic fault once against Baton: each must be proven (the

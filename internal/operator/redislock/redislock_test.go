@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/internal/redislock"
+	"github.com/batonhq/baton/internal/operator/redislock"
 	"github.com/batonhq/baton/internal/testenv"
 )
 

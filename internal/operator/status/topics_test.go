@@ -16,7 +16,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
-	"github.com/batonhq/baton/internal/status"
+	"github.com/batonhq/baton/internal/operator/status"
 	"github.com/batonhq/baton/internal/testenv"
 )
 

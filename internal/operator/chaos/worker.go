@@ -18,7 +18,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
-	"github.com/batonhq/baton/internal/redislock"
+	"github.com/batonhq/baton/internal/operator/redislock"
 	"github.com/batonhq/baton/outbox"
 )
 

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )
@@ -40,7 +40,7 @@ var (
 const clusterNodes = 3
 
 func deployDir(t *testing.T) string {
-	d, err := filepath.Abs("../../deploy/local")
+	d, err := filepath.Abs("../../../deploy/local")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func stopCluster() {
 	if clusterDir == "" {
 		return
 	}
-	if d, err := filepath.Abs("../../deploy/local"); err == nil {
+	if d, err := filepath.Abs("../../../deploy/local"); err == nil {
 		_, _ = kafkaSh(d, "stop")
 	}
 	_ = os.RemoveAll(clusterDir)
@@ -125,7 +125,7 @@ func stopCluster() {
 func mutantBinary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "baton-mutant")
-	cmd := exec.Command("go", "build", "-tags", "batonmutant", "-o", bin, "../../cmd/baton")
+	cmd := exec.Command("go", "build", "-tags", "batonmutant", "-o", bin, "../../../cmd/baton")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build -tags batonmutant ./cmd/baton: %v\n%s", err, out)
 	}

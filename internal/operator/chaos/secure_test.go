@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )
@@ -50,7 +50,7 @@ func TestChaosSecure(t *testing.T) {
 	// The topic and its commands topic; the group and its gateway's group.
 	ke.GrantPrefixed(t, kadm.NewACLs().Topics(topic), kadm.OpRead, kadm.OpWrite, kadm.OpDescribe)
 	ke.GrantPrefixed(t, kadm.NewACLs().Groups(group), kadm.OpRead, kadm.OpDescribe)
-	deploy, err := filepath.Abs("../../deploy/local")
+	deploy, err := filepath.Abs("../../../deploy/local")
 	if err != nil {
 		t.Fatal(err)
 	}

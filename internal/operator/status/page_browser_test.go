@@ -18,8 +18,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
-	"github.com/batonhq/baton/internal/status"
-	"github.com/batonhq/baton/internal/telemetry"
+	"github.com/batonhq/baton/internal/operator/status"
+	"github.com/batonhq/baton/internal/operator/telemetry"
 	"github.com/batonhq/baton/internal/testenv"
 )
 

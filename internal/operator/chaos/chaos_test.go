@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )
@@ -25,7 +25,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(func(int) 
 func binary(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "baton")
-	cmd := exec.Command("go", "build", "-o", bin, "../../cmd/baton")
+	cmd := exec.Command("go", "build", "-o", bin, "../../../cmd/baton")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/baton: %v\n%s", err, out)
 	}
@@ -50,7 +50,7 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 	brokers := testenv.KafkaBrokers(t)
 	pool, schema := testenv.Postgres(t)
 	url := testenv.PostgresURL(t)
-	deploy, err := filepath.Abs("../../deploy/local")
+	deploy, err := filepath.Abs("../../../deploy/local")
 	if err != nil {
 		t.Fatal(err)
 	}

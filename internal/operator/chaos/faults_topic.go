@@ -19,7 +19,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/status"
+	"github.com/batonhq/baton/internal/operator/status"
 )
 
 // The topic faults: the run's source topic recreated or grown mid-run, the harness playing

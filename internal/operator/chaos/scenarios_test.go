@@ -21,8 +21,8 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
-	"github.com/batonhq/baton/internal/chaos"
-	"github.com/batonhq/baton/internal/redislock"
+	"github.com/batonhq/baton/internal/operator/chaos"
+	"github.com/batonhq/baton/internal/operator/redislock"
 	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/partition"
 )
@@ -80,7 +80,7 @@ func freezesBit(res *chaos.Result) int {
 func TestScenario2ClockJump(t *testing.T) {
 	t.Run("rules-read-no-clock", func(t *testing.T) {
 		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, filepath.Join("..", "..", "fence", "fencestore", "fencestore.go"), nil, 0)
+		f, err := parser.ParseFile(fset, filepath.Join("..", "..", "..", "fence", "fencestore", "fencestore.go"), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

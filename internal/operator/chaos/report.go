@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/batonhq/baton/internal/timeline"
+	"github.com/batonhq/baton/internal/operator/timeline"
 )
 
 // WriteVerdict writes the run's verdict table.

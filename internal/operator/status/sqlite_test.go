@@ -10,7 +10,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
-	"github.com/batonhq/baton/internal/status"
+	"github.com/batonhq/baton/internal/operator/status"
 )
 
 // TestSQLiteStoreKafkaDown: with the brokers unreachable, status still shows the fences an

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/internal/status"
+	"github.com/batonhq/baton/internal/operator/status"
 	"github.com/batonhq/baton/internal/testenv"
 )
 

@@ -19,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/internal/timeline"
+	"github.com/batonhq/baton/internal/operator/timeline"
 )
 
 //go:embed page.html
@@ -151,7 +151,7 @@ func NewPage(c *Collector, opts ...PageOption) (*Page, error) {
 
 // instruments registers the page's gauges, observed from the latest snapshot.
 func (p *Page) instruments() error {
-	m := p.cfg.meter.Meter("github.com/batonhq/baton/internal/status")
+	m := p.cfg.meter.Meter("github.com/batonhq/baton/internal/operator/status")
 	lag, e1 := m.Int64ObservableGauge("baton.status.lag", metric.WithDescription("records produced and not yet applied, per partition (high watermark - (sink position + 1))"))
 	backlog, e2 := m.Int64ObservableGauge("baton.status.outbox_backlog", metric.WithDescription("outbox rows appended and not yet delivered, per source partition"))
 	owned, e3 := m.Int64ObservableGauge("baton.status.owned", metric.WithDescription("1 if a live member owns the partition, else 0"))
