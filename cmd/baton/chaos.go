@@ -26,7 +26,7 @@ invariant is violated.
 		keys, perKey             int
 		partitions               int
 	)
-	fs.StringVar(&mode, "mode", "fenced", "fenced (Baton), unfenced (Kafka assignment alone) or lock (the seeds' Redis lease)")
+	fs.StringVar(&mode, "mode", "fenced", "fenced (Baton), unfenced (Kafka assignment alone) or lock (a naive Redis lease per partition)")
 	fs.IntVar(&cfg.Workers, "workers", 3, "worker processes")
 	fs.IntVar(&partitions, "partitions", 12, "topic partitions")
 	fs.IntVar(&keys, "keys", 200, "distinct keys")

@@ -49,7 +49,7 @@ func (b *builtin) commands(src string, recs []*kgo.Record) []outbox.Message {
 // commands through the outbox to a device gateway that applies them through the inbox into
 // chaos_commands. Its checks fill the Verdict's record and command counts.
 //
-// Lock mode runs it too, with RunBaseline's workers (the seeds' lease is per partition of the
+// Lock mode runs it too, with RunBaseline's workers (the lease is per partition of the
 // one topic); fenced and unfenced workers run it as any App.
 type builtin struct {
 	w      Workload

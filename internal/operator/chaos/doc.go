@@ -21,7 +21,7 @@
 //   - liveness: after the last fault, everything produced is applied within a stated bound.
 //
 // The same workload runs in three modes: Fenced (Baton), Unfenced (Kafka's assignment alone)
-// and Lock (the seeds' naive Redis lease), so the checker is shown to fail what it should fail.
+// and Lock (a naive Redis lease), so the checker is shown to fail what it should fail.
 //
 // The built-in workload writes through a deliberately naive read-modify-write (read a key's
 // state, compute, write it back): the access pattern that locks are usually asked to protect.

@@ -139,8 +139,8 @@ func failReasons(r *Result) []string {
 
 // WriteTimeline writes an SVG timeline of the run from what the database holds: per
 // partition, a lane of committed batches coloured by owner token, refused writes as red
-// crosses (zombies' ringed), and the faults as labelled bands: the seeds' Figures 1 and 2,
-// from real data. internal/timeline draws it (the live status page draws with it too).
+// crosses (zombies' ringed), and the faults as labelled bands, from real data.
+// internal/operator/timeline draws it (the live status page draws with it too).
 func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
 	type lane struct {
 		topic string

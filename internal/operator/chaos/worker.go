@@ -30,7 +30,7 @@ const (
 	Fenced Mode = "fenced"
 	// Unfenced trusts Kafka's assignment alone: same consumer group, same writes, no fence.
 	Unfenced Mode = "unfenced"
-	// Lock is the seeds' naive lock: a Redis lease per partition checked before each write.
+	// Lock is a naive lock: a Redis lease per partition checked before each write.
 	Lock Mode = "lock"
 )
 
@@ -370,7 +370,7 @@ type Outbox[T any] interface {
 }
 
 // RunBaseline runs a worker without Baton's fence: Unfenced trusts Kafka's assignment alone,
-// Lock additionally takes the seeds' naive Redis lease per partition and checks it before each
+// Lock additionally takes a naive Redis lease per partition and checks it before each
 // write. Both apply the same batches with the same read-modify-write as the fenced worker.
 func RunBaseline(ctx context.Context, cfg WorkerConfig, db DB) error {
 	if err := cfg.defaults(); err != nil {

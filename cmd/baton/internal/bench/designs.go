@@ -70,7 +70,7 @@ func Naive(ctx context.Context, job Job, rec *Recorder) error {
 	}
 }
 
-// RedisLock is the seeds' recipe: several workers, and around each write a Redis lock on
+// RedisLock is the common recipe: several workers, and around each write a Redis lock on
 // the record's key (SET key token NX PX ttl; then compare-and-delete), the write in a
 // transaction of its own. Records of one key go to one worker (hash of the key), so the
 // order per key holds while nothing fails; the lock is what such a design relies on when
