@@ -12,15 +12,15 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test test-kip848 ci check lint gotest fuzz up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test test-kip848 outside ci check lint gotest fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
 
-# test is the README's test command and what .ci/run runs: lint, every test, and the bench's
-# smoke run (every design's fold checked), against one set of services.
+# test is the README's test command and what .ci/run runs: lint, every test, the bench's smoke
+# run (every design's fold checked) and the outside-module check, against one set of services.
 test:
-	deploy/local/with-services.sh $(MAKE) --no-print-directory check bench-smoke test-kip848
+	deploy/local/with-services.sh $(MAKE) --no-print-directory check bench-smoke test-kip848 outside
 
 # ci is an alias of test.
 ci: test
@@ -54,15 +54,22 @@ KIP848_FAULTS ?= 8
 KIP848_RECORDS_PER_KEY ?= 20
 test-kip848:
 	@set -euo pipefail; t0=$$SECONDS; \
-	echo "== go test ./consumer ./internal/chaos (Kafka $$(deploy/local/kafka.sh version | cut -d' ' -f1) on $$BATON_KAFKA_BROKERS, group protocol consumer)"; \
+	echo "== go test ./consumer ./internal/operator/chaos (Kafka $$(deploy/local/kafka.sh version | cut -d' ' -f1) on $$BATON_KAFKA_BROKERS, group protocol consumer)"; \
 	BATON_GROUP_PROTOCOL=consumer BATON_CHAOS_FAULTS=$(KIP848_FAULTS) BATON_CONSUMER_RECORDS_PER_KEY=$(KIP848_RECORDS_PER_KEY) \
-		$(GO) test $(GOTESTFLAGS) -run '$(KIP848_RUN)' ./consumer ./internal/chaos; \
+		$(GO) test $(GOTESTFLAGS) -run '$(KIP848_RUN)' ./consumer ./internal/operator/chaos; \
 	echo "== test-kip848 took $$((SECONDS - t0))s"
 
 # fuzz runs every fuzzer for FUZZTIME (bounded; the seed corpora also run in every go test).
 FUZZTIME ?= 3s
 FUZZERS := ./fence:FuzzParseToken ./fence:FuzzUnmarshalBinary ./outbox:FuzzParseEnvelope \
 	./outbox:FuzzInboxAdmit ./outbox/outboxstore:FuzzUnmarshalHeaders ./consumer:FuzzDeadLetterHeaders
+# outside proves the examples and the public chaos API work from outside this module: each
+# example builds in a scratch module of its own, and a program with its own workload on
+# consumer/chaos gets PASS fenced and FAIL unfenced on the exported services (embedded kfake
+# and SQLite without them), injecting only faults on its own workers (about 1 minute).
+outside:
+	internal/testkit/outside.sh
+
 fuzz:
 	@echo "== fuzz ($(FUZZTIME) each)"
 	@for f in $(FUZZERS); do \
@@ -76,9 +83,9 @@ bench:
 	deploy/local/with-services.sh $(GO) run ./cmd/baton bench -out docs/bench $(BENCHFLAGS)
 
 # bench-smoke checks every design's correctness (its fold), not its speed: tiny sizes, seconds.
-# It also vets and staticchecks the peers' module (internal/bench/peers), which ./... does not reach.
+# It also vets and staticchecks the peers' module (cmd/baton/internal/bench/peers), which ./... does not reach.
 bench-smoke:
-	@echo "== go vet, staticcheck (internal/bench/peers)"; cd internal/bench/peers && $(GO) vet ./... && $(GO) tool -modfile=../../../go.mod staticcheck ./...
+	@echo "== go vet, staticcheck (cmd/baton/internal/bench/peers)"; cd cmd/baton/internal/bench/peers && $(GO) vet ./... && $(GO) tool -modfile=../../../../../go.mod staticcheck ./...
 	@echo "== baton bench (smoke)"
 	$(GO) run ./cmd/baton bench -records 1200 -keys 60 -partitions 3 -slow-records 240 -conns 1,2 -timeout 2m
 
@@ -116,5 +123,7 @@ help:
 	@echo "             exports their addresses, then 'make check' runs lint and tests against them"
 	@echo "make test-kip848  the consumer's real-service tests and a chaos run in both group protocols"
 	@echo "             against a Kafka 4.3 broker of its own (part of 'make test')"
+	@echo "make outside  the examples and a program on the public chaos API, built outside this module"
+	@echo "             (part of 'make test')"
 	@echo "make down    stop them ('make reset' also deletes their data)"
 	@echo "BATON_DRY_RUN=1 make deps|test: say what would be installed, install and run nothing"

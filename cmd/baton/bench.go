@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/bench"
+	"github.com/batonhq/baton/cmd/baton/internal/bench"
 )
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -28,13 +28,13 @@ backwards), every run's fold checked; a run whose fold is wrong does not count a
 command fail. The sqlite- designs fold into an SQLite file instead; kafka-read only reads the
 topic. Prints records/s, the time to the first commit, p50/p99 transaction latency, peak RSS
 and each design's ratio to Baton (baton-fast), to the ceiling and to the bound of reading and
-writing on one machine; with -out, writes RESULTS.md (with issue 15's targets as measured)
+writing on one machine; with -out, writes RESULTS.md (with the performance targets as measured)
 and chart.svg there.
 
 Designs: `+designNames()+`.
 The slow ones (one transaction per record) run on a topic of -slow-records records.
 Uses the services 'make up' starts ('eval "$(make -s env)"' exports their addresses). The
-watermill design runs in a binary built from the nested module internal/bench/peers (its
+watermill design runs in a binary built from the nested module cmd/baton/internal/bench/peers (its
 dependencies stay out of Baton's module graph): 'baton bench' builds it with 'go build' when
 run inside the repository, or takes -peers.
 `, stderr)
@@ -54,7 +54,7 @@ run inside the repository, or takes -peers.
 	fs.StringVar(&brokers, "brokers", os.Getenv("BATON_KAFKA_BROKERS"), "Kafka seed brokers (default $BATON_KAFKA_BROKERS)")
 	fs.StringVar(&cfg.Postgres, "postgres", os.Getenv("BATON_POSTGRES_URL"), "PostgreSQL URL (default $BATON_POSTGRES_URL)")
 	fs.StringVar(&cfg.Redis, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address (default $BATON_REDIS_ADDR)")
-	fs.StringVar(&peers, "peers", os.Getenv("BATON_BENCH_PEERS"), "the peers binary (default $BATON_BENCH_PEERS, else built from internal/bench/peers)")
+	fs.StringVar(&peers, "peers", os.Getenv("BATON_BENCH_PEERS"), "the peers binary (default $BATON_BENCH_PEERS, else built from cmd/baton/internal/bench/peers)")
 	fs.StringVar(&cfg.Profile, "profile", "", "directory to write each worker's CPU profile to (pprof; none if empty)")
 	fs.StringVar(&cfg.Out, "out", "", "directory to write RESULTS.md and chart.svg to (none if empty)")
 	if err := parseFlags(fs, args); err != nil {
@@ -109,7 +109,7 @@ func designNames() string {
 }
 
 // buildPeers builds the peers binary into dir from the repository the working directory is
-// in (the nested module internal/bench/peers) and returns its path.
+// in (the nested module cmd/baton/internal/bench/peers) and returns its path.
 func buildPeers(ctx context.Context, dir string, stderr io.Writer) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
@@ -117,7 +117,7 @@ func buildPeers(ctx context.Context, dir string, stderr io.Writer) (string, erro
 	}
 	bin := filepath.Join(dir, "baton-bench-peers")
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, ".")
-	cmd.Dir = filepath.Join(root, "internal", "bench", "peers")
+	cmd.Dir = filepath.Join(root, "cmd", "baton", "internal", "bench", "peers")
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	fmt.Fprintf(stderr, "building the peers binary (watermill) in %s\n", cmd.Dir)
 	if err := cmd.Run(); err != nil {

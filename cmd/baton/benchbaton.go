@@ -9,11 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/cmd/baton/internal/bench"
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/pgfence/pgbulk"
-	"github.com/batonhq/baton/internal/bench"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"

@@ -7,11 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/batonhq/baton/cmd/baton/internal/bench"
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/fence/sqlitefence/sqlitebulk"
-	"github.com/batonhq/baton/internal/bench"
 )
 
 // sqliteDesigns are the bench's designs that fold into SQLite: Baton fenced with the fast

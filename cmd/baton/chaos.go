@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/internal/operator/chaos"
 )
 
 func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -26,14 +26,14 @@ invariant is violated.
 		keys, perKey             int
 		partitions               int
 	)
-	fs.StringVar(&mode, "mode", "fenced", "fenced (Baton), unfenced (Kafka assignment alone) or lock (the seeds' Redis lease)")
+	fs.StringVar(&mode, "mode", "fenced", "fenced (Baton), unfenced (Kafka assignment alone) or lock (a naive Redis lease per partition)")
 	fs.IntVar(&cfg.Workers, "workers", 3, "worker processes")
 	fs.IntVar(&partitions, "partitions", 12, "topic partitions")
 	fs.IntVar(&keys, "keys", 200, "distinct keys")
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
-	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the original kinds; 'every': those, issue 10's and the topic faults, which fenced runs only inject): "+kinds())
+	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject): "+kinds())
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
 	fs.DurationVar(&cfg.For, "for", 0, "stop injecting faults after this long (0: no bound), then settle and check")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")

@@ -16,8 +16,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/batonhq/baton/internal/chaos"
-	"github.com/batonhq/baton/internal/status"
+	"github.com/batonhq/baton/internal/operator/chaos"
+	"github.com/batonhq/baton/internal/operator/status"
 )
 
 // demo runs the digital-twin demo: devices (keys) send updates; three worker processes own the

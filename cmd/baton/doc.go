@@ -4,5 +4,5 @@
 //	baton demo     the digital-twin demo on embedded defaults (in-process Kafka, SQLite)
 //	baton chaos    a chaos run against real services, with a verdict and a timeline report
 //	baton worker   one chaos worker process (started by 'baton chaos' and 'baton demo'; its
-//	               flags are internal/chaos's, see chaos.RunWorker)
+//	               flags are internal/operator/chaos's, see chaos.RunWorker)
 package main

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/batonhq/baton/internal/bench"
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/cmd/baton/internal/bench"
+	"github.com/batonhq/baton/internal/operator/chaos"
 )
 
 func main() {

@@ -11,12 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/status"
-	"github.com/batonhq/baton/internal/telemetry"
+	"github.com/batonhq/baton/internal/operator/status"
+	"github.com/batonhq/baton/internal/operator/telemetry"
 )
 
 // The operator's commands: status (and its live page), who-owns, eras, recover, schema,
-// migrate. The logic is in internal/status; these functions parse flags and print.
+// migrate. The logic is in internal/operator/status; these functions parse flags and print.
 
 // sourceFlags are the flags saying where a group's state lives.
 type sourceFlags struct {

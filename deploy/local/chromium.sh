@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # chromium.sh - Debian's headless Chromium, used only by the status page's browser test
-# (internal/status, driven from Go with chromedp). Baton itself never needs a browser.
+# (internal/operator/status, driven from Go with chromedp). Baton itself never needs a browser.
 #
 #   chromium.sh install | status | env
 set -euo pipefail

@@ -18,7 +18,7 @@
 # Cluster mode, KAFKA_NODES=3 (any N >= 2): N brokers on loopback, one JVM each, every one a
 # broker and a KRaft controller (combined roles, a static quorum of N voters), internal topics
 # replicated to min(N, 3) nodes, for the chaos faults that need a group coordinator that can
-# move (internal/chaos: coordinator-kill). Node i (1..N) listens on KAFKA_CLUSTER_PORT+2(i-1)
+# move (internal/operator/chaos: coordinator-kill). Node i (1..N) listens on KAFKA_CLUSTER_PORT+2(i-1)
 # (default 29092, 29094, 29096) with its controller on the next port, keeps its data in
 # $BATON_STATE_DIR/kafka-cluster/node-i, and has node.id i. start, stop, kill, restart, reset,
 # status, env and logfile act on every node (env prints all N addresses in BATON_KAFKA_BROKERS);

@@ -30,7 +30,7 @@ for s in "${services[@]}"; do
     "$HERE/$s.sh" start
   fi
 done
-# Not a service: the browser the status page's test drives (internal/status). Installed once.
+# Not a service: the browser the status page's test drives (internal/operator/status). Installed once.
 "$HERE/chromium.sh" install
 if [[ -n "${BATON_DRY_RUN:-}" ]]; then echo "[with-services.sh] dry run: would run: $*" >&2; exit 0; fi
 eval "$("$HERE/env.sh")"

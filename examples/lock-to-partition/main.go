@@ -18,7 +18,6 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
-	"github.com/batonhq/baton/internal/redislock"
 )
 
 const (
@@ -90,7 +89,7 @@ func judge(balance int64) string {
 
 // (a) The usual way: take a lease lock per account, check it, read, compute, write.
 
-// Locker is what the job needs from the lock; *redislock.Client (the seeds' naive Redis lock)
+// Locker is what the job needs from the lock; redisLock (the naive Redis lock, redislock.go)
 // implements it, and so does the in-process stand-in memLock.
 type Locker interface {
 	TryAcquire(ctx context.Context, key, value string, ttl time.Duration) (bool, error)
@@ -136,7 +135,7 @@ func deposit(ctx context.Context, out *syncWriter, locks Locker, db *sql.DB, key
 func withLock(ctx context.Context, out *syncWriter, path string) (int64, error) {
 	var locks Locker
 	if addr := os.Getenv("BATON_REDIS_ADDR"); addr != "" {
-		c, err := redislock.Dial(ctx, addr)
+		c, err := dialRedisLock(ctx, addr)
 		if err != nil {
 			return 0, err
 		}

@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	_ "modernc.org/sqlite" // the PSP's database in the embedded run
 
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/consumer/chaos"
 )
 
 // Topic suffixes (the harness prefixes them with the run's name). Every record is keyed by
@@ -37,14 +37,16 @@ type Saga struct {
 	StepTimeout time.Duration // how long a step may go unanswered before its timeout record fires
 
 	produced atomic.Int64 // orders produced by this process (the harness's)
+	started  time.Time    // when Produce began, for the walk-through's times
+	story    string       // the walk-through Check tells
 }
 
-var _ chaos.App = (*Saga)(nil)
+var _ chaos.Workload = (*Saga)(nil)
 
-// Name implements chaos.App.
+// Name implements chaos.Workload.
 func (*Saga) Name() string { return "saga" }
 
-// Topics implements chaos.App.
+// Topics implements chaos.Workload.
 func (*Saga) Topics() []string {
 	return []string{topicOrders, topicStock, topicPayment, topicShipping, topicStockReplies, topicPaymentReplies, topicShippingReplies, topicTimeouts}
 }
@@ -96,14 +98,17 @@ type timeout struct {
 	DueMS   int64  `json:"due_ms"`
 }
 
-// Produce implements chaos.App: orders at rate per second until stop.
-func (s *Saga) Produce(ctx context.Context, env chaos.AppEnv, cl *kgo.Client, rate int, stop <-chan struct{}) error {
+// Produce implements chaos.Workload: orders at rate per second until stop.
+func (s *Saga) Produce(ctx context.Context, env chaos.Env, cl *kgo.Client, rate int, stop <-chan struct{}) error {
 	if rate <= 0 {
 		rate = 20
 	}
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	topic := env.Topic(topicOrders)
+	if s.started.IsZero() {
+		s.started = time.Now()
+	}
 	for i := s.produced.Load(); ; i++ {
 		select {
 		case <-stop:
@@ -124,17 +129,18 @@ func (s *Saga) Produce(ctx context.Context, env chaos.AppEnv, cl *kgo.Client, ra
 	}
 }
 
-// Settled implements chaos.App: every order produced has reached a terminal state.
-func (s *Saga) Settled(ctx context.Context, env chaos.AppEnv) (bool, error) {
+// Settled implements chaos.Workload: every order produced has reached a terminal state.
+func (s *Saga) Settled(ctx context.Context, env chaos.Env) (bool, error) {
 	var n int64
 	err := env.DB.QueryRow(ctx, `SELECT count(*) FROM saga_orders WHERE state IN ('COMPLETED', 'FAILED')`).Scan(&n)
 	return err == nil && n >= s.produced.Load(), err
 }
 
-// Migrate implements chaos.App: the orchestrator's and the services' tables in the run's
+// Migrate implements chaos.Workload: the orchestrator's and the services' tables in the run's
 // database, the PSP's ledger in its own.
-func (s *Saga) Migrate(ctx context.Context, env chaos.AppEnv) error {
-	if err := execAll(ctx, env.DB, schema(env.DB.Dialect())); err != nil {
+func (s *Saga) Migrate(ctx context.Context, env chaos.Env) error {
+	sqlite := env.SQLitePath != "" // the PSP's database is SQLite too then
+	if err := execAll(ctx, env.DB, schema(sqlite)); err != nil {
 		return err
 	}
 	psp, closePSP, err := openPSP(ctx, env)
@@ -142,7 +148,7 @@ func (s *Saga) Migrate(ctx context.Context, env chaos.AppEnv) error {
 		return err
 	}
 	defer closePSP()
-	return execAll(ctx, psp.db, pspSchema(psp.db.Dialect()))
+	return execAll(ctx, psp.db, pspSchema(sqlite))
 }
 
 func execAll(ctx context.Context, db chaos.DB, stmts string) error {
@@ -157,8 +163,8 @@ func execAll(ctx context.Context, db chaos.DB, stmts string) error {
 	return nil
 }
 
-func serial(d chaos.Dialect) string {
-	if d == chaos.SQLite {
+func serial(sqlite bool) string {
+	if sqlite {
 		return "INTEGER PRIMARY KEY AUTOINCREMENT"
 	}
 	return "BIGSERIAL PRIMARY KEY"
@@ -166,8 +172,8 @@ func serial(d chaos.Dialect) string {
 
 // schema is the run database's tables: the orchestrator's saga state and log, and each
 // service's own state and effects (in a real deployment, four databases).
-func schema(d chaos.Dialect) string {
-	id := serial(d)
+func schema(sqlite bool) string {
+	id := serial(sqlite)
 	return `
 CREATE TABLE IF NOT EXISTS saga_orders (
 	order_id TEXT PRIMARY KEY,
@@ -213,10 +219,10 @@ CREATE TABLE IF NOT EXISTS shipments (
 // pspSchema is the payment provider's ledger: one row per charge or refund it executed. An
 // idempotency key, when the caller gives one, makes a repeated call return the first result;
 // without one every call moves money.
-func pspSchema(d chaos.Dialect) string {
+func pspSchema(sqlite bool) string {
 	return `
 CREATE TABLE IF NOT EXISTS psp_ledger (
-	id ` + serial(d) + `,
+	id ` + serial(sqlite) + `,
 	order_id TEXT NOT NULL,
 	kind TEXT NOT NULL,
 	amount BIGINT NOT NULL,
@@ -233,7 +239,7 @@ type psp struct{ db chaos.DB }
 // openPSP opens the PSP's database: a table of the run's PostgreSQL schema (written over its
 // own connections, never in a handler's transaction), or an SQLite file of its own next to
 // the run's.
-func openPSP(ctx context.Context, env chaos.AppEnv) (psp, func(), error) {
+func openPSP(ctx context.Context, env chaos.Env) (psp, func(), error) {
 	if env.SQLitePath == "" {
 		return psp{env.DB}, func() {}, nil
 	}
@@ -266,19 +272,19 @@ func (p psp) call(ctx context.Context, orderID, kind string, amount int64, key, 
 ON CONFLICT (idem_key) DO NOTHING`, orderID, kind, amount, k, worker, time.Now().UnixMilli())
 }
 
-// Consumers implements chaos.App: the orchestrator (orders; replies and timeouts through the
+// Consumers implements chaos.Workload: the orchestrator (orders; replies and timeouts through the
 // inbox) and the three services (their commands through the inbox).
-func (s *Saga) Consumers(ctx context.Context, env chaos.AppEnv) ([]chaos.AppConsumer, func(), error) {
+func (s *Saga) Consumers(ctx context.Context, env chaos.Env) ([]chaos.Consumer, func(), error) {
 	p, closePSP, err := openPSP(ctx, env)
 	if err != nil {
 		return nil, nil, err
 	}
 	o := &orchestrator{env: env, timeout: s.stepTimeout()}
-	return []chaos.AppConsumer{
-		{Name: "orchestrator", Topics: []string{topicOrders}, Factory: handler(o.placed)},
-		{Name: "orchestrator-events", Topics: []string{topicStockReplies, topicPaymentReplies, topicShippingReplies, topicTimeouts}, Inbox: true, Factory: handler(o.event)},
-		{Name: "stock", Topics: []string{topicStock}, Inbox: true, Factory: handler(stockService{env}.handle)},
-		{Name: "payment", Topics: []string{topicPayment}, Inbox: true, Factory: handler(paymentService{env, p}.handle)},
-		{Name: "shipping", Topics: []string{topicShipping}, Inbox: true, Factory: handler(shippingService{env}.handle)},
+	return []chaos.Consumer{
+		{Name: "orchestrator", Topics: []string{topicOrders}, Handler: handler(o.placed)},
+		{Name: "orchestrator-events", Topics: []string{topicStockReplies, topicPaymentReplies, topicShippingReplies, topicTimeouts}, Inbox: true, Handler: handler(o.event)},
+		{Name: "stock", Topics: []string{topicStock}, Inbox: true, Handler: handler(stockService{env}.handle)},
+		{Name: "payment", Topics: []string{topicPayment}, Inbox: true, Handler: handler(paymentService{env, p}.handle)},
+		{Name: "shipping", Topics: []string{topicShipping}, Inbox: true, Handler: handler(shippingService{env}.handle)},
 	}, closePSP, nil
 }

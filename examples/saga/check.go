@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/consumer/chaos"
 )
 
 // The invariants' names, as the verdict table prints them.
@@ -23,9 +23,9 @@ type effects struct {
 	reserves, releases, charges, refunds, shipments int64
 }
 
-// Check implements chaos.App: it reads the orchestrator's, the services' and the PSP's
+// Check implements chaos.Workload: it reads the orchestrator's, the services' and the PSP's
 // databases (nothing the workers said about themselves) and judges the saga's invariants.
-func (s *Saga) Check(ctx context.Context, env chaos.AppEnv) ([]chaos.Invariant, error) {
+func (s *Saga) Check(ctx context.Context, env chaos.Env) ([]chaos.Invariant, error) {
 	p, closePSP, err := openPSP(ctx, env)
 	if err != nil {
 		return nil, err
@@ -205,5 +205,13 @@ func (s *Saga) Check(ctx context.Context, env chaos.AppEnv) ([]chaos.Invariant, 
 	for _, i := range inv {
 		out = append(out, *i)
 	}
+	// The walk-through is told, not judged: a database it cannot read leaves the verdict alone.
+	if s.story, err = walkThrough(ctx, env, p.db, s.started); err != nil {
+		s.story = fmt.Sprintf("Walk-through: not told (%v).\n", err)
+	}
 	return out, nil
 }
+
+// Story is the walk-through of one order the last Check told: across a takeover in a fenced
+// run, charged twice in an unfenced one.
+func (s *Saga) Story() string { return s.story }

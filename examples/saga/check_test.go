@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/batonhq/baton/consumer/chaos"
 	"github.com/batonhq/baton/fence/sqlitefence"
-	"github.com/batonhq/baton/internal/chaos"
 )
 
 // TestCheckCatches: each invariant fails on a database that breaks it, and only that one (or
@@ -87,7 +87,7 @@ func TestCheckCatches(t *testing.T) {
 type fixture struct {
 	t     *testing.T
 	saga  *Saga
-	env   chaos.AppEnv
+	env   chaos.Env
 	db    *sql.DB
 	pspDB chaos.DB
 }
@@ -99,7 +99,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = store.Close() })
-	x := &fixture{t: t, saga: &Saga{}, env: chaos.AppEnv{DB: chaos.SQLDB(store.DB()), SQLitePath: path}, db: store.DB()}
+	x := &fixture{t: t, saga: &Saga{}, env: chaos.Env{DB: chaos.SQLDB(store.DB()), SQLitePath: path}, db: store.DB()}
 	if err := x.saga.Migrate(context.Background(), x.env); err != nil {
 		t.Fatal(err)
 	}

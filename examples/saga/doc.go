@@ -17,7 +17,7 @@
 // and refunded, one terminal state per order, every compensation matching a step that ran,
 // per-order step order, effects matching outcomes) are checked from the databases alone.
 //
-//	go run ./examples/saga                          # embedded: kfake and SQLite, two freezes
+//	go run ./examples/saga                          # embedded: kfake and SQLite, a freeze and a kill
 //	go run ./examples/saga -unfenced                # the same without Baton: the checker fails it
 //	go run ./examples/saga -brokers host:9092 -postgres postgres://...
 package main

@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -14,8 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/batonhq/baton/internal/chaos"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/consumer/chaos"
 )
 
 var (
@@ -43,9 +44,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// binary builds this example once per test run; the harness runs it as each worker process
-// (its 'worker' command). It is built without -race, as CI's chaos workers are: the harness in
-// the test process keeps the race detector, and a bounded run stays bounded on a small machine.
+// binary builds this example once per test run; the harness runs it as each worker process.
+// It is built without -race, as CI's chaos workers are: the harness in the test process keeps
+// the race detector, and a bounded run stays bounded on a small machine.
 func binary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
@@ -60,62 +61,58 @@ func binary(t *testing.T) string {
 	return bin
 }
 
-// runTest runs the saga under the harness and logs its output.
-func runTest(t *testing.T, o options) (*chaos.Result, string) {
+// runTest runs the saga under the harness with args (after the embedded services and this
+// test's defaults) and returns the verdict, the output (the verdict table) and the
+// walk-through.
+func runTest(t *testing.T, args ...string) (*chaos.Result, string, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	o.binary = binary(t)
-	res, story, err := runSaga(ctx, o, &out)
-	t.Logf("output:\n%s\n%s", out.String(), story)
+	s := &Saga{StepTimeout: 4 * time.Second}
+	args = append([]string{"-brokers=", "-postgres=", "-worker-binary", binary(t), "-rate=20", "-workers=3", "-partitions=4",
+		"-session-timeout=2s", "-settle=90s", "-seed=7"}, args...)
+	res, err := chaos.Run(ctx, s, args, &out)
+	t.Logf("output:\n%s\n%s", out.String(), s.Story())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res, story
+	return res, out.String(), s.Story()
 }
 
-func defaults() options {
-	return options{
-		rate: 20, workers: 3, partitions: 4, stepTimeout: 4 * time.Second, session: 2 * time.Second,
-		settle: 90 * time.Second, seed: 7,
-	}
-}
-
-// checkFenced asserts what a fenced run must show: every invariant held over a run that took
-// every path (so each invariant was put to the test), every fault happened, and every frozen
-// worker taken over was refused by the fence.
-func checkFenced(t *testing.T, res *chaos.Result) {
+// count reads a count from the verdict table's line that starts with name.
+func count(t *testing.T, table, name string) int64 {
 	t.Helper()
-	v := res.Verdict
-	if !res.OK() {
-		t.Errorf("invariants violated: %v (settled %v)", v.Violations(), res.Settled)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+(\d+)$`).FindStringSubmatch(table)
+	if m == nil {
+		t.Fatalf("no %q in the verdict table", name)
 	}
-	if len(v.Invariants) != 7 {
-		t.Errorf("%d saga invariants judged, want 7", len(v.Invariants))
+	n, _ := strconv.ParseInt(m[1], 10, 64)
+	return n
+}
+
+// checkFenced asserts what a fenced run must show: every invariant held and was put to the
+// test (the saga's seven over a run that took every path, the harness's with a frozen worker
+// taken over), and no frozen worker's write committed.
+func checkFenced(t *testing.T, res *chaos.Result, table string) {
+	t.Helper()
+	if !res.Pass {
+		t.Errorf("invariants violated: %v", res.Invariants)
 	}
-	for _, i := range v.Invariants {
+	saga := 0
+	for _, i := range res.Invariants {
+		if strings.HasPrefix(i.Name, "saga: ") {
+			saga++
+		}
 		if i.Checked == 0 {
 			t.Errorf("%q checked nothing: the run did not reach what it guards", i.Name)
 		}
 	}
-	frozen := 0
-	for _, f := range res.Faults {
-		switch {
-		case !f.Bit && f.Kind != chaos.FaultFreeze && f.Kind != chaos.FaultDelay:
-			t.Errorf("fault %s on %s did not happen: %s", f.Kind, f.Target, f.Detail)
-		case f.Bit && (f.Kind == chaos.FaultFreeze || f.Kind == chaos.FaultDelay):
-			frozen++
-		}
+	if saga != 7 {
+		t.Errorf("%d saga invariants judged, want 7", saga)
 	}
-	if frozen == 0 {
-		t.Errorf("no frozen worker was taken over: no zombie was made")
-	}
-	if got := v.ZombieRefused + v.ZombieAborted; got < int64(frozen) {
-		t.Errorf("%d frozen workers taken over, %d of their writes refused or aborted", frozen, got)
-	}
-	if v.ZombieCommitted != 0 {
-		t.Errorf("%d zombie writes committed", v.ZombieCommitted)
+	if n := count(t, table, "zombie writes committed"); n != 0 {
+		t.Errorf("%d zombie writes committed", n)
 	}
 }
 
@@ -124,16 +121,12 @@ func checkFenced(t *testing.T, res *chaos.Result) {
 // services, and frozen, killed, stopped, storming and regrouped workers. Bounded: about a
 // minute.
 func TestSagaEmbedded(t *testing.T) {
-	o := defaults()
-	o.faults, o.numFaults = "freeze,kill,term,storm,group-delete,freeze", 6
-	res, story := runTest(t, o)
-	checkFenced(t, res)
-	for _, f := range res.Faults {
-		if f.Kind == chaos.FaultGroupDelete && f.Bit && res.Verdict.Recoveries == 0 {
-			t.Errorf("the groups were deleted but no epoch regression was recovered")
-		}
+	res, table, story := runTest(t, "-faults=freeze,kill,term,storm,group-delete,freeze", "-n=6")
+	checkFenced(t, res, table)
+	if regexp.MustCompile(`(?m)^faults: group-delete\s+\d+ injected, [1-9]`).MatchString(table) && count(t, table, "epoch regressions recovered") == 0 {
+		t.Errorf("the groups were deleted but no epoch regression was recovered")
 	}
-	if res.Verdict.ZombieRefused > 0 && !strings.Contains(story, "REFUSED by the fence") {
+	if count(t, table, "zombie writes refused") > 0 && !strings.Contains(story, "REFUSED by the fence") {
 		t.Errorf("the walk-through shows no refused write:\n%s", story)
 	}
 }
@@ -143,46 +136,52 @@ func TestSagaEmbedded(t *testing.T) {
 // run steps twice (double charges, double reservations) when partitions change hands.
 //
 // A frozen worker freezes at its next write, whatever partition that is; a zombie batch of
-// replies or orders whose repeat leaves no mark on the saga's invariants is possible (seen
-// once in CI's rehearsal: 2 zombie writes committed, 3 stale commits, no saga invariant
-// broken). So the test runs up to three seeds and requires one run, in which a zombie's write
-// committed, to break a saga invariant; each attempt is logged.
+// replies or orders whose repeat leaves no mark on the saga's invariants is possible. So the
+// test runs up to three seeds and requires one run, in which a zombie's write committed, to
+// break a saga invariant; each attempt is logged.
 func TestSagaUnfenced(t *testing.T) {
 	seeds := []int64{7, 8, 9}
 	for i, seed := range seeds {
-		o := defaults()
-		o.unfenced, o.faults, o.numFaults, o.settle, o.seed = true, "freeze,kill", 4, 30*time.Second, seed
-		res, _ := runTest(t, o)
-		if res.Verdict.ZombieCommitted == 0 {
+		res, table, _ := runTest(t, "-unfenced", "-faults=freeze,kill", "-n=4", "-settle=30s", fmt.Sprintf("-seed=%d", seed))
+		if count(t, table, "zombie writes committed") == 0 {
 			t.Logf("attempt %d (seed %d): no frozen worker's write committed, the fault did not reach the database", i+1, seed)
 			continue
 		}
 		broken := 0
-		for _, inv := range res.Verdict.Invariants {
-			broken += int(inv.Violations)
+		for _, inv := range res.Invariants {
+			if strings.HasPrefix(inv.Name, "saga: ") {
+				broken += int(inv.Violations)
+			}
 		}
-		if broken > 0 && !res.Verdict.OK() {
-			t.Logf("attempt %d (seed %d): %d saga invariant violations: %v", i+1, seed, broken, res.Verdict.Violations())
+		if broken > 0 && !res.Pass {
+			t.Logf("attempt %d (seed %d): %d saga invariant violations: %v", i+1, seed, broken, res.Invariants)
 			return
 		}
-		t.Logf("attempt %d (seed %d): %d zombie writes committed, no saga invariant broken (%v)", i+1, seed, res.Verdict.ZombieCommitted, res.Verdict.Violations())
+		t.Logf("attempt %d (seed %d): zombie writes committed, no saga invariant broken (%v)", i+1, seed, res.Invariants)
 	}
 	t.Errorf("in %d unfenced runs the checker found no saga invariant broken by a committed zombie write", len(seeds))
 }
 
-// TestSagaRealServices runs the saga under chaos on the real broker and PostgreSQL (skipped
-// without them, required in CI), with the delayed commit PostgreSQL makes possible. Broker
-// and database restarts join the faults with BATON_SAGA_RESTARTS=1, against services of your
-// own: they restart what deploy/local runs.
+// TestSagaRealServices runs the saga under chaos on the real broker and PostgreSQL named by
+// BATON_KAFKA_BROKERS and BATON_POSTGRES_URL (skipped without them, required in CI), with the
+// delayed commit PostgreSQL makes possible. Broker and database restarts join the faults with
+// BATON_SAGA_RESTARTS=1, against services of your own: they restart what deploy/local runs.
 func TestSagaRealServices(t *testing.T) {
-	o := defaults()
-	o.brokers = strings.Join(testenv.KafkaBrokers(t), ",")
-	o.pgURL = testenv.PostgresURL(t)
-	o.faults, o.numFaults = "freeze,delay,kill,term,freeze", 5
-	if os.Getenv("BATON_SAGA_RESTARTS") == "1" {
-		o.faults, o.numFaults = "freeze,delay,kill,term,storm,broker-restart,db-restart,group-delete", 8
+	brokers, pg := os.Getenv("BATON_KAFKA_BROKERS"), os.Getenv("BATON_POSTGRES_URL")
+	if brokers == "" || pg == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("BATON_KAFKA_BROKERS and BATON_POSTGRES_URL must be set in CI ('make up', then 'make env')")
+		}
+		t.Skip("BATON_KAFKA_BROKERS and BATON_POSTGRES_URL not set ('make up' starts the services)")
 	}
-	o.session = 3 * time.Second
-	res, _ := runTest(t, o)
-	checkFenced(t, res)
+	args := []string{"-faults=freeze,delay,kill,term,freeze", "-n=5"}
+	if os.Getenv("BATON_SAGA_RESTARTS") == "1" {
+		deploy, err := filepath.Abs("../../deploy/local")
+		if err != nil {
+			t.Fatal(err)
+		}
+		args = []string{"-faults=freeze,delay,kill,term,storm,broker-restart,db-restart,group-delete", "-n=8", "-deploy", deploy}
+	}
+	res, table, _ := runTest(t, append(args, "-brokers", brokers, "-postgres", pg, "-session-timeout=3s")...)
+	checkFenced(t, res, table)
 }

@@ -10,8 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/batonhq/baton/consumer/chaos"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/outbox"
 )
 
@@ -49,15 +49,15 @@ var transitions = map[string]map[string]string{
 var awaits = map[string]string{stateReserving: "reserve", stateCharging: "charge", stateShipping: "ship", stateCancelling: "cancel-ship"}
 
 type orchestrator struct {
-	env     chaos.AppEnv
+	env     chaos.Env
 	timeout time.Duration
 }
 
 // handler makes a consumer's handler factory from a per-record function: one handler per
 // partition and owner, applying the batch's records in order in its transaction.
-func handler(fn func(context.Context, chaos.Tx, *chaos.AppBatch, *kgo.Record) error) func(context.Context, fence.Key, fence.Token) (chaos.AppHandler, error) {
-	return func(context.Context, fence.Key, fence.Token) (chaos.AppHandler, error) {
-		return func(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch) error {
+func handler(fn func(context.Context, chaos.Tx, *chaos.Batch, *kgo.Record) error) func(context.Context, fence.Key, fence.Token) (chaos.Handler, error) {
+	return func(context.Context, fence.Key, fence.Token) (chaos.Handler, error) {
+		return func(ctx context.Context, tx chaos.Tx, b *chaos.Batch) error {
 			for _, r := range b.Records {
 				if err := fn(ctx, tx, b, r); err != nil {
 					return err
@@ -78,7 +78,7 @@ type saga struct {
 // its writers anyway). A missing saga has state "".
 func (o *orchestrator) load(ctx context.Context, tx chaos.Tx, id string) (saga, error) {
 	q := `SELECT state, steps, amount, script FROM saga_orders WHERE order_id = $1`
-	if o.env.DB.Dialect() == chaos.Postgres {
+	if o.env.SQLitePath == "" { // PostgreSQL
 		q += ` FOR UPDATE`
 	}
 	s := saga{id: id}
@@ -90,7 +90,7 @@ func (o *orchestrator) load(ctx context.Context, tx chaos.Tx, id string) (saga, 
 }
 
 // placed starts a saga for a new order: RESERVING, with the reserve command and its timeout.
-func (o *orchestrator) placed(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch, r *kgo.Record) error {
+func (o *orchestrator) placed(ctx context.Context, tx chaos.Tx, b *chaos.Batch, r *kgo.Record) error {
 	var in order
 	if err := json.Unmarshal(r.Value, &in); err != nil || in.ID == "" {
 		return b.Fail(r, fmt.Errorf("saga: order %q: %w", r.Value, err))
@@ -107,7 +107,7 @@ func (o *orchestrator) placed(ctx context.Context, tx chaos.Tx, b *chaos.AppBatc
 }
 
 // event applies a service's reply or a timeout record to its saga.
-func (o *orchestrator) event(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch, r *kgo.Record) error {
+func (o *orchestrator) event(ctx context.Context, tx chaos.Tx, b *chaos.Batch, r *kgo.Record) error {
 	var id, step, ev string
 	attempt := int64(-1)
 	if r.Topic == o.env.Topic(topicTimeouts) {
@@ -169,7 +169,7 @@ func (o *orchestrator) event(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch
 // move advances saga s on event ev in tx: the new state, one log row, the commands and, for a
 // state that waits on a step, that step's timeout record; all in the fenced transaction and
 // through the fenced outbox, so a zombie owner can do none of it.
-func (o *orchestrator) move(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch, r *kgo.Record, s saga, ev string, msgs ...outbox.Message) error {
+func (o *orchestrator) move(ctx context.Context, tx chaos.Tx, b *chaos.Batch, r *kgo.Record, s saga, ev string, msgs ...outbox.Message) error {
 	to := transitions[s.state][ev]
 	n := s.steps + 1
 	if err := tx.Exec(ctx, `UPDATE saga_orders SET state = $2, steps = $3 WHERE order_id = $1`, s.id, to, n); err != nil {

@@ -9,7 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/consumer/chaos"
 	"github.com/batonhq/baton/outbox"
 )
 
@@ -22,7 +22,7 @@ var errSQLNoRows = sql.ErrNoRows
 // partitions (the order's, a reply's, a timeout's), so a compensation can overtake the step it
 // compensates: the service then remembers the cancellation (a tombstone) and refuses the step.
 
-func decodeCommand(b *chaos.AppBatch, r *kgo.Record) (command, error) {
+func decodeCommand(b *chaos.Batch, r *kgo.Record) (command, error) {
 	var c command
 	if err := json.Unmarshal(r.Value, &c); err != nil || c.Order == "" {
 		return c, b.Fail(r, fmt.Errorf("saga: command %q: %w", r.Value, err))
@@ -44,7 +44,7 @@ func setStatus(ctx context.Context, tx chaos.Tx, table, id, s string) error {
 ON CONFLICT (order_id) DO UPDATE SET status = excluded.status`, id, s)
 }
 
-func answer(ctx context.Context, env chaos.AppEnv, b *chaos.AppBatch, topic string, c command, result string) error {
+func answer(ctx context.Context, env chaos.Env, b *chaos.Batch, topic string, c command, result string) error {
 	v, err := json.Marshal(reply{Order: c.Order, Step: c.Kind, Result: result})
 	if err != nil {
 		return err
@@ -53,9 +53,9 @@ func answer(ctx context.Context, env chaos.AppEnv, b *chaos.AppBatch, topic stri
 }
 
 // stockService reserves and releases stock.
-type stockService struct{ env chaos.AppEnv }
+type stockService struct{ env chaos.Env }
 
-func (s stockService) handle(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch, r *kgo.Record) error {
+func (s stockService) handle(ctx context.Context, tx chaos.Tx, b *chaos.Batch, r *kgo.Record) error {
 	c, err := decodeCommand(b, r)
 	if err != nil {
 		return err
@@ -103,11 +103,11 @@ func (s stockService) handle(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch
 // that re-applies the batch) moves money once. The call happens inside the fenced
 // transaction, after the fence accepted this owner: a zombie never reaches it.
 type paymentService struct {
-	env chaos.AppEnv
+	env chaos.Env
 	psp psp
 }
 
-func (s paymentService) handle(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch, r *kgo.Record) error {
+func (s paymentService) handle(ctx context.Context, tx chaos.Tx, b *chaos.Batch, r *kgo.Record) error {
 	c, err := decodeCommand(b, r)
 	if err != nil {
 		return err
@@ -153,9 +153,9 @@ func (s paymentService) handle(ctx context.Context, tx chaos.Tx, b *chaos.AppBat
 }
 
 // shippingService ships, or answers whether a shipment can still be cancelled.
-type shippingService struct{ env chaos.AppEnv }
+type shippingService struct{ env chaos.Env }
 
-func (s shippingService) handle(ctx context.Context, tx chaos.Tx, b *chaos.AppBatch, r *kgo.Record) error {
+func (s shippingService) handle(ctx context.Context, tx chaos.Tx, b *chaos.Batch, r *kgo.Record) error {
 	c, err := decodeCommand(b, r)
 	if err != nil {
 		return err

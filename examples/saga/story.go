@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/batonhq/baton/internal/chaos"
+	"github.com/batonhq/baton/consumer/chaos"
 )
 
 // walkThrough tells, from the run's databases alone, the story of one order across a
@@ -15,7 +15,8 @@ import (
 // held one of its events froze, and how its write was refused when it woke. It picks the
 // first zombie write the fence refused on an orchestrator topic. An unfenced run tells the
 // story of an order charged twice instead.
-func walkThrough(ctx context.Context, db, psp chaos.DB, res *chaos.Result) (string, error) {
+func walkThrough(ctx context.Context, env chaos.Env, psp chaos.DB, started time.Time) (string, error) {
+	db := env.DB
 	type attempt struct {
 		worker, topic string
 		part          int32
@@ -37,11 +38,11 @@ WHERE zombie = true AND outcome = 'stale' ORDER BY id`)
 		zs = append(zs, a)
 	}
 	rows.Close()
-	base := res.Config.Topic
+	base := env.Topic("")
 	short := func(t string) string { return strings.TrimPrefix(t, base+"-") }
-	t0 := res.Started.UnixMilli()
+	t0 := started.UnixMilli()
 	at := func(ms int64) string { return fmt.Sprintf("%+7.1fs", float64(ms-t0)/1000) }
-	if res.Config.Mode != chaos.Fenced {
+	if !env.Fenced {
 		return doubleCharge(ctx, db, psp, at)
 	}
 	if len(zs) == 0 {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
@@ -19,7 +18,7 @@ import (
 // the inbox's admissions, written in one transaction: a relay's re-published copy or a deposed
 // owner's late command is dropped.
 type gateway struct {
-	db   chaos.DB
+	db   sqlDB
 	load func(context.Context, fence.Key) (fence.State, error)
 	*member
 }

@@ -19,7 +19,6 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/internal/telemetry"
 	"github.com/batonhq/baton/outbox"
 )
 
@@ -27,7 +26,7 @@ import (
 // device updates into the twins table and the relay publishes their commands, until ctx ends
 // (SIGTERM: the rebalance barrier commits or rolls back the in-flight batches). It serves
 //
-//	/metrics  Baton's metrics, Prometheus text format (internal/telemetry)
+//	/metrics  Baton's metrics, Prometheus text format (metrics.go)
 //	/healthz  200 while the consumer runs or is starting; 503 once Run failed
 //	/readyz   200 when joined and every assigned partition is claimed, else 503 and why
 //
@@ -42,11 +41,11 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 	}
 	// Metrics go out through /metrics only: the deployment's collector is not sent a second
 	// copy (deploy/README.md, "Metrics").
-	m, err := telemetry.New(ctx, telemetry.ServiceName(service))
+	mp, metrics, err := newMetrics(service)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = m.Shutdown(context.Background()) }()
+	defer func() { _ = mp.Shutdown(context.Background()) }()
 	tp, shutdownTraces, err := tracesFromEnv(ctx, service)
 	if err != nil {
 		return err
@@ -68,7 +67,7 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	defer producer.Close()
-	relay, err := outbox.NewRelay(producer, st.outbox, outbox.MeterProvider(m.Provider()), outbox.TracerProvider(tp))
+	relay, err := outbox.NewRelay(producer, st.outbox, outbox.MeterProvider(mp), outbox.TracerProvider(tp))
 	if err != nil {
 		return err
 	}
@@ -84,7 +83,7 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 			return fold(st, n.commands), nil
 		}),
 		consumer.Kafka(kopts...), consumer.AfterCommit(relay.AfterCommit(), time.Second),
-		consumer.Telemetry(m.Provider(), tp, nil), consumer.Logger(log))
+		consumer.Telemetry(mp, tp, nil), consumer.Logger(log))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -94,7 +93,7 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 		return fmt.Errorf("%w: -serve %s: %w", errUsage, o.serve, err)
 	}
 	h := &probes{ready: c.Readiness}
-	srv := &http.Server{Handler: h.mux(m.Handler()), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h.mux(metrics), ReadHeaderTimeout: 5 * time.Second}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(w, "twin: member of group %s on %s (topic %s), instance %q; http://%s/metrics, /healthz, /readyz\n",

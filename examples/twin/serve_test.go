@@ -16,17 +16,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/batonhq/baton/consumer"
-	"github.com/batonhq/baton/internal/chaos"
-	"github.com/batonhq/baton/internal/testenv"
 )
 
 // TestExampleRealServices is the demo on the real broker and PostgreSQL (skipped without them,
 // required in CI): the same story and the same verdict, read from the database.
 func TestExampleRealServices(t *testing.T) {
-	brokers, pgURL := testenv.KafkaBrokers(t), testenv.PostgresURL(t)
+	brokers, pgURL := kafkaBrokers(t), postgresURL(t)
 	args := []string{"-brokers", strings.Join(brokers, ","), "-postgres", pgURL, "-session-timeout", "2s"}
 	runStory(t, args, func(out string) {
 		if m := regexp.MustCompile(`schema (twin_[0-9a-f]+)`).FindStringSubmatch(out); m != nil {
@@ -75,38 +74,36 @@ func memberMetrics(t *testing.T) []string {
 // feeds it the devices' updates, checks the twins in the database, scrapes /metrics for every
 // metric the README lists, and stops it as SIGTERM does (Run returns nil).
 func TestServeRealServices(t *testing.T) {
-	pool, schema := testenv.Postgres(t)
-	sep := "?"
-	if strings.Contains(testenv.PostgresURL(t), "?") {
-		sep = "&"
-	}
-	pgURL := testenv.PostgresURL(t) + sep + "search_path=" + schema
-	serveMember(t, []string{"-postgres", pgURL}, pgURL, chaos.PgDB(pool))
+	pgURL := withSearchPath(postgresURL(t), freshSchema(t, postgresURL(t), nil))
+	serveMember(t, []string{"-postgres", pgURL}, pgURL, pgDB{pool(t, pgURL)})
 }
 
 // TestServeLeastPrivilege is the deployment's split of rights on the TLS-only PostgreSQL:
 // -migrate runs as the migration role and grants -app-role; the member then runs as that
 // runtime role, which holds no DDL right (skipped without the secure services, run in CI).
 func TestServeLeastPrivilege(t *testing.T) {
-	testenv.KafkaBrokers(t)
-	pg := testenv.SecurePostgres(t)
-	_, admURL := testenv.SecurePostgresURLs(t)
-	sep := "?"
-	if strings.Contains(admURL, "?") {
-		sep = "&"
+	kafkaBrokers(t)
+	const hint = "start them with 'BATON_SECURE=1 make up' and export what 'BATON_SECURE=1 make env' prints"
+	rtURL := service(t, "BATON_SECURE_POSTGRES_URL", hint)        // the runtime role, TLS verify-full
+	admURL := service(t, "BATON_SECURE_POSTGRES_ADMIN_URL", hint) // the migration role
+	cfg, err := pgx.ParseConfig(rtURL)
+	if err != nil {
+		t.Fatal(err)
 	}
-	serveMember(t, []string{"-postgres", admURL + sep + "search_path=" + pg.Schema, "-app-role", pg.RuntimeRole},
-		pg.RuntimeURL, chaos.PgDB(pg.Admin))
+	role := cfg.User
+	schema := freshSchema(t, admURL, func(s string) string { return "GRANT USAGE ON SCHEMA " + s + " TO " + pgx.Identifier{role}.Sanitize() })
+	serveMember(t, []string{"-postgres", withSearchPath(admURL, schema), "-app-role", role},
+		withSearchPath(rtURL, schema), pgDB{pool(t, withSearchPath(admURL, schema))})
 	// The runtime role could not have created the tables itself.
-	if _, err := pg.Runtime.Exec(context.Background(), "CREATE TABLE runtime_ddl (x int)"); err == nil {
+	if _, err := pool(t, withSearchPath(rtURL, schema)).Exec(context.Background(), "CREATE TABLE runtime_ddl (x int)"); err == nil {
 		t.Error("the runtime role may create tables: the least privilege is not least")
 	}
 }
 
 // serveMember runs -migrate with migrateArgs, then a member on pgURL, and checks it as
 // TestServeRealServices says, reading the database through db.
-func serveMember(t *testing.T, migrateArgs []string, pgURL string, db chaos.DB) {
-	brokers := testenv.KafkaBrokers(t)
+func serveMember(t *testing.T, migrateArgs []string, pgURL string, db sqlDB) {
+	brokers := kafkaBrokers(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var mout bytes.Buffer
@@ -114,7 +111,7 @@ func serveMember(t *testing.T, migrateArgs []string, pgURL string, db chaos.DB) 
 		t.Fatalf("-migrate: %v\n%s", err, mout.String())
 	}
 	t.Log(strings.TrimSpace(mout.String()))
-	prefix := fmt.Sprintf("%s-", testenv.UniqueName("serve"))
+	prefix := fmt.Sprintf("%s-", uniqueName("serve"))
 	n := namesWith(prefix, prefix+"twins")
 	if err := createTopics(ctx, brokers, n); err != nil {
 		t.Fatal(err)

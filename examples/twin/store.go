@@ -19,7 +19,6 @@ import (
 	"github.com/batonhq/baton/fence/pgfence/pgbulk"
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/fence/sqlitefence/sqlitebulk"
-	"github.com/batonhq/baton/internal/chaos"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
@@ -33,8 +32,8 @@ type fencedStore[Tx any] interface {
 }
 
 // store is one database as the program uses it, whatever its engine: the fence store, the
-// outbox (Append in the handler's transaction, the relay's Store), and the chaos package's
-// dialect-neutral views of a transaction and of the database for the program's own SQL
+// outbox (Append in the handler's transaction, the relay's Store), and dialect-neutral views
+// (sqldb.go) of a transaction and of the database for the program's own SQL
 // (PostgreSQL's, with $N placeholders; the SQLite adapter rewrites them). The twins' fold
 // writes through the fast path: fast is the sink its consumer runs over (pgbulk's Sink, which
 // sends the fence statement in the upsert's round trip; SQLite's store itself) and upsert
@@ -45,8 +44,8 @@ type store[Tx any] struct {
 	upsert func(ctx context.Context, tx Tx, rows [][]any) error
 	append func(ctx context.Context, tx Tx, src fence.Key, tok fence.Token, msgs ...outbox.Message) error
 	outbox outbox.Store
-	wrap   func(Tx) chaos.Tx
-	db     chaos.DB
+	wrap   func(Tx) execer
+	db     sqlDB
 	close  func()
 }
 
@@ -131,7 +130,7 @@ func openSQLite(ctx context.Context, dir string) (twins, gw *store[*sql.Tx], err
 			return nil, err
 		}
 		upsert := func(ctx context.Context, tx *sql.Tx, rows [][]any) error { return up.Exec(ctx, tx, rows) }
-		return &store[*sql.Tx]{sink: fs, fast: fs, upsert: upsert, append: ob.Append, outbox: ob, wrap: chaos.SQLTx, db: chaos.SQLDB(fs.DB()),
+		return &store[*sql.Tx]{sink: fs, fast: fs, upsert: upsert, append: ob.Append, outbox: ob, wrap: func(tx *sql.Tx) execer { return liteTx{tx} }, db: liteDB{fs.DB()},
 			close: func() { fs.Close() }}, nil
 	}
 	if twins, err = open("twins.db", twinsDDL); err != nil {
@@ -201,7 +200,7 @@ func pgStore(pool *pgxpool.Pool) (*store[pgx.Tx], error) {
 		return nil, err
 	}
 	upsert := func(ctx context.Context, tx pgx.Tx, rows [][]any) error { return up.Exec(ctx, tx, rows) }
-	return &store[pgx.Tx]{sink: fs, fast: fast, upsert: upsert, append: ob.Append, outbox: ob, wrap: chaos.PgTx, db: chaos.PgDB(pool), close: pool.Close}, nil
+	return &store[pgx.Tx]{sink: fs, fast: fast, upsert: upsert, append: ob.Append, outbox: ob, wrap: func(tx pgx.Tx) execer { return pgTx{tx} }, db: pgDB{pool}, close: pool.Close}, nil
 }
 
 // migratePostgres creates every table of the program in the pool's schema (Baton's fences,

@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-
-	"github.com/batonhq/baton/internal/chaos"
 )
 
 // twinsAt reports whether every device's twin has folded n updates.
-func twinsAt(db chaos.DB, n int) func() bool {
+func twinsAt(db sqlDB, n int) func() bool {
 	return func() bool {
 		var k int
 		err := db.QueryRow(context.Background(), `SELECT count(*) FROM twins WHERE version >= $1`, n).Scan(&k)
@@ -19,7 +17,7 @@ func twinsAt(db chaos.DB, n int) func() bool {
 }
 
 // printTwins prints the twins table.
-func printTwins(ctx context.Context, out *syncWriter, db chaos.DB) error {
+func printTwins(ctx context.Context, out *syncWriter, db sqlDB) error {
 	rows, err := db.Query(ctx, `SELECT device, reported, desired, version FROM twins ORDER BY device`)
 	if err != nil {
 		return err
@@ -40,7 +38,7 @@ func printTwins(ctx context.Context, out *syncWriter, db chaos.DB) error {
 
 // verdict checks the invariants and prints one line: every twin's version equals its number of
 // updates, every command was appended once and applied once, and the zombie was refused.
-func verdict(ctx context.Context, out *syncWriter, twins, gateway chaos.DB, refused int) error {
+func verdict(ctx context.Context, out *syncWriter, twins, gateway sqlDB, refused int) error {
 	var wrongVersions, appended, applied, appliedTwice int
 	err := errors.Join(
 		twins.QueryRow(ctx, `SELECT count(*) FROM twins WHERE version != $1 OR last_seq != version`, perDevice).Scan(&wrongVersions),

@@ -2,8 +2,6 @@ package pgfence
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
@@ -24,27 +22,23 @@ const (
 	DefaultVersionColumn = occsql.DefaultVersion
 )
 
-type versionedConfig struct{ key, version string }
+type versionedConfig = occsql.Config
 
 // VersionedOption configures a [Versioned]. Invalid values make [NewVersioned] fail.
 type VersionedOption func(*versionedConfig) error
 
 // KeyColumn names the column that identifies a record (default "id"). It must carry a unique
 // constraint (a primary key will do): creating a record relies on ON CONFLICT on it.
-func KeyColumn(name string) VersionedOption {
-	return func(c *versionedConfig) error { c.key = name; return nil }
-}
+func KeyColumn(name string) VersionedOption { return occsql.KeyColumn(name) }
 
 // VersionColumn names the integer column that holds a record's version (default "version").
 // Only [Versioned.Write] should write it: a writer that sets it by hand can make a stale
 // writer's version match again.
-func VersionColumn(name string) VersionedOption {
-	return func(c *versionedConfig) error { c.version = name; return nil }
-}
+func VersionColumn(name string) VersionedOption { return occsql.VersionColumn(name) }
 
-// Versioned is optimistic concurrency control on one of the caller's tables in PostgreSQL
-// (the seeds' OCC pattern): Write sets a record's columns only if its version column still
-// holds the version the caller read, and increments it, in one statement:
+// Versioned is optimistic concurrency control on one of the caller's tables in PostgreSQL:
+// Write sets a record's columns only if its version column still holds the version the caller
+// read, and increments it, in one statement:
 //
 //	UPDATE "work_order" SET "status" = $3, "version" = "version" + 1
 //	 WHERE "id" = $1 AND "version" = $2 RETURNING "version"
@@ -71,30 +65,18 @@ var _ fence.Versioned[RowQuerier] = (*Versioned)(nil)
 // I/O. A nil option or an invalid name fails with errors wrapping fence.ErrInvalid, all of
 // them joined.
 func NewVersioned(table string, opts ...VersionedOption) (*Versioned, error) {
-	c := versionedConfig{key: DefaultKeyColumn, version: DefaultVersionColumn}
-	var errs []error
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("%w: pgfence: versioned option %d is nil", fence.ErrInvalid, i))
-			continue
-		}
-		if err := o(&c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	t, err := occsql.New("pgfence", table, c.key, c.version)
-	if err := errors.Join(append(errs, err)...); err != nil {
+	t, err := occsql.Open(dialect, table, opts)
+	if err != nil {
 		return nil, err
 	}
 	return &Versioned{t: t}, nil
 }
 
-func pgPlaceholder(i int) string { return "$" + strconv.Itoa(i) }
-
-// conflictRetries bounds the re-runs of a refused write whose re-read found the expected
-// version: that happens only when the record was created by a transaction that committed
-// after the statement's snapshot (the UPDATE saw no row), and re-running it decides.
-const conflictRetries = 3
+var dialect = occsql.Dialect{
+	What:        "pgfence",
+	Placeholder: func(i int) string { return "$" + strconv.Itoa(i) },
+	NoRows:      pgx.ErrNoRows,
+}
 
 // Write sets the columns of record id if its version is expected, and raises the version to
 // expected+1 in the same statement; expected 0 creates the record at version 1 (INSERT ... ON
@@ -104,37 +86,9 @@ const conflictRetries = 3
 // with fence.ErrInvalid before any statement runs. In a transaction (q a pgx.Tx) the write
 // commits or rolls back with it; on a pool it commits on its own.
 func (v *Versioned) Write(ctx context.Context, q RowQuerier, id any, expected int64, set ...fence.Column) (int64, error) {
-	if err := v.t.Check(id, expected, set); err != nil {
-		return 0, err
+	var queryRow func(context.Context, string, ...any) pgx.Row
+	if q != nil {
+		queryRow = q.QueryRow
 	}
-	if q == nil {
-		return 0, fmt.Errorf("%w: pgfence: versioned write to %s: nil querier", fence.ErrInvalid, v.t.Name())
-	}
-	var sql string
-	var args []any
-	if expected == 0 {
-		sql, args = v.t.Insert(pgPlaceholder, id, set)
-	} else {
-		sql, args = v.t.Update(pgPlaceholder, id, expected, set)
-	}
-	for attempt := 1; ; attempt++ {
-		var version int64
-		err := q.QueryRow(ctx, sql, args...).Scan(&version)
-		if err == nil {
-			return version, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return 0, fmt.Errorf("pgfence: versioned write to %s: %w", v.t.Name(), err)
-		}
-		var found int64
-		switch err := q.QueryRow(ctx, v.t.Select(pgPlaceholder), id).Scan(&found); {
-		case errors.Is(err, pgx.ErrNoRows):
-			found = 0
-		case err != nil:
-			return 0, fmt.Errorf("pgfence: versioned write to %s: refused; reading the stored version: %w", v.t.Name(), err)
-		}
-		if found != expected || attempt == conflictRetries {
-			return 0, v.t.Conflict(id, expected, found)
-		}
-	}
+	return occsql.Write(ctx, v.t, queryRow, id, expected, set)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencestore"
 	"github.com/batonhq/baton/internal/pgmigrate"
+	"github.com/batonhq/baton/internal/pgtx"
 	"github.com/batonhq/baton/internal/sqlident"
 )
 
@@ -391,15 +392,7 @@ func (s *Store) ApplyBatch(ctx context.Context, k fence.Key, t fence.Token, firs
 // commit commits tx and tells a refused commit (nothing committed) from one whose outcome is
 // unknown (ErrCommitUnknown).
 func commit(ctx context.Context, tx pgx.Tx, k fence.Key) error {
-	err := tx.Commit(ctx)
-	if err == nil {
-		return nil
-	}
-	var pgErr *pgconn.PgError
-	if errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
-		return fmt.Errorf("pgfence: apply %s: commit failed, nothing committed: %w", k, err)
-	}
-	return fmt.Errorf("%w: apply %s: %w", ErrCommitUnknown, k, err)
+	return pgtx.Commit(ctx, tx, "pgfence", k, ErrCommitUnknown)
 }
 
 // Recover compare-and-sets the fence of k from expected to {expected.Era+1, epoch} and records

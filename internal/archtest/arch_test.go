@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -59,78 +60,84 @@ func isOurs(path string) bool { return path == module || strings.HasPrefix(path,
 
 func under(r, dir string) bool { return r == dir || strings.HasPrefix(r, dir+"/") }
 
-// layer orders the library packages: a package may import ours only from a lower or equal layer.
-//
-//	fence < internal/* < fence/* < partition/* < outbox (and its stores) < consumer/*
-//	      < outbox/outboxconsumer < internal/chaos (chaos/) < cmd/, examples/
-//
-// fence is the leaf contract; internal/ helpers sit below everything that uses them; the fence
-// stores implement fence; partition names and routes; the outbox relays effects under a fence
-// key and token without knowing who owns them; the consumer owns partitions and may call the
-// outbox through its AfterCommit hook; outbox/outboxconsumer is the glue that needs both (it is
-// the one outbox package above the consumer). internal/chaos is the exception among internal/
-// packages: a harness driving the whole stack, so it sits on top of the library, with chaos/,
-// internal/status (the operator's commands) sits beside it. cmd/ and examples/ sit on top.
-func layer(r string) int {
-	switch {
-	case r == "fence":
-		return 0
-	case under(r, "internal/chaos"): // the harness drives everything below it
-		return 7
-	case under(r, "internal/status"): // the operator's tools read the stores and the group
-		return 7
-	case under(r, "internal/telemetry"): // an application's SDK wiring, used by cmd/ and examples/
-		return 8
-	case under(r, "internal"):
-		return 1
-	case under(r, "fence"):
-		return 2
-	case under(r, "partition"):
-		return 3
-	case under(r, "outbox/outboxconsumer"):
-		return 6
-	case under(r, "outbox"):
-		return 4
-	case under(r, "consumer"):
-		return 5
-	case under(r, "cmd"), under(r, "examples"):
-		return 9
-	}
-	return 8
+// layers are the tree's layers, bottom up: a package may import ours only from its own layer
+// or a lower one. A pattern is a folder ("fence": that package alone) or a folder and
+// everything below it ("fence/..."); a package is in the layer of its exact pattern, else of
+// its longest "/..." pattern.
+var layers = []struct {
+	what     string
+	patterns []string
+	sdk      bool // may import the OpenTelemetry SDK (applications; libraries use the API only)
+}{
+	{what: "the contract: the token and the fenced sink, standard library only", patterns: []string{"fence"}},
+	{what: "helpers the library imports, and test plumbing", patterns: []string{"internal/..."}},
+	{what: "the fence stores and token sources", patterns: []string{"fence/..."}},
+	{what: "partitions: identity, lanes, routing", patterns: []string{"partition/..."}},
+	{what: "the outbox, relay, inbox and their stores: effects under a fence key and token", patterns: []string{"outbox/..."}},
+	{what: "the consumer: owns partitions, may call the outbox through AfterCommit", patterns: []string{"consumer/..."}},
+	{what: "the glue that needs the outbox and the consumer", patterns: []string{"outbox/outboxconsumer/..."}},
+	{what: "the operator application: the chaos harness, status, timeline, telemetry wiring, the baseline lock",
+		patterns: []string{"internal/operator/..."}, sdk: true},
+	{what: "the chaos harness's public face, for a user's own workload", patterns: []string{"consumer/chaos/..."}},
+	{what: "programs: commands (with their own internal packages) and examples", patterns: []string{"cmd/...", "examples/..."}, sdk: true},
 }
 
-// internal/telemetry is an application's wiring of the OpenTelemetry SDK (Prometheus, OTLP): it may
-// import the SDK, and only cmd/ and examples/ may import it.
+// layer returns the index in layers of package r (relative to the module).
+func layer(r string) int {
+	best, bestLen := len(layers), -1
+	for i, l := range layers {
+		for _, p := range l.patterns {
+			dir, tree := strings.CutSuffix(p, "/...")
+			switch {
+			case !tree && r == dir:
+				return i
+			case tree && under(r, dir) && len(dir) > bestLen:
+				best, bestLen = i, len(dir)
+			}
+		}
+	}
+	return best
+}
+
+// testPlumbing is what only _test.go files import.
+var testPlumbing = []string{"internal/testkit", "internal/testenv", "internal/netfreeze"}
+
+// ownInternal reports whether ir is an internal package of the command or example r belongs to
+// (cmd/baton imports cmd/baton/internal/...).
+func ownInternal(r, ir string) bool {
+	i := strings.Index(ir, "/internal/")
+	return i > 0 && under(r, ir[:i])
+}
+
+func isProgram(r string) bool { return under(r, "cmd") || under(r, "examples") }
 
 // checkImport returns why package r may not import ir (both relative to the module), or "".
 func checkImport(r, ir string) string {
-	app := under(r, "cmd") || under(r, "examples")
 	switch {
-	case under(ir, "cmd") || under(ir, "examples"):
-		return "nothing imports cmd/ or examples/"
-	case under(ir, "internal/telemetry") && !app:
-		return "internal/telemetry is an application's SDK wiring: only cmd/ and examples/ import it"
-	case ir == "internal/testenv":
+	case isProgram(ir) && !ownInternal(r, ir):
+		return "nothing imports cmd/ or examples/ (but a command its own internal packages)"
+	case under(r, "examples") && (under(ir, "internal") || strings.Contains(ir, "/internal/")):
+		return "an example imports only public packages: a user copies it out of this module"
+	case slices.ContainsFunc(testPlumbing, func(d string) bool { return under(ir, d) }):
 		return "test plumbing is for _test.go files only"
-	case !app && layer(ir) > layer(r):
-		return fmt.Sprintf("layer %d imports layer %d: imports must point down", layer(r), layer(ir))
+	case layer(ir) > layer(r):
+		return fmt.Sprintf("%s (layer %d) imports %s (layer %d): imports must point down",
+			r, layer(r), ir, layer(ir))
 	}
 	return ""
 }
 
 func TestImportDirection(t *testing.T) {
-	pkgs := listPackages(t)
-	for _, p := range pkgs {
+	for _, p := range listPackages(t) {
 		r := rel(p.ImportPath)
-		app := under(r, "cmd") || under(r, "examples")
 		for _, imp := range p.Imports {
 			if isOurs(imp) {
 				if why := checkImport(r, rel(imp)); why != "" {
 					t.Errorf("%s imports %s: %s", r, rel(imp), why)
 				}
 			}
-			if !app && !under(r, "internal/telemetry") && strings.HasPrefix(imp, "go.opentelemetry.io/otel/sdk") {
-				t.Errorf("%s imports %s: only cmd/ and examples/ may import the OpenTelemetry SDK", r, imp)
+			if !layers[layer(r)].sdk && strings.HasPrefix(imp, "go.opentelemetry.io/otel/sdk") {
+				t.Errorf("%s imports %s: a library uses the OpenTelemetry API only; the SDK is for applications", r, imp)
 			}
 		}
 	}
@@ -162,23 +169,41 @@ func TestLayerRules(t *testing.T) {
 		{"fence/pgfence", "internal/pgmigrate", true},
 		{"internal/pgmigrate", "fence/pgfence", false},
 		{"fence/pgfence", "partition", false},
-		{"internal/chaos", "outbox/outboxconsumer", true},
-		{"internal/chaos", "consumer", true},
+		{"internal/operator/chaos", "outbox/outboxconsumer", true},
+		{"internal/operator/chaos", "consumer", true},
 		{"chaos", "consumer", true},
-		{"consumer", "internal/chaos", false},
-		{"outbox/outboxconsumer", "internal/chaos", false},
-		{"internal/pgmigrate", "internal/chaos", false},
-		{"cmd/baton", "internal/chaos", true},
-		{"internal/status", "outbox/pgoutbox", true},
-		{"internal/status", "internal/timeline", true},
-		{"consumer", "internal/status", false},
-		{"internal/timeline", "fence/pgfence", false},
-		{"consumer", "internal/telemetry", false},
-		{"internal/status", "internal/telemetry", false},
-		{"cmd/baton", "internal/telemetry", true},
+		{"consumer", "internal/operator/chaos", false},
+		{"outbox/outboxconsumer", "internal/operator/chaos", false},
+		{"internal/pgmigrate", "internal/operator/chaos", false},
+		{"cmd/baton", "internal/operator/chaos", true},
+		{"consumer/chaos", "internal/operator/chaos", true},
+		{"internal/operator/chaos", "consumer/chaos", false},
+		{"consumer", "consumer/chaos", false},
+		{"outbox/outboxconsumer", "consumer/chaos", false},
+		{"internal/operator/status", "outbox/pgoutbox", true},
+		{"internal/operator/status", "internal/operator/timeline", true},
+		{"consumer", "internal/operator/status", false},
+		{"internal/sqlident", "fence/pgfence", false},
+		{"consumer", "internal/operator/telemetry", false},
+		{"internal/operator/status", "internal/operator/telemetry", true},
+		{"internal/operator/chaos", "internal/operator/status", true},
+		{"internal/pgmigrate", "internal/operator/status", false},
+		{"fence", "internal/sqlident", false},
+		{"cmd/baton", "internal/operator/telemetry", true},
 		{"examples/twin", "outbox/outboxconsumer", true},
-		{"internal/chaos", "examples/twin", false},
+		{"examples/saga", "consumer/chaos", true},
+		{"cmd/baton", "cmd/baton/internal/bench", true},
+		{"cmd/baton/internal/bench/peers", "cmd/baton/internal/bench", true},
+		{"consumer", "cmd/baton/internal/bench", false},
+		{"examples/twin", "cmd/baton/internal/bench", false},
+		{"examples/saga", "internal/operator/chaos", false},
+		{"examples/twin", "internal/operator/telemetry", false},
+		{"examples/lock-to-partition", "internal/operator/redislock", false},
+		{"internal/operator/chaos", "examples/twin", false},
 		{"consumer", "internal/testenv", false},
+		{"consumer", "internal/testkit/netfreeze", false},
+		{"cmd/baton", "internal/testkit/testenv", false},
+		{"examples/saga", "internal/testkit", false},
 	} {
 		why := checkImport(c.from, c.to)
 		if got := why == ""; got != c.ok {

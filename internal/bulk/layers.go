@@ -1,10 +1,11 @@
 // Package bulk holds what the fence stores' set-based write paths (fence/pgfence/pgbulk and
-// fence/sqlitefence/sqlitebulk) share: splitting a batch's rows so that no statement names a
-// key twice.
+// fence/sqlitefence/sqlitebulk) share: their options, the validation of an upsert, its ON
+// CONFLICT clause, and splitting a batch's rows so that no statement names a key twice.
 package bulk
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -100,4 +101,121 @@ func Check(pkg, table string, names, key []string) (keyIdx []int, errs []error) 
 		keyIdx = append(keyIdx, i)
 	}
 	return keyIdx, errs
+}
+
+// Config is what an upsert's options set.
+type Config struct {
+	Merge   func(into, row []any)
+	Rows    int
+	RowsSet bool // Rows given by the RowsPerStatement option
+}
+
+// MergeOption is the Merge option of package pkg.
+func MergeOption(pkg string, merge func(into, row []any)) func(*Config) error {
+	return func(c *Config) error {
+		if merge == nil {
+			return fmt.Errorf("%s: Merge: nil function", pkg)
+		}
+		c.Merge = merge
+		return nil
+	}
+}
+
+// RowsOption is the RowsPerStatement option of package pkg.
+func RowsOption(pkg string, n int) func(*Config) error {
+	return func(c *Config) error {
+		if n < 1 {
+			return fmt.Errorf("%s: RowsPerStatement(%d): want at least 1", pkg, n)
+		}
+		c.Rows, c.RowsSet = n, true
+		return nil
+	}
+}
+
+var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
+
+// Column is an upsert's column: its name and the type its values are cast to ("" for none,
+// where the dialect allows it).
+type Column struct{ Name, Type string }
+
+// Columns converts a package's own column type to Column.
+func Columns[C ~struct{ Name, Type string }](cols []C) []Column {
+	out := make([]Column, len(cols))
+	for i, c := range cols {
+		out[i] = Column(c)
+	}
+	return out
+}
+
+// Spec is a validated upsert.
+type Spec struct {
+	Key   []int    // indexes of the key columns
+	Cfg   Config   // the options applied over the defaults
+	Names []string // the column names, quoted
+}
+
+// New validates an upsert of cols into table with conflict target key and applies opts over
+// rows per statement, naming pkg in every error: what [Check] checks, each column's type
+// (required unless untyped is allowed) and the options. It returns every problem found.
+func New[O ~func(*Config) error](pkg, table string, key []string, cols []Column, untyped bool, rows int, opts []O) (Spec, []error) {
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = c.Name
+	}
+	s := Spec{Cfg: Config{Rows: rows}, Names: make([]string, len(cols))}
+	for i, c := range cols {
+		s.Names[i] = sqlident.Quote(c.Name)
+	}
+	var errs []error
+	s.Key, errs = Check(pkg, table, names, key)
+	for _, c := range cols {
+		if (c.Type != "" || !untyped) && !typePattern.MatchString(c.Type) {
+			errs = append(errs, fmt.Errorf("%s: column %q: invalid type %q", pkg, c.Name, c.Type))
+		}
+	}
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%s: option %d is nil", pkg, i))
+			continue
+		}
+		if err := o(&s.Cfg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return s, errs
+}
+
+// OnConflict returns the ON CONFLICT clause on the key columns: DO UPDATE SET set, or, for an
+// empty set, every non-key column taking the new row's value (DO NOTHING when there is none).
+func (s Spec) OnConflict(key []string, set string) string {
+	keys := make([]string, len(key))
+	for i, k := range key {
+		keys[i] = sqlident.Quote(k)
+	}
+	action := "DO NOTHING"
+	if set != "" {
+		action = "DO UPDATE SET " + set
+	} else {
+		var sets []string
+		for i, n := range s.Names {
+			if !slices.Contains(s.Key, i) {
+				sets = append(sets, fmt.Sprintf("%s = excluded.%s", n, n))
+			}
+		}
+		if len(sets) > 0 {
+			action = "DO UPDATE SET " + strings.Join(sets, ", ")
+		}
+	}
+	return fmt.Sprintf("ON CONFLICT (%s) %s", strings.Join(keys, ", "), action)
+}
+
+// Layers is [Layers] of rows with the spec's key and merge, after checking that every row
+// has n values; pkg names the package in the error.
+func (s Spec) Layers(pkg string, rows [][]any, n int) ([][][]any, error) {
+	for i, r := range rows {
+		if len(r) != n {
+			return nil, fmt.Errorf("%s: row %d has %d values, want %d", pkg, i, len(r), n)
+		}
+	}
+	return Layers(rows, s.Key, s.Cfg.Merge), nil
 }

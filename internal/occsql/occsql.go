@@ -1,6 +1,7 @@
 package occsql
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,10 +16,54 @@ const (
 	DefaultVersion = "version"
 )
 
+// Dialect is what differs between the stores' drivers.
+type Dialect struct {
+	What        string           // the store's name, prefixing errors
+	Placeholder func(int) string // the placeholder of argument i (1-based)
+	NoRows      error            // the driver's error for a query that returned no row
+	Wrap        func(error) error
+}
+
+// Config is what a store's versioned options set: the key and version columns.
+type Config struct{ key, version string }
+
+// KeyColumn sets the key column.
+func KeyColumn(name string) func(*Config) error {
+	return func(c *Config) error { c.key = name; return nil }
+}
+
+// VersionColumn sets the version column.
+func VersionColumn(name string) func(*Config) error {
+	return func(c *Config) error { c.version = name; return nil }
+}
+
 // Table is a validated versioned table: its names as configured and as quoted for SQL.
 type Table struct {
+	d                     Dialect
 	name, key, version    string
 	qName, qKey, qVersion string
+}
+
+// Open applies opts over the default columns and validates the table with [New]. A nil
+// option and every invalid value are reported, joined, each wrapping fence.ErrInvalid.
+func Open[O ~func(*Config) error](d Dialect, table string, opts []O) (Table, error) {
+	c := Config{key: DefaultKey, version: DefaultVersion}
+	var errs []error
+	for i, o := range opts {
+		if o == nil {
+			errs = append(errs, fmt.Errorf("%w: %s: versioned option %d is nil", fence.ErrInvalid, d.What, i))
+			continue
+		}
+		if err := o(&c); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	t, err := New(d.What, table, c.key, c.version)
+	if err := errors.Join(append(errs, err)...); err != nil {
+		return Table{}, err
+	}
+	t.d = d
+	return t, nil
 }
 
 // New validates the table ("name" or "schema.name") and its key and version columns (one part
@@ -128,4 +173,56 @@ func (t Table) Select(ph func(int) string) string {
 // Conflict returns the error of a refused write; found is 0 if the record does not exist.
 func (t Table) Conflict(id any, expected, found int64) error {
 	return &fence.VersionConflictError{Table: t.name, ID: id, Expected: expected, Found: found}
+}
+
+// conflictRetries bounds the re-runs of a refused write whose re-read found the expected
+// version: that happens only when the record was created by a transaction that committed
+// after the statement's snapshot, or between the two statements on a querier outside a
+// transaction (the write saw no row), and re-running it decides.
+const conflictRetries = 3
+
+// Write is fence.Versioned.Write for a table made by [Open]: it checks the arguments, then
+// sets the columns of record id if its version is expected and raises the version to
+// expected+1 in one statement (expected 0: creates the record at version 1), run with
+// queryRow, and returns the new version. A refusal is classified by reading the stored
+// version with queryRow: a *fence.VersionConflictError whose Found is that version (0: no
+// record). A nil queryRow (the store was given a nil querier) fails with fence.ErrInvalid.
+func Write[R interface{ Scan(dest ...any) error }](ctx context.Context, t Table, queryRow func(context.Context, string, ...any) R, id any, expected int64, set []fence.Column) (int64, error) {
+	if err := t.Check(id, expected, set); err != nil {
+		return 0, err
+	}
+	if queryRow == nil {
+		return 0, fmt.Errorf("%w: %s: versioned write to %s: nil querier", fence.ErrInvalid, t.d.What, t.name)
+	}
+	ph, wrap := t.d.Placeholder, t.d.Wrap
+	if wrap == nil {
+		wrap = func(err error) error { return err }
+	}
+	var query string
+	var args []any
+	if expected == 0 {
+		query, args = t.Insert(ph, id, set)
+	} else {
+		query, args = t.Update(ph, id, expected, set)
+	}
+	for attempt := 1; ; attempt++ {
+		var version int64
+		err := queryRow(ctx, query, args...).Scan(&version)
+		if err == nil {
+			return version, nil
+		}
+		if !errors.Is(err, t.d.NoRows) {
+			return 0, fmt.Errorf("%s: versioned write to %s: %w", t.d.What, t.name, wrap(err))
+		}
+		var found int64
+		switch err := queryRow(ctx, t.Select(ph), id).Scan(&found); {
+		case errors.Is(err, t.d.NoRows):
+			found = 0
+		case err != nil:
+			return 0, fmt.Errorf("%s: versioned write to %s: refused; reading the stored version: %w", t.d.What, t.name, wrap(err))
+		}
+		if found != expected || attempt == conflictRetries {
+			return 0, t.Conflict(id, expected, found)
+		}
+	}
 }

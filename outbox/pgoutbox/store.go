@@ -15,8 +15,8 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/pgmigrate"
-	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/internal/outboxsql"
 	"github.com/batonhq/baton/outbox/outboxstore"
 )
 
@@ -28,50 +28,25 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Defaults.
-const (
-	DefaultTable      = "baton_outbox"
-	defaultFenceTable = pgfence.DefaultTable
-	cursorsSuffix     = "_cursors"
-	deadSuffix        = "_dead_letters"
-)
+// DefaultTable is the default outbox table name.
+const DefaultTable = "baton_outbox"
 
-type config struct {
-	table, fences string
-	maxBytes      int
-	prop          propagation.TextMapPropagator
-}
+type config = outboxsql.Config
 
 // Option configures [New].
 type Option func(*config) error
 
 // Table sets the outbox table name (default [DefaultTable]); the store also uses
 // name+"_cursors" and name+"_dead_letters". "table" or "schema.table", validated by internal/sqlident.
-func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
+func Table(name string) Option { return outboxsql.Table(name) }
 
 // MaxMessageBytes bounds each message's key+value+headers at Append (default
 // outbox.DefaultMaxMessageBytes). Keep it at or below the destination topics' max.message.bytes.
-func MaxMessageBytes(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("%w: MaxMessageBytes %d", outbox.ErrInvalid, n)
-		}
-		c.maxBytes = n
-		return nil
-	}
-}
+func MaxMessageBytes(n int) Option { return outboxsql.MaxMessageBytes(n) }
 
 // Propagator sets how Append captures the trace context from its ctx (default
 // propagation.TraceContext{}: W3C traceparent/tracestate, which the relay and inbox read).
-func Propagator(p propagation.TextMapPropagator) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil propagator", outbox.ErrInvalid)
-		}
-		c.prop = p
-		return nil
-	}
-}
+func Propagator(p propagation.TextMapPropagator) Option { return outboxsql.Propagator(p) }
 
 // Store is a transactional outbox in PostgreSQL next to a pgfence fence table. It implements
 // [outbox.Store] for the relay. Safe for concurrent use.
@@ -83,7 +58,9 @@ type Store struct {
 	schema   string
 	tables   [4]string // outbox, cursors, fence, dead-letter table names as configured (RuntimeGrants)
 
-	appendSQL, staleSQL, pendingSQL, markSQL, deadSQL, deadListSQL, backlogSQL, cleanupSQL string
+	core outboxsql.Core[pgx.Row, pgx.Rows] // the statements shared with sqliteoutbox
+
+	appendSQL, deadSQL, cleanupSQL string
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -94,56 +71,42 @@ var schemaSQL string
 // New returns a store over db whose appends are fenced by fences: it checks tokens against
 // fences' table (pgfence's, not created here), in db's transactions, so db must reach the same
 // database. Call [Store.Migrate] once to create its tables. A nil db or fences, or invalid
-// names, fail with [outbox.ErrInvalid].
+// names, fail with [outbox.ErrInvalid], every problem joined with errors.Join.
 func New(db DB, fences *pgfence.Store, opts ...Option) (*Store, error) {
-	var errs []error
-	if db == nil {
-		errs = append(errs, fmt.Errorf("%w: pgoutbox: nil DB", outbox.ErrInvalid))
-	}
+	table, noFences := pgfence.DefaultTable, error(nil)
 	if fences == nil {
-		errs = append(errs, fmt.Errorf("%w: pgoutbox: nil fence store", outbox.ErrInvalid))
+		noFences = fmt.Errorf("%w: pgoutbox: nil fence store", outbox.ErrInvalid)
+	} else {
+		table = fences.Table()
 	}
-	c := config{table: DefaultTable, fences: defaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
-	if fences != nil {
-		c.fences = fences.Table()
-	}
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("%w: pgoutbox: option %d is nil", outbox.ErrInvalid, i))
-			continue
-		}
-		if err := o(&c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	cursors, dead := c.table+cursorsSuffix, c.table+deadSuffix
-	for _, n := range []string{c.table, cursors, dead, c.fences} {
-		if err := sqlident.Validate(n); err != nil {
-			errs = append(errs, fmt.Errorf("%w: pgoutbox: table name: %w", outbox.ErrInvalid, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	c, err := outboxsql.Configure("pgoutbox", db == nil, DefaultTable, table, opts)
+	if err := errors.Join(noFences, err); err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, lockName: "baton/pgoutbox/migrate/" + c.table,
-		tables: [4]string{c.table, cursors, c.fences, dead}}
-	s.prepare(sqlident.Quote(c.table), sqlident.Quote(cursors), sqlident.Quote(dead), sqlident.Quote(c.fences))
+	s := &Store{db: db, maxBytes: c.MaxBytes, prop: c.Prop, lockName: "baton/pgoutbox/migrate/" + c.Outbox,
+		tables: [4]string{c.Outbox, c.Cursors, c.Fences, c.Dead}}
+	s.prepare(c.Replacer)
 	return s, nil
 }
 
-func (s *Store) prepare(o, c, d, f string) {
-	r := strings.NewReplacer("{{outbox}}", o, "{{cursors}}", c, "{{deadletters}}", d, "{{fences}}", f)
+func (s *Store) prepare(r *strings.Replacer) {
+	s.core = outboxsql.Core[pgx.Row, pgx.Rows]{What: "pgoutbox", NoRows: pgx.ErrNoRows,
+		QueryRow: s.db.QueryRow, Query: s.db.Query, Close: func(rows pgx.Rows) { rows.Close() }}
+	q := &s.core.SQL
 	s.schema = r.Replace(schemaSQL)
-	// Append in one statement: lock the fence row FOR SHARE only if it stores exactly the
-	// token (a concurrent Claim waits for the caller's commit; a changed token matches nothing),
-	// allocate n sequences from the cursor row (its row lock orders appenders, so sequences are
-	// gap-free in commit order), and insert the rows numbered from the allocation.
-	s.appendSQL = r.Replace(`
+	// lockFence opens the fenced statements: the fence row, FOR SHARE, only if it stores
+	// exactly the token ($4, $5) of the source partition ($1, $2, $3).
+	const lockFence = `
 WITH f AS (
     SELECT 1 FROM {{fences}}
     WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
     FOR SHARE
-), c AS (
+)`
+	// Append in one statement: lock the fence row FOR SHARE only if it stores exactly the
+	// token (a concurrent Claim waits for the caller's commit; a changed token matches nothing),
+	// allocate n sequences from the cursor row (its row lock orders appenders, so sequences are
+	// gap-free in commit order), and insert the rows numbered from the allocation.
+	s.appendSQL = r.Replace(lockFence + `, c AS (
     INSERT INTO {{cursors}} AS c (group_id, topic, partition, last_seq)
     SELECT $1, $2, $3, $6::bigint FROM f
     ON CONFLICT (group_id, topic, partition) DO UPDATE SET last_seq = c.last_seq + EXCLUDED.last_seq
@@ -155,11 +118,11 @@ SELECT $1, $2, $3, c.last_seq - $6::bigint + u.ord, $4, $5, u.t, u.k, u.v, u.h,
        u.i,
        $12, $13
 FROM c, unnest($7::text[], $8::bytea[], $9::bytea[], $10::bytea[], $11::text[]) WITH ORDINALITY AS u(t, k, v, h, i, ord)`)
-	s.staleSQL = r.Replace(`SELECT era, epoch FROM {{fences}} WHERE group_id = $1 AND topic = $2 AND partition = $3`)
+	q.Fence = r.Replace(`SELECT era, epoch FROM {{fences}} WHERE group_id = $1 AND topic = $2 AND partition = $3`)
 	// delivered_seq as a scalar subquery, not a join: the index scan on (group, topic,
 	// partition, seq) then starts at the first pending row instead of walking every delivered
 	// row still kept until Cleanup (118 ms -> 0.09 ms with 50k delivered rows).
-	s.pendingSQL = r.Replace(`
+	q.Pending = r.Replace(`
 SELECT o.seq, o.era, o.epoch, o.dest_topic, o.msg_key, o.msg_value, o.headers, o.idempotency_key,
        o.traceparent, o.tracestate, o.created_at
 FROM {{outbox}} o
@@ -171,26 +134,16 @@ ORDER BY o.seq
 LIMIT $6`)
 	// The mark is the relay's fence: FOR SHARE on the fence row, matching only the exact token,
 	// so it either commits before a takeover's Claim (which waits for it) or matches nothing.
-	s.markSQL = r.Replace(`
-WITH f AS (
-    SELECT 1 FROM {{fences}}
-    WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
-    FOR SHARE
-)
+	q.Mark = r.Replace(lockFence + `
 UPDATE {{cursors}} c SET delivered_seq = GREATEST(c.delivered_seq, $6), delivered_at = now()
 FROM f
 WHERE c.group_id = $1 AND c.topic = $2 AND c.partition = $3 AND $6 <= c.last_seq
 RETURNING c.last_seq - c.delivered_seq`)
-	// Dead-lettering is a mark of one row, fenced like markSQL in the same statement: the
+	// Dead-lettering is a mark of one row, fenced like the mark in the same statement: the
 	// cursor moves past seq only if seq is the first pending row (delivered_seq = seq-1), the
 	// row exists and the fence stores exactly the token; the row's copy goes to the
 	// dead-letter table in the same statement, so either both happen or neither.
-	s.deadSQL = r.Replace(`
-WITH f AS (
-    SELECT 1 FROM {{fences}}
-    WHERE group_id = $1 AND topic = $2 AND partition = $3 AND era = $4 AND epoch = $5
-    FOR SHARE
-), c AS (
+	s.deadSQL = r.Replace(lockFence + `, c AS (
     UPDATE {{cursors}} c SET delivered_seq = $6, delivered_at = now()
     FROM f
     WHERE c.group_id = $1 AND c.topic = $2 AND c.partition = $3
@@ -208,11 +161,11 @@ WITH f AS (
     RETURNING 1
 )
 SELECT c.backlog FROM c`)
-	s.deadListSQL = r.Replace(`
+	q.DeadList = r.Replace(`
 SELECT seq, era, epoch, dest_topic, msg_key, msg_value, headers, idempotency_key, traceparent, tracestate,
        created_at, reason, by_era, by_epoch, dead_at
 FROM {{deadletters}} WHERE group_id = $1 AND topic = $2 AND partition = $3 ORDER BY seq LIMIT $4`)
-	s.backlogSQL = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE group_id = $1 AND topic = $2 AND partition = $3`)
+	q.Backlog = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE group_id = $1 AND topic = $2 AND partition = $3`)
 	s.cleanupSQL = r.Replace(`
 DELETE FROM {{outbox}} o USING {{cursors}} c
 WHERE o.group_id = c.group_id AND o.topic = c.topic AND o.partition = c.partition
@@ -253,7 +206,7 @@ func (s *Store) Append(ctx context.Context, tx pgx.Tx, src fence.Key, tok fence.
 	if tag.RowsAffected() == int64(len(msgs)) {
 		return nil
 	}
-	if err := s.check(ctx, tx, src, tok); err != nil {
+	if err := s.core.Check(ctx, tx.QueryRow, src, tok); err != nil {
 		return err
 	}
 	return fmt.Errorf("pgoutbox: append to %s wrote %d of %d rows", src, tag.RowsAffected(), len(msgs))
@@ -305,78 +258,14 @@ func (s *Store) appendArgs(ctx context.Context, src fence.Key, tok fence.Token, 
 		int64(len(msgs)), topics, keys, values, headers, ids, tp, ts}, nil
 }
 
-type queryRower interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// check returns nil if src's fence stores exactly tok, and otherwise the error a fenced
-// statement that matched nothing reports.
-func (s *Store) check(ctx context.Context, q queryRower, src fence.Key, tok fence.Token) error {
-	var stored fence.Token
-	err := q.QueryRow(ctx, s.staleSQL, src.Group, src.Topic, src.Partition).Scan(&stored.Era, &stored.Epoch)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("%w: %s has no fence row; claim it first", outbox.ErrUnfenced, src)
-	case err != nil:
-		return fmt.Errorf("pgoutbox: reading the fence of %s: %w", src, err)
-	case tok.Less(stored):
-		return &fence.StaleError{Key: src, Stored: stored, Presented: tok}
-	case tok == stored:
-		return nil
-	}
-	return fmt.Errorf("%w: %s stores %s, presented %s", outbox.ErrUnfenced, src, stored, tok)
-}
-
 // Pending implements [outbox.Store].
 func (s *Store) Pending(ctx context.Context, src fence.Key, tok fence.Token, limit int) ([]outbox.Row, error) {
-	rows, err := s.db.Query(ctx, s.pendingSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, limit)
-	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: pending of %s: %w", src, err)
-	}
-	defer rows.Close()
-	var out []outbox.Row
-	for rows.Next() {
-		r := outbox.Row{Source: src}
-		var hs []byte
-		if err := rows.Scan(&r.Seq, &r.Token.Era, &r.Token.Epoch, &r.Topic, &r.Key, &r.Value, &hs,
-			&r.IdempotencyKey, &r.TraceParent, &r.TraceState, &r.CreatedAt); err != nil {
-			return nil, fmt.Errorf("pgoutbox: pending of %s: %w", src, err)
-		}
-		if r.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
-			return nil, fmt.Errorf("pgoutbox: %s seq %d: %w", src, r.Seq, err)
-		}
-		if r.IdempotencyKey == "" {
-			// Derived, not stored: it is a function of (source, seq), which the row holds.
-			r.IdempotencyKey = outbox.IdempotencyKey(src, r.Seq)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgoutbox: pending of %s: %w", src, err)
-	}
-	if len(out) == 0 {
-		// Nothing pending, or the fence moved on: tell a zombie so.
-		if err := s.check(ctx, s.db, src, tok); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return s.core.Pending(ctx, src, tok, limit)
 }
 
 // MarkDelivered implements [outbox.Store].
 func (s *Store) MarkDelivered(ctx context.Context, src fence.Key, tok fence.Token, through int64) (int64, error) {
-	var backlog int64
-	err := s.db.QueryRow(ctx, s.markSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, through).Scan(&backlog)
-	if errors.Is(err, pgx.ErrNoRows) {
-		if err := s.check(ctx, s.db, src, tok); err != nil {
-			return 0, err
-		}
-		return 0, fmt.Errorf("%w: %s: seq %d was never allocated", outbox.ErrInvalid, src, through)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("pgoutbox: marking %s delivered through %d: %w", src, through, err)
-	}
-	return backlog, nil
+	return s.core.MarkDelivered(ctx, src, tok, through)
 }
 
 // DeadLetter implements [outbox.Store]: one statement moves the cursor past seq and copies
@@ -389,10 +278,7 @@ func (s *Store) DeadLetter(ctx context.Context, src fence.Key, tok fence.Token, 
 	var backlog int64
 	err := s.db.QueryRow(ctx, s.deadSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, seq, reason).Scan(&backlog)
 	if errors.Is(err, pgx.ErrNoRows) {
-		if err := s.check(ctx, s.db, src, tok); err != nil {
-			return 0, err
-		}
-		return 0, fmt.Errorf("%w: %s: seq %d is not the first pending row", outbox.ErrInvalid, src, seq)
+		return 0, s.core.NotFirstPending(ctx, s.db.QueryRow, src, tok, seq)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("pgoutbox: dead-lettering %s seq %d: %w", src, seq, err)
@@ -403,44 +289,12 @@ func (s *Store) DeadLetter(ctx context.Context, src fence.Key, tok fence.Token, 
 // DeadLetters returns up to limit dead-lettered rows of src in sequence order, for operators.
 // It is not fenced: it only reads.
 func (s *Store) DeadLetters(ctx context.Context, src fence.Key, limit int) ([]outbox.DeadRow, error) {
-	rows, err := s.db.Query(ctx, s.deadListSQL, src.Group, src.Topic, src.Partition, limit)
-	if err != nil {
-		return nil, fmt.Errorf("pgoutbox: dead letters of %s: %w", src, err)
-	}
-	defer rows.Close()
-	var out []outbox.DeadRow
-	for rows.Next() {
-		d := outbox.DeadRow{Row: outbox.Row{Source: src}}
-		var hs []byte
-		if err := rows.Scan(&d.Seq, &d.Token.Era, &d.Token.Epoch, &d.Topic, &d.Key, &d.Value, &hs, &d.IdempotencyKey,
-			&d.TraceParent, &d.TraceState, &d.CreatedAt, &d.Reason, &d.By.Era, &d.By.Epoch, &d.At); err != nil {
-			return nil, fmt.Errorf("pgoutbox: dead letters of %s: %w", src, err)
-		}
-		if d.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
-			return nil, fmt.Errorf("pgoutbox: dead letter %s seq %d: %w", src, d.Seq, err)
-		}
-		if d.IdempotencyKey == "" {
-			d.IdempotencyKey = outbox.IdempotencyKey(src, d.Seq)
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("pgoutbox: dead letters of %s: %w", src, err)
-	}
-	return out, nil
+	return s.core.DeadLetters(ctx, src, limit)
 }
 
 // Backlog returns how many rows of src are appended and not yet delivered.
 func (s *Store) Backlog(ctx context.Context, src fence.Key) (int64, error) {
-	var n int64
-	err := s.db.QueryRow(ctx, s.backlogSQL, src.Group, src.Topic, src.Partition).Scan(&n)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("pgoutbox: backlog of %s: %w", src, err)
-	}
-	return n, nil
+	return s.core.Backlog(ctx, src)
 }
 
 // Cleanup deletes delivered rows appended more than olderThan ago, for every source partition,
@@ -448,8 +302,8 @@ func (s *Store) Backlog(ctx context.Context, src fence.Key) (int64, error) {
 // nothing any owner relies on (sequences live in the cursor table and are never reused).
 // Undelivered rows are never deleted.
 func (s *Store) Cleanup(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("%w: negative retention %s", outbox.ErrInvalid, olderThan)
+	if err := outboxsql.CheckRetention(olderThan); err != nil {
+		return 0, err
 	}
 	tag, err := s.db.Exec(ctx, s.cleanupSQL, olderThan)
 	if err != nil {

@@ -6,60 +6,34 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
-	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/internal/outboxsql"
 	"github.com/batonhq/baton/outbox/outboxstore"
 )
 
-// Defaults.
-const (
-	DefaultTable      = "baton_outbox"
-	defaultFenceTable = sqlitefence.DefaultTable
-	cursorsSuffix     = "_cursors"
-	deadSuffix        = "_dead_letters"
-)
+// DefaultTable is the default outbox table name.
+const DefaultTable = "baton_outbox"
 
-type config struct {
-	table, fences string
-	maxBytes      int
-	prop          propagation.TextMapPropagator
-}
+type config = outboxsql.Config
 
 // Option configures [New].
 type Option func(*config) error
 
 // Table sets the outbox table name (default [DefaultTable]); the store also uses name+"_cursors"
 // and name+"_dead_letters".
-func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
+func Table(name string) Option { return outboxsql.Table(name) }
 
 // MaxMessageBytes bounds each message's key+value+headers (default outbox.DefaultMaxMessageBytes).
-func MaxMessageBytes(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("%w: MaxMessageBytes %d", outbox.ErrInvalid, n)
-		}
-		c.maxBytes = n
-		return nil
-	}
-}
+func MaxMessageBytes(n int) Option { return outboxsql.MaxMessageBytes(n) }
 
 // Propagator sets how Append captures the trace context (default propagation.TraceContext{}).
-func Propagator(p propagation.TextMapPropagator) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil propagator", outbox.ErrInvalid)
-		}
-		c.prop = p
-		return nil
-	}
-}
+func Propagator(p propagation.TextMapPropagator) Option { return outboxsql.Propagator(p) }
 
 // Store is a transactional outbox in SQLite. It implements [outbox.Store]. Safe for concurrent use.
 type Store struct {
@@ -68,7 +42,9 @@ type Store struct {
 	prop     propagation.TextMapPropagator
 	schema   string
 
-	allocSQL, insertSQL, fenceSQL, pendingSQL, markSQL, deadMarkSQL, deadCopySQL, deadListSQL, backlogSQL, cleanupSQL string
+	core outboxsql.Core[*sql.Row, *sql.Rows] // the statements shared with pgoutbox
+
+	allocSQL, insertSQL, deadMarkSQL, deadCopySQL, cleanupSQL string
 }
 
 var _ outbox.Store = (*Store)(nil)
@@ -82,34 +58,22 @@ var schemaSQL string
 // fences, a nil option or an invalid value fails with [outbox.ErrInvalid]; every problem is
 // reported, joined with errors.Join.
 func New(fences *sqlitefence.Store, opts ...Option) (*Store, error) {
-	var errs []error
 	var db *sql.DB
-	c := config{table: DefaultTable, fences: defaultFenceTable, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
+	table, noFences := sqlitefence.DefaultTable, error(nil)
 	if fences == nil {
-		errs = append(errs, fmt.Errorf("%w: sqliteoutbox: nil fence store", outbox.ErrInvalid))
+		noFences = fmt.Errorf("%w: sqliteoutbox: nil fence store", outbox.ErrInvalid)
 	} else {
-		db, c.fences = fences.DB(), fences.Table()
+		db, table = fences.DB(), fences.Table()
 	}
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("%w: sqliteoutbox: option %d is nil", outbox.ErrInvalid, i))
-			continue
-		}
-		if err := o(&c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	cursors, dead := c.table+cursorsSuffix, c.table+deadSuffix
-	for _, n := range []string{c.table, cursors, dead, c.fences} {
-		if err := sqlident.Validate(n); err != nil {
-			errs = append(errs, fmt.Errorf("%w: sqliteoutbox: table name: %w", outbox.ErrInvalid, err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
+	c, err := outboxsql.Configure("sqliteoutbox", false, DefaultTable, table, opts)
+	if err := errors.Join(noFences, err); err != nil {
 		return nil, err
 	}
-	r := strings.NewReplacer("{{outbox}}", sqlident.Quote(c.table), "{{cursors}}", sqlident.Quote(cursors), "{{deadletters}}", sqlident.Quote(dead), "{{fences}}", sqlident.Quote(c.fences))
-	s := &Store{db: db, maxBytes: c.maxBytes, prop: c.prop, schema: r.Replace(schemaSQL)}
+	r := c.Replacer
+	s := &Store{db: db, maxBytes: c.MaxBytes, prop: c.Prop, schema: r.Replace(schemaSQL)}
+	s.core = outboxsql.Core[*sql.Row, *sql.Rows]{What: "sqliteoutbox", NoRows: sql.ErrNoRows, UnixNanos: true,
+		QueryRow: db.QueryRowContext, Query: db.QueryContext, Close: func(rows *sql.Rows) { _ = rows.Close() }}
+	q := &s.core.SQL
 	const holds = `EXISTS (SELECT 1 FROM {{fences}} f WHERE f.grp = ?1 AND f.topic = ?2 AND f.partition = ?3 AND f.era = ?4 AND f.epoch = ?5)`
 	s.allocSQL = r.Replace(`INSERT INTO {{cursors}} AS c (grp, topic, partition, last_seq)
 SELECT ?1, ?2, ?3, ?6 WHERE ` + holds + `
@@ -117,17 +81,17 @@ ON CONFLICT (grp, topic, partition) DO UPDATE SET last_seq = c.last_seq + exclud
 RETURNING last_seq`)
 	s.insertSQL = r.Replace(`INSERT INTO {{outbox}} (grp, topic, partition, seq, era, epoch, dest_topic, msg_key, msg_value,
     headers, idempotency_key, traceparent, tracestate, created_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	s.fenceSQL = r.Replace(`SELECT era, epoch FROM {{fences}} WHERE grp = ? AND topic = ? AND partition = ?`)
+	q.Fence = r.Replace(`SELECT era, epoch FROM {{fences}} WHERE grp = ? AND topic = ? AND partition = ?`)
 	// delivered_seq as a scalar subquery so the index range starts at the first pending row
 	// (see pgoutbox: a join walked every delivered row kept until Cleanup).
-	s.pendingSQL = r.Replace(`SELECT o.seq, o.era, o.epoch, o.dest_topic, o.msg_key, o.msg_value, o.headers,
+	q.Pending = r.Replace(`SELECT o.seq, o.era, o.epoch, o.dest_topic, o.msg_key, o.msg_value, o.headers,
     o.idempotency_key, o.traceparent, o.tracestate, o.created_ns
 FROM {{outbox}} o
 WHERE o.grp = ?1 AND o.topic = ?2 AND o.partition = ?3
   AND o.seq > (SELECT c.delivered_seq FROM {{cursors}} c WHERE c.grp = ?1 AND c.topic = ?2 AND c.partition = ?3)
   AND ` + holds + `
 ORDER BY o.seq LIMIT ?6`)
-	s.markSQL = r.Replace(`UPDATE {{cursors}} SET delivered_seq = max(delivered_seq, ?6)
+	q.Mark = r.Replace(`UPDATE {{cursors}} SET delivered_seq = max(delivered_seq, ?6)
 WHERE grp = ?1 AND topic = ?2 AND partition = ?3 AND ?6 <= last_seq AND ` + holds + `
 RETURNING last_seq - delivered_seq`)
 	// Dead-lettering: the fenced mark of exactly the first pending row (delivered_seq = seq-1,
@@ -141,10 +105,10 @@ RETURNING last_seq - delivered_seq`)
 SELECT grp, topic, partition, seq, era, epoch, dest_topic, msg_key, msg_value, headers, idempotency_key,
     traceparent, tracestate, created_ns, ?5, ?6, ?7, ?8
 FROM {{outbox}} WHERE grp = ?1 AND topic = ?2 AND partition = ?3 AND seq = ?4`)
-	s.deadListSQL = r.Replace(`SELECT seq, era, epoch, dest_topic, msg_key, msg_value, headers, idempotency_key,
+	q.DeadList = r.Replace(`SELECT seq, era, epoch, dest_topic, msg_key, msg_value, headers, idempotency_key,
     traceparent, tracestate, created_ns, reason, by_era, by_epoch, dead_ns
 FROM {{deadletters}} WHERE grp = ? AND topic = ? AND partition = ? ORDER BY seq LIMIT ?`)
-	s.backlogSQL = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE grp = ? AND topic = ? AND partition = ?`)
+	q.Backlog = r.Replace(`SELECT last_seq - delivered_seq FROM {{cursors}} WHERE grp = ? AND topic = ? AND partition = ?`)
 	s.cleanupSQL = r.Replace(`DELETE FROM {{outbox}} WHERE created_ns < ?1 AND seq <= (SELECT c.delivered_seq FROM {{cursors}} c
     WHERE c.grp = {{outbox}}.grp AND c.topic = {{outbox}}.topic AND c.partition = {{outbox}}.partition)`)
 	return s, nil
@@ -189,7 +153,7 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 	var last int64
 	err := tx.QueryRowContext(ctx, s.allocSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, int64(len(msgs))).Scan(&last)
 	if errors.Is(err, sql.ErrNoRows) {
-		if err := s.check(ctx, tx, src, tok); err != nil {
+		if err := s.core.Check(ctx, tx.QueryRowContext, src, tok); err != nil {
 			return err
 		}
 		return fmt.Errorf("sqliteoutbox: append to %s: no sequence allocated", src)
@@ -219,74 +183,14 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 	return nil
 }
 
-type querier interface {
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-// check returns nil if src's fence stores exactly tok, otherwise the refusal.
-func (s *Store) check(ctx context.Context, q querier, src fence.Key, tok fence.Token) error {
-	var stored fence.Token
-	err := q.QueryRowContext(ctx, s.fenceSQL, src.Group, src.Topic, src.Partition).Scan(&stored.Era, &stored.Epoch)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("%w: %s has no fence row; claim it first", outbox.ErrUnfenced, src)
-	case err != nil:
-		return fmt.Errorf("sqliteoutbox: reading the fence of %s: %w", src, err)
-	case tok.Less(stored):
-		return &fence.StaleError{Key: src, Stored: stored, Presented: tok}
-	case tok == stored:
-		return nil
-	}
-	return fmt.Errorf("%w: %s stores %s, presented %s", outbox.ErrUnfenced, src, stored, tok)
-}
-
 // Pending implements [outbox.Store].
 func (s *Store) Pending(ctx context.Context, src fence.Key, tok fence.Token, limit int) ([]outbox.Row, error) {
-	rows, err := s.db.QueryContext(ctx, s.pendingSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqliteoutbox: pending of %s: %w", src, err)
-	}
-	defer rows.Close()
-	var out []outbox.Row
-	for rows.Next() {
-		r := outbox.Row{Source: src}
-		var hs []byte
-		var ns int64
-		if err := rows.Scan(&r.Seq, &r.Token.Era, &r.Token.Epoch, &r.Topic, &r.Key, &r.Value, &hs,
-			&r.IdempotencyKey, &r.TraceParent, &r.TraceState, &ns); err != nil {
-			return nil, fmt.Errorf("sqliteoutbox: pending of %s: %w", src, err)
-		}
-		r.CreatedAt = time.Unix(0, ns)
-		if r.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
-			return nil, fmt.Errorf("sqliteoutbox: %s seq %d: %w", src, r.Seq, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqliteoutbox: pending of %s: %w", src, err)
-	}
-	if len(out) == 0 {
-		if err := s.check(ctx, s.db, src, tok); err != nil {
-			return nil, err
-		}
-	}
-	return out, nil
+	return s.core.Pending(ctx, src, tok, limit)
 }
 
 // MarkDelivered implements [outbox.Store] with one conditional UPDATE.
 func (s *Store) MarkDelivered(ctx context.Context, src fence.Key, tok fence.Token, through int64) (int64, error) {
-	var backlog int64
-	err := s.db.QueryRowContext(ctx, s.markSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, through).Scan(&backlog)
-	if errors.Is(err, sql.ErrNoRows) {
-		if err := s.check(ctx, s.db, src, tok); err != nil {
-			return 0, err
-		}
-		return 0, fmt.Errorf("%w: %s: seq %d was never allocated", outbox.ErrInvalid, src, through)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("sqliteoutbox: marking %s delivered through %d: %w", src, through, err)
-	}
-	return backlog, nil
+	return s.core.MarkDelivered(ctx, src, tok, through)
 }
 
 // DeadLetter implements [outbox.Store]: in one transaction, the fenced UPDATE of the cursor
@@ -304,10 +208,7 @@ func (s *Store) DeadLetter(ctx context.Context, src fence.Key, tok fence.Token, 
 	var backlog int64
 	err = tx.QueryRowContext(ctx, s.deadMarkSQL, src.Group, src.Topic, src.Partition, tok.Era, tok.Epoch, seq).Scan(&backlog)
 	if errors.Is(err, sql.ErrNoRows) {
-		if err := s.check(ctx, tx, src, tok); err != nil {
-			return 0, err
-		}
-		return 0, fmt.Errorf("%w: %s: seq %d is not the first pending row", outbox.ErrInvalid, src, seq)
+		return 0, s.core.NotFirstPending(ctx, tx.QueryRowContext, src, tok, seq)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("sqliteoutbox: dead-lettering %s seq %d: %w", src, seq, err)
@@ -331,49 +232,18 @@ func (s *Store) DeadLetter(ctx context.Context, src fence.Key, tok fence.Token, 
 // DeadLetters returns up to limit dead-lettered rows of src in sequence order, for operators.
 // It is not fenced: it only reads.
 func (s *Store) DeadLetters(ctx context.Context, src fence.Key, limit int) ([]outbox.DeadRow, error) {
-	rows, err := s.db.QueryContext(ctx, s.deadListSQL, src.Group, src.Topic, src.Partition, limit)
-	if err != nil {
-		return nil, fmt.Errorf("sqliteoutbox: dead letters of %s: %w", src, err)
-	}
-	defer rows.Close()
-	var out []outbox.DeadRow
-	for rows.Next() {
-		d := outbox.DeadRow{Row: outbox.Row{Source: src}}
-		var hs []byte
-		var created, at int64
-		if err := rows.Scan(&d.Seq, &d.Token.Era, &d.Token.Epoch, &d.Topic, &d.Key, &d.Value, &hs, &d.IdempotencyKey,
-			&d.TraceParent, &d.TraceState, &created, &d.Reason, &d.By.Era, &d.By.Epoch, &at); err != nil {
-			return nil, fmt.Errorf("sqliteoutbox: dead letters of %s: %w", src, err)
-		}
-		d.CreatedAt, d.At = time.Unix(0, created), time.Unix(0, at)
-		if d.Headers, err = outboxstore.UnmarshalHeaders(hs); err != nil {
-			return nil, fmt.Errorf("sqliteoutbox: dead letter %s seq %d: %w", src, d.Seq, err)
-		}
-		out = append(out, d)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqliteoutbox: dead letters of %s: %w", src, err)
-	}
-	return out, nil
+	return s.core.DeadLetters(ctx, src, limit)
 }
 
 // Backlog returns how many rows of src are appended and not yet delivered.
 func (s *Store) Backlog(ctx context.Context, src fence.Key) (int64, error) {
-	var n int64
-	err := s.db.QueryRowContext(ctx, s.backlogSQL, src.Group, src.Topic, src.Partition).Scan(&n)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("sqliteoutbox: backlog of %s: %w", src, err)
-	}
-	return n, nil
+	return s.core.Backlog(ctx, src)
 }
 
 // Cleanup deletes delivered rows appended more than olderThan ago; undelivered rows are kept.
 func (s *Store) Cleanup(ctx context.Context, olderThan time.Duration) (int64, error) {
-	if olderThan < 0 {
-		return 0, fmt.Errorf("%w: negative retention %s", outbox.ErrInvalid, olderThan)
+	if err := outboxsql.CheckRetention(olderThan); err != nil {
+		return 0, err
 	}
 	res, err := s.db.ExecContext(ctx, s.cleanupSQL, time.Now().Add(-olderThan).UnixNano())
 	if err != nil {

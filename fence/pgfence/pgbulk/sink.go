@@ -7,6 +7,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/internal/pgtx"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -75,21 +76,7 @@ func (s *Sink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos
 	if err := ft.advance(ctx); err != nil {
 		return err
 	}
-	return commit(ctx, tx, k)
-}
-
-// commit tells a refused commit (nothing committed) from one whose outcome is unknown, as
-// pgfence's Apply does.
-func commit(ctx context.Context, tx pgx.Tx, k fence.Key) error {
-	err := tx.Commit(ctx)
-	if err == nil {
-		return nil
-	}
-	var pgErr *pgconn.PgError
-	if errors.Is(err, pgx.ErrTxCommitRollback) || errors.As(err, &pgErr) || pgconn.SafeToRetry(err) {
-		return fmt.Errorf("pgbulk: apply %s: commit failed, nothing committed: %w", k, err)
-	}
-	return fmt.Errorf("%w: apply %s: %w", pgfence.ErrCommitUnknown, k, err)
+	return pgtx.Commit(ctx, tx, "pgbulk", k, pgfence.ErrCommitUnknown)
 }
 
 // fencedTx is the transaction fn gets: it advances the fence before (or with) fn's first

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -29,46 +28,24 @@ type Column struct {
 // Option configures an [Upsert].
 type Option func(*config) error
 
-type config struct {
-	merge func(into, row []any)
-	rows  int
-}
+type config = bulk.Config
 
 // Merge folds rows with the same key into one before they are sent: merge(into, row) is
 // called, in order, for every row whose key an earlier row of the same call already had, with
 // into that earlier (already merged) row. It must update into in place; the key columns must
 // stay as they are. Without Merge, repeated keys are written in layers (see the package doc).
-func Merge(merge func(into, row []any)) Option {
-	return func(c *config) error {
-		if merge == nil {
-			return errors.New("pgbulk: Merge: nil function")
-		}
-		c.merge = merge
-		return nil
-	}
-}
+func Merge(merge func(into, row []any)) Option { return bulk.MergeOption("pgbulk", merge) }
 
 // RowsPerStatement bounds the rows of one statement (default [DefaultRowsPerStatement]).
-func RowsPerStatement(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("pgbulk: RowsPerStatement(%d): want at least 1", n)
-		}
-		c.rows = n
-		return nil
-	}
-}
+func RowsPerStatement(n int) Option { return bulk.RowsOption("pgbulk", n) }
 
 // Upsert writes rows into one table with set-based INSERT ... ON CONFLICT statements. It is
 // immutable and safe for concurrent use.
 type Upsert struct {
 	cols []Column
-	key  []int // indexes of the key columns in cols
-	cfg  config
+	spec bulk.Spec
 	sql  string
 }
-
-var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
 
 // NewUpsert returns the upsert of cols into table with the conflict target key (column
 // names, all among cols; a unique index must cover them). set is the DO UPDATE SET clause,
@@ -77,27 +54,9 @@ var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
 // none). table may be schema-qualified. NewUpsert validates everything and reports every
 // problem at once; it does no I/O.
 func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
-	u := &Upsert{cols: slices.Clone(cols), cfg: config{rows: DefaultRowsPerStatement}}
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = c.Name
-	}
+	u := &Upsert{cols: slices.Clone(cols)}
 	var errs []error
-	u.key, errs = bulk.Check("pgbulk", table, names, key)
-	for _, c := range cols {
-		if !typePattern.MatchString(c.Type) {
-			errs = append(errs, fmt.Errorf("pgbulk: column %q: invalid type %q", c.Name, c.Type))
-		}
-	}
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("pgbulk: option %d is nil", i))
-			continue
-		}
-		if err := o(&u.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	u.spec, errs = bulk.New("pgbulk", table, key, bulk.Columns(cols), false, DefaultRowsPerStatement, opts)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -106,32 +65,12 @@ func NewUpsert(table string, key []string, cols []Column, set string, opts ...Op
 }
 
 func (u *Upsert) statement(table string, key []string, set string) string {
-	names := make([]string, len(u.cols))
 	arrays := make([]string, len(u.cols))
 	for i, c := range u.cols {
-		names[i] = sqlident.Quote(c.Name)
 		arrays[i] = fmt.Sprintf("$%d::%s[]", i+1, c.Type)
 	}
-	keys := make([]string, len(key))
-	for i, k := range key {
-		keys[i] = sqlident.Quote(k)
-	}
-	action := "DO NOTHING"
-	if set != "" {
-		action = "DO UPDATE SET " + set
-	} else {
-		var sets []string
-		for i := range u.cols {
-			if !slices.Contains(u.key, i) {
-				sets = append(sets, fmt.Sprintf("%s = excluded.%s", names[i], names[i]))
-			}
-		}
-		if len(sets) > 0 {
-			action = "DO UPDATE SET " + strings.Join(sets, ", ")
-		}
-	}
-	return fmt.Sprintf("INSERT INTO %s AS t (%s) SELECT * FROM unnest(%s) ON CONFLICT (%s) %s",
-		sqlident.Quote(table), strings.Join(names, ", "), strings.Join(arrays, ", "), strings.Join(keys, ", "), action)
+	return fmt.Sprintf("INSERT INTO %s AS t (%s) SELECT * FROM unnest(%s) %s",
+		sqlident.Quote(table), strings.Join(u.spec.Names, ", "), strings.Join(arrays, ", "), u.spec.OnConflict(key, set))
 }
 
 // SQL returns the statement, with one array parameter per column.
@@ -161,23 +100,19 @@ func (u *Upsert) Exec(ctx context.Context, tx BatchSender, rows [][]any) error {
 // [RowsPerStatement] rows. It fails, queueing nothing, if a row has the wrong number of
 // values. Rows are not modified (Merge works on copies).
 func (u *Upsert) Queue(b *pgx.Batch, rows [][]any) error {
-	for i, r := range rows {
-		if len(r) != len(u.cols) {
-			return fmt.Errorf("pgbulk: row %d has %d values, want %d", i, len(r), len(u.cols))
-		}
+	layers, err := u.spec.Layers("pgbulk", rows, len(u.cols))
+	if err != nil {
+		return err
 	}
-	for _, layer := range u.layers(rows) {
+	for _, layer := range layers {
 		for len(layer) > 0 {
-			n := min(len(layer), u.cfg.rows)
+			n := min(len(layer), u.spec.Cfg.Rows)
 			b.Queue(u.sql, u.arrays(layer[:n])...)
 			layer = layer[n:]
 		}
 	}
 	return nil
 }
-
-// layers returns groups of rows in which no key appears twice, to be written in order.
-func (u *Upsert) layers(rows [][]any) [][][]any { return bulk.Layers(rows, u.key, u.cfg.merge) }
 
 // arrays returns one array argument per column.
 func (u *Upsert) arrays(rows [][]any) []any {

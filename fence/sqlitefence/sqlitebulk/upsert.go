@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -34,44 +33,23 @@ type Column struct {
 // Option configures an [Upsert].
 type Option func(*config) error
 
-type config struct {
-	merge   func(into, row []any)
-	rows    int
-	rowsSet bool // rows given by RowsPerStatement
-}
+type config = bulk.Config
 
 // Merge folds rows with the same key into one before they are sent: merge(into, row) is
 // called, in order, for every row whose key an earlier row of the same call already had, with
 // into that earlier (already merged) row. It must update into in place; the key columns must
 // stay as they are. Without Merge, repeated keys are written in layers (see the package doc).
-func Merge(merge func(into, row []any)) Option {
-	return func(c *config) error {
-		if merge == nil {
-			return errors.New("sqlitebulk: Merge: nil function")
-		}
-		c.merge = merge
-		return nil
-	}
-}
+func Merge(merge func(into, row []any)) Option { return bulk.MergeOption("sqlitebulk", merge) }
 
 // RowsPerStatement bounds the rows of one statement (default [DefaultRowsPerStatement],
 // lowered so that a statement binds at most [MaxVariables] values).
-func RowsPerStatement(n int) Option {
-	return func(c *config) error {
-		if n < 1 {
-			return fmt.Errorf("sqlitebulk: RowsPerStatement(%d): want at least 1", n)
-		}
-		c.rows, c.rowsSet = n, true
-		return nil
-	}
-}
+func RowsPerStatement(n int) Option { return bulk.RowsOption("sqlitebulk", n) }
 
 // Upsert writes rows into one table with multi-row INSERT ... ON CONFLICT statements. It is
 // immutable apart from a cache of statement texts, and safe for concurrent use.
 type Upsert struct {
 	cols   []Column
-	key    []int // indexes of the key columns in cols
-	cfg    config
+	spec   bulk.Spec
 	head   string // INSERT INTO ... VALUES
 	tail   string // ON CONFLICT ...
 	tuple  string // (?, ?, ...)
@@ -81,8 +59,6 @@ type Upsert struct {
 	stmts  map[int]*sql.Stmt
 }
 
-var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
-
 // NewUpsert returns the upsert of cols into table with the conflict target key (column
 // names, all among cols; a unique index must cover them). set is the DO UPDATE SET clause,
 // in which the table is aliased t and the new row is excluded, as in "n = t.n + excluded.n";
@@ -90,33 +66,16 @@ var typePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_ ]*(\([0-9, ]+\))?$`)
 // none). table may be schema-qualified. NewUpsert validates everything and reports every
 // problem at once; it does no I/O.
 func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
-	u := &Upsert{cols: slices.Clone(cols), cfg: config{rows: DefaultRowsPerStatement}, byRows: map[int]string{}}
-	names := make([]string, len(cols))
-	for i, c := range cols {
-		names[i] = c.Name
-	}
+	u := &Upsert{cols: slices.Clone(cols), byRows: map[int]string{}}
 	var errs []error
-	u.key, errs = bulk.Check("sqlitebulk", table, names, key)
-	for _, c := range cols {
-		if c.Type != "" && !typePattern.MatchString(c.Type) {
-			errs = append(errs, fmt.Errorf("sqlitebulk: column %q: invalid type %q", c.Name, c.Type))
-		}
-	}
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("sqlitebulk: option %d is nil", i))
-			continue
-		}
-		if err := o(&u.cfg); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if len(cols) > 0 && u.cfg.rows*len(cols) > MaxVariables {
-		if u.cfg.rowsSet {
+	u.spec, errs = bulk.New("sqlitebulk", table, key, bulk.Columns(cols), true, DefaultRowsPerStatement, opts)
+	cfg := &u.spec.Cfg
+	if len(cols) > 0 && cfg.Rows*len(cols) > MaxVariables {
+		if cfg.RowsSet {
 			errs = append(errs, fmt.Errorf("sqlitebulk: RowsPerStatement(%d) over %d columns binds %d values, more than %d",
-				u.cfg.rows, len(cols), u.cfg.rows*len(cols), MaxVariables))
+				cfg.Rows, len(cols), cfg.Rows*len(cols), MaxVariables))
 		} else {
-			u.cfg.rows = MaxVariables / len(cols)
+			cfg.Rows = MaxVariables / len(cols)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -127,36 +86,16 @@ func NewUpsert(table string, key []string, cols []Column, set string, opts ...Op
 }
 
 func (u *Upsert) statement(table string, key []string, set string) {
-	names := make([]string, len(u.cols))
 	marks := make([]string, len(u.cols))
 	for i, c := range u.cols {
-		names[i] = sqlident.Quote(c.Name)
 		marks[i] = "?"
 		if c.Type != "" {
 			marks[i] = "CAST(? AS " + c.Type + ")"
 		}
 	}
-	keys := make([]string, len(key))
-	for i, k := range key {
-		keys[i] = sqlident.Quote(k)
-	}
-	action := "DO NOTHING"
-	if set != "" {
-		action = "DO UPDATE SET " + set
-	} else {
-		var sets []string
-		for i := range u.cols {
-			if !slices.Contains(u.key, i) {
-				sets = append(sets, fmt.Sprintf("%s = excluded.%s", names[i], names[i]))
-			}
-		}
-		if len(sets) > 0 {
-			action = "DO UPDATE SET " + strings.Join(sets, ", ")
-		}
-	}
-	u.head = fmt.Sprintf("INSERT INTO %s AS t (%s) VALUES ", sqlident.Quote(table), strings.Join(names, ", "))
+	u.head = fmt.Sprintf("INSERT INTO %s AS t (%s) VALUES ", sqlident.Quote(table), strings.Join(u.spec.Names, ", "))
 	u.tuple = "(" + strings.Join(marks, ", ") + ")"
-	u.tail = fmt.Sprintf(" ON CONFLICT (%s) %s", strings.Join(keys, ", "), action)
+	u.tail = " " + u.spec.OnConflict(key, set)
 }
 
 // SQL returns the statement for n rows (n tuples of one placeholder per column).
@@ -239,18 +178,18 @@ func (u *Upsert) Close() error {
 // statement, and that count.
 func (u *Upsert) sizes() []int {
 	var out []int
-	for n := 1; n < u.cfg.rows; n *= 2 {
+	for n := 1; n < u.spec.Cfg.Rows; n *= 2 {
 		out = append(out, n)
 	}
-	return append(out, u.cfg.rows)
+	return append(out, u.spec.Cfg.Rows)
 }
 
 // chunks splits a layer of n rows into statement sizes: full statements, then (prepared)
 // one per set bit of the remainder, largest first, or (unprepared) the remainder at once.
 func (u *Upsert) chunks(n int, prepared bool) []int {
 	var out []int
-	for ; n >= u.cfg.rows; n -= u.cfg.rows {
-		out = append(out, u.cfg.rows)
+	for ; n >= u.spec.Cfg.Rows; n -= u.spec.Cfg.Rows {
+		out = append(out, u.spec.Cfg.Rows)
 	}
 	if !prepared {
 		if n > 0 {
@@ -274,10 +213,9 @@ func (u *Upsert) chunks(n int, prepared bool) []int {
 // number of values; it returns the first statement's error otherwise (the caller rolls back).
 // Rows are not modified (Merge works on copies).
 func (u *Upsert) Exec(ctx context.Context, tx Execer, rows [][]any) error {
-	for i, r := range rows {
-		if len(r) != len(u.cols) {
-			return fmt.Errorf("sqlitebulk: row %d has %d values, want %d", i, len(r), len(u.cols))
-		}
+	layers, err := u.spec.Layers("sqlitebulk", rows, len(u.cols))
+	if err != nil {
+		return err
 	}
 	u.mu.Lock()
 	stmts := u.stmts
@@ -285,8 +223,8 @@ func (u *Upsert) Exec(ctx context.Context, tx Execer, rows [][]any) error {
 	sqlTx, isTx := tx.(*sql.Tx)
 	_, isDB := tx.(*sql.DB)
 	prepared := stmts != nil && (isTx || isDB)
-	args := make([]any, 0, min(len(rows), u.cfg.rows)*len(u.cols))
-	for _, layer := range u.layers(rows) {
+	args := make([]any, 0, min(len(rows), u.spec.Cfg.Rows)*len(u.cols))
+	for _, layer := range layers {
 		for _, n := range u.chunks(len(layer), prepared) {
 			args = args[:0]
 			for _, r := range layer[:n] {
@@ -317,11 +255,8 @@ func (u *Upsert) Statements(rows [][]any) int {
 	prepared := u.stmts != nil
 	u.mu.Unlock()
 	n := 0
-	for _, layer := range u.layers(rows) {
+	for _, layer := range bulk.Layers(rows, u.spec.Key, u.spec.Cfg.Merge) {
 		n += len(u.chunks(len(layer), prepared))
 	}
 	return n
 }
-
-// layers returns groups of rows in which no key appears twice, to be written in order.
-func (u *Upsert) layers(rows [][]any) [][][]any { return bulk.Layers(rows, u.key, u.cfg.merge) }

@@ -1,0 +1,35 @@
+// Package chaos proves Baton's claims by breaking things: it runs worker processes of a Baton
+// application against a real Kafka broker and a real database, produces a keyed stream whose
+// fold is known in advance, injects faults (frozen workers past their session timeout,
+// crashes, graceful handovers, rebalance storms, broker and database restarts, group
+// deletion; and the coordinator and static-membership faults: a paused member resumed while the group coordinator loads after a
+// broker restart or after its broker was killed in a three-broker cluster, a static member
+// replaced without a rebalance, a receiver of two destination topics with one inbox; and the
+// topic faults, fenced runs only: the source topic deleted and recreated, or grown, mid-run,
+// with the harness as the operator who drains, proves the hold and runs baton topics reset or
+// ack), and then checks what landed:
+//
+//   - no stale write: no committed batch carries a token lower than one committed before it on
+//     its partition, no batch re-applies offsets already applied, no two workers commit under
+//     one token, and no frozen-and-resumed worker commits after its takeover (offsets are
+//     compared within a topic's incarnation: a recreated topic's start again at 0);
+//   - nothing applied from a recreated or grown topic before the operator released it;
+//   - no lost update and no double apply: every key's final state equals the fold of its
+//     records, in order;
+//   - the faults bit: every frozen worker's held write was attempted after its takeover and is
+//     counted by outcome (refused as stale under Baton, committed under the baselines);
+//   - liveness: after the last fault, everything produced is applied within a stated bound.
+//
+// The same workload runs in three modes: Fenced (Baton), Unfenced (Kafka's assignment alone)
+// and Lock (a naive Redis lease), so the checker is shown to fail what it should fail.
+//
+// The built-in workload writes through a deliberately naive read-modify-write (read a key's
+// state, compute, write it back): the access pattern that locks are usually asked to protect.
+//
+// An application brings its own workload as an [App] (Config.App): the topics to create, the
+// consumers every worker process runs (a handler factory per partition and token, with the
+// fenced outbox and optionally the inbox), the input to produce, when it has settled, and its
+// invariants over the databases. It runs under the same faults, in Fenced or Unfenced mode,
+// and gets the same verdict table (its invariants added to the harness's) and timeline. The
+// built-in workload is one App; examples/saga is another.
+package chaos
