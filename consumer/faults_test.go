@@ -228,7 +228,7 @@ func TestRegressionRecovered(t *testing.T) {
 // nothing applied, nothing recovered.
 // A recreated group whose generation comes back to exactly the stored epoch presents an equal
 // token, which a zombie of the old incarnation also holds. The sink refuses an equal token held
-// by another claimant (finding 1 of issue 10: no Load-and-compare in the consumer); the member
+// by another claimant (no Load-and-compare in the consumer); the member
 // proves it is current and moves to a new era, after which the zombie is refused. (Mutant
 // EqualTokenOtherClaimantAccepted: taking the equal token over skips the recovery.)
 func TestRegressionAtEqualGeneration(t *testing.T) {
@@ -393,7 +393,7 @@ func TestHandlerErrorWrappingAFenceSentinelIsRetried(t *testing.T) {
 	}
 }
 
-// Finding from the model check (TestModelRelayGap): an owner with nothing left to apply learns
+// An idle owner re-claims when its relay is refused (the model's TestModelRelayGap): an owner with nothing left to apply learns
 // that another claim took its fence (a member of an old group incarnation at a higher
 // generation, which then fails its proof) only through its relay, whose Flush is refused as
 // stale. The refusal must re-run the claim decision at once (the owner proves it is current and

@@ -14,7 +14,7 @@ import (
 	"github.com/batonhq/baton/partition"
 )
 
-// Review finding (77fa57d, shared with the watchdog's revive): records a poll returned before
+// A restarted worker (the watchdog's revive, retryRefused) drops stale records: records a poll returned before
 // a worker was restarted (retryRefused, revive) reach the poller's dispatch only after the new
 // worker is registered. They come from the predecessor's cursor, past records it dropped
 // unapplied; handed to the new worker, they would be applied right after its claim, ahead of

@@ -45,7 +45,7 @@ func (h *hookClock) ranSince(t time.Time, ps ...int32) bool {
 // topic grow; then every partition, old and new, is held, the hook included, until the growth
 // is acknowledged. Before the fix only a batch made a worker compare the topic again, so the
 // older partitions' relays went on past the growth: entities moved between shards were relayed
-// by two shards at once (issue 10, finding 7). (Mutant IdleTopicChangeUnchecked: partitions 0
+// by two shards at once. (Mutant IdleTopicChangeUnchecked: partitions 0
 // and 1 are never held: fewer than 2 refusals are ever counted.)
 func TestIdleGrownTopicHoldsAfterCommit(t *testing.T) {
 	brokers, store, clock, m, mb := startIdleCoord(t)

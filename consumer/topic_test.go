@@ -17,7 +17,7 @@ import (
 	"github.com/batonhq/baton/fence/memfence"
 )
 
-// Issue 10, findings 5 and 7: a topic recreated under the same name, or grown, is compared
+// The topic's identity: a topic recreated under the same name, or grown, is compared
 // with the identity stored with the fences after every claim, and held until an operator
 // resets it.
 

@@ -137,9 +137,6 @@ type Config struct {
 	// Static makes every worker a static member (group.instance.id "chaos-<worker id>");
 	// implied by FaultStaticReplace.
 	Static bool
-	// WorkerEnv is added to every worker's environment (e.g. BATON_CONSUMER_MUTANT, which only a
-	// binary built with the batonmutant tag reads).
-	WorkerEnv []string
 	// KafkaNodes is the number of brokers when Brokers is deploy/local's cluster mode
 	// (kafka.sh with KAFKA_NODES): restart faults then act on one node, and
 	// FaultCoordinatorKill can run. 0 or 1: a single broker.
@@ -382,7 +379,7 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 	}
 	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
-	cmd.Env = append(os.Environ(), h.cfg.WorkerEnv...)
+	cmd.Env = os.Environ()
 	if h.cfg.WorkerKafka.Enabled() {
 		cmd.Env = append(cmd.Env, h.cfg.WorkerKafka.Env(WorkerKafkaEnv)...)
 	}
