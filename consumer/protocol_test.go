@@ -407,7 +407,15 @@ func TestOverlapAppliesOnlyTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	mb := start(t, c)
-	waitFor(t, "every record applied", bound(30*time.Second), allApplied(store, 1, n))
+	applied := allApplied(store, 1, n)
+	const loop = 10 // refusals of overlapping batches that show a worker not filtering
+	waitFor(t, "every record applied (or the overlap refused again and again)", bound(30*time.Second), func() bool {
+		return applied() || sink.overlaps.Load() >= loop
+	})
+	if o := sink.overlaps.Load(); o >= loop {
+		t.Fatalf("the sink refused %d batches as overlapping its position: the worker does not cut a batch to what follows it", o)
+	}
+	waitFor(t, "every record applied", bound(30*time.Second), applied)
 	if err := mb.stop(); err != nil {
 		t.Fatal(err)
 	}
