@@ -223,10 +223,10 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 			// handover or a recovery by an owner before us, an operator's reset). Load and
 			// claim again at the stored era, as a current owner: a token above the stored
 			// one, which the sink accepts without a recovery, or the stored token itself,
-			// whose holder the equal-token path then tells apart. (The model check found the
-			// recovery that used to follow here: a handover racing a rebalance or a second
-			// replacement left the next owner stuck with RecoverRegressions(false), and it
-			// moved one era too many otherwise.)
+			// whose holder the equal-token path then tells apart. (A recovery here would leave
+			// the next owner stuck with RecoverRegressions(false) when a handover races a
+			// rebalance or a second replacement, and move one era too many otherwise: the model
+			// check, TestModelStaticHandover, shows both.)
 			if s.Conflicts++; s.Conflicts > maxConflicts {
 				return s, claimStep{Op: opGiveUp, Why: giveUpConflicts}
 			}

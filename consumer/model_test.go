@@ -155,9 +155,9 @@ func TestModelRelayGap(t *testing.T) {
 	cfg.proto = mutantProtocol(mutRelayNoReclaim)
 	res := explore(cfg)
 	if res.violation != nil || res.stuck < 0 {
-		t.Fatalf("model %s: %d states, want the liveness gap of the old relay behaviour", cfg, res.states)
+		t.Fatalf("model %s: %d states, want the liveness gap of a refusal only logged", cfg, res.states)
 	}
-	t.Logf("model %s: %d states: the gap the fix closes:\n%s%s", cfg, res.states, res.trace(res.stuck), res.continuation(res.stuck, 4))
+	t.Logf("model %s: %d states: the gap the re-claim closes:\n%s%s", cfg, res.states, res.trace(res.stuck), res.continuation(res.stuck, 4))
 }
 
 // TestModelStaticHandover explores static members replaced without a rebalance (the new
