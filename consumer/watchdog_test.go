@@ -216,11 +216,11 @@ func TestWatchdogRestartsAPartitionStillAssigned(t *testing.T) {
 }
 
 // A revive with no position keeps every record: a false expiry during the partition's very
-// first batch (the sink holds no position for it yet). The old worker's whole fetch was
-// dispatched to it and dropped when it stopped; the revived worker's claim finds no
-// position, so claimResolved does not seek, and fetching resumes at the client's cursor,
-// past the dropped records: they are never applied (and once a later record is, the sink's
-// position covers them for good).
+// first batch (the sink holds no position for it yet). The old worker's whole fetch is
+// dispatched to it and dropped when it stops; the revived worker's claim finds no position,
+// so without the seek back to the first offset it was handed (claimResolved) fetching would
+// resume at the client's cursor, past the dropped records, and they would never be applied
+// (once a later record is, the sink's position covers them for good).
 func TestWatchdogRestartWithNoPositionKeepsEveryRecord(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
 	const keys, n = 4, 25

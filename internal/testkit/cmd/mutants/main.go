@@ -35,7 +35,7 @@ func main() {
 	group := flag.String("group", "all", "the mutants to run: all, or a group (safety, full)")
 	run := flag.String("run", "", "run only the mutants whose name matches this regular expression")
 	jobs := flag.Int("j", min(2, runtime.NumCPU()), "mutants run at once, each in its own copy of the module")
-	timeout := flag.Duration("timeout", 90*time.Second, "the bound of one mutant's guard run (its build not included)")
+	timeout := flag.Duration("timeout", 60*time.Second, "the bound of one mutant's guard run (its build not included)")
 	testBound := flag.String("bound", "15s", "BATON_TEST_BOUND for the guards: the cap on their liveness waits")
 	verbose := flag.Bool("v", false, "print the guards' output of every mutant not killed")
 	flag.Parse()
