@@ -5,6 +5,17 @@
 // and requires its guards to fail; the chaos tests build cmd/baton from a patched copy
 // (BuildBaton) to run a mutant inside real worker processes.
 //
+// A change to a patched file may move a patch's context so that it no longer applies
+// (TestEveryMutantHasItsPatchAndApplies and the runner report it). To refresh one, in a clean
+// checkout:
+//
+//	patch -p1 --merge < internal/testkit/mutants/consumer/Name.patch  # fix what conflicts
+//	git diff -- consumer > internal/testkit/mutants/consumer/Name.patch.new
+//	git checkout -- consumer && mv internal/testkit/mutants/consumer/Name.patch{.new,}
+//
+// then run it: go run ./internal/testkit/cmd/mutants -run '^Name$'. A new mutant is a patch
+// made the same way (edit, git diff, restore) and its entry in All.
+//
 // Test plumbing only: no library or command package imports it.
 package mutants
 
