@@ -11,7 +11,6 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/internal/mutant"
 )
 
 // Handler wraps a Baton consumer's handler with the inbox: each record of a batch is admitted
@@ -47,7 +46,7 @@ func (ih inboxHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch)
 	kept := b.Records[:0:0]
 	// A batch of a consumer.Preparer carries Prepared[i] for Records[i]: filter them together,
 	// so the wrapped handler never applies a record with another record's prepared result.
-	aligned := b.Prepared != nil && len(b.Prepared) == len(b.Records) && !mutant.Is(mutant.InboxPreparedUnfiltered)
+	aligned := b.Prepared != nil && len(b.Prepared) == len(b.Records)
 	var prepared []any
 	for i, r := range b.Records {
 		v, err := ih.in.Admit(ctx, tx, r)
@@ -119,9 +118,6 @@ func (h inboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer
 // produce does: the relay sets the copy aside as an undeliverable row (outbox's "Undeliverable
 // rows").
 func DeadLetters[Tx any](box outbox.Appender[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
-	if mutant.Is(mutant.DeadLetterDirect) {
-		return h
-	}
 	o := outboxDeadLetters[Tx]{h: h, box: box}
 	if p, ok := h.(consumer.Preparer); ok {
 		return outboxDeadLettersPreparer[Tx]{o, p}
