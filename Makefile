@@ -12,7 +12,7 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test test-kip848 outside ci check lint gotest fuzz up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
@@ -26,13 +26,14 @@ test:
 ci: test
 
 # check assumes the services are up and their variables exported (see 'make env').
-check: lint gotest fuzz
+check: lint gotest mutants-safety fuzz
 
 lint:
 	@echo "== gofmt"; out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@echo "== go vet"; $(GO) vet ./...
 	@echo "== staticcheck"; $(GO) tool staticcheck ./...
 	@echo "== exported identifiers (internal/testkit/exports/budget.txt)"; $(GO) run ./internal/testkit/exports
+	@echo "== history words (internal/testkit/historycheck.sh)"; internal/testkit/historycheck.sh
 	@echo "== deploy/local install logic (dry run)"; deploy/local/install-test.sh
 
 gotest:
@@ -42,6 +43,21 @@ gotest:
 	cd fence/lease/k8slease && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
 	@echo "== go test internal/deploytest (its own module: the Kubernetes and compose libraries stay out of Baton's graph)"
 	cd internal/deploytest && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
+
+# mutants runs every mutant (internal/testkit/mutants): a patch that reintroduces one bug into a
+# scratch copy of the module, whose guard tests must then fail (in seconds, and not by a timeout or
+# a build error). mutants-safety runs the safety-critical ones only (claim, proof, fence, outbox,
+# inbox), as part of 'check'. Both print a line per mutant and exit non-zero if one survived or
+# no longer applies or builds. MUTANTSFLAGS adds flags (e.g. -run Relay, -j 1, -v). Some guards
+# need the services, as for 'check'.
+MUTANTSFLAGS ?=
+mutants:
+	@echo "== mutants (all)"
+	$(GO) run ./internal/testkit/cmd/mutants $(MUTANTSFLAGS)
+
+mutants-safety:
+	@echo "== mutants (safety-critical)"
+	$(GO) run ./internal/testkit/cmd/mutants -group safety $(MUTANTSFLAGS)
 
 # test-kip848 runs the consumer's real-service tests and a bounded chaos run in Kafka's consumer
 # group protocol (KIP-848), against the exported broker: Kafka 4.3.1 by default, whose KIP-1251
@@ -125,5 +141,7 @@ help:
 	@echo "             against a Kafka 4.3 broker of its own (part of 'make test')"
 	@echo "make outside  the examples and a program on the public chaos API, built outside this module"
 	@echo "             (part of 'make test')"
+	@echo "make mutants  every mutant patch applied to a scratch copy must fail its guard tests"
+	@echo "             ('make mutants-safety': the safety-critical ones, part of 'make test')"
 	@echo "make down    stop them ('make reset' also deletes their data)"
 	@echo "BATON_DRY_RUN=1 make deps|test: say what would be installed, install and run nothing"

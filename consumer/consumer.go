@@ -148,13 +148,13 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		return err
 	}
 	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1),
-		health: &health{log: c.log, errs: c.m.clientErrors}}
+		health: &health{log: c.log, errs: c.m.clientErrors}, wd: newWatchdog()}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
 	c.cur.Store(r)
 	defer c.cur.CompareAndSwap(r, nil)
 
-	wd := newWatchdog()
+	wd := r.wd
 	opts := append(kafkaDefaults(), c.cfg.kafka...)
 	opts = append(opts,
 		kgo.ConsumerGroup(c.group),
@@ -205,6 +205,7 @@ type run[Tx any] struct {
 	total atomic.Int64  // records handed to live workers and not yet done
 	space chan struct{} // poked when total drops
 	fatal chan error
+	wd    *watchdog // the group session's watchdog
 
 	health *health // client errors, and whether the member ever joined
 
@@ -266,7 +267,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 		})
 		// The records first, the errors after: an UNKNOWN_TOPIC_ID look is a request of up to
 		// unknownTopicLook, and records held across it could reach a worker that a rebalance
-		// or a restart started, and whose claim sought back, meanwhile (found by review): ahead
+		// or a restart started, and whose claim sought back, meanwhile: ahead
 		// of the seek, they would skip what its predecessor had dropped.
 		fs.EachTopic(func(t kgo.FetchTopic) {
 			for _, p := range t.Partitions {
@@ -319,7 +320,7 @@ func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Reco
 	if w.from < 0 {
 		w.from = recs[0].Offset
 	}
-	if w.revived && !w.claimDone && !is(mutantRevivedTakesStale) {
+	if w.revived && !w.claimDone {
 		// A restarted worker's partition is paused from its start until its claim resolved
 		// (claimResolved seeks, then resumes it), so these records were fetched before the
 		// restart, on its predecessor's cursor: they need not follow the sink's position
@@ -477,12 +478,12 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 // once instead: at most once per session, never in a loop. A regression with
 // RecoverRegressions off waits for an operator, not a session: never retried.
 func (r *run[Tx]) refused(w *worker[Tx], why giveUp) (int64, bool) {
-	if why != giveUpNotCurrent && why != giveUpConflicts && why != giveUpRederived || is(mutantRefusedNotRetried) {
+	if why != giveUpNotCurrent && why != giveUpConflicts && why != giveUpRederived {
 		return 0, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if now := r.sessions.Load(); now > w.judgedAt && !is(mutantRefusedSessionMissed) {
+	if now := r.sessions.Load(); now > w.judgedAt {
 		return now, true
 	}
 	w.retry, w.refusedAt = true, w.judgedAt
@@ -575,9 +576,7 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 // had in flight and clearing its pause so a later assignment starts fetching normally.
 func (r *run[Tx]) stop(w *worker[Tx]) {
 	w.cancel()
-	if !is(mutantRevokeNoWait) {
-		<-w.done
-	}
+	<-w.done
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if w.removed {
@@ -637,15 +636,14 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// No position in a fence Baton has moved before (an operator's topic reset, which
 		// moves every fence of a recreated topic to a new era with no position): the new
 		// incarnation is read from its beginning, not from Kafka's committed offset, which
-		// may name the old incarnation's offsets (finding ResetResumesAtCommittedOffset). An
+		// may name the old incarnation's offsets. An
 		// offset below the log start is reset by franz-go to ConsumeResetOffset. Before a
 		// restarted worker's inherited cursor (next case), which may name the old incarnation.
 		seek = 0
 	case ok && w.revived && w.from >= 0:
 		// A restarted worker (the watchdog's revive, retryRefused) inherits the client's fetch
 		// cursor, which passed every record its predecessor was handed and dropped; the sink
-		// applied none of them, so fetching goes back to the first (finding
-		// ReviveSkipsUnappliedRecords).
+		// applied none of them, so fetching goes back to the first.
 		seek = w.from
 	}
 	if seek >= 0 {

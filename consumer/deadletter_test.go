@@ -81,7 +81,7 @@ func FuzzDeadLetterHeaders(f *testing.F) {
 // A handler's error quoting a large poison record does not make its dead-letter copy twice the
 // record's size (over the outbox's message bound, or the producer's, for a record the source
 // topic took, which would stop or stall the partition): the reason header is bounded, cut at a
-// rune boundary (rev-dlq review).
+// rune boundary.
 func TestDeadLetterReasonIsBounded(t *testing.T) {
 	value := strings.Repeat("é", 300_000) // 600 kB
 	r := &kgo.Record{Topic: "orders", Value: []byte(value)}

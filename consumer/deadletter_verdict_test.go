@@ -29,8 +29,9 @@ func (h *sentinelDL) DeadLetter(context.Context, *memfence.Tx, *consumer.Batch, 
 	return consumer.Permanent(fmt.Errorf("my dead-letter table: %w", fence.ErrDuplicate))
 }
 
-// Review of the dead-letter merge (rev-dlq, finding DeadLetterErrorReadAsVerdict): the error
-// of a FencedDeadLetters function is the handler's, never the sink's verdict on the dead-letter transaction.
+// A dead-letter function's error is not a verdict (mutant DeadLetterErrorReadAsVerdict): the
+// error of a FencedDeadLetters function is the handler's, never the sink's verdict on the
+// dead-letter transaction.
 // Interleaving: the handler fails record X permanently; deadLetter's transaction advances the
 // fence over X and calls DeadLetter, which refuses the copy for good with an error wrapping
 // fence.ErrDuplicate; the transaction rolls back (X neither applied nor dead-lettered). Read

@@ -120,7 +120,7 @@ func (h *dlHandler) tokens() []fence.Token {
 	return append([]fence.Token(nil), h.calls...)
 }
 
-// The mutant DeadLetterProducedDirectly (issue 10, finding 8). Interleaving: owner A decides
+// A zombie's dead letter (mutant DeadLetterProducedDirectly). Interleaving: owner A decides
 // record X is poison; its dead-letter transaction passes the fence check; A pauses (its network
 // frozen too) and the database ends the transaction, freeing the fence row; A's session
 // expires, B is assigned the partition, claims it, dead-letters X itself and applies what

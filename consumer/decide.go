@@ -143,9 +143,6 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 				// us recover; a handover skips nothing but the ERROR.
 				s.Holder = in.State.Claimant
 				s.Handover = sameIdentity(s.Identity, in.State.Claimant)
-				if s.Handover && is(mutantHandoverUnproven) {
-					return decideClaim(s, claimInput{Event: evCurrent})
-				}
 				return s, claimStep{Op: opVerify, Epoch: s.Epoch}
 			}
 			// The fence moved since the refusal (a recovery, a reset): as after a confirming
@@ -181,9 +178,6 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 		// reset between the two would let records of the old incarnation in at the new
 		// incarnation's positions.
 		s.Claimed, s.Refused, s.Token, s.Handover = true, false, in.State.Token, false
-		if is(mutantTopicUnchecked) {
-			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
-		}
 		return s, claimStep{Op: opTopic}
 	case evTopicSame:
 		// The topic is the one stored with the fences, but an operator's reset may have come
@@ -191,9 +185,6 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 		// old incarnation's offsets, and the records of the new one at or below it would be
 		// filtered out as applied, never reaching the sink to be refused. A reset moves the
 		// fence to a new era, so a Load that still finds our token proves there was none.
-		if is(mutantTopicNotConfirmed) {
-			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
-		}
 		s.Confirm = true
 		return s, claimStep{Op: opLoad}
 	case evTopicRecreated:
@@ -206,18 +197,12 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 	case evTopicGrown:
 		// Keys moved here from the older partitions, whose backlog may hold their earlier
 		// records: applying this partition now would make two writers for a moved key.
-		if is(mutantGrowthUnheld) {
-			return s, claimStep{Op: opVerify, Epoch: s.Epoch}
-		}
 		s.Claimed = false
 		return s, claimStep{Op: opHold, Why: holdGrown}
 	case evClaimStale, evWriteStale:
 		s.Claimed, s.Refused, s.Stale, s.Handover = false, true, in.Stored, false
 		s.Equal = in.Event == evClaimStale && in.Stored == in.Presented
-		if is(mutantStaleIsRegression) {
-			return decideClaim(s, claimInput{Event: evCurrent})
-		}
-		if s.Equal && !is(mutantHandoverIsRegression) {
+		if s.Equal {
 			// Our very token, held by another claimant: learn who holds it before asking the
 			// coordinator (a write is never refused at an equal token).
 			s.Identify = true
@@ -232,16 +217,16 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 			return s, claimStep{Op: opProceed}
 		case !s.Refused:
 			return s, claimStep{Op: opLoad}
-		case !s.Equal && s.Stale.Epoch <= s.Epoch && !is(mutantEraMovedIsRegression):
+		case !s.Equal && s.Stale.Epoch <= s.Epoch:
 			// The stored token is higher only by its era: its epoch is not above ours, so no
 			// epoch went backwards; the era moved between our Load and our claim or write (a
 			// handover or a recovery by an owner before us, an operator's reset). Load and
 			// claim again at the stored era, as a current owner: a token above the stored
 			// one, which the sink accepts without a recovery, or the stored token itself,
-			// whose holder the equal-token path then tells apart. (The model check found the
-			// recovery that used to follow here: a handover racing a rebalance or a second
-			// replacement left the next owner stuck with RecoverRegressions(false), and it
-			// moved one era too many otherwise.)
+			// whose holder the equal-token path then tells apart. (A recovery here would leave
+			// the next owner stuck with RecoverRegressions(false) when a handover races a
+			// rebalance or a second replacement, and move one era too many otherwise: the model
+			// check, TestModelStaticHandover, shows both.)
 			if s.Conflicts++; s.Conflicts > maxConflicts {
 				return s, claimStep{Op: opGiveUp, Why: giveUpConflicts}
 			}
@@ -276,9 +261,6 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 		// never succeed; reload and decide again.
 		if s.Conflicts++; s.Conflicts > maxConflicts {
 			return s, claimStep{Op: opGiveUp, Why: giveUpConflicts}
-		}
-		if is(mutantRecoverSameExpected) {
-			return s, claimStep{Op: opRecover, Token: s.Stale, Epoch: s.Epoch}
 		}
 		s.Claimed, s.Refused, s.Handover = false, false, false
 		return s, claimStep{Op: opLoad}

@@ -60,10 +60,6 @@ func (classicGeneration) AssignedEpoch(cl *kgo.Client) (int64, error) {
 }
 
 func (classicGeneration) VerifyCurrent(ctx context.Context, cl *kgo.Client, p partition.ID, epoch int64) (int64, bool, error) {
-	if is(mutantBlindHeartbeat) {
-		ok, err := heartbeatProof(ctx, cl, epoch)
-		return epoch, ok, err
-	}
 	member, gen := cl.GroupMetadata()
 	owned := epoch
 	ok, err := commitProof(ctx, cl, p, member, epoch)
@@ -279,30 +275,6 @@ func describeProof(ctx context.Context, cl *kgo.Client, p partition.ID, member s
 		return false, nil
 	}
 	return false, fmt.Errorf("%w: describe group answered without %s", errCannotTell, group)
-}
-
-// heartbeatProof is the proof this package used before: a Heartbeat at epoch. A coordinator
-// that is still loading the group answers it with no error for any member and generation
-// (Kafka's GroupCoordinatorService.heartbeat maps COORDINATOR_LOAD_IN_PROGRESS to NONE), so it
-// proves nothing. Kept only as the BlindHeartbeatProof mutant.
-func heartbeatProof(ctx context.Context, cl *kgo.Client, epoch int64) (bool, error) {
-	member, _ := cl.GroupMetadata()
-	req := kmsg.NewPtrHeartbeatRequest()
-	req.Group = groupOf(cl)
-	req.MemberID = member
-	req.Generation = int32(epoch)
-	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return false, err
-	}
-	switch err := kerr.ErrorForCode(resp.ErrorCode); {
-	case err == nil, errors.Is(err, kerr.RebalanceInProgress):
-		return true, nil
-	case errors.Is(err, kerr.IllegalGeneration), errors.Is(err, kerr.UnknownMemberID), errors.Is(err, kerr.FencedInstanceID):
-		return false, nil
-	default:
-		return false, err
-	}
 }
 
 func groupOf(cl *kgo.Client) string {

@@ -11,9 +11,13 @@ import (
 // DeadLetterHeaders exposes deadLetterHeaders to the external tests (the fuzzer).
 var DeadLetterHeaders = deadLetterHeaders
 
-// SkewWatchdog moves the watchdog's clock of every consumer by d until a watchdog fires (0
-// restores it).
-func SkewWatchdog(d time.Duration) { watchdogSkew.Store(int64(d)) }
+// SkewWatchdog moves the clock the watchdog of c's running Run judges the session by, by d,
+// until the watchdog fires (0 restores it). It does nothing when c is not running.
+func SkewWatchdog[Tx any](c *Consumer[Tx], d time.Duration) {
+	if r := c.cur.Load(); r != nil {
+		r.wd.skew.Store(int64(d))
+	}
+}
 
 // MaxDeadLetterReason exposes the bound of the baton.dlq.reason header.
 const MaxDeadLetterReason = maxDeadLetterReason

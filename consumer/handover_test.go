@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Issue 14, static members: a static member (group.instance.id) restarted within the session
+// Static members: a static member (group.instance.id) restarted within the session
 // timeout gets its partitions back at the same generation, without a rebalance (KIP-345:
 // kfake's replaceStaticMember, like Kafka's, gives the new process a new member id and the old
 // assignment). Its new workers present the very token the old ones claimed; the sink refuses

@@ -203,7 +203,7 @@ func (l *laneRun[Tx]) intake(recs []*kgo.Record) {
 	w := l.w
 	var dup, skipped int64
 	for _, r := range recs {
-		if r.Offset <= w.position && !is(mutantNoFilter) {
+		if r.Offset <= w.position {
 			dup++
 			continue
 		}
@@ -285,27 +285,13 @@ func (l *laneRun[Tx]) complete(d laneDone) {
 // when the partition must stop.
 func (l *laneRun[Tx]) applyPrefix() (applied, ok bool) {
 	w := l.w
-	var prefix []*laneEntry
-	if is(mutantLanesPastGap) {
-		// The mutant: every prepared record, past the gaps of records still in a lane.
-		rest := l.win[:0:0]
-		for _, e := range l.win {
-			if e.done {
-				prefix = append(prefix, e)
-			} else {
-				rest = append(rest, e)
-			}
-		}
-		l.win = rest
-	} else {
-		c := l.tr.Committable()
-		i := 0
-		for i < len(l.win) && l.win[i].rec.Offset <= c {
-			i++
-		}
-		prefix = l.win[:i]
-		l.win = l.win[i:]
+	c := l.tr.Committable()
+	i := 0
+	for i < len(l.win) && l.win[i].rec.Offset <= c {
+		i++
 	}
+	prefix := l.win[:i]
+	l.win = l.win[i:]
 	if len(prefix) == 0 {
 		return false, true
 	}

@@ -18,10 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-func init() {
-	mutants["LanesAdvancePastGap"] = []string{"TestLanesNeverAdvancePastARecordInALane"}
-}
-
 // laneChecks is what the lane tests observe of Prepare, over every handler a factory built:
 // per key, no two Prepare calls at once and, within one handler (one partition's ownership),
 // sequence numbers one after another; and the highest number of Prepare calls seen at once.

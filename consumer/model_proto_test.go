@@ -16,35 +16,34 @@ import (
 
 var modelKey = fence.Key{Group: "g", Topic: "t", Partition: 0}
 
-// A modelMutant reverts, in the model, one fix of issue 10 that lives outside decideClaim
-// and the fencestore rules (in the runtime or the coordinator protocol), to show that the
-// model finds the finding again. The fixes inside decideClaim and the runtime's claim are
-// reverted with the consumer's own named mutants (the package's mutant variable).
+// A modelMutant breaks, in the model, one rule that lives outside decideClaim and the
+// fencestore rules (in the runtime or the coordinator protocol), to show that the model finds
+// the counterexample. The rules inside decideClaim and the runtime's claim are broken by the
+// patches of internal/testkit/mutants, which TestModelTargetedFaults catches.
 type modelMutant string
 
 const (
-	// Finding 2, related: no proof after a successful claim (a member of an old group
+	// No proof after a successful claim (a member of an old group
 	// incarnation whose generation climbed past the stored epoch applies).
 	mutNoVerifyAfterClaim modelMutant = "no-verify-after-claim"
-	// Finding 2, related: a current owner refused at a write stops instead of re-claiming.
+	// A current owner refused at a write stops instead of re-claiming.
 	mutStaleWriteStops modelMutant = "stale-write-stops"
-	// Finding 4: a proof at the assignment epoch that fails while the coordinator still
+	// A proof at the assignment epoch that fails while the coordinator still
 	// assigns P to this member (retained at a later generation) stops the partition.
 	mutRetainedIdles modelMutant = "retained-idles"
-	// The first issue-10 runtime, which the model found wanting: a relay Flush (AfterCommit)
+	// A relay Flush (AfterCommit)
 	// refused as stale was only logged and retried at the next idle tick, so an owner with
 	// nothing left to apply did not notice that a zombie's late claim took the fence, and its
-	// outbox rows waited for the next record. The runtime now re-runs the claim decision.
-	mutRelayNoReclaim modelMutant = "relay-no-reclaim" // a relay Flush refused as stale only logged (before the fix)
+	// outbox rows waited for the next record. The runtime re-runs the claim decision.
+	mutRelayNoReclaim modelMutant = "relay-no-reclaim" // a relay Flush refused as stale only logged
 )
 
 type protocol struct {
-	name     string
-	mut      map[modelMutant]bool
-	consumer string // the consumer's named mutant to run the model under ("" for none)
+	name string
+	mut  map[modelMutant]bool
 }
 
-func realProtocol() protocol { return protocol{name: "issue-10"} }
+func realProtocol() protocol { return protocol{name: "runtime"} }
 
 func mutantProtocol(ms ...modelMutant) protocol {
 	p := protocol{mut: map[modelMutant]bool{}}
@@ -55,10 +54,6 @@ func mutantProtocol(ms ...modelMutant) protocol {
 	}
 	p.name = "model mutant " + strings.Join(names, "+")
 	return p
-}
-
-func consumerMutant(m string) protocol {
-	return protocol{name: "consumer mutant " + m, consumer: m}
 }
 
 type wstep struct {
@@ -108,13 +103,7 @@ func (w *wstate) decide(in claimInput) {
 func (p protocol) claimRule(s mstate, t tok8, claimant, inst int8) error {
 	st := s.sinkState()
 	c := claimantOf(claimant, inst)
-	err := fencestore.CheckClaim(modelKey, st, t.token(), c)
-	var se *fence.StaleError
-	if errors.As(err, &se) && se.Stored == t.token() && is(mutantEqualTokenAccepted) && st.Claimant != "" {
-		// The consumer's mutant re-claims as the stored claimant.
-		return fencestore.CheckClaim(modelKey, st, t.token(), st.Claimant)
-	}
-	return err
+	return fencestore.CheckClaim(modelKey, st, t.token(), c)
 }
 
 // proof is the coordinator's answer to ClassicGeneration.VerifyCurrent(P, epoch) for the
@@ -124,9 +113,6 @@ func (p protocol) claimRule(s mstate, t tok8, claimant, inst int8) error {
 // refused with COORDINATOR_LOAD_IN_PROGRESS), and the worker retries.
 func (p protocol) proof(s mstate, i int, epoch int8) (owned int8, ok, cannotTell bool) {
 	w := s.w[i]
-	if is(mutantBlindHeartbeat) { // a Heartbeat at epoch: answered blindly while loading
-		return epoch, s.loading || (w.member != 0 && s.member[i] == w.member && s.gen == epoch), false
-	}
 	if s.loading {
 		return 0, false, true
 	}
@@ -223,7 +209,7 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 		nw.decide(claimInput{Event: evStart})
 		return one("held: look again", "")
 	case pcRun:
-		if s.tinc != 0 && w.tview != 0 && w.tview != s.tinc && !is(mutantBatchTopicUnchecked) {
+		if s.tinc != 0 && w.tview != 0 && w.tview != s.tinc {
 			// Records fetched from another topic ID than the claim compared: compare again.
 			nw.decide(claimInput{Event: evStart})
 			return one(sayf("fetched records of incarnation %d, claim compared %d: re-claim", s.tinc, w.tview), "")

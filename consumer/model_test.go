@@ -3,8 +3,8 @@ package consumer
 // The model check: an exhaustive, bounded, breadth-first exploration of every interleaving
 // of an abstract model of Baton's ownership protocol: model_engine_test.go is the explorer,
 // model_system_test.go the model (group, coordinator, sink, outbox, faults, invariants),
-// model_proto_test.go the worker's steps and model_findings_test.go the reverted fixes the
-// model must catch. The model calls the real rules: the fence rules of fence/fencestore for
+// model_proto_test.go the worker's steps and model_mutants_test.go the broken variants the
+// model must catch and the narrow explorations that catch a broken claim rule fast. The model calls the real rules: the fence rules of fence/fencestore for
 // every sink step, and the consumer's claim decision (decideClaim) for every worker step, so
 // a change to either is model-checked.
 //
@@ -13,8 +13,8 @@ package consumer
 
 import (
 	"os"
+	"regexp"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -64,33 +64,28 @@ func checkModel(t *testing.T, cfg modelConfig) {
 	}
 }
 
-// modelFinding is one finding of issue 10 that the model must rediscover when its fix is
-// reverted: the protocol with that fix reverted, the faults that expose it, and what the
-// model must report (an invariant's text, or "liveness").
-type modelFinding struct {
+// modelCase is one targeted exploration: the protocol (the real one unless a model mutant
+// is named), the faults it allows, and for a model mutant the counterexample it must produce
+// (a regular expression over an invariant's text, or "liveness").
+type modelCase struct {
 	name   string
 	proto  protocol
 	allow  faultSet
 	want   string
-	topics bool // model the topic's identity (findings 5 and 7)
+	topics bool // model the topic's identity
 	norec  bool // RecoverRegressions(false)
 }
 
-// TestModelFindsRevertedFixes runs the model against each reverted fix and requires the
+// TestModelFindsRevertedFixes runs the model against each of its own mutants and requires the
 // counterexample; the traces are logged (go test -v -run TestModelFindsRevertedFixes).
 func TestModelFindsRevertedFixes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("model check: skipped with -short")
 	}
-	for _, f := range modelFindings() {
+	for _, f := range modelMutants() {
 		t.Run(f.name, func(t *testing.T) {
 			cfg := defaultModel()
 			cfg.proto, cfg.allow, cfg.topics, cfg.norec = f.proto, f.allow, f.topics, f.norec
-			if f.proto.consumer != "" {
-				prev := mutant
-				mutant = f.proto.consumer
-				defer func() { mutant = prev }()
-			}
 			start := time.Now()
 			res := explore(cfg)
 			var got, trace string
@@ -103,15 +98,29 @@ func TestModelFindsRevertedFixes(t *testing.T) {
 				t.Fatalf("model %s: %d states, no counterexample; want %q", cfg, res.states, f.want)
 			}
 			t.Logf("model %s: %d states, %v: %s\n%s", cfg, res.states, time.Since(start).Round(time.Millisecond), got, trace)
-			if !strings.Contains(got, f.want) {
-				t.Fatalf("counterexample %q, want one containing %q", got, f.want)
+			if !regexp.MustCompile(f.want).MatchString(got) {
+				t.Fatalf("counterexample %q, want one matching %q", got, f.want)
 			}
 		})
 	}
 }
 
-// TestModelTopics explores the protocol with the topic's identity modelled (issue 10, findings
-// 5 and 7): the topic deleted and recreated (a new ID and a new log, the fence's position
+// TestModelTargetedFaults explores the protocol as it is under each narrow fault set of
+// modelTargets and requires every invariant and the liveness property to hold.
+func TestModelTargetedFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("model check: skipped with -short")
+	}
+	for _, f := range modelTargets() {
+		t.Run(f.name, func(t *testing.T) {
+			cfg := defaultModel()
+			cfg.allow, cfg.topics, cfg.norec = f.allow, f.topics, f.norec
+			checkModel(t, cfg)
+		})
+	}
+}
+
+// TestModelTopics explores the protocol with the topic's identity modelled: the topic deleted and recreated (a new ID and a new log, the fence's position
 // counting the old one's offsets), the topic grown after P drained (the drain-then-grow
 // procedure; the key moves from P to a new partition Q), with rebalances, session expiries,
 // coordinator loads and lost replies, and an operator who resets a recreated topic and
@@ -129,7 +138,7 @@ func TestModelTopics(t *testing.T) {
 	checkModel(t, cfg)
 }
 
-// TestModelRelayGap: a gap the model found in issue 10's first fixes. A relay Flush refused as
+// TestModelRelayGap: an idle owner whose relay is refused re-claims. A relay Flush refused as
 // stale was only logged and retried at the next idle tick, so an owner with nothing left to
 // apply did not notice that a zombie's late claim (a member of an old group incarnation at a
 // higher generation) took the fence, and its outbox rows waited for the partition's next
@@ -146,9 +155,9 @@ func TestModelRelayGap(t *testing.T) {
 	cfg.proto = mutantProtocol(mutRelayNoReclaim)
 	res := explore(cfg)
 	if res.violation != nil || res.stuck < 0 {
-		t.Fatalf("model %s: %d states, want the liveness gap of the old relay behaviour", cfg, res.states)
+		t.Fatalf("model %s: %d states, want the liveness gap of a refusal only logged", cfg, res.states)
 	}
-	t.Logf("model %s: %d states: the gap the fix closes:\n%s%s", cfg, res.states, res.trace(res.stuck), res.continuation(res.stuck, 4))
+	t.Logf("model %s: %d states: the gap the re-claim closes:\n%s%s", cfg, res.states, res.trace(res.stuck), res.continuation(res.stuck, 4))
 }
 
 // TestModelStaticHandover explores static members replaced without a rebalance (the new

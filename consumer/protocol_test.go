@@ -1,15 +1,14 @@
 package consumer_test
 
-// The interleavings of issue 10 (findings 1-4) and the tests behind the consumer's named
-// mutants (TestMutants). Each test names the interleaving it closes.
+// The claim protocol's interleavings (a zombie's claim and proof, a recovery's conflict, a
+// retained partition, the position filter, the token's generation, the dead letter, the
+// revoke), guards of several mutants (internal/testkit/mutants). Each test names the
+// interleaving it closes.
 
 import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
-	"regexp"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,11 +35,12 @@ func fakeCluster(t *testing.T, opts ...kfake.Opt) (*kfake.Cluster, []string) {
 	return c, c.ListenAddrs()
 }
 
-// bound is a liveness bound for waitFor; shorter in a mutant's child process, where the
-// tests are expected to fail.
+// bound is a liveness bound for waitFor, capped by $BATON_TEST_BOUND (a duration) when set:
+// the mutant runner (internal/testkit/cmd/mutants) sets it, as there the tests are expected to
+// fail.
 func bound(d time.Duration) time.Duration {
-	if os.Getenv(mutantEnv) != "" {
-		return min(d, 15*time.Second)
+	if c, err := time.ParseDuration(os.Getenv("BATON_TEST_BOUND")); err == nil && c > 0 {
+		return min(d, c)
 	}
 	return d
 }
@@ -75,7 +75,7 @@ func (g *claimGate) Claim(ctx context.Context, k fence.Key, t fence.Token, c str
 
 func (g *claimGate) open() { g.armed.Store(false); close(g.release) }
 
-// Finding 2 (and the mutants BlindHeartbeatProof, StaleClaimIsRegression). Interleaving: Z is
+// A zombie's claim never recovers (mutants BlindHeartbeatProof, StaleClaimIsRegression). Interleaving: Z is
 // assigned p at generation 1 and pauses before its claim. The coordinator answers Z's
 // heartbeats blindly (as Kafka's does while it loads a group after a coordinator move), so Z
 // never learns that it was dropped; N joins, is assigned p at a later generation, claims and
@@ -207,7 +207,7 @@ func TestStaleClaimOfZombieNeverRecovers(t *testing.T) {
 	}
 }
 
-// Finding 2, the owner's side. Interleaving: a member that was not current raised the era
+// A non-current member's era, the owner's side. Interleaving: a member that was not current raised the era
 // over the owner's token (what a blind proof allowed). The owner's next write is refused as
 // stale; it must ask the coordinator, find itself current, recover and go on, instead of
 // stopping the partition for good.
@@ -264,7 +264,7 @@ func (s *lostReply) Recover(ctx context.Context, k fence.Key, expected fence.Tok
 	return to, err
 }
 
-// Finding 3 (and the mutant RecoverConflictRetriedSame). Interleaving: a regression is proven
+// A lost Recover reloads (mutant RecoverConflictRetriedSame). Interleaving: a regression is proven
 // and Recover commits, but its reply is lost; the retry of the same compare-and-set loses
 // (ErrConflict), since the stored token is already the recovered one. The worker must reload
 // and decide again (the recovered token is held by its own claimant, so it claims it), not
@@ -300,7 +300,7 @@ func TestRecoverConflictReloads(t *testing.T) {
 	}
 }
 
-// Finding 4. Interleaving: member A is assigned both partitions at generation g and its claims
+// A partition retained at a later generation. Interleaving: member A is assigned both partitions at generation g and its claims
 // outlast ClaimWait (here: held, and refused as an equal token of an old claimant when they
 // go through); B joins meanwhile and the cooperative rebalance leaves A one partition q, kept
 // at a later generation. Verifying at the assignment's generation gets ILLEGAL_GENERATION; the
@@ -378,7 +378,7 @@ func (s *lowballClaims) Claim(ctx context.Context, k fence.Key, t fence.Token, c
 	return st, err
 }
 
-// Finding 1's position half (and the mutant AppliedRecordsNotFiltered). Interleaving: records
+// The position filter (mutant AppliedRecordsNotFiltered). Interleaving: records
 // at or below the sink's position reach the worker in a batch that spans the position (the
 // seek lost a race). The sink refuses the batch as an overlap; the worker must reload the
 // position and apply only what follows it: every record exactly once, none skipped.
@@ -407,7 +407,15 @@ func TestOverlapAppliesOnlyTheRest(t *testing.T) {
 		t.Fatal(err)
 	}
 	mb := start(t, c)
-	waitFor(t, "every record applied", bound(30*time.Second), allApplied(store, 1, n))
+	applied := allApplied(store, 1, n)
+	const loop = 10 // refusals of overlapping batches that show a worker not filtering
+	waitFor(t, "every record applied (or the overlap refused again and again)", bound(30*time.Second), func() bool {
+		return applied() || sink.overlaps.Load() >= loop
+	})
+	if o := sink.overlaps.Load(); o >= loop {
+		t.Fatalf("the sink refused %d batches as overlapping its position: the worker does not cut a batch to what follows it", o)
+	}
+	waitFor(t, "every record applied", bound(30*time.Second), applied)
 	if err := mb.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -631,7 +639,7 @@ func TestRevokeWaitsForTheInflightBatch(t *testing.T) {
 	}
 }
 
-// Finding 2, the related hole. Interleaving: a recreated group's new owner N holds the fence
+// A recreated group's zombie at a higher generation. Interleaving: a recreated group's new owner N holds the fence
 // in era 1 at a low generation; a member Z of the old incarnation, assigned at a higher
 // generation of the old one and paused before its claim, loads era 1 and claims {1, its
 // generation}: higher, so the sink accepts it. Only the coordinator can tell Z is not a member
@@ -685,78 +693,5 @@ func TestClaimVerifiedBeforeFirstWrite(t *testing.T) {
 	}
 	if st, _ := store.Load(ctx, key); st.Position != fence.NoPosition {
 		t.Fatalf("fence position moved to %d", st.Position)
-	}
-}
-
-const mutantEnv = "BATON_CONSUMER_MUTANT"
-
-// mutants are the consumer's named mutants (see mutant.go) with the tests that must catch
-// each. TestMutants runs those tests against each mutant in a child process.
-var mutants = map[string][]string{
-	"CurrentGenerationToken":          {"TestTokenIsTheAssignmentGeneration"},
-	"StaleClaimIsRegression":          {"TestStaleClaimOfZombieNeverRecovers"},
-	"DeadLetterBeforeFence":           {"TestDeposedOwnerDoesNotDeadLetter"},
-	"DeadLetterProducedDirectly":      {"TestZombieNeverDeadLettersThroughTheTransaction"},
-	"AppliedRecordsNotFiltered":       {"TestOverlapAppliesOnlyTheRest"},
-	"RevokeDoesNotWait":               {"TestRevokeWaitsForTheInflightBatch"},
-	"StaleClaimNotCounted":            {"TestRegressionRecovered"},
-	"BlindHeartbeatProof":             {"TestStaleClaimOfZombieNeverRecovers"},
-	"EqualTokenOtherClaimantAccepted": {"TestRegressionAtEqualGeneration"},
-	"RecoverConflictRetriedSame":      {"TestRecoverConflictReloads"},
-	"HandlerErrorReadAsVerdict":       {"TestHandlerErrorWrappingAFenceSentinelIsRetried"},
-	"RelayStaleNotReclaimed":          {"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
-	"WatchdogOff":                     {"TestWatchdogStopsAnExpiredMember"},
-	"DeadLetterErrorReadAsVerdict":    {"TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict"},
-	"TopicIdentityUnchecked":          {"TestRecreatedTopicHeldUntilReset"},
-	"TopicResetNotConfirmed":          {"TestTopicResetBetweenClaimAndCompare"},
-	"GrownPartitionNotHeld":           {"TestGrownTopicHeldUntilAcknowledged"},
-	"DataLossUnreported":              {"TestDeletedRecordsReportedAsLoss"},
-	"IdleTopicChangeUnchecked":        {"TestIdleGrownTopicHoldsAfterCommit"},
-	"HandoverUnproven":                {"TestZombieOfTheSameIdentityNeverRecovers"},
-	"HandoverIsRegression":            {"TestStaticMemberReplacedIsAHandover", "TestAssignmentEpochsRejoinInPlace"},
-	"EraMovedIsRegression":            {"TestModelStaticHandover"},
-	"LanesDeadLetterPastHold":         {"TestLanesPoisonHeldAfterGrowth"},
-	"RefusedPartitionNotRetried":      {"TestRefusedPartitionRetriedInANewSession"},
-	"RefusedDuringSessionMissed":      {"TestRefusedDuringANewSessionRetried"},
-	"RevivedTakesStaleFetch":          {"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"},
-}
-
-// TestMutants runs, for each named mutant, the tests that guard it in a child process built
-// with that mutant, and requires each of them to fail.
-func TestMutants(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts child processes")
-	}
-	if os.Getenv(mutantEnv) != "" {
-		t.Skip("in a mutant's child process")
-	}
-	sem := make(chan struct{}, 3)
-	for name, tests := range mutants {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^("+strings.Join(tests, "|")+")$", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), mutantEnv+"="+name)
-			out, err := cmd.CombinedOutput()
-			if err == nil {
-				t.Fatalf("the tests passed against the mutant %s", name)
-			}
-			failed := map[string]bool{}
-			for _, m := range regexp.MustCompile(`--- FAIL: (\w+)`).FindAllStringSubmatch(string(out), -1) {
-				failed[m[1]] = true
-			}
-			for _, c := range tests {
-				if !failed[c] {
-					t.Errorf("%s did not catch %s", c, name)
-				}
-			}
-			if t.Failed() {
-				lines := strings.Split(string(out), "\n")
-				t.Logf("child output:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
-			}
-		})
 	}
 }

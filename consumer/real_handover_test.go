@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Issue 14 on the real broker and PostgreSQL: a static member (group.instance.id) replaced
+// Static-member handover on the real broker and PostgreSQL: a static member (group.instance.id) replaced
 // three times by a new consumer with the same instance id, each started after the previous one
 // returned from Run (a static member's close does not leave the group, so the coordinator
 // replaces its member id and keeps the generation: no rebalance). Each replacement is a

@@ -19,7 +19,7 @@ import (
 	"github.com/batonhq/baton/internal/testenv"
 )
 
-// Issue 10, findings 5 and 7, on the real broker and PostgreSQL: a source topic deleted and
+// The topic's identity on the real broker and PostgreSQL: a source topic deleted and
 // recreated mid-run, and one grown from 6 to 9 partitions mid-run. Each test first proves its
 // fault happened (the topic ID changed; the partition count changed and keys moved), then
 // checks the outcome.

@@ -14,9 +14,9 @@ import (
 	"github.com/batonhq/baton/partition"
 )
 
-// Review finding (77fa57d, shared with the watchdog's revive): records a poll returned before
-// a worker was restarted (retryRefused, revive) reach the poller's dispatch only after the new
-// worker is registered. They come from the predecessor's cursor, past records it dropped
+// A restarted worker drops stale records: records a poll returned before a worker was
+// restarted (retryRefused, the watchdog's revive) reach the poller's dispatch only after the
+// new worker is registered. They come from the predecessor's cursor, past records it dropped
 // unapplied; handed to the new worker, they would be applied right after its claim, ahead of
 // the seek to the sink's position, and the records in between skipped (the fence accepts a
 // batch that starts past position + 1: logs have gaps). A restarted worker's partition is

@@ -15,7 +15,7 @@ import (
 	"github.com/batonhq/baton/fence/fencestore"
 )
 
-// A topic's identity (issue 10, findings 5 and 7). The fences are keyed by topic name, but
+// A topic's identity. The fences are keyed by topic name, but
 // their positions are offsets of one incarnation of the topic, and a key's partition depends
 // on the partition count. After every claim the worker compares the topic it reads (its
 // Kafka topic ID, KIP-516, and partition count, from a Metadata request) with the identity
@@ -124,9 +124,6 @@ func (w *worker[Tx]) hold(why giveUp) bool {
 // batchTopicMoved reports whether records fetched from a topic ID other than the one this
 // claim compared (a topic recreated while the worker runs) are about to be applied.
 func (w *worker[Tx]) batchTopicMoved() bool {
-	if is(mutantBatchTopicUnchecked) {
-		return false
-	}
 	fetched, checked := w.fetchedID.Load(), w.topicID.Load()
 	return fetched != nil && checked != nil && *fetched != ([16]byte{}) && *checked != ([16]byte{}) && *fetched != *checked
 }
@@ -138,7 +135,7 @@ func (w *worker[Tx]) batchTopicMoved() bool {
 // status shows the gap. Gaps the log itself has (transaction markers, compaction) are below
 // the log start offset's reach and are not reported.
 func (w *worker[Tx]) lost(first int64) {
-	if w.position == fence.NoPosition || is(mutantLossUnreported) {
+	if w.position == fence.NoPosition {
 		return
 	}
 	start := w.logStart.Load()

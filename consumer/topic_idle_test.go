@@ -43,10 +43,10 @@ func (h *hookClock) ranSince(t time.Time, ps ...int32) bool {
 // An idle partition (no record ever arrives: a standalone relay's shard, whose coordination
 // topic receives nothing) runs its after-commit hook (the relay) until the member sees the
 // topic grow; then every partition, old and new, is held, the hook included, until the growth
-// is acknowledged. Before the fix only a batch made a worker compare the topic again, so the
-// older partitions' relays went on past the growth: entities moved between shards were relayed
-// by two shards at once (issue 10, finding 7). (Mutant IdleTopicChangeUnchecked: partitions 0
-// and 1 are never held: fewer than 2 refusals are ever counted.)
+// is acknowledged. Were only a batch to make a worker compare the topic again, the older
+// partitions' relays would go on past the growth, and entities moved between shards would be
+// relayed by two shards at once. (Mutant IdleTopicChangeUnchecked: partitions 0 and 1 are
+// never held: fewer than 2 refusals are ever counted.)
 func TestIdleGrownTopicHoldsAfterCommit(t *testing.T) {
 	brokers, store, clock, m, mb := startIdleCoord(t)
 	ctx := context.Background()

@@ -51,18 +51,17 @@ type watchdog struct {
 	fired   bool      // the session expired and the partitions were stopped
 	firedAt time.Time // last when the watchdog fired
 	poke    chan struct{}
+
+	// skew is added to the clock the session is judged by (not to the times recorded) until
+	// the watchdog fires, which resets it. Only tests set it (export_test.go), to make the
+	// watchdog fire once on a live session (a false expiry) and see it revive.
+	skew atomic.Int64
 }
 
 var (
 	_ kgo.HookBrokerWrite = (*watchdog)(nil)
 	_ kgo.HookBrokerE2E   = (*watchdog)(nil)
 )
-
-// watchdogSkew is added to the clock the watchdog judges the session by (not to the times it
-// records) until the watchdog fires, which resets it: zero in every real build; the tests
-// jump it forward to make the watchdog fire once on a live session (a false expiry) and see
-// it revive.
-var watchdogSkew atomic.Int64
 
 func newWatchdog() *watchdog {
 	return &watchdog{poke: make(chan struct{}, 1)}
@@ -128,7 +127,7 @@ func (d *watchdog) watch(ctx context.Context, expire func(since time.Duration), 
 	var reviveAt time.Time
 	for {
 		d.mu.Lock()
-		now := time.Now().Add(time.Duration(watchdogSkew.Load()))
+		now := time.Now().Add(time.Duration(d.skew.Load()))
 		var wait time.Duration = -1
 		switch {
 		case d.fired && d.last.After(d.firedAt):
@@ -147,7 +146,7 @@ func (d *watchdog) watch(ctx context.Context, expire func(since time.Duration), 
 		default:
 			deadline := d.last.Add(d.session)
 			if wait = deadline.Sub(now); wait <= 0 {
-				watchdogSkew.Store(0)
+				d.skew.Store(0)
 				d.fired = true
 				d.firedAt = d.last
 				since := now.Sub(d.last)
@@ -183,7 +182,7 @@ func (r *run[Tx]) watchSession(cl *kgo.Client, d *watchdog) (stop func()) {
 	d.interval, _ = cl.OptValue(kgo.HeartbeatInterval).(time.Duration)
 	ctx, cancel := context.WithCancel(r.ctx)
 	done := make(chan struct{})
-	if !watches(r.c.cfg.protocol, d.session) || is(mutantWatchdogOff) {
+	if !watches(r.c.cfg.protocol, d.session) {
 		close(done)
 		return cancel
 	}

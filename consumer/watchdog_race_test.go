@@ -7,8 +7,8 @@ import (
 	"github.com/batonhq/baton/partition"
 )
 
-// Review finding "ReviveRacesRevoke" (fixed: run.stopPartitions marks the worker stopping): OnPartitionsRevoked (or Lost) picks the partition's
-// worker the watchdog stopped, and the watchdog's revive waits for the same worker; when it
+// A revive racing a revoke (run.stopPartitions marks the worker stopping): OnPartitionsRevoked
+// (or Lost) picks the partition's worker the watchdog stopped, and the watchdog's revive waits for the same worker; when it
 // returns, both race for run.mu. If revive wins, it registers a new worker for the partition
 // and marks the old one removed, so the revoke's stop of the old one returns at once: the
 // rebalance barrier passes with a live worker on a revoked partition. The test lines the two

@@ -194,10 +194,9 @@ func TestWatchdogRestartsAPartitionStillAssigned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer consumer.SkewWatchdog(0)
 	ma := start(t, a)
 	waitFor(t, "A is busy", 30*time.Second, func() bool { return calls.Load() >= 20 })
-	consumer.SkewWatchdog(time.Hour)
+	consumer.SkewWatchdog(a, time.Hour)
 	waitFor(t, "the watchdog fires", 30*time.Second, fired.Load) // which resets the jump
 	waitFor(t, "the watchdog restarts the partition", 30*time.Second, restarted.Load)
 	waitFor(t, "A applies everything", 60*time.Second, allApplied(store, keys, n))
@@ -216,12 +215,12 @@ func TestWatchdogRestartsAPartitionStillAssigned(t *testing.T) {
 	}
 }
 
-// Review finding "ReviveSkipsUnappliedRecords" (fixed): a false expiry during the partition's very
-// first batch (the sink holds no position for it yet). The old worker's whole fetch was
-// dispatched to it and dropped when it stopped; the revived worker's claim finds no
-// position, so claimResolved does not seek, and fetching resumes at the client's cursor,
-// past the dropped records: they are never applied (and once a later record is, the sink's
-// position covers them for good).
+// A revive with no position keeps every record: a false expiry during the partition's very
+// first batch (the sink holds no position for it yet). The old worker's whole fetch is
+// dispatched to it and dropped when it stops; the revived worker's claim finds no position,
+// so without the seek back to the first offset it was handed (claimResolved) fetching would
+// resume at the client's cursor, past the dropped records, and they would never be applied
+// (once a later record is, the sink's position covers them for good).
 func TestWatchdogRestartWithNoPositionKeepsEveryRecord(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
 	const keys, n = 4, 25
@@ -230,9 +229,10 @@ func TestWatchdogRestartWithNoPositionKeepsEveryRecord(t *testing.T) {
 	var fired, restarted atomic.Bool
 	var calls atomic.Int64
 	f := newFolder()
+	var a *consumer.Consumer[*memfence.Tx] // the member, set before it runs
 	f.block = func(ctx context.Context, _ *consumer.Batch) error {
 		if calls.Add(1) == 1 { // the first batch ever: stays in flight until the watchdog fires
-			consumer.SkewWatchdog(time.Hour)
+			consumer.SkewWatchdog(a, time.Hour)
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
@@ -243,13 +243,13 @@ func TestWatchdogRestartWithNoPositionKeepsEveryRecord(t *testing.T) {
 		return nil
 	}
 	log := slog.New(logSpy{Handler: logSpy{Handler: quiet.Handler(), want: "group session expired", seen: &fired}, want: "restarted them", seen: &restarted})
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory),
+	var err error
+	a, err = consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log),
 		consumer.MaxInflightPerPartition(1), consumer.MaxInflight(1))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer consumer.SkewWatchdog(0)
 	ma := start(t, a)
 	defer func() { _ = ma.stop() }()
 	waitFor(t, "the watchdog fires", 30*time.Second, fired.Load)

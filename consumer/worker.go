@@ -216,13 +216,13 @@ func (w *worker[Tx]) afterCommit() bool {
 	if w.ctx.Err() != nil {
 		return false
 	}
-	if !is(mutantIdleTopicUnchecked) && w.recheck.Swap(false) {
+	if w.recheck.Swap(false) {
 		// The topic grew or changed since this claim compared it (watchTopics) and no record
 		// came for process to compare it again: an idle partition must not run its hook past
 		// a growth either. A standalone relay's shard (outboxconsumer) is always idle (its
 		// coordination topic receives no records), so without this its relay would go on
 		// after the shard count changed, and entities moved between shards would be relayed
-		// by two shards at once (issue 10, finding 7). Compare again: a grown topic holds.
+		// by two shards at once. Compare again: a grown topic holds.
 		w.r.c.log.Warn("the topic changed since this partition's claim: comparing it again before the after-commit hook", w.log()...)
 		if !w.resettle(claimInput{Event: evStart}) {
 			return false
@@ -233,7 +233,7 @@ func (w *worker[Tx]) afterCommit() bool {
 		return w.ctx.Err() == nil
 	}
 	var se *fence.StaleError
-	if errors.As(err, &se) && se.Key == w.key && se.Presented == w.token && !is(mutantRelayNoReclaim) {
+	if errors.As(err, &se) && se.Key == w.key && se.Presented == w.token {
 		w.refused(err)
 		return w.resettle(claimInput{Event: evWriteStale, Stored: se.Stored})
 	}
@@ -293,9 +293,6 @@ func (w *worker[Tx]) compareIfMoved() bool {
 // position makes them all fresh normally; this filter is what keeps a batch the seek did not
 // catch (a fetch that raced the seek, a position that moved under us) from being refused.
 func (w *worker[Tx]) fresh(recs []*kgo.Record) []*kgo.Record {
-	if is(mutantNoFilter) {
-		return recs
-	}
 	out := recs[:0:0]
 	for _, r := range recs {
 		if r.Offset > w.position {
@@ -417,10 +414,6 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 		))
 	defer span.End()
 	tok := w.token
-	if is(mutantCurrentGenToken) {
-		_, gen := w.r.client().GroupMetadata()
-		tok.Epoch = int64(gen)
-	}
 	w.tried = tok
 	b := &Batch{Key: w.key, Token: tok, Records: recs}
 	if w.prepared != nil {
@@ -431,10 +424,8 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 	}
 	start := time.Now()
 	err := w.r.c.sink.Apply(ctx, w.key, tok, recs[0].Offset, last.Offset, func(ctx context.Context, tx Tx) error {
-		if err := w.handler(ctx, tx, b); err != nil && !is(mutantHandlerVerdict) {
+		if err := w.handler(ctx, tx, b); err != nil {
 			return &handlerError{err: err}
-		} else if err != nil {
-			return err
 		}
 		return nil
 	})
@@ -537,7 +528,7 @@ const (
 // resumes, so its produce may land next to its successor's copy of the same record; and a
 // commit that fails after the produce duplicates it. Direct dead-lettering is at least once.
 func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
-	if !is(mutantLanesDeadLetterUnheld) && !w.compareIfMoved() {
+	if !w.compareIfMoved() {
 		return false
 	}
 	topic := w.r.c.cfg.deadLetterTopic
@@ -545,13 +536,10 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		topic = r.Topic + ".dlq"
 	}
 	for {
-		if r.Offset <= w.position && !is(mutantNoFilter) {
+		if r.Offset <= w.position {
 			return true // applied meanwhile (by the owner we yielded to, or before a recovery)
 		}
 		dl, viaTx := w.r.c.dlq, w.r.c.dlq != nil
-		if is(mutantDeadLetterDirect) {
-			viaTx = false
-		}
 		d := deadLetterRecord(topic, r, cause, w.key, w.token)
 		produce := func(ctx context.Context) error {
 			// A produce failure is transient here, whatever its cause: the record must not
@@ -567,16 +555,8 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 			b.Prepared = []any{w.prepared[r.Offset]}
 		}
 		err := w.attempt("dead-letter", func() error {
-			if is(mutantDeadLetterFirst) {
-				if err := produce(w.ctx); err != nil {
-					return err
-				}
-			}
 			return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, tx Tx) error {
-				switch {
-				case is(mutantDeadLetterFirst):
-					return nil
-				case viaTx:
+				if viaTx {
 					if err := dl(ctx, tx, b, d); err != nil {
 						return &handlerError{err: err} // never read as the sink's verdict
 					}
@@ -590,9 +570,6 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		// fence sentinel is the handler's, and read as ErrDuplicate it would skip X with no
 		// dead letter (TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict).
 		v := sinkVerdict(err)
-		if is(mutantDeadLetterVerdict) {
-			v = err
-		}
 		switch {
 		case err == nil:
 			w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
@@ -781,20 +758,13 @@ func (w *worker[Tx]) claimStep(tok fence.Token) claimInput {
 		return err
 	})
 	var stale *fence.StaleError
-	if errors.As(err, &stale) && stale.Stored == tok && is(mutantEqualTokenAccepted) {
-		if st, lerr := w.r.c.sink.Load(w.ctx, w.key); lerr == nil && st.Claimant != "" {
-			got, err = w.r.c.sink.Claim(w.ctx, w.key, tok, st.Claimant)
-		}
-	}
 	switch {
 	case err == nil:
 		w.token, w.position = tok, got.Position
 		w.r.c.m.claims.Add(w.ctx, 1, partAttrs(w.id))
 		return claimInput{Event: evClaimed, State: got}
 	case errors.As(err, &stale):
-		if !is(mutantStaleClaimUncounted) {
-			w.r.c.m.staleClaims.Add(w.ctx, 1, partAttrs(w.id))
-		}
+		w.r.c.m.staleClaims.Add(w.ctx, 1, partAttrs(w.id))
 		w.r.c.log.Info("claim refused as stale; asking the coordinator whether this member owns the partition",
 			append(w.log(), "err", err, "presented", tok.String(), "stored", stale.Stored.String())...)
 		return claimInput{Event: evClaimStale, Stored: stale.Stored, Presented: tok}

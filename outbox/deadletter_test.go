@@ -142,7 +142,7 @@ func (e *relayEnv) consume(t *testing.T, topic string, atLeast int) []string {
 }
 
 // A row larger than its destination topic's max.message.bytes (below the store's append check)
-// used to fail every Flush at the same row for ever (issue 10, finding 9). It is dead-lettered
+// would fail every Flush at the same row for ever. It is dead-lettered
 // under the fence, with its reason, after the row produced alone is refused again, and the rows
 // after it are delivered, including a small one to the same topic that the broker refused only
 // because it shared the too-large record batch.

@@ -175,7 +175,7 @@
 // Grow a destination topic only after its receivers have caught up and its relays are idle
 // (every source's backlog 0), exactly like a source topic (drain, then grow).
 //
-// Upgrading a receiver from the old scope (receiver "|" source, before issue 10): admissions
+// Upgrading a receiver from the old scope (receiver "|" source, without the destination): admissions
 // stored under the old scope are no longer consulted, so the first record of each key after
 // the upgrade is admitted. A copy of a record the receiver applied BEFORE the upgrade that it
 // reads again AFTER it is therefore applied twice. Such copies exist only (a) when a receiver

@@ -17,7 +17,6 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencestore"
-	"github.com/batonhq/baton/outbox/internal/mutant"
 )
 
 // Inbox deduplicates relayed records at a receiver, atomically with the receiver's own write:
@@ -143,9 +142,6 @@ func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.V
 		span.RecordError(err)
 		return 0, err
 	}
-	if v == fence.Duplicate && mutant.Is(mutant.InboxAdmitsDuplicate) {
-		v = fence.Admitted
-	}
 	span.SetAttributes(attribute.String("baton.inbox.verdict", v.String()))
 	attrs := metric.WithAttributes(attribute.String("baton.inbox", in.name))
 	switch v {
@@ -163,9 +159,6 @@ func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.V
 // readable form always contains "|", the hashed one never, so the two cannot collide.
 func admissionScope(name string, src fence.Key, topic string, partition int32) string {
 	s := name + "|" + src.String() + "|" + topic + "/" + strconv.FormatInt(int64(partition), 10)
-	if mutant.Is(mutant.InboxScopeNoDest) {
-		s = name + "|" + src.String()
-	}
 	if len(s) > fence.MaxIdentifierLen || !utf8.ValidString(s) {
 		sum := sha256.Sum256([]byte(s))
 		return "h:" + hex.EncodeToString(sum[:])

@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/outbox/internal/mutant"
 )
 
 // Store is what the relay needs from an outbox store (pgoutbox.Store, sqliteoutbox.Store).
@@ -241,9 +240,6 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 	}
 	parent := ctx
 	timeout := r.timeout
-	if mutant.Is(mutant.FlushUnbounded) {
-		timeout = time.Hour
-	}
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrFlushTimeout)
 	defer cancel()
 	// Produces end earlier than the flush, so that the metadata check of a topic that may be
@@ -254,11 +250,6 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 	n := 0
 	for {
 		rows, err := r.store.Pending(ctx, src, tok, r.batch)
-		if se := (*fence.StaleError)(nil); errors.As(err, &se) && mutant.Is(mutant.RelayUnfenced) {
-			if rows, _ = r.store.Pending(ctx, src, se.Stored, r.batch); len(rows) > 0 {
-				r.publish(produceCtx, rows)
-			}
-		}
 		if err != nil {
 			return n, r.flushErr(parent, produceCtx, err)
 		}
@@ -275,11 +266,6 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 			// The last flush stopped at this row: try it alone first, so that a row that
 			// keeps failing does not re-publish the rows behind it at every flush.
 			rows = rows[:1]
-		}
-		if mutant.Is(mutant.RelayMarksBeforeAck) {
-			if _, err := r.store.MarkDelivered(ctx, src, tok, rows[len(rows)-1].Seq); err != nil {
-				return n, r.flushErr(parent, produceCtx, err)
-			}
 		}
 		errs := r.publish(produceCtx, rows)
 		acked := 0
@@ -328,13 +314,7 @@ func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int,
 		if len(detail) > maxReasonDetail {
 			detail = strings.ToValidUTF8(detail[:maxReasonDetail], "")
 		}
-		dead := r.store.DeadLetter
-		if mutant.Is(mutant.DeadRowSkipped) {
-			dead = func(ctx context.Context, src fence.Key, tok fence.Token, seq int64, _ string) (int64, error) {
-				return r.store.MarkDelivered(ctx, src, tok, seq)
-			}
-		}
-		backlog, err := dead(ctx, src, tok, row.Seq, strings.ReplaceAll(detail, "\x00", ""))
+		backlog, err := r.store.DeadLetter(ctx, src, tok, row.Seq, strings.ReplaceAll(detail, "\x00", ""))
 		if err != nil {
 			return n, r.flushErr(parent, produceCtx, err)
 		}
@@ -415,7 +395,7 @@ func (r *Relay) persists(src fence.Key, seq int64, reason string) string {
 	}
 	s.seen++
 	r.stuck[src] = s
-	if s.seen >= minConfirmations && time.Since(s.since) >= r.giveUpAfter || mutant.Is(mutant.GiveUpUnbounded) {
+	if s.seen >= minConfirmations && time.Since(s.since) >= r.giveUpAfter {
 		return reason
 	}
 	return ""
@@ -481,9 +461,6 @@ func (r *Relay) AfterCommit() func(ctx context.Context, k fence.Key, t fence.Tok
 		n, err := r.Flush(ctx, k, t)
 		if n > 0 && errors.Is(err, ErrFlushTimeout) && !errors.Is(err, fence.ErrStale) {
 			return nil // progress, then out of time: a backlog catching up (a refusal is never hidden)
-		}
-		if mutant.Is(mutant.StaleHidden) && errors.Is(err, fence.ErrStale) {
-			return nil
 		}
 		return err
 	}

@@ -107,7 +107,7 @@ var mutants = map[string]struct {
 		wrap:  func(m *mutant) { m.claimForgetsPosition = true },
 		catch: []string{"MonotonicClaims", "ResumePosition", "RegressionAndRecover", "AdvanceHoldsKeyUntilTxEnds"},
 	},
-	"EqualTokenOtherClaimantAccepted": { // finding 1: the claimant is not checked
+	"EqualTokenOtherClaimantAccepted": { // the claimant is not checked
 		wrap:  func(m *mutant) { m.claimIgnoresClaimant = true },
 		catch: []string{"EqualTokenOneClaimant", "ClaimRaceOneClaimant"},
 	},

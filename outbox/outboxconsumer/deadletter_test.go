@@ -56,7 +56,7 @@ func (s *heldDeadLetter) Apply(ctx context.Context, k fence.Key, t fence.Token, 
 	})
 }
 
-// The zombie dead letter through the outbox (issue 10, finding 8), on PostgreSQL with the
+// The zombie dead letter through the outbox, on PostgreSQL with the
 // real idle_in_transaction_session_timeout, on kfake and on the real broker. Interleaving:
 // owner A decides record X is poison; its dead-letter transaction passes the fence check and A
 // pauses (network frozen too); PostgreSQL ends the idle transaction, freeing the fence row;

@@ -11,7 +11,6 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/internal/mutant"
 )
 
 // Handler wraps a Baton consumer's handler with the inbox: each record of a batch is admitted
@@ -26,7 +25,7 @@ func Handler[Tx any](in *outbox.Inbox[Tx], h consumer.Handler[Tx]) consumer.Hand
 		kept := b.Records[:0:0]
 		// With consumer.Lanes a batch carries Prepared[i] for Records[i]: filter them together,
 		// so the wrapped handler never applies a record with another record's prepared result.
-		aligned := b.Prepared != nil && len(b.Prepared) == len(b.Records) && !mutant.Is(mutant.InboxPreparedUnfiltered)
+		aligned := b.Prepared != nil && len(b.Prepared) == len(b.Records)
 		var prepared []any
 		for i, r := range b.Records {
 			v, err := in.Admit(ctx, tx, r)
@@ -76,9 +75,6 @@ func Handler[Tx any](in *outbox.Inbox[Tx], h consumer.Handler[Tx]) consumer.Hand
 // relay's GiveUpAfter does not stall the partition as a direct produce does: the relay sets
 // the copy aside as an undeliverable row (outbox's "Undeliverable rows").
 func DeadLetters[Tx any](box outbox.Appender[Tx]) consumer.Option {
-	if mutant.Is(mutant.DeadLetterDirect) {
-		return consumer.Kafka()
-	}
 	return consumer.FencedDeadLetters(deadLetterCopy(box))
 }
 

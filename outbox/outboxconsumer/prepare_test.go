@@ -45,8 +45,8 @@ func envelopeRecord(offset, seq int64) *kgo.Record {
 }
 
 // The inbox drops a duplicate from the batch: its prepared result goes with it, so the
-// wrapped handler gets Prepared[i] for Records[i] (before the fix the full Prepared slice was
-// passed with the filtered Records: record seq 3 was handed seq 2's result).
+// wrapped handler gets Prepared[i] for Records[i] (the full Prepared slice passed with the
+// filtered Records would hand record seq 3 seq 2's result).
 func TestInboxKeepsPreparedAligned(t *testing.T) {
 	in, err := outbox.NewInbox[int]("r", seqKeyed{dup: map[int64]bool{2: true}})
 	if err != nil {

@@ -23,7 +23,7 @@ import (
 	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
 
-// Issue 10, finding 7, for the standalone relay: its shard count is the coordination topic's
+// The standalone relay's shard count: its shard count is the coordination topic's
 // partition count, and the application chooses an entity's shard with it (hash modulo the
 // count). Changing it moves entities between shards; an entity's older rows still pending in
 // its old shard and its newer rows in the new one are then relayed by two shard owners at

@@ -9,7 +9,6 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/internal/mutant"
 )
 
 // ShardKey is the source key an application appends under for a shard of a standalone relay:
@@ -100,7 +99,7 @@ func checkShardCount[Tx any](ctx context.Context, sink fence.Sink[Tx], group, co
 		return fmt.Errorf("outboxconsumer: the shard count of %s/%s: %w", group, coordTopic, err)
 	}
 	switch {
-	case stored.Partitions == shards || mutant.Is(mutant.ShardCountUnchecked):
+	case stored.Partitions == shards:
 		return nil
 	case shards > stored.Partitions:
 		return fmt.Errorf("outboxconsumer: %d shards, %d acknowledged: entities would move between shards; stop the appenders, wait until every shard's outbox backlog is 0, grow %s to %d partitions, acknowledge it (baton topics ack), then prepare %d: %w",

@@ -12,7 +12,6 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/internal/mutant"
 )
 
 // ValidateAppend checks Append's arguments before anything is written: the source key, the
@@ -26,9 +25,6 @@ func ValidateAppend(src fence.Key, tok fence.Token, msgs []outbox.Message, maxBy
 		return fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
 	}
 	for i := range msgs {
-		if mutant.Is(mutant.AppendUnvalidated) {
-			break
-		}
 		if err := validateMessage(&msgs[i], maxBytes); err != nil {
 			return fmt.Errorf("message %d: %w", i, err)
 		}

@@ -15,7 +15,7 @@ import (
 	"github.com/batonhq/baton/outbox"
 )
 
-// Rows a broker refuses for good (issue 10, finding 9), on PostgreSQL and on kfake and the real
+// Rows a broker refuses for good, on PostgreSQL and on kfake and the real
 // broker: a row larger than its topic's max.message.bytes and a row whose topic was deleted are
 // dead-lettered under the fence with their reasons, each flush returns within FlushTimeout
 // meanwhile, and the rows behind them are delivered in order.

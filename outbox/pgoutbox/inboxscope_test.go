@@ -14,7 +14,7 @@ import (
 )
 
 // One receiver reads two destination topics with one inbox, every record of the second topic
-// before any of the first, on PostgreSQL with kfake and the real broker (issue 10, finding 6):
+// before any of the first, on PostgreSQL with kfake and the real broker:
 // each record is applied exactly once, and a second delivery of all of them is dropped.
 func TestInboxReadsTwoDestinationTopicsOutOfOrder(t *testing.T) {
 	brokers(t, func(t *testing.T, bs []string, a string) {

@@ -500,8 +500,8 @@ func TestInboxVerdictsAreAtomicWithTheReceiversWrite(t *testing.T) {
 	if n := e.count(`SELECT balance FROM accounts WHERE id = 'a'`); n != 2 {
 		t.Fatalf("balance of a is %d, want 2 (only admitted, committed records applied)", n)
 	}
-	// Another destination topic, or another partition of the same one, is another scope
-	// (issue 10, finding 6): a record read there is compared only with records read there.
+	// Another destination topic, or another partition of the same one, is another scope:
+	// a record read there is compared only with records read there.
 	other := rec("0.1", 5, "a")
 	other.Topic = "receipts"
 	if v := receive(other, false); v != fence.Admitted {

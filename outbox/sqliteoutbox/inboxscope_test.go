@@ -19,8 +19,8 @@ import (
 // One receiver reads two destination topics with one inbox, and reads them out of order:
 // every record of topic "b" before any of topic "a". The source's sequences rise across both
 // topics (a1 b2 a3 b4 ...), so an admission scoped by (receiver, source, key) alone stores b's
-// seq 8 first and then drops a1, a3, a5, a7 as duplicates although they were never applied
-// (issue 10, finding 6). Scoped by the destination topic and partition too, every record is
+// seq 8 first and then drops a1, a3, a5, a7 as duplicates although they were never applied.
+// Scoped by the destination topic and partition too, every record is
 // applied exactly once, and a second delivery of everything, in the other order, is dropped.
 func TestInboxTwoDestinationTopicsOutOfOrder(t *testing.T) {
 	ctx, fences, store := open(t)

@@ -33,7 +33,7 @@ func binary(t *testing.T) string {
 }
 
 // soak returns the number of faults to inject: BATON_CHAOS_FAULTS, or def. A soak is
-// 'BATON_CHAOS_FAULTS=400 go test -run TestChaosFenced -timeout 2h ./internal/chaos'.
+// 'BATON_CHAOS_FAULTS=400 go test -run TestChaosFenced -timeout 2h ./internal/operator/chaos'.
 func soak(t *testing.T, def int) int {
 	if v := os.Getenv("BATON_CHAOS_FAULTS"); v != "" {
 		n, err := strconv.Atoi(v)

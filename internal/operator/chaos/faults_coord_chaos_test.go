@@ -1,12 +1,12 @@
 package chaos_test
 
-// Issue 10's faults on the real broker: a paused member across a broker restart (the group
+// The coordinator and identity faults on the real broker: a paused member across a broker restart (the group
 // coordinator loading), the coordinator's broker killed in a three-broker cluster, static
 // members replaced without a rebalance, and a receiver reading two destination topics with one
 // inbox. TestChaosCoordFaults runs each once against Baton and requires every invariant to
-// hold; TestChaosIssueMutants runs each against a worker built with the corresponding fix
-// reverted (a named mutant, compiled in only with the batonmutant build tag) and requires the
-// checker to report the violation.
+// hold; TestChaosCoordMutants runs each against workers built with the protection it targets
+// removed (a mutant of internal/testkit/mutants, patched into a scratch copy of the module) and
+// requires the checker to report the violation.
 
 import (
 	"bytes"
@@ -22,6 +22,7 @@ import (
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/mutants"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )
 
@@ -120,26 +121,29 @@ func stopCluster() {
 	clusterDir = ""
 }
 
-// mutantBinary builds cmd/baton with the batonmutant tag: its consumer and outbox read
-// BATON_CONSUMER_MUTANT and BATON_OUTBOX_MUTANT.
-func mutantBinary(t *testing.T) string {
+// mutantBinary builds cmd/baton from a scratch copy of the module with the named mutant's
+// patch applied (internal/testkit/mutants).
+func mutantBinary(t *testing.T, name string) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "baton-mutant")
-	cmd := exec.Command("go", "build", "-tags", "batonmutant", "-o", bin, "../../../cmd/baton")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build -tags batonmutant ./cmd/baton: %v\n%s", err, out)
+	root, err := mutants.ModuleRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "baton-"+name)
+	if err := mutants.BuildBaton(t.Context(), root, name, bin); err != nil {
+		t.Fatal(err)
 	}
 	return bin
 }
 
 // runFaults runs the built-in workload, fenced, with the given faults, each n times, in workers
-// built as bin with env: on the three-broker cluster, or with single on BATON_KAFKA_BROKERS,
+// built as bin: on the three-broker cluster, or with single on BATON_KAFKA_BROKERS,
 // which kafka.sh restarts as the environment says (BATON_STATE_DIR, KAFKA_PORT: never a
 // shared broker).
 // strict: the coordinator-loading faults must show the zombie asking the loading coordinator
 // (Config.ProveAsk), with a coordinator log long enough to load for seconds (the blind-proof
 // mutant runs); CI's TestChaosCoordFaults counts the load with the zombie resumed inside it.
-func runFaults(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []string, single, strict bool) *chaos.Result {
+func runFaults(t *testing.T, faults []chaos.FaultKind, n int, bin string, single, strict bool) *chaos.Result {
 	t.Helper()
 	var brokers, scriptEnv []string
 	nodes := clusterNodes
@@ -187,7 +191,7 @@ func runFaults(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []
 		Faults: faults, NumFaults: n * len(faults), Seed: 10,
 		Brokers: brokers, KafkaNodes: nodes, ScriptEnv: scriptEnv,
 		PostgresURL: url + sep + "search_path=" + schema,
-		Binary:      bin, WorkerEnv: env, DeployDir: deployDir(t), LoadFiller: filler, ProveAsk: strict,
+		Binary:      bin, DeployDir: deployDir(t), LoadFiller: filler, ProveAsk: strict,
 		Progress: &progress, Settle: 2 * time.Minute, LogDir: logDir,
 	}
 	t0 := time.Now()
@@ -202,10 +206,10 @@ func runFaults(t *testing.T, faults []chaos.FaultKind, n int, bin string, env []
 	return res
 }
 
-// TestChaosCoordFaults runs each of issue 10's faults once on the three-broker cluster against
+// TestChaosCoordFaults runs each coordinator and identity fault once on the three-broker cluster against
 // Baton: each must be proven to have happened, and every invariant must hold.
 func TestChaosCoordFaults(t *testing.T) {
-	res := runFaults(t, chaos.CoordFaults, 1, binary(t), nil, false, false)
+	res := runFaults(t, chaos.CoordFaults, 1, binary(t), false, false)
 	for _, f := range res.Faults {
 		if !f.Bit {
 			t.Errorf("fault %s on %s not proven: %s", f.Kind, f.Target, f.Detail)
@@ -225,48 +229,58 @@ func TestChaosCoordFaults(t *testing.T) {
 	}
 }
 
-// TestChaosIssueMutants runs each fault against workers built with the fix it targets
+// TestChaosCoordMutants runs each fault against workers built with the fix it targets
 // reverted, and requires the checker to report the violation. Slow (a run per mutant): it runs
 // with BATON_CHAOS_MUTANTS=1 (or a mutant's or a fault's name, to run those cases only). The
 // faults that do not need the cluster run on BATON_KAFKA_BROKERS, restarted through kafka.sh
 // with the test's environment: point it at a private broker (BATON_STATE_DIR, KAFKA_PORT).
-func TestChaosIssueMutants(t *testing.T) {
+func TestChaosCoordMutants(t *testing.T) {
 	if os.Getenv("BATON_CHAOS_MUTANTS") == "" {
 		t.Skip("set BATON_CHAOS_MUTANTS=1 to run the chaos mutants (a run each on the three-broker cluster)")
 	}
 	cases := []struct {
-		env   string
-		fault chaos.FaultKind
-		n     int
-		// control: the same fault also runs with the mutant unset (the same binary, the fix in
-		// place), where the interleaving must be proven again and every invariant hold.
+		mutant string // a mutant of internal/testkit/mutants
+		fault  chaos.FaultKind
+		n      int
+		// control: the same fault also runs on cmd/baton as it is, where the interleaving
+		// must be proven again and every invariant hold.
 		control bool
 	}{
-		{"BATON_CONSUMER_MUTANT=EqualTokenOtherClaimantAccepted", chaos.FaultStaticReplace, 2, false},
-		{"BATON_OUTBOX_MUTANT=InboxScopeIgnoresDestination", chaos.FaultTwoTopicInbox, 1, false},
-		{"BATON_CONSUMER_MUTANT=BlindHeartbeatProof", chaos.FaultPausedBrokerRestart, 2, true},
-		{"BATON_CONSUMER_MUTANT=BlindHeartbeatProof", chaos.FaultCoordinatorKill, 2, true},
+		{"EqualTokenOtherClaimantAccepted", chaos.FaultStaticReplace, 2, false},
+		{"InboxScopeIgnoresDestination", chaos.FaultTwoTopicInbox, 1, false},
+		{"BlindHeartbeatProof", chaos.FaultPausedBrokerRestart, 2, true},
+		{"BlindHeartbeatProof", chaos.FaultCoordinatorKill, 2, true},
 	}
 	if only := os.Getenv("BATON_CHAOS_MUTANTS"); only != "1" {
 		var keep = cases[:0]
 		for _, c := range cases {
-			if strings.Contains(c.env, only) || string(c.fault) == only {
+			if strings.Contains(c.mutant, only) || string(c.fault) == only {
 				keep = append(keep, c)
 			}
 		}
 		cases = keep
 	}
-	bin := mutantBinary(t)
+	bins := map[string]string{} // built once per mutant, and "" for cmd/baton as it is
+	build := func(name string) string {
+		if bins[name] == "" {
+			if name == "" {
+				bins[name] = binary(t)
+			} else {
+				bins[name] = mutantBinary(t, name)
+			}
+		}
+		return bins[name]
+	}
 	for _, c := range cases {
 		single := c.fault != chaos.FaultCoordinatorKill
-		t.Run(strings.SplitN(c.env, "=", 2)[1]+"/"+string(c.fault), func(t *testing.T) {
+		t.Run(c.mutant+"/"+string(c.fault), func(t *testing.T) {
 			t0 := time.Now()
-			res := runFaults(t, []chaos.FaultKind{c.fault}, c.n, bin, []string{c.env}, single, c.control)
+			res := runFaults(t, []chaos.FaultKind{c.fault}, c.n, build(c.mutant), single, c.control)
 			bit := proven(res)
 			if res.Verdict.OK() {
-				t.Errorf("the checker found nothing wrong with %s under %s (%d of %d faults proven)", c.env, c.fault, bit, len(res.Faults))
+				t.Errorf("the checker found nothing wrong with %s under %s (%d of %d faults proven)", c.mutant, c.fault, bit, len(res.Faults))
 			} else {
-				t.Logf("caught %s: %v (%d of %d faults proven; %.0fs)", c.env, res.Verdict.Violations(), bit, len(res.Faults), time.Since(t0).Seconds())
+				t.Logf("caught %s: %v (%d of %d faults proven; %.0fs)", c.mutant, res.Verdict.Violations(), bit, len(res.Faults), time.Since(t0).Seconds())
 			}
 			if c.control && bit == 0 {
 				// The blind answer needs the interleaving: without it a catch is not this fault's.
@@ -278,7 +292,7 @@ func TestChaosIssueMutants(t *testing.T) {
 		}
 		t.Run("control/"+string(c.fault), func(t *testing.T) {
 			t0 := time.Now()
-			res := runFaults(t, []chaos.FaultKind{c.fault}, c.n, bin, nil, single, true)
+			res := runFaults(t, []chaos.FaultKind{c.fault}, c.n, build(""), single, true)
 			bit := proven(res)
 			if bit == 0 {
 				t.Errorf("%s: the interleaving was never seen without the mutant: the control proves nothing", c.fault)

@@ -140,8 +140,8 @@ type Config struct {
 	// Static makes every worker a static member (group.instance.id "chaos-<worker id>");
 	// implied by FaultStaticReplace.
 	Static bool
-	// WorkerEnv is added to every worker's environment (e.g. BATON_CONSUMER_MUTANT, which only a
-	// binary built with the batonmutant tag reads).
+	// WorkerEnv is added to every worker's environment (consumer/chaos passes the user
+	// program's own arguments to its workers this way).
 	WorkerEnv []string
 	// KafkaNodes is the number of brokers when Brokers is deploy/local's cluster mode
 	// (kafka.sh with KAFKA_NODES): restart faults then act on one node, and

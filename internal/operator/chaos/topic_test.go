@@ -18,9 +18,9 @@ import (
 // the operator's command, then applied), and every invariant must hold across the change.
 //
 // In CI (about 70 s of faults and settling, 120 s and more on a loaded machine): the topic
-// faults are issue 10's, and they run where its other faults run.
+// faults run where the coordinator faults run.
 func TestChaosTopicFaults(t *testing.T) {
-	res := runFaults(t, chaos.TopicFaults, 1, binary(t), nil, true, false)
+	res := runFaults(t, chaos.TopicFaults, 1, binary(t), true, false)
 	for _, f := range res.Faults {
 		if !f.Bit {
 			t.Errorf("fault %s on %s not proven: %s", f.Kind, f.Target, f.Detail)
@@ -35,34 +35,31 @@ func TestChaosTopicFaults(t *testing.T) {
 }
 
 // TestChaosTopicMutants runs each topic fault against workers built with the protection it
-// targets removed (named consumer mutants, batonmutant build tag) and requires the checker to
-// report the violation. With BATON_CHAOS_MUTANTS=1 (or a mutant's or a fault's name).
+// targets removed (a mutant of internal/testkit/mutants, patched into a scratch copy of the
+// module) and requires the checker to report the violation. With BATON_CHAOS_MUTANTS=1 (or a
+// mutant's or a fault's name).
 func TestChaosTopicMutants(t *testing.T) {
 	only := os.Getenv("BATON_CHAOS_MUTANTS")
 	if only == "" {
 		t.Skip("set BATON_CHAOS_MUTANTS=1 to run the chaos mutants (a run each)")
 	}
 	cases := []struct {
-		env   string
-		fault chaos.FaultKind
+		mutant string // a mutant of internal/testkit/mutants
+		fault  chaos.FaultKind
 	}{
-		{"BATON_CONSUMER_MUTANT=TopicIdentityUnchecked", chaos.FaultTopicRecreate},
-		{"BATON_CONSUMER_MUTANT=GrownPartitionNotHeld", chaos.FaultTopicGrow},
+		{"TopicIdentityUnchecked", chaos.FaultTopicRecreate},
+		{"GrownPartitionNotHeld", chaos.FaultTopicGrow},
 	}
-	var bin string
 	for _, c := range cases {
-		if only != "1" && !strings.Contains(c.env, only) && string(c.fault) != only {
+		if only != "1" && !strings.Contains(c.mutant, only) && string(c.fault) != only {
 			continue
 		}
-		if bin == "" {
-			bin = mutantBinary(t)
-		}
-		t.Run(strings.SplitN(c.env, "=", 2)[1]+"/"+string(c.fault), func(t *testing.T) {
-			res := runFaults(t, []chaos.FaultKind{c.fault}, 1, bin, []string{c.env}, true, false)
+		t.Run(c.mutant+"/"+string(c.fault), func(t *testing.T) {
+			res := runFaults(t, []chaos.FaultKind{c.fault}, 1, mutantBinary(t, c.mutant), true, false)
 			if res.Verdict.OK() {
-				t.Errorf("the checker found nothing wrong with %s under %s: %+v", c.env, c.fault, res.Faults)
+				t.Errorf("the checker found nothing wrong with %s under %s: %+v", c.mutant, c.fault, res.Faults)
 			} else {
-				t.Logf("caught %s: %v", c.env, res.Verdict.Violations())
+				t.Logf("caught %s: %v", c.mutant, res.Verdict.Violations())
 			}
 		})
 	}

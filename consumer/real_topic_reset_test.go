@@ -15,16 +15,16 @@ import (
 	"github.com/batonhq/baton/internal/testenv"
 )
 
-// Review of the topic-identity change (rev-claim), finding ResetResumesAtCommittedOffset:
-// ResetTopic moves the fences to a new era with no position, and DESIGN.md promises that the
+// A reset topic is read from its beginning, not from the committed offset: ResetTopic moves the
+// fences to a new era with no position, and DESIGN.md promises that the
 // new incarnation is then "read from its beginning". But a claim with no position does not
 // seek (claimResolved seeks only to position+1): the fetch starts at Kafka's committed offset
 // for the group. A committed offset that names the old incarnation's offsets and lands inside
 // the new incarnation's log (a commit of marks that raced the deletion, offsets synced by a
 // mirror, tooling) makes the member skip the new incarnation's records below it, silently:
-// lost() is not consulted with no position. Fixed in claimResolved: a claim with no position
-// in a fence of a later era than 0 (moved by a reset or a recovery) seeks to offset 0. Fails
-// with that case removed (48 of 72 records applied).
+// lost() is not consulted with no position. So claimResolved seeks a claim with no position in
+// a fence of a later era than 0 (moved by a reset or a recovery) to offset 0; without that
+// case 48 of 72 records are applied.
 //
 // The interleaving reproduced: the member applies the old incarnation and stops; the topic is
 // deleted and recreated; producers write more to the new incarnation than the old one held;

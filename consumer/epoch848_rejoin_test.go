@@ -15,7 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// Review finding "FallbackUnsupported" (rev-848): the fallback franz-go actually performs is
+// The KIP-848 fallback on an unsupported broker: the fallback franz-go actually performs is
 // the one on UNSUPPORTED_VERSION from ConsumerGroupHeartbeat, which a Kafka 4.x broker answers
 // when the consumer protocol is off (group.coordinator.rebalance.protocols without "consumer",
 // or group.version < 1: KafkaApis.isConsumerGroupProtocolEnabled). The same broker answers
@@ -77,7 +77,7 @@ func TestAssignmentEpochsRefuseBrokerFallback(t *testing.T) {
 	}
 }
 
-// Review finding "RejoinInPlace" (rev-848): franz-go answers FENCED_MEMBER_EPOCH or
+// A KIP-848 member rejoining in place: franz-go answers FENCED_MEMBER_EPOCH or
 // STALE_MEMBER_EPOCH by abandoning every partition (OnPartitionsLost) and rejoining at epoch 0
 // with the SAME member id; the coordinator re-admits the member in place, at the same member
 // epoch with the same assignment (Kafka's GroupMetadataManager: "Epoch 0 ... (re)join", the
@@ -137,7 +137,7 @@ func TestAssignmentEpochsRejoinInPlace(t *testing.T) {
 	}
 }
 
-// Review finding "UserServerSideBalancer" (rev-848): kgo.ServerSideBalancer among the Kafka
+// A user's server-side balancer without GroupProtocol: kgo.ServerSideBalancer among the Kafka
 // options, without GroupProtocol, makes franz-go join as a KIP-848 member while Baton keeps
 // the classic protocol's epoch source: the member epoch is taken as a generation, and the
 // classic proof's DescribeGroups answers GROUP_ID_NOT_FOUND for a consumer group, so every

@@ -9,13 +9,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Review of the topic growth hold (rev-topics, finding GrownPartitionsAssignedLate): once the
-// growth is acknowledged, the new partitions are processed within seconds, not when the group
+// Grown partitions are assigned within seconds of the acknowledgement, not when the group
 // leader's client next refreshes its metadata on its own (franz-go's MetadataMaxAge, 5 minutes
-// by default; every real-broker test of growth shortened it, so none saw this). For a
-// standalone relay the new partitions are the new shards: rows appended under them waited up
-// to 5 minutes. The member's topic look (watchTopics) saw the growth; it now makes the client
-// refresh its metadata, so the leader assigns the new partitions at once. The client here
+// by default, which the real-broker tests of growth shorten). For a standalone relay the new
+// partitions are the new shards: rows appended under them would wait up to 5 minutes. The
+// member's topic look (watchTopics) that saw the growth makes the client refresh its
+// metadata, so the leader assigns the new partitions at once. The client here
 // keeps franz-go's default MetadataMaxAge.
 func TestGrownPartitionsAssignedWithoutWaitingForMetadataAge(t *testing.T) {
 	brokers, store, clock, m, mb := startIdleCoord(t)

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// Review rev-static, finding RecreatedStaticGroupIsAHandover (docs): a group of static members
+// A recreated group of static members is a handover: a group of static members
 // whose generation never moved (one static member, or members that joined in one rebalance:
 // generation 1 on kfake and on the real broker, where TestRealStaticMemberReplacedIsAHandover
 // sees 0.1 -> 3.1) is deleted (offsets.retention.minutes after it was left empty, the routine

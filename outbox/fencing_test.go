@@ -13,30 +13,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/internal/mutant"
-	"github.com/batonhq/baton/outbox/internal/mutanttest"
 )
-
-func init() { mutanttest.Init() }
-
-// The outbox runtime's named mutants (outbox/internal/mutant) built into this package, with the
-// tests that must catch each. The other two live where their code is tested:
-// outbox/outboxstore (AppendMessagesNotValidated) and outbox/outboxconsumer
-// (DeadLettersBypassTheOutbox).
-var kills = map[string][]string{
-	mutant.RelayUnfenced:        {"TestDeposedRelayPublishesNothing"},
-	mutant.RelayMarksBeforeAck:  {"TestRelayMissingTopicIsBoundedThenDeadLettered", "TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter"},
-	mutant.InboxAdmitsDuplicate: {"TestInboxAdmitsEachRecordOnce"},
-	mutant.InboxScopeNoDest:     {"TestInboxAdmitsEachRecordOnce", "TestAdmissionScope"},
-	mutant.DeadRowSkipped:       {"TestRelayDeadLettersARowTheTopicRefusesAndGoesOn"},
-	mutant.GiveUpUnbounded:      {"TestRelayMissingTopicIsBoundedThenDeadLettered", "TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter"},
-	mutant.FlushUnbounded:       {"TestRelayMissingTopicIsBoundedThenDeadLettered"},
-	mutant.StaleHidden:          {"TestDeposedRelayPublishesNothing"},
-}
-
-// TestMutants runs, for each named mutant of the relay and the inbox, the tests that guard it
-// in a child process built with that mutant, and requires each of them to fail.
-func TestMutants(t *testing.T) { mutanttest.Run(t, kills, 2*time.Minute) }
 
 // relayed is a record as the relay publishes it, read from topic/partition.
 func relayed(topic string, partition int32, src fence.Key, tok fence.Token, seq int64, key string) *kgo.Record {
@@ -50,7 +27,7 @@ func relayed(topic string, partition int32, src fence.Key, tok fence.Token, seq 
 
 // The inbox admits each (source, destination, key) sequence once, in (token, seq) order: a
 // copy or an older sequence is a duplicate, an older owner's record is stale, and the same
-// sequence read from another destination topic or partition is admitted there (finding 6).
+// sequence read from another destination topic or partition is admitted there.
 func TestInboxAdmitsEachRecordOnce(t *testing.T) {
 	store, err := memfence.New()
 	if err != nil {

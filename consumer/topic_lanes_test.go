@@ -44,13 +44,13 @@ func (poisonError) Error() string { return "poison" }
 
 var errPoison = poisonError{}
 
-// Review of the topic growth hold (rev-topics, finding LanesDeadLetterPastHold): with a
-// prepare stage (lanes), a poison record at the head of the prepared prefix was dead-lettered
-// straight away (applyPrefix -> deadLetter), without the comparison process makes first when
-// the member's topic look saw the topic grow: a record produced to an older partition after
-// the growth (a key that moved there, whose earlier records may wait on another partition)
-// was dead-lettered, a fenced write advancing the partition's position, while every partition
-// must be held until the growth is acknowledged. The first refusal after the growth (partition
+// A poison record of the lanes is held with a grown topic: with a prepare stage (lanes), a poison
+// record at the head of the prepared prefix goes to deadLetter directly (applyPrefix ->
+// deadLetter), not through process, so deadLetter makes the comparison process makes first
+// when the member's topic look saw the topic grow. Without it a record produced to an older
+// partition after the growth (a key that moved there, whose earlier records may wait on
+// another partition) would be dead-lettered, a fenced write advancing the partition's
+// position, while every partition must be held until the growth is acknowledged. The first refusal after the growth (partition
 // 1's at a batch after a look, or the new partition's claim, assigned after the look's
 // metadata refresh) proves a look marked every worker; the poison record on partition 0 must
 // then be held too, and dead-lettered only after the acknowledgement. (Mutant

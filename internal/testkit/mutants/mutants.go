@@ -1,0 +1,305 @@
+// Package mutants holds Baton's mutants: each a patch (consumer/, outbox/, ... below this
+// directory, one per mutant, named after it) that reintroduces one bug into a scratch copy of
+// the module, with the tests that must catch it. Nothing in the production source knows about
+// them. The runner (internal/testkit/cmd/mutants, 'make mutants') applies each patch to a copy
+// and requires its guards to fail; the chaos tests build cmd/baton from a patched copy
+// (BuildBaton) to run a mutant inside real worker processes.
+//
+// A change to a patched file may move a patch's context so that it no longer applies
+// (TestEveryMutantHasItsPatchAndApplies and the runner report it). To refresh one, in a clean
+// checkout:
+//
+//	patch -p1 --merge < internal/testkit/mutants/consumer/Name.patch  # fix what conflicts
+//	git diff -- consumer > internal/testkit/mutants/consumer/Name.patch.new
+//	git checkout -- consumer && mv internal/testkit/mutants/consumer/Name.patch{.new,}
+//
+// then run it: go run ./internal/testkit/cmd/mutants -run '^Name$'. A new mutant is a patch
+// made the same way (edit, git diff, restore) and its entry in All.
+//
+// Test plumbing only: no library or command package imports it.
+package mutants
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch
+var patches embed.FS
+
+// A Mutant is one patch and the tests that must catch it.
+type Mutant struct {
+	Name    string   // the patch is <Package>/<Name>.patch in this directory
+	Package string   // the package directory whose tests are the guards
+	Guards  []string // the tests that must fail: top-level names, or Test/sub for a subtest
+	Want    string   // a regular expression the failing tests' output must match ("" for any)
+	Bug     string   // the bug the patch reintroduces
+	Safety  bool     // on a claim, proof, fence, outbox or inbox path: a zombie could write, or a record be lost
+	Group   string   // GroupSafety: 'make mutants-safety' (in 'make test', so CI) and 'make mutants'; GroupFull: 'make mutants' only
+}
+
+// The groups a mutant runs in.
+const (
+	GroupSafety = "safety"
+	GroupFull   = "full"
+)
+
+// model is the model check's narrow exploration of the protocol under one fault set.
+func model(target string) string { return "TestModelTargetedFaults/" + target }
+
+// All lists every mutant.
+var All = []Mutant{
+	// The consumer: claim, proof, apply, dead-letter, runtime.
+	{Name: "CurrentGenerationToken", Package: "consumer", Guards: []string{"TestTokenIsTheAssignmentGeneration"},
+		Bug: "the token taken from the group's generation at write time, not at assignment", Safety: true},
+	{Name: "StaleClaimIsRegression", Package: "consumer", Guards: []string{"TestStaleClaimOfZombieNeverRecovers", model("stale-claim")}, Want: "never proved",
+		Bug: "a stale claim recovered without asking the coordinator", Safety: true},
+	{Name: "DeadLetterBeforeFence", Package: "consumer", Guards: []string{"TestDeposedOwnerDoesNotDeadLetter"},
+		Bug: "the dead-letter record produced before the fence check", Safety: true},
+	{Name: "DeadLetterProducedDirectly", Package: "consumer", Guards: []string{"TestZombieNeverDeadLettersThroughTheTransaction"},
+		Bug: "a DeadLetterer handler bypassed: the copy produced to Kafka inside the transaction", Safety: true},
+	{Name: "DeadLetterErrorReadAsVerdict", Package: "consumer", Guards: []string{"TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict"},
+		Bug: "a DeadLetterer's error wrapping a fence sentinel taken for the sink's verdict", Safety: true},
+	{Name: "AppliedRecordsNotFiltered", Package: "consumer", Guards: []string{"TestOverlapAppliesOnlyTheRest"},
+		Bug: "records at or below the sink's position applied anyway", Safety: true},
+	{Name: "RevokeDoesNotWait", Package: "consumer", Guards: []string{"TestRevokeWaitsForTheInflightBatch"},
+		Bug: "a revoke returns before the in-flight batch finished", Safety: true},
+	{Name: "StaleClaimNotCounted", Package: "consumer", Guards: []string{"TestRegressionRecovered"},
+		Bug: "the stale-claim refusal not counted in its metric"},
+	{Name: "BlindHeartbeatProof", Package: "consumer", Guards: []string{"TestStaleClaimOfZombieNeverRecovers", model("blind-proof")}, Want: "did not own",
+		Bug: "currentness proven with a Heartbeat, which a loading coordinator answers blindly", Safety: true},
+	{Name: "EqualTokenOtherClaimantAccepted", Package: "consumer", Guards: []string{"TestRegressionAtEqualGeneration", model("equal-token-race")}, Want: "two writers",
+		Bug: "an equal token held by another claimant taken over", Safety: true},
+	{Name: "RecoverConflictRetriedSame", Package: "consumer", Guards: []string{"TestRecoverConflictReloads", model("recover-conflict")}, Want: "liveness",
+		Bug: "a lost Recover retried with the same expected token"},
+	{Name: "RelayStaleNotReclaimed", Package: "consumer", Guards: []string{"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
+		Bug: "a relay Flush refused as stale only logged: an idle owner never re-claims"},
+	{Name: "HandlerErrorReadAsVerdict", Package: "consumer", Guards: []string{"TestHandlerErrorWrappingAFenceSentinelIsRetried"},
+		Bug: "a handler error wrapping a fence sentinel read as the sink's verdict", Safety: true},
+	{Name: "WatchdogOff", Package: "consumer", Guards: []string{"TestWatchdogStopsAnExpiredMember"},
+		Bug: "a member whose session expired keeps working its partitions"},
+	{Name: "TopicIdentityUnchecked", Package: "consumer", Guards: []string{"TestRecreatedTopicHeldUntilReset", model("topic-recreated")}, Want: "skipped",
+		Bug: "a claim proceeds without comparing the topic with the identity stored with the fences", Safety: true},
+	{Name: "TopicResetNotConfirmed", Package: "consumer", Guards: []string{"TestTopicResetBetweenClaimAndCompare", model("topic-recreated")}, Want: "liveness",
+		Bug: "no Load after the topic comparison: a reset between the claim and it goes unnoticed", Safety: true},
+	{Name: "BatchTopicIDUnchecked", Package: "consumer", Guards: []string{model("batch-topic")}, Want: "skipped",
+		Bug: "a fetched batch's topic ID not compared with the claim's", Safety: true},
+	{Name: "GrownPartitionNotHeld", Package: "consumer", Guards: []string{"TestGrownTopicHeldUntilAcknowledged", model("growth")}, Want: "before the operator acknowledged the growth",
+		Bug: "a partition added by growing the topic applied before the growth is acknowledged", Safety: true},
+	{Name: "DataLossUnreported", Package: "consumer", Guards: []string{"TestDeletedRecordsReportedAsLoss"},
+		Bug: "records deleted before they were applied skipped silently"},
+	{Name: "IdleTopicChangeUnchecked", Package: "consumer", Guards: []string{"TestIdleGrownTopicHoldsAfterCommit"},
+		Bug: "an idle partition runs its after-commit hook past a topic growth (a standalone relay's shards relay on)", Safety: true},
+	{Name: "HandoverUnproven", Package: "consumer", Guards: []string{"TestZombieOfTheSameIdentityNeverRecovers", model("handover-proof")}, Want: "never proved",
+		Bug: "an equal token held by this member's identity recovered without the coordinator's proof", Safety: true},
+	{Name: "HandoverIsRegression", Package: "consumer", Guards: []string{"TestStaticMemberReplacedIsAHandover", "TestAssignmentEpochsRejoinInPlace", model("handover")}, Want: "liveness",
+		Bug: "an equal token held by this member's previous worker treated as a regression"},
+	{Name: "EraMovedIsRegression", Package: "consumer", Guards: []string{"TestModelStaticHandover", model("era-moved")}, Want: "liveness",
+		Bug: "a stored token higher only by its era (its epoch below ours) treated as a regression"},
+	{Name: "LanesAdvancePastGap", Package: "consumer", Guards: []string{"TestLanesNeverAdvancePastARecordInALane"},
+		Bug: "the lanes' writer applies prepared records past one still in a lane", Safety: true},
+	{Name: "LanesDeadLetterPastHold", Package: "consumer", Guards: []string{"TestLanesPoisonHeldAfterGrowth"},
+		Bug: "a poison record the lanes hand to dead-lettering dead-lettered without comparing a topic that changed", Safety: true},
+	{Name: "RefusedPartitionNotRetried", Package: "consumer", Guards: []string{"TestRefusedPartitionRetriedInANewSession"},
+		Bug: "a partition the coordinator refused stays unprocessed while a later session keeps it assigned"},
+	{Name: "RefusedDuringSessionMissed", Package: "consumer", Guards: []string{"TestRefusedDuringANewSessionRetried"},
+		Bug: "a refusal decided after a new session's assignment waits for yet another session"},
+	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"},
+		Bug: "a restarted worker is handed records fetched before its restart, ahead of its claim's seek", Safety: true},
+
+	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
+	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"},
+		Bug: "a relay refused as stale reads its rows unfenced and publishes them", Safety: true},
+	{Name: "RelayMarksBeforeAck", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered", "TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter"},
+		Bug: "rows marked delivered before the broker acknowledged them", Safety: true},
+	{Name: "InboxAdmitsAtOrBelowStored", Package: "outbox", Guards: []string{"TestInboxAdmitsEachRecordOnce"},
+		Bug: "a sequence at or below the admitted one admitted again", Safety: true},
+	{Name: "InboxScopeIgnoresDestination", Package: "outbox", Guards: []string{"TestInboxAdmitsEachRecordOnce", "TestAdmissionScope"},
+		Bug: "inbox admissions scoped without the destination topic and partition", Safety: true},
+	{Name: "DeadLetteredRowSkippedNoRecord", Package: "outbox", Guards: []string{"TestRelayDeadLettersARowTheTopicRefusesAndGoesOn"},
+		Bug: "an undeliverable row marked delivered, its record and reason lost", Safety: true},
+	{Name: "RelayGiveUpBoundIgnored", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered", "TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter"},
+		Bug: "an undeliverable row given up at its first failure, GiveUpAfter ignored"},
+	{Name: "RelayFlushTimeoutIgnored", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered"},
+		Bug: "a flush holds up the partition past FlushTimeout"},
+	{Name: "AfterCommitHidesStaleRefusal", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"},
+		Bug: "AfterCommit swallows a stale refusal: the consumer never re-claims", Safety: true},
+	{Name: "AppendMessagesNotValidated", Package: "outbox/outboxstore", Guards: []string{"TestValidateAppend"},
+		Bug: "outboxstore.ValidateAppend passes every message", Safety: true},
+	{Name: "DeadLettersBypassTheOutbox", Package: "outbox/outboxconsumer", Guards: []string{"TestZombieDeadLetterThroughTheOutbox"},
+		Bug: "outboxconsumer.DeadLetters leaves the copy to the consumer's direct produce", Safety: true},
+	{Name: "InboxPreparedNotFilteredWithRecords", Package: "outbox/outboxconsumer", Guards: []string{"TestInboxKeepsPreparedAligned"},
+		Bug: "outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared", Safety: true},
+	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"},
+		Bug: "outboxconsumer.PrepareShards accepts a shard count other than the acknowledged one: entities move between shards unheld", Safety: true},
+}
+
+func init() {
+	for i := range All {
+		if All[i].Group == "" {
+			All[i].Group = GroupFull
+			if All[i].Safety {
+				All[i].Group = GroupSafety
+			}
+		}
+	}
+}
+
+// Lookup returns the mutant named name.
+func Lookup(name string) (Mutant, bool) {
+	for _, m := range All {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Mutant{}, false
+}
+
+// Patch returns the mutant's patch, a unified diff relative to the module's root.
+func (m Mutant) Patch() ([]byte, error) {
+	return patches.ReadFile(m.Package + "/" + m.Name + ".patch")
+}
+
+// PatchFiles lists every patch file in this directory, as Package/Name.patch.
+func PatchFiles() ([]string, error) {
+	var out []string
+	err := fs.WalkDir(patches, ".", func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			out = append(out, p)
+		}
+		return err
+	})
+	return out, err
+}
+
+// ModuleRoot returns the directory holding the go.mod of the module dir is in.
+func ModuleRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", errors.New("mutants: no go.mod above the current directory")
+		}
+		dir = up
+	}
+}
+
+// Copy copies the files of the checkout at root that git knows or would add (tracked, and
+// untracked but not ignored) into dst, a scratch directory.
+func Copy(root, dst string) error {
+	out, err := exec.Command("git", "-C", root, "ls-files", "-z", "--cached", "--others", "--exclude-standard").Output()
+	if err != nil {
+		return fmt.Errorf("mutants: git ls-files in %s: %w", root, err)
+	}
+	for _, rel := range strings.Split(strings.TrimRight(string(out), "\x00"), "\x00") {
+		if rel == "" {
+			continue
+		}
+		if err := copyFile(filepath.Join(root, rel), filepath.Join(dst, rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	fi, err := os.Lstat(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil // tracked, deleted in the checkout
+	}
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		return os.Symlink(target, dst)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, fi.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// Apply applies the mutant's patch to the copy of the module in dir.
+func (m Mutant) Apply(dir string) error { return m.gitApply(dir) }
+
+// Revert undoes Apply.
+func (m Mutant) Revert(dir string) error { return m.gitApply(dir, "-R") }
+
+func (m Mutant) gitApply(dir string, args ...string) error {
+	p, err := m.Patch()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("git", append(append([]string{"apply", "--whitespace=nowarn"}, args...), "-")...)
+	cmd.Dir = dir
+	cmd.Stdin = bytes.NewReader(p)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mutants: git apply %s %s: %w\n%s", strings.Join(args, " "), m.Name, err, out)
+	}
+	return nil
+}
+
+// BuildBaton builds cmd/baton with the named mutant applied, from a scratch copy of the
+// module at root, into the executable out.
+func BuildBaton(ctx context.Context, root, name, out string) error {
+	m, ok := Lookup(name)
+	if !ok {
+		return fmt.Errorf("mutants: no mutant %q", name)
+	}
+	dir, err := os.MkdirTemp("", "baton-mutant-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := Copy(root, dir); err != nil {
+		return err
+	}
+	if err := m.Apply(dir); err != nil {
+		return err
+	}
+	out, err = filepath.Abs(out)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/baton")
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("mutants: go build ./cmd/baton with %s: %w\n%s", name, err, b)
+	}
+	return nil
+}
