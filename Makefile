@@ -32,6 +32,7 @@ lint:
 	@echo "== gofmt"; out="$$(gofmt -l $$(git ls-files '*.go'))"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@echo "== go vet"; $(GO) vet ./...
 	@echo "== staticcheck"; $(GO) tool staticcheck ./...
+	@echo "== exported identifiers (internal/testkit/exports/budget.txt)"; $(GO) run ./internal/testkit/exports
 	@echo "== history words (internal/testkit/historycheck.sh)"; internal/testkit/historycheck.sh
 	@echo "== deploy/local install logic (dry run)"; deploy/local/install-test.sh
 

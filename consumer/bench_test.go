@@ -358,7 +358,7 @@ func queueUpserts(bt *pgx.Batch, recs []*kgo.Record) error {
 }
 
 func upserter(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+	return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		var bt pgx.Batch
 		if err := queueUpserts(&bt, b.Records); err != nil {
 			return err
@@ -370,7 +370,7 @@ func upserter(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx]
 // baton runs a consumer.Consumer over sink until every record was applied.
 func (e *e2e) baton(b *testing.B, group string, sink fence.Sink[pgx.Tx]) *stats {
 	ts := &timedSink{Sink: sink, st: &stats{}, pos: map[int32]int64{}, want: e.n, done: make(chan struct{})}
-	c, err := consumer.New(group, []string{e.topic}, ts, upserter,
+	c, err := consumer.New(group, []string{e.topic}, ts, nil, consumer.PerPartition(upserter),
 		consumer.Kafka(kgo.SeedBrokers(e.brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
 		consumer.Logger(quiet))
 	if err != nil {

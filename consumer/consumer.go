@@ -16,43 +16,36 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// Handler applies batches of one partition inside the sink's transaction.
-// Handle is never called concurrently for the same partition.
+// Handler applies a batch of one partition inside the sink's transaction. It is never called
+// concurrently for the same partition.
 //
 // ctx is cancelled when this member loses the partition; tx belongs to the sink's fenced
-// transaction and commits only if Handle returns nil and the fence still accepts the token.
-// Return [Permanent] (wrapped by [Batch.Fail] to name the record) for a poison record; any
-// other error is retried with backoff, the same batch again.
-type Handler[Tx any] interface {
-	Handle(ctx context.Context, tx Tx, b *Batch) error
-}
-
-// HandlerFunc adapts a function to [Handler].
-type HandlerFunc[Tx any] func(ctx context.Context, tx Tx, b *Batch) error
-
-// Handle calls f.
-func (f HandlerFunc[Tx]) Handle(ctx context.Context, tx Tx, b *Batch) error { return f(ctx, tx, b) }
+// transaction and commits only if the handler returns nil and the fence still accepts the
+// token. Return [Permanent] (wrapped by [Batch.Fail] to name the record) for a poison record;
+// any other error is retried with backoff, the same batch again.
+type Handler[Tx any] func(ctx context.Context, tx Tx, b *Batch) error
 
 // Batch is a run of consecutive records of one partition, applied in one fenced transaction.
 type Batch struct {
 	Key     fence.Key   // the partition's fence key: group, topic, partition
 	Token   fence.Token // the owner's token, checked by the sink at commit
 	Records []*kgo.Record
-	// Prepared holds, for a handler that is a [Preparer], what Prepare returned for each
-	// record: Prepared[i] is Records[i]'s. Nil for other handlers.
+	// Prepared holds, with [Lanes], what the prepare function returned for each record:
+	// Prepared[i] is Records[i]'s. Nil without Lanes.
 	Prepared []any
 }
 
 // Fail marks r as the poison record of the batch: the consumer applies the records before it,
 // dead-letters it with err as the reason, and goes on with the records after it. Return the
-// result from Handle: a *partition.RecordError naming r and wrapping Permanent(err).
+// result from the handler: a *partition.RecordError naming r and wrapping Permanent(err).
 func (b *Batch) Fail(r *kgo.Record, err error) *partition.RecordError {
 	return &partition.RecordError{ID: partition.Of(r), Offset: r.Offset, Key: r.Key, Err: Permanent(err)}
 }
 
 // Factory builds the handler of a partition when this member is assigned it, after the
-// partition's fence key k was claimed with token t. The handler's state is owned by the
-// partition's single goroutine: it needs no locks.
+// partition's fence key k was claimed with token t (and again when the partition is claimed
+// with a new token). The handler's state is owned by the partition's single goroutine: it
+// needs no locks. See [PerPartition].
 type Factory[Tx any] func(ctx context.Context, k fence.Key, t fence.Token) (Handler[Tx], error)
 
 // Consumer is a single-writer consumer-group member: it owns the partitions Kafka assigns it,
@@ -62,6 +55,7 @@ type Consumer[Tx any] struct {
 	topics  []string
 	sink    fence.Sink[Tx]
 	factory Factory[Tx]
+	dlq     func(context.Context, Tx, *Batch, *kgo.Record) error // FencedDeadLetters, or nil
 	cfg     config
 	m       *meters
 	tracer  trace.Tracer
@@ -71,34 +65,33 @@ type Consumer[Tx any] struct {
 	noTopics sync.Once // the WARN that the sink does not store topic identities
 }
 
-// New returns a consumer for group over topics, writing through sink with handlers built by
-// factory. It validates everything and reports every problem at once (errors.Join), each
-// matching its sentinel with errors.Is: ErrNoGroup (empty or invalid group), ErrNoTopics (no
-// topics, or an empty name), ErrInvalidTopic (a name Kafka refuses: longer than 249
-// characters, "." or "..", or a character outside [a-zA-Z0-9._-]), ErrNilSink (nil, or a typed
-// nil such as a nil *pgfence.Store), ErrNilFactory, ErrNoBrokers (no kgo.SeedBrokers among the
-// [Kafka] options) and ErrInvalidOption (a nil or invalid option, a Kafka option franz-go
-// refuses, or one Baton owns, which also matches ErrOwnedOption and names the option).
+// New returns a consumer for group over topics, writing through sink, applying every
+// partition's batches with handler. A handler that keeps per-partition state is built per
+// partition by a factory instead: pass a nil handler and [PerPartition]. It validates
+// everything and reports every problem at once (errors.Join), each naming what is wrong: an
+// empty or invalid group; no topics, an empty name or one Kafka refuses (longer than 249
+// characters, "." or "..", or a character outside [a-zA-Z0-9._-]); a nil sink, or a typed nil
+// such as a nil *pgfence.Store; neither a handler nor PerPartition; no kgo.SeedBrokers among
+// the [Kafka] options; and, matching [ErrInvalidOption], a nil or invalid option, both a
+// handler and PerPartition, a PerPartition or FencedDeadLetters function of another
+// transaction type than the sink's, a Kafka option franz-go refuses, or one Baton owns (named).
 //
 // New has no side effect: it creates no Kafka client and starts nothing (the Kafka options
 // are checked with kgo.ValidateOpts); [Consumer.Run] does.
-func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Factory[Tx], opts ...Option) (*Consumer[Tx], error) {
+func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Handler[Tx], opts ...Option) (*Consumer[Tx], error) {
 	var errs []error
 	// The group's rules are the fence key's: it is stored with every fence.
 	if err := (fence.Key{Group: group, Topic: probeTopic}).Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrNoGroup, err))
+		errs = append(errs, fmt.Errorf("%w: %w", errNoGroup, err))
 	}
 	if len(topics) == 0 {
-		errs = append(errs, ErrNoTopics)
+		errs = append(errs, errNoTopics)
 	}
 	for _, t := range topics {
 		errs = append(errs, validTopic(t))
 	}
 	if isNil(sink) {
-		errs = append(errs, ErrNilSink)
-	}
-	if factory == nil {
-		errs = append(errs, ErrNilFactory)
+		errs = append(errs, errNilSink)
 	}
 	cfg := defaults()
 	for i, o := range opts {
@@ -111,6 +104,16 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 	if cfg.maxInflight < cfg.maxInflightPart {
 		errs = append(errs, fmt.Errorf("%w: MaxInflight %d below MaxInflightPerPartition %d", ErrInvalidOption, cfg.maxInflight, cfg.maxInflightPart))
 	}
+	factory, ferr := handlers(handler, cfg.factory)
+	errs = append(errs, ferr)
+	var dlq func(context.Context, Tx, *Batch, *kgo.Record) error
+	if cfg.deadLetters != nil {
+		f, ok := cfg.deadLetters.(func(context.Context, Tx, *Batch, *kgo.Record) error)
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: FencedDeadLetters takes %s, the sink's transactions are %s", ErrInvalidOption, txOf(cfg.deadLetters), txName[Tx]()))
+		}
+		dlq = f
+	}
 	errs = append(errs, cfg.resolveProtocol())
 	errs = append(errs, checkKafka(cfg.kafka)...)
 	if err := joinAll(errs); err != nil {
@@ -121,7 +124,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 		return nil, fmt.Errorf("%w: meters: %w", ErrInvalidOption, err)
 	}
 	return &Consumer[Tx]{
-		group: group, topics: append([]string(nil), topics...), sink: sink, factory: factory,
+		group: group, topics: append([]string(nil), topics...), sink: sink, factory: factory, dlq: dlq,
 		cfg: cfg, m: m, tracer: cfg.tracers.Tracer(instrumentation), log: cfg.logger.With("group", group),
 	}, nil
 }
@@ -131,8 +134,8 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], factory Fac
 // offsets, leaves the group and returns nil. No goroutine it starts outlives it.
 //
 // It returns an error if the Kafka client cannot be created, the Kafka options hold
-// kgo.BlockRebalanceOnPoll ([ErrOwnedOption]) or kgo.ServerSideBalancer with the classic
-// protocol ([ErrInvalidOption]: use [GroupProtocol]), a partition's handler factory fails, or ctx
+// kgo.BlockRebalanceOnPoll ([ErrInvalidOption]) or kgo.ServerSideBalancer with the classic
+// protocol ([ErrInvalidOption]: use [GroupProtocol]), a partition's [PerPartition] factory fails, or ctx
 // ended before this member ever joined the group ([ErrNotJoined], with the last cause: the
 // cluster unreachable, authentication failed, the group not joinable). While the client
 // cannot connect or join, the cause is logged at ERROR (at most every 10s while it lasts) and

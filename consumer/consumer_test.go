@@ -44,33 +44,39 @@ func TestNewRejectsMisconfiguration(t *testing.T) {
 		make func() error
 		want error
 	}{
-		{"empty group", func() error { _, err := consumer.New("", []string{"t"}, s, f, brokers); return err }, consumer.ErrNoGroup},
-		{"no topics", func() error { _, err := consumer.New("g", nil, s, f, brokers); return err }, consumer.ErrNoTopics},
-		{"empty topic", func() error { _, err := consumer.New("g", []string{""}, s, f, brokers); return err }, consumer.ErrNoTopics},
+		{"empty group", func() error {
+			_, err := consumer.New("", []string{"t"}, s, nil, consumer.PerPartition(f), brokers)
+			return err
+		}, consumer.ErrNoGroup},
+		{"no topics", func() error { _, err := consumer.New("g", nil, s, nil, consumer.PerPartition(f), brokers); return err }, consumer.ErrNoTopics},
+		{"empty topic", func() error {
+			_, err := consumer.New("g", []string{""}, s, nil, consumer.PerPartition(f), brokers)
+			return err
+		}, consumer.ErrNoTopics},
 		{"nil sink", func() error {
-			_, err := consumer.New[*memfence.Tx]("g", []string{"t"}, nil, f, brokers)
+			_, err := consumer.New[*memfence.Tx]("g", []string{"t"}, nil, nil, consumer.PerPartition(f), brokers)
 			return err
 		}, consumer.ErrNilSink},
-		{"nil factory", func() error { _, err := consumer.New("g", []string{"t"}, s, nil, brokers); return err }, consumer.ErrNilFactory},
-		{"no brokers", func() error { _, err := consumer.New("g", []string{"t"}, s, f); return err }, consumer.ErrNoBrokers},
+		{"nil factory", func() error { _, err := consumer.New("g", []string{"t"}, s, nil, brokers); return err }, consumer.ErrNilHandler},
+		{"no brokers", func() error { _, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f)); return err }, consumer.ErrNoBrokers},
 		{"bad inflight", func() error {
-			_, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.MaxInflightPerPartition(0))
+			_, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), brokers, consumer.MaxInflightPerPartition(0))
 			return err
 		}, consumer.ErrInvalidOption},
 		{"total below partition", func() error {
-			_, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.MaxInflight(10), consumer.MaxInflightPerPartition(20))
+			_, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), brokers, consumer.MaxInflight(10), consumer.MaxInflightPerPartition(20))
 			return err
 		}, consumer.ErrInvalidOption},
 		{"bad backoff", func() error {
-			_, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.RetryBackoff(time.Second, time.Millisecond))
+			_, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), brokers, consumer.RetryBackoff(time.Second, time.Millisecond))
 			return err
 		}, consumer.ErrInvalidOption},
 		{"nil logger", func() error {
-			_, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.Logger(nil))
+			_, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), brokers, consumer.Logger(nil))
 			return err
 		}, consumer.ErrInvalidOption},
 		{"empty dlq", func() error {
-			_, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.DeadLetterTopic(""))
+			_, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), brokers, consumer.DeadLetterTopic(""))
 			return err
 		}, consumer.ErrInvalidOption},
 	}
@@ -81,7 +87,7 @@ func TestNewRejectsMisconfiguration(t *testing.T) {
 			}
 		})
 	}
-	if _, err := consumer.New("g", []string{"t"}, s, f, brokers); err != nil {
+	if _, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), brokers); err != nil {
 		t.Fatalf("valid config: %v", err)
 	}
 }
@@ -111,7 +117,7 @@ func TestResumesFromSinkPosition(t *testing.T) {
 	}
 	f := newFolder()
 	m := newMeter()
-	c, err := consumer.New("g", []string{"orders"}, s, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, s, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {
 		t.Fatal(err)
@@ -148,7 +154,7 @@ func TestRebalancesKeepExactlyOnce(t *testing.T) {
 	s := newStore(t)
 	f := newFolder()
 	newMember := func(opts ...consumer.Option) *consumer.Consumer[*memfence.Tx] {
-		c, err := consumer.New("g", []string{"orders"}, s, f.factory, append([]consumer.Option{consumer.Kafka(fastKafka(brokers)...),
+		c, err := consumer.New("g", []string{"orders"}, s, nil, append([]consumer.Option{consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 			consumer.Logger(quiet), consumer.MaxInflightPerPartition(20), consumer.MaxInflight(60)}, opts...)...)
 		if err != nil {
 			t.Fatal(err)
@@ -198,7 +204,7 @@ func TestTransientErrorRetriesSameBatch(t *testing.T) {
 		return nil
 	}
 	m := newMeter()
-	c, err := consumer.New("g", []string{"orders"}, s, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, s, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(time.Millisecond, 10*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)

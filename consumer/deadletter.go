@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"context"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -10,31 +9,6 @@ import (
 
 	"github.com/batonhq/baton/fence"
 )
-
-// DeadLetterer is an optional interface of a [Handler]: a handler that implements it takes the
-// dead-letter copy of a poison record into the fenced transaction itself, instead of the
-// consumer producing it to Kafka. The consumer calls DeadLetter inside the fenced transaction
-// that advances the fence over the poison record, with b holding that record alone (b.Key,
-// b.Token: the partition and the token the transaction is fenced with; for a [Preparer],
-// b.Prepared its result, nil if its Prepare failed for good) and d the record the
-// consumer would have produced (the dead-letter topic, the poison record's key, value and
-// headers, and the baton.dlq.* headers). The copy commits with the fence advance or not at
-// all, so a zombie whose transaction the database ended (idle_in_transaction_session_timeout)
-// never dead-letters a record. outboxconsumer.DeadLetters implements it with an append to the
-// fenced outbox, relayed by the partition's owner.
-//
-// An error rolls the transaction back; it is retried like a handler's error, except that an
-// error marked [Permanent] (a copy the handler's store can never take) stops the partition
-// with an ERROR log. It is never called concurrently for the same partition.
-//
-// The consumer looks for DeadLetterer on the handler the factory returns, not through it: a
-// wrapper around outboxconsumer.DeadLetters' handler that does not implement DeadLetterer
-// itself (a [HandlerFunc], an application's middleware) silently turns dead letters back
-// into direct produces, unfenced against a paused member (the "poison record dead-lettered"
-// log says in_tx=false). Wrap outside-in: middleware first, DeadLetters outermost.
-type DeadLetterer[Tx any] interface {
-	DeadLetter(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error
-}
 
 // deadLetterRecord returns the dead-letter copy of r for topic: r's key, value and timestamp,
 // and its headers followed by Baton's (deadLetterHeaders).
@@ -72,11 +46,11 @@ func deadLetterHeaders(r *kgo.Record, cause error, k fence.Key, t fence.Token) [
 		reason = reason[:n]
 	}
 	return append(hs,
-		kgo.RecordHeader{Key: HeaderDLQReason, Value: []byte(reason)},
-		kgo.RecordHeader{Key: HeaderDLQGroup, Value: []byte(k.Group)},
-		kgo.RecordHeader{Key: HeaderDLQTopic, Value: []byte(r.Topic)},
-		kgo.RecordHeader{Key: HeaderDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
-		kgo.RecordHeader{Key: HeaderDLQOffset, Value: []byte(itoa(r.Offset))},
-		kgo.RecordHeader{Key: HeaderDLQToken, Value: []byte(t.String())},
+		kgo.RecordHeader{Key: headerDLQReason, Value: []byte(reason)},
+		kgo.RecordHeader{Key: headerDLQGroup, Value: []byte(k.Group)},
+		kgo.RecordHeader{Key: headerDLQTopic, Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: headerDLQPartition, Value: []byte(strconv.Itoa(int(r.Partition)))},
+		kgo.RecordHeader{Key: headerDLQOffset, Value: []byte(itoa(r.Offset))},
+		kgo.RecordHeader{Key: headerDLQToken, Value: []byte(t.String())},
 	)
 }

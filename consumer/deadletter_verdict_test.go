@@ -17,7 +17,7 @@ import (
 	"github.com/batonhq/baton/fence/memfence"
 )
 
-// sentinelDL is a DeadLetterer whose store refuses the copy for good with an error that
+// sentinelDL is a dead-letter function whose store refuses the copy for good with an error that
 // happens to wrap a fence sentinel (its own deduplication table, say).
 type sentinelDL struct {
 	dlHandler
@@ -29,8 +29,9 @@ func (h *sentinelDL) DeadLetter(context.Context, *memfence.Tx, *consumer.Batch, 
 	return consumer.Permanent(fmt.Errorf("my dead-letter table: %w", fence.ErrDuplicate))
 }
 
-// A DeadLetterer's error is not a verdict (mutant DeadLetterErrorReadAsVerdict): the error
-// of a DeadLetterer is the handler's, never the sink's verdict on the dead-letter transaction.
+// A dead-letter function's error is not a verdict (mutant DeadLetterErrorReadAsVerdict): the
+// error of a FencedDeadLetters function is the handler's, never the sink's verdict on the
+// dead-letter transaction.
 // Interleaving: the handler fails record X permanently; deadLetter's transaction advances the
 // fence over X and calls DeadLetter, which refuses the copy for good with an error wrapping
 // fence.ErrDuplicate; the transaction rolls back (X neither applied nor dead-lettered). Read
@@ -52,7 +53,7 @@ func TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict(t *testing.T) {
 	h := &sentinelDL{}
 	var logs syncBuffer
 	c, err := consumer.New("g", []string{"orders"}, store,
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) { return h, nil },
+		h.Handle, consumer.FencedDeadLetters(h.DeadLetter),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)

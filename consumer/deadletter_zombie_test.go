@@ -79,7 +79,7 @@ func (s *lockEndsSink) Apply(ctx context.Context, k fence.Key, t fence.Token, fi
 }
 
 // dlHandler applies records as "v/<offset>" and takes dead letters into the fenced transaction
-// as "dlq/<offset>" = the token of the transaction (a consumer.DeadLetterer).
+// as "dlq/<offset>" = the token of the transaction (a consumer.FencedDeadLetters function).
 type dlHandler struct {
 	mu    sync.Mutex
 	calls []fence.Token // tokens of every DeadLetter call, committed or not
@@ -120,14 +120,12 @@ func (h *dlHandler) tokens() []fence.Token {
 	return append([]fence.Token(nil), h.calls...)
 }
 
-var _ consumer.DeadLetterer[*memfence.Tx] = (*dlHandler)(nil)
-
 // A zombie's dead letter (mutant DeadLetterProducedDirectly). Interleaving: owner A decides
 // record X is poison; its dead-letter transaction passes the fence check; A pauses (its network
 // frozen too) and the database ends the transaction, freeing the fence row; A's session
 // expires, B is assigned the partition, claims it, dead-letters X itself and applies what
 // follows. A resumes and carries on with its dead letter. With a handler that takes dead
-// letters into the transaction (consumer.DeadLetterer), A's copy is written in the ended
+// letters into the transaction (consumer.FencedDeadLetters), A's copy is written in the ended
 // transaction and never commits: exactly one dead letter of X exists, B's, and nothing
 // reaches the dead-letter topic. Produced directly, A's copy would reach the topic.
 func TestZombieNeverDeadLettersThroughTheTransaction(t *testing.T) {
@@ -155,12 +153,14 @@ func TestZombieNeverDeadLettersThroughTheTransaction(t *testing.T) {
 	store := newStore(t)
 	sink := newLockEndsSink(store, poison)
 	h := &dlHandler{}
-	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) { return h, nil }
+	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
+		return h.Handle, nil
+	}
 	key := fence.Key{Group: "g", Topic: "orders", Partition: 0}
 
 	fz := netfreeze.New()
 	defer fz.Thaw()
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), factory,
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), nil, consumer.PerPartition(factory), consumer.FencedDeadLetters(h.DeadLetter),
 		consumer.Kafka(append(fastKafka(brokers), kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
 		consumer.Logger(quiet))
 	if err != nil {
@@ -174,7 +174,7 @@ func TestZombieNeverDeadLettersThroughTheTransaction(t *testing.T) {
 	}
 	fz.Freeze()
 
-	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), factory,
+	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), nil, consumer.PerPartition(factory), consumer.FencedDeadLetters(h.DeadLetter),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -240,7 +240,7 @@ func TestZombieNeverDeadLettersThroughTheTransaction(t *testing.T) {
 	}
 }
 
-// refusingDL is a DeadLetterer whose store can never take the copy.
+// refusingDL is a dead-letter function whose store can never take the copy.
 type refusingDL struct {
 	dlHandler
 	tried atomic.Int32
@@ -269,7 +269,7 @@ func TestDeadLetterRefusedForGoodStopsThePartition(t *testing.T) {
 	h := &refusingDL{}
 	var logs syncBuffer
 	c, err := consumer.New("g", []string{"orders"}, store,
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) { return h, nil },
+		h.Handle, consumer.FencedDeadLetters(h.DeadLetter),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(slog.NewTextHandler(&logs, nil))))
 	if err != nil {
 		t.Fatal(err)

@@ -10,25 +10,25 @@
 //
 // A partition is named by one type throughout: its fence key (fence.Key: group, topic,
 // partition) reaches user code as [Batch.Key], and as the key argument of the [Factory] and of
-// the [AfterCommitFunc]; it is the key the sink fences and the outbox appends under.
+// the [AfterCommit] function; it is the key the sink fences and the outbox appends under.
 //
 // # Threading contract
 //
 // Every owned partition has exactly one goroutine. Records reach it over a channel from the
 // poll loop; its handler, token and position belong to it alone (no locks around partition
-// state). [Handler.Handle] is never called concurrently for the same partition. Run owns
+// state). A [Handler] is never called concurrently for the same partition. Run owns
 // every goroutine it starts and waits for all of them before it returns.
 //
 // # Configuration and startup
 //
 // [New] validates everything and starts nothing: no Kafka client, no goroutine. It reports
-// every problem at once (errors.Join), each matching its sentinel: [ErrNoGroup], [ErrNoTopics],
-// [ErrInvalidTopic] (Kafka's rules: [a-zA-Z0-9._-], at most 249 characters, not "." or ".."),
-// [ErrNilSink] (a typed nil such as a nil *pgfence.Store included), [ErrNilFactory],
-// [ErrNoBrokers] and [ErrInvalidOption]. The franz-go options go through kgo.ValidateOpts; the
+// every problem at once (errors.Join), each naming what is wrong: the group, the topics
+// (Kafka's rules: [a-zA-Z0-9._-], at most 249 characters, not "." or ".."), a nil sink (a
+// typed nil such as a nil *pgfence.Store included), no handler, no seed brokers, and the
+// options ([ErrInvalidOption]). The franz-go options go through kgo.ValidateOpts; the
 // ones Baton sets itself (ConsumerGroup, ShareGroup, ConsumeRegex, ConsumePartitions, the
 // rebalance callbacks, the auto-commit modes and AutoCommitCallback) are refused with
-// [ErrOwnedOption] naming the option and why. franz-go offers no look at an option's value
+// [ErrInvalidOption] naming the option and why. franz-go offers no look at an option's value
 // without a client, so they are recognised by how its validation reacts to probe options;
 // BlockRebalanceOnPoll leaves no trace there and is refused by Run before it joins (read with
 // OptValue from a client that has no group, topics or partitions, so it connects nowhere). A
@@ -51,7 +51,7 @@
 //  1. On assignment it claims the partition's fence in the sink and has the group coordinator
 //     confirm that this member owns it, then seeks to the sink's position + 1: resuming trusts
 //     the sink, and Kafka's committed offset serves lag and tooling. The assignment callback
-//     waits for the claims up to [ClaimWait]; slower claims keep the partition paused until
+//     waits for the claims up to 10s; slower claims keep the partition paused until
 //     they finish.
 //  2. Each batch (what one poll delivered, coalesced with what is queued, at most
 //     [MaxInflightPerPartition] records) goes to Sink.Apply with the handler inside the fenced
@@ -70,7 +70,7 @@
 //     batch back; the records before it are applied, the poison record is dead-lettered in a
 //     fenced transaction that advances the fence over it, and processing goes on after it. The
 //     copy goes to [DeadLetterTopic] (default "<topic>.dlq", which must exist, with the headers
-//     baton.dlq.*). With a handler that implements [DeadLetterer] (outboxconsumer.DeadLetters)
+//     baton.dlq.*). With [FencedDeadLetters] (outboxconsumer.DeadLetters)
 //     it is an outbox row written in that transaction: a zombie never dead-letters. Otherwise
 //     it is produced from inside the transaction, after the fence check: at least once, and not
 //     fenced against a paused member; readers deduplicate direct copies on (baton.dlq.group,
@@ -85,7 +85,7 @@
 //     can overshoot it by what the client had buffered). A pause is cleared when its partition
 //     is revoked or lost, so a later assignment fetches again.
 //  7. After each committed batch, and every idle interval, the partition's own goroutine runs
-//     the [AfterCommit] hook with the partition's fence key and token ([AfterCommitFunc]): the
+//     the [AfterCommit] function with the partition's fence key and token: the
 //     outbox relay runs there (consumer.AfterCommit(relay.AfterCommit(), time.Second)), so
 //     relaying a partition's side effects lives exactly where its ownership does.
 //
@@ -97,18 +97,18 @@
 // # Parallelism inside a partition
 //
 // A partition's batch is applied in one transaction, whose statements cannot run in parallel;
-// the slow part of handling a record is usually a call to another service. A handler that
-// implements [Preparer] puts that part in Prepare, which the consumer runs per record outside
+// the slow part of handling a record is usually a call to another service. The [Lanes]
+// option puts that part in a prepare function, which the consumer runs per record outside
 // the transaction, in up to [Lanes] lanes per partition: one key's records on one lane in
 // offset order, never two at once; different keys in parallel. The partition's goroutine stays
 // its only writer, applying the contiguous prefix of prepared records in fenced transactions
-// with each record's result in [Batch.Prepared]. Prepare itself is not fenced: a record
+// with each record's result in [Batch.Prepared]. Preparing is not fenced: a record
 // prepared and not applied when the partition moves is prepared again by the next owner, and a
-// zombie's lanes can keep calling until it notices, so Prepare must be repeatable (a read, or a
-// call with an idempotency key) and must not depend on what Handle writes; an effect that must
-// happen once is appended to the outbox by Handle. A plain Handler is unaffected by Lanes.
+// zombie's lanes can keep calling until it notices, so preparing must be repeatable (a read, or a
+// call with an idempotency key) and must not depend on what the handler writes; an effect that
+// must happen once is appended to the outbox by the handler.
 //
-// Inside one Handle, work can also be spread over lanes with lanes.Lanes (package
+// Inside one handler call, work can also be spread over lanes with lanes.Lanes (package
 // partition/lanes), whose Run returns the committable offset (the lowest contiguous completed
 // one) if a lane fails; the writes then go into the transaction from the handler's goroutine.
 //
@@ -127,7 +127,7 @@
 // # Group protocol, watchdog and handovers
 //
 // The classic group protocol is the default; Kafka 4.x's consumer protocol is opt-in with
-// [GroupProtocol]("consumer") ([AssignmentEpochs]), proven on Kafka 4.3+. Run starts the Kafka
+// [GroupProtocol]("consumer"), proven on Kafka 4.3+. Run starts the Kafka
 // client from Baton's own defaults, which [Kafka] options override: the cooperative-sticky
 // balancer and a 500ms heartbeat interval (franz-go's 3s), because the other members learn
 // that one left or expired only from their next heartbeat; the session timeout stays
@@ -146,14 +146,14 @@
 //
 // # Observability
 //
-// Metrics (OpenTelemetry API, [MeterProvider]): baton.consumer.records.applied,
+// Metrics (OpenTelemetry API, [Telemetry]): baton.consumer.records.applied,
 // .records.duplicates_skipped, .stale_refusals, .claims, .claims.stale, .regressions,
 // .recoveries, .handovers (same-generation handovers), .records.dead_lettered, .rebalances,
 // .retries, .client_errors (by baton.error.kind: connect, group, fetch), .watchdog.stops
 // (partitions stopped because the member's session expired), .topic_refusals (a partition held
 // because its topic was recreated or grown, by baton.outcome), .records.lost (records deleted
 // from the log before they were applied), .apply.duration (histogram) and .lag (gauge, from the
-// fetch's high watermark). One span per batch ([TracerProvider]) linked to the producers' spans
+// fetch's high watermark). One span per batch ([Telemetry]) linked to the producers' spans
 // found in the records' headers, with topic, partition, token and outcome. Logs go to [Logger]
 // (default slog.Default(), so refusals are never silent).
 package consumer

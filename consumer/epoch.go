@@ -13,11 +13,11 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// EpochSource says which epoch a newly assigned partition's token carries, and proves with the
+// epochSource says which epoch a newly assigned partition's token carries, and proves with the
 // group coordinator that this member owns a partition. The classic-protocol source
-// ([ClassicGeneration]) uses the group generation; a KIP-848 source would use the
+// (classicGeneration) uses the group generation; a KIP-848 source would use the
 // per-partition assignment epochs of KIP-1251.
-type EpochSource interface {
+type epochSource interface {
 	// AssignedEpoch is called from OnPartitionsAssigned and returns the epoch of the
 	// assignment being delivered, for every partition in it.
 	AssignedEpoch(cl *kgo.Client) (int64, error)
@@ -31,7 +31,7 @@ type EpochSource interface {
 	VerifyCurrent(ctx context.Context, cl *kgo.Client, p partition.ID, epoch int64) (owned int64, ok bool, err error)
 }
 
-// ClassicGeneration is the epoch source of the classic group protocol: the group generation
+// classicGeneration is the epoch source of the classic group protocol: the group generation
 // read with GroupMetadata when the partitions are assigned. Ownership of a partition at a
 // generation is proven with two requests that the coordinator answers only from the group's
 // loaded state: an OffsetCommit carrying this member's id, the generation (and
@@ -42,11 +42,9 @@ type EpochSource interface {
 // the partition (OffsetFetch first; -1 when none, which Kafka stores and reports as "no
 // offset", so no consumer's start position moves). Only both together prove ownership: the
 // commit proves the generation is current, the description that the partition is ours in it.
-func ClassicGeneration() EpochSource { return classicGeneration{} }
-
 type classicGeneration struct{}
 
-var _ EpochSource = classicGeneration{}
+var _ epochSource = classicGeneration{}
 
 var (
 	errNoGeneration = errors.New("consumer: no group generation")

@@ -17,11 +17,11 @@ import (
 
 // Group protocols, as Kafka's consumer config group.protocol names them.
 const (
-	ProtocolClassic  = "classic"  // JoinGroup/SyncGroup, client-side assignment: [ClassicGeneration]
-	ProtocolConsumer = "consumer" // KIP-848, server-side assignment: [AssignmentEpochs]
+	protocolClassic  = "classic"  // JoinGroup/SyncGroup, client-side assignment: classicGeneration
+	protocolConsumer = "consumer" // KIP-848, server-side assignment: assignmentEpochs
 )
 
-// AssignmentEpochs is the epoch source of KIP-848 ("consumer" protocol) groups: each
+// assignmentEpochs is the epoch source of KIP-848 ("consumer" protocol) groups: each
 // partition's epoch is the member epoch at which the coordinator assigned it to this member.
 // The coordinator adds a partition to a member's assignment at the target assignment epoch and
 // moves the member to that epoch in the same step, so the member epoch franz-go reports when
@@ -40,20 +40,18 @@ const (
 // from the group's loaded state: a ConsumerGroupDescribe that lists this member, at a member
 // epoch E >= e, with the partition in its assignment (which includes partitions pending
 // revocation: the member still owns those); then an OffsetCommit that names the partition,
-// this member's id and epoch e, rewriting the offset Kafka holds (as [ClassicGeneration]
+// this member's id and epoch e, rewriting the offset Kafka holds (as classicGeneration
 // does). The coordinator refuses the commit with UNKNOWN_MEMBER_ID when the member left or
 // was fenced, and with STALE_MEMBER_EPOCH when e is above the member's epoch or, e being
 // older, when the partition is not the member's or was assigned to it after e (KIP-1251's
 // per-partition check). At e equal to the member's current epoch the commit checks no
 // partition; the description, taken at that same epoch, does: a member loses a partition only
 // by acknowledging its revocation, which moves it to a later epoch.
-func AssignmentEpochs() EpochSource { return assignmentEpochs{} }
-
 type assignmentEpochs struct{}
 
-var _ EpochSource = assignmentEpochs{}
+var _ epochSource = assignmentEpochs{}
 
-// ErrNotConsumerGroup is returned by [Consumer.Run] when KIP-848 was asked for ([AssignmentEpochs])
+// ErrNotConsumerGroup is returned by [Consumer.Run] when KIP-848 was asked for (GroupProtocol("consumer"))
 // and franz-go joined with the classic protocol.
 var ErrNotConsumerGroup = errors.New("consumer: the group is not a KIP-848 (consumer protocol) group: franz-go fell back to the classic protocol (a broker before Kafka 4.0, group.coordinator.rebalance.protocols without \"consumer\", or a first kgo.Balancers entry other than a range or sticky balancer)")
 
@@ -84,7 +82,7 @@ func (assignmentEpochs) VerifyCurrent(ctx context.Context, cl *kgo.Client, p par
 	return owned, true, nil
 }
 
-// proveOwned asks the coordinator whether member owns p at epoch (see [AssignmentEpochs]): ok
+// proveOwned asks the coordinator whether member owns p at epoch (see assignmentEpochs): ok
 // with owned == epoch if so; ok with the member's later epoch if p is the member's but was
 // assigned to it after epoch; not ok if the coordinator refuses; an error if it cannot tell.
 func proveOwned(ctx context.Context, cl *kgo.Client, member string, p partition.ID, epoch int64) (int64, bool, error) {
@@ -201,11 +199,11 @@ func describe848(ctx context.Context, cl *kgo.Client, member string) (described,
 // groupProtocol is implemented by the epoch sources that select a group protocol.
 type groupProtocol interface{ protocol() string }
 
-func (assignmentEpochs) protocol() string  { return ProtocolConsumer }
-func (classicGeneration) protocol() string { return ProtocolClassic }
+func (assignmentEpochs) protocol() string  { return protocolConsumer }
+func (classicGeneration) protocol() string { return protocolClassic }
 
 // resolveProtocol checks the group protocol against the epoch source, at New: a protocol
-// chosen with [GroupProtocol] picks its epoch source when [Epochs] was not given, and is
+// chosen with [GroupProtocol] picks its epoch source when no test set one, and is
 // refused with a source of the other protocol (a source of the caller's own, which names no
 // protocol, is taken at its word). The KIP-848 protocol adds franz-go's opt-in,
 // kgo.ServerSideBalancer.
@@ -216,17 +214,17 @@ func (c *config) resolveProtocol() error {
 	}
 	switch {
 	case c.protocol == "":
-		c.protocol = cmp.Or(src, ProtocolClassic)
+		c.protocol = cmp.Or(src, protocolClassic)
 	case src == "" || src == c.protocol:
 	case !c.epochsSet:
-		c.epochs = AssignmentEpochs()
-		if c.protocol == ProtocolClassic {
-			c.epochs = ClassicGeneration()
+		c.epochs = assignmentEpochs{}
+		if c.protocol == protocolClassic {
+			c.epochs = classicGeneration{}
 		}
 	default:
 		return fmt.Errorf("%w: GroupProtocol(%q) with an epoch source of the %q protocol: the token of a %s group comes from that protocol's epochs", ErrInvalidOption, c.protocol, src, c.protocol)
 	}
-	if c.protocol == ProtocolConsumer {
+	if c.protocol == protocolConsumer {
 		c.kafka = append(c.kafka, kgo.ServerSideBalancer())
 	}
 	return nil
@@ -237,7 +235,7 @@ func (c *config) resolveProtocol() error {
 // with the classic protocol's requests, which a KIP-848 group refuses for ever (every
 // partition stalls). Like ownedAtRun, it reads the option from a client without a group.
 func protocolAtRun(user []kgo.Opt, protocol string) error {
-	if protocol != ProtocolClassic {
+	if protocol != protocolClassic {
 		return nil
 	}
 	cl, err := kgo.NewClient(slices.Concat([]kgo.Opt{probeSeed}, user,
@@ -247,7 +245,7 @@ func protocolAtRun(user []kgo.Opt, protocol string) error {
 	}
 	defer cl.Close()
 	if v, _ := cl.OptValue(kgo.ServerSideBalancer).(bool); v {
-		return fmt.Errorf("%w: kgo.ServerSideBalancer among the Kafka options with the classic group protocol: select KIP-848 with GroupProtocol(%q)", ErrInvalidOption, ProtocolConsumer)
+		return fmt.Errorf("%w: kgo.ServerSideBalancer among the Kafka options with the classic group protocol: select KIP-848 with GroupProtocol(%q)", ErrInvalidOption, protocolConsumer)
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ func TestAssignmentEpochsRefuseBrokerFallback(t *testing.T) {
 	brokers := c.ListenAddrs()
 	produceSeq(t, brokers, "orders", 1, 1, 1)
 	store := newStore(t)
-	cons, err := consumer.New("g", []string{"orders"}, store, newFolder().factory,
+	cons, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.GroupProtocol(consumer.ProtocolConsumer))
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +102,7 @@ func TestAssignmentEpochsRejoinInPlace(t *testing.T) {
 	const keys, n1, n = 2, 3, 6
 	store := newStore(t)
 	m := newMeter()
-	cons, err := consumer.New("g", []string{"orders"}, store, newFolder().factory,
+	cons, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
 		consumer.GroupProtocol(consumer.ProtocolConsumer), consumer.RecoverRegressions(false))
 	if err != nil {
@@ -147,7 +147,7 @@ func TestUserServerSideBalancerWithClassicSource(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
 	produceSeq(t, brokers, "orders", 1, 1, 2)
 	store := newStore(t)
-	cons, err := consumer.New("g", []string{"orders"}, store, newFolder().factory,
+	cons, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(append(fastKafka(brokers), kgo.ServerSideBalancer())...), consumer.Logger(quiet))
 	if err != nil {
 		if !errors.Is(err, consumer.ErrInvalidOption) {

@@ -83,7 +83,7 @@ func TestAssignmentEpochsMonotonicAcrossTakeover(t *testing.T) {
 			var rec tokens
 			mA, mB := newMeter(), newMeter()
 			newMember := func(name string, m *meter) *consumer.Consumer[*memfence.Tx] {
-				c, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](store), rec.factory(name, f),
+				c, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(rec.factory(name, f)),
 					consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
 					consumer.GroupProtocol(consumer.ProtocolConsumer))
 				if err != nil {
@@ -142,7 +142,7 @@ func TestAssignmentEpochsZombieRefused(t *testing.T) {
 			var rec tokens
 			gate := newGatedSink(store)
 			mA, mB := newMeter(), newMeter()
-			a, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](gate), rec.factory("A", f),
+			a, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](gate), nil, consumer.PerPartition(rec.factory("A", f)),
 				consumer.Kafka(append(fastKafka(brokers), kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
 				consumer.Logger(quiet), consumer.MeterProvider(mA), consumer.GroupProtocol(consumer.ProtocolConsumer))
 			if err != nil {
@@ -157,7 +157,7 @@ func TestAssignmentEpochsZombieRefused(t *testing.T) {
 			fz.Freeze()
 			defer fz.Thaw()
 
-			b, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](store), rec.factory("B", f),
+			b, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(rec.factory("B", f)),
 				consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(mB),
 				consumer.GroupProtocol(consumer.ProtocolConsumer))
 			if err != nil {
@@ -325,8 +325,8 @@ func TestAssignmentEpochsProof(t *testing.T) {
 func TestGroupProtocolValidated(t *testing.T) {
 	brokers := []string{"127.0.0.1:1"}
 	mk := func(opts ...consumer.Option) error {
-		_, err := consumer.New("g", []string{"orders"}, newStore(t), newFolder().factory,
-			append([]consumer.Option{consumer.Kafka(kgo.SeedBrokers(brokers...))}, opts...)...)
+		_, err := consumer.New("g", []string{"orders"}, newStore(t), nil,
+			append([]consumer.Option{consumer.PerPartition(newFolder().factory), consumer.Kafka(kgo.SeedBrokers(brokers...))}, opts...)...)
 		return err
 	}
 	for _, c := range []struct {
@@ -361,7 +361,7 @@ func TestAssignmentEpochsRefuseClassicFallback(t *testing.T) {
 	// Records to fetch: Run notices a failed assignment when its poll returns (a poll of an
 	// empty topic waits for its context).
 	produceSeq(t, brokers, "orders", 1, 1, 1)
-	c, err := consumer.New("g", []string{"orders"}, newStore(t), newFolder().factory,
+	c, err := consumer.New("g", []string{"orders"}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(append(fastKafka(brokers), kgo.Balancers(kgo.RoundRobinBalancer()))...),
 		consumer.Logger(quiet), consumer.GroupProtocol(consumer.ProtocolConsumer))
 	if err != nil {

@@ -3,34 +3,34 @@ package consumer
 import "errors"
 
 var (
-	// ErrNoGroup means New was given an empty consumer group name.
-	ErrNoGroup = errors.New("consumer: empty group")
-	// ErrNoTopics means New was given no topics, or an empty topic name.
-	ErrNoTopics = errors.New("consumer: no topics")
-	// ErrInvalidTopic means a topic name Kafka refuses: empty, longer than 249 characters,
+	// errNoGroup means New was given an empty consumer group name.
+	errNoGroup = errors.New("consumer: empty group")
+	// errNoTopics means New was given no topics, or an empty topic name.
+	errNoTopics = errors.New("consumer: no topics")
+	// errInvalidTopic means a topic name Kafka refuses: empty, longer than 249 characters,
 	// "." or "..", or with a character outside [a-zA-Z0-9._-].
-	ErrInvalidTopic = errors.New("consumer: invalid topic name")
-	// ErrNilSink means New was given a nil sink, or a typed nil (a nil pointer, map, func or
+	errInvalidTopic = errors.New("consumer: invalid topic name")
+	// errNilSink means New was given a nil sink, or a typed nil (a nil pointer, map, func or
 	// chan in the interface).
-	ErrNilSink = errors.New("consumer: nil sink")
-	// ErrNilFactory means New was given a nil handler factory.
-	ErrNilFactory = errors.New("consumer: nil factory")
-	// ErrNoBrokers means the Kafka options passed with [Kafka] name no seed brokers.
-	ErrNoBrokers = errors.New("consumer: no seed brokers")
+	errNilSink = errors.New("consumer: nil sink")
+	// errNilHandler means New was given neither a handler nor [PerPartition].
+	errNilHandler = errors.New("consumer: nil handler")
+	// errNoBrokers means the Kafka options passed with [Kafka] name no seed brokers.
+	errNoBrokers = errors.New("consumer: no seed brokers")
 	// ErrInvalidOption means an option was given an invalid value (a non-positive bound,
 	// a nil logger or provider, an invalid kgo option, a kgo option Baton owns).
 	ErrInvalidOption = errors.New("consumer: invalid option")
-	// ErrOwnedOption means the [Kafka] options hold one Baton sets itself (ConsumerGroup,
+	// errOwnedOption means the [Kafka] options hold one Baton sets itself (ConsumerGroup,
 	// ConsumeTopics' alternatives, the rebalance callbacks, the auto-commit modes and callback,
 	// BlockRebalanceOnPoll); the error names it and says why. It comes with ErrInvalidOption.
-	ErrOwnedOption = errors.New("consumer: kafka option owned by Baton")
+	errOwnedOption = errors.New("consumer: kafka option owned by Baton")
 	// ErrNotJoined means Run ended (its ctx was done) before this member ever joined the
 	// group: the cluster was unreachable, authentication failed or the group could not be
 	// joined. The error carries the last cause franz-go reported.
 	ErrNotJoined = errors.New("consumer: never joined the group")
-	// ErrPermanent marks a handler error that retrying cannot fix (a poison record). Wrap
+	// errPermanent marks a handler error that retrying cannot fix (a poison record). Wrap
 	// errors with [Permanent]; test with errors.Is.
-	ErrPermanent = errors.New("consumer: permanent error")
+	errPermanent = errors.New("consumer: permanent error")
 )
 
 // Permanent marks err as permanent: the batch is rolled back, the records before the failing
@@ -48,8 +48,8 @@ type permanentError struct{ err error }
 
 func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
 func (e *permanentError) Unwrap() []error {
-	return []error{ErrPermanent, e.err}
+	return []error{errPermanent, e.err}
 }
 
 // IsPermanent reports whether err was marked with [Permanent].
-func IsPermanent(err error) bool { return errors.Is(err, ErrPermanent) }
+func IsPermanent(err error) bool { return errors.Is(err, errPermanent) }

@@ -13,10 +13,10 @@ import (
 	"github.com/batonhq/baton/fence/memfence"
 )
 
-// A consumer that folds each device's readings into its state, one writer per partition,
-// every batch applied in one fenced transaction. Kafka is in-process here (kfake) and the
-// store is in memory; in production pass your brokers to consumer.Kafka and use pgfence.
-func ExampleNew() {
+// A handler that keeps state per partition is built by a factory when this member is assigned
+// the partition (PerPartition); New's handler is nil. Kafka is in-process here (kfake) and the
+// store is in memory.
+func ExamplePerPartition() {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "readings"))
 	if err != nil {
 		panic(err)
@@ -38,10 +38,10 @@ func ExampleNew() {
 		panic(err)
 	}
 	applied := make(chan int, 16)
-	c, err := consumer.New("twins", []string{"readings"}, fence.Sink[*memfence.Tx](store),
-		func(_ context.Context, _ fence.Key, _ fence.Token) (consumer.Handler[*memfence.Tx], error) {
+	c, err := consumer.New("twins", []string{"readings"}, store, nil,
+		consumer.PerPartition(func(_ context.Context, _ fence.Key, _ fence.Token) (consumer.Handler[*memfence.Tx], error) {
 			// State here belongs to this partition's goroutine alone: no locks.
-			return consumer.HandlerFunc[*memfence.Tx](func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+			return func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					if err := tx.Put("twin/"+string(r.Key), r.Value); err != nil {
 						return err
@@ -49,8 +49,8 @@ func ExampleNew() {
 				}
 				applied <- len(b.Records)
 				return nil
-			}), nil
-		},
+			}, nil
+		}),
 		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100*time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
 		consumer.Logger(quiet))

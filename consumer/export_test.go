@@ -1,6 +1,12 @@
 package consumer
 
-import "time"
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
 
 // DeadLetterHeaders exposes deadLetterHeaders to the external tests (the fuzzer).
 var DeadLetterHeaders = deadLetterHeaders
@@ -24,3 +30,49 @@ func Sessions[Tx any](c *Consumer[Tx]) int64 {
 	}
 	return 0
 }
+
+// EpochSource is the epoch source, for tests that give their own.
+type EpochSource = epochSource
+
+// Epochs sets the epoch source.
+func Epochs(s EpochSource) Option { return withEpochs(s) }
+
+// ClassicGeneration and AssignmentEpochs are the two protocols' epoch sources.
+func ClassicGeneration() EpochSource { return classicGeneration{} }
+func AssignmentEpochs() EpochSource  { return assignmentEpochs{} }
+
+// The group protocols' names.
+const (
+	ProtocolClassic  = protocolClassic
+	ProtocolConsumer = protocolConsumer
+)
+
+// The sentinels of New's misconfigurations and of a permanent error, and the dead-letter
+// headers' names.
+var (
+	ErrNoGroup      = errNoGroup
+	ErrNoTopics     = errNoTopics
+	ErrInvalidTopic = errInvalidTopic
+	ErrNilSink      = errNilSink
+	ErrNilHandler   = errNilHandler
+	ErrNoBrokers    = errNoBrokers
+	ErrOwnedOption  = errOwnedOption
+	ErrPermanent    = errPermanent
+)
+
+const (
+	HeaderDLQReason    = headerDLQReason
+	HeaderDLQGroup     = headerDLQGroup
+	HeaderDLQTopic     = headerDLQTopic
+	HeaderDLQPartition = headerDLQPartition
+	HeaderDLQOffset    = headerDLQOffset
+	HeaderDLQToken     = headerDLQToken
+)
+
+// MeterProvider, TracerProvider and TextMapPropagator set one signal of Telemetry each.
+func MeterProvider(p metric.MeterProvider) Option              { return Telemetry(p, nil, nil) }
+func TracerProvider(p trace.TracerProvider) Option             { return Telemetry(nil, p, nil) }
+func TextMapPropagator(p propagation.TextMapPropagator) Option { return Telemetry(nil, nil, p) }
+
+// ClaimWait bounds the assignment callback's wait for the claims.
+func ClaimWait(d time.Duration) Option { return claimWait(d) }

@@ -63,7 +63,7 @@ func TestZombieWriteRefused(t *testing.T) {
 	f := newFolder()
 	gate := newGatedSink(store)
 	mA := newMeter()
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), f.factory,
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(append(fastKafka(brokers), kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
 		consumer.Logger(quiet), consumer.MeterProvider(mA))
 	if err != nil {
@@ -79,7 +79,7 @@ func TestZombieWriteRefused(t *testing.T) {
 	defer fz.Thaw()
 
 	mB := newMeter()
-	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
+	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(mB))
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestPoisonRecordDeadLettered(t *testing.T) {
 				return nil
 			}
 			m := newMeter()
-			c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+			c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 				consumer.Logger(quiet), consumer.MeterProvider(m))
 			if err != nil {
 				t.Fatal(err)
@@ -195,7 +195,7 @@ func TestRegressionRecovered(t *testing.T) {
 	}
 	m := newMeter()
 	f := newFolder()
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {
 		t.Fatal(err)
@@ -244,7 +244,7 @@ func TestRegressionAtEqualGeneration(t *testing.T) {
 	}
 	m := newMeter()
 	f := newFolder()
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func TestRegressionNotRecoveredWhenOff(t *testing.T) {
 	}
 	m := newMeter()
 	f := newFolder()
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RecoverRegressions(false))
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +331,7 @@ func TestBackpressurePauseClearedAcrossRebalance(t *testing.T) {
 		}
 	}
 	newMember := func() *consumer.Consumer[*memfence.Tx] {
-		c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+		c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 			consumer.Logger(quiet), consumer.MaxInflightPerPartition(50), consumer.MaxInflight(1000))
 		if err != nil {
 			t.Fatal(err)
@@ -375,7 +375,7 @@ func TestHandlerErrorWrappingAFenceSentinelIsRetried(t *testing.T) {
 		return nil
 	}
 	m := newMeter()
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -428,7 +428,7 @@ func TestIdleOwnerReclaimsWhenItsRelayIsRefused(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.AfterCommit(hook, 50*time.Millisecond),
 		consumer.RetryBackoff(10*time.Millisecond, 100*time.Millisecond))
 	if err != nil {

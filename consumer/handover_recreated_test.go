@@ -34,7 +34,7 @@ func TestRecreatedStaticGroupIsAHandover(t *testing.T) {
 	}
 	m := newMeter()
 	logs := &logRecorder{}
-	c, err := consumer.New("g", []string{"orders"}, store, newFolder().factory,
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(append(fastKafka(brokers), kgo.InstanceID("inst-a"))...),
 		consumer.Logger(slog.New(logs)), consumer.MeterProvider(m), consumer.RecoverRegressions(false))
 	if err != nil {

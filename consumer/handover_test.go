@@ -37,7 +37,7 @@ func TestStaticMemberReplacedIsAHandover(t *testing.T) {
 	var epoch int64 = -1
 	for round := range rounds {
 		produceSeq(t, brokers, "orders", keys, round*per+1, (round+1)*per)
-		c, err := consumer.New("g", []string{"orders"}, store, f.factory,
+		c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory),
 			consumer.Kafka(append(fastKafka(brokers), kgo.InstanceID("inst-a"))...),
 			consumer.Logger(slog.New(logs)), consumer.MeterProvider(m), consumer.RecoverRegressions(false))
 		if err != nil {
@@ -112,7 +112,7 @@ func TestEqualTokenOfAnotherIdentityIsARegression(t *testing.T) {
 	}
 	m := newMeter()
 	logs := &logRecorder{}
-	c, err := consumer.New("g", []string{"orders"}, store, newFolder().factory,
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(append(fastKafka(brokers), kgo.InstanceID("inst-a"))...),
 		consumer.Logger(slog.New(logs)), consumer.MeterProvider(m), consumer.RecoverRegressions(false))
 	if err != nil {
@@ -169,7 +169,7 @@ func TestZombieOfTheSameIdentityNeverRecovers(t *testing.T) {
 		return resp, nil, true
 	})
 	m := newMeter()
-	z, err := consumer.New("g", []string{"orders"}, store, newFolder().factory,
+	z, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(append(fastKafka(brokers), kgo.InstanceID("inst-a"))...),
 		consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {

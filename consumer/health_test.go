@@ -73,7 +73,7 @@ func TestRunNeverJoinedReportsTheCause(t *testing.T) {
 	for name, addrs := range map[string][]string{"closed kfake cluster": closedAddrs, "nothing listening": {deadAddr(t)}} {
 		t.Run(name, func(t *testing.T) {
 			rec, m := &logRecorder{}, newMeter()
-			c, err := consumer.New("g", []string{"t"}, newStore(t), newFolder().factory,
+			c, err := consumer.New("g", []string{"t"}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
 				consumer.Kafka(kgo.SeedBrokers(addrs...), kgo.RetryBackoffFn(func(int) time.Duration { return 50 * time.Millisecond })),
 				consumer.Logger(slog.New(rec)), consumer.MeterProvider(m))
 			if err != nil {
@@ -112,7 +112,7 @@ func TestRunNeverJoinedReportsTheCause(t *testing.T) {
 func TestRunJoinedReturnsNil(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "t"))
 	m := newMeter()
-	c, err := consumer.New("g", []string{"t"}, newStore(t), newFolder().factory,
+	c, err := consumer.New("g", []string{"t"}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +133,7 @@ func TestRunNeverJoinedGroupRefused(t *testing.T) {
 	}
 	defer cluster.Close()
 	rec := &logRecorder{}
-	c, err := consumer.New("g", []string{"t"}, newStore(t), newFolder().factory,
+	c, err := consumer.New("g", []string{"t"}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(fastKafka(cluster.ListenAddrs())...), consumer.Logger(slog.New(rec))) // session timeout 3s < 6s
 	if err != nil {
 		t.Fatal(err)

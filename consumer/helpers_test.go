@@ -97,7 +97,7 @@ func (f *folder) Violations() []string {
 }
 
 func (f *folder) factory(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[*memfence.Tx], error) {
-	return consumer.HandlerFunc[*memfence.Tx](func(ctx context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+	return consumer.Handler[*memfence.Tx](func(ctx context.Context, tx *memfence.Tx, b *consumer.Batch) error {
 		f.mu.Lock()
 		f.attempts[b.Key.String()]++
 		f.mu.Unlock()
@@ -243,3 +243,50 @@ func (m *meter) sum(t testing.TB, name string) int64 {
 }
 
 var errTransient = errors.New("transient test failure")
+
+// stagedHandler is a per-partition handler with a first stage for consumer.Lanes.
+type stagedHandler[Tx any] interface {
+	Handle(ctx context.Context, tx Tx, b *consumer.Batch) error
+	Prepare(ctx context.Context, r *kgo.Record) (any, error)
+}
+
+// stages gives a stagedHandler to a consumer: perPartition builds one per partition and token,
+// and lanes' prepare function calls the Prepare of the one built for the record's partition
+// and token, so each keeps its state per partition and token.
+type stages[Tx any, H stagedHandler[Tx]] struct {
+	build func(context.Context, fence.Key, fence.Token) (H, error)
+	mu    sync.Mutex
+	built map[fence.Key]map[fence.Token]H
+}
+
+func newStages[Tx any, H stagedHandler[Tx]](build func(context.Context, fence.Key, fence.Token) (H, error)) *stages[Tx, H] {
+	return &stages[Tx, H]{build: build, built: map[fence.Key]map[fence.Token]H{}}
+}
+
+func (s *stages[Tx, H]) perPartition() consumer.Option {
+	return consumer.PerPartition(func(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[Tx], error) {
+		h, err := s.build(ctx, k, t)
+		if err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.built[k] == nil {
+			s.built[k] = map[fence.Token]H{}
+		}
+		s.built[k][t] = h
+		return h.Handle, nil
+	})
+}
+
+func (s *stages[Tx, H]) lanes(n int) consumer.Option {
+	return consumer.Lanes(n, func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error) {
+		s.mu.Lock()
+		h, ok := s.built[k][t]
+		s.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("no handler built for %s at %s", k, t)
+		}
+		return h.Prepare(ctx, r)
+	})
+}

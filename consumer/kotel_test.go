@@ -64,14 +64,14 @@ func TestKotelProducerSpansLinked(t *testing.T) {
 	var mu sync.Mutex
 	applied := 0
 	c, err := consumer.New("g", []string{topic}, fence.Sink[*memfence.Tx](store),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
-			return consumer.HandlerFunc[*memfence.Tx](func(_ context.Context, _ *memfence.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
+			return consumer.Handler[*memfence.Tx](func(_ context.Context, _ *memfence.Tx, b *consumer.Batch) error {
 				mu.Lock()
 				applied += len(b.Records)
 				mu.Unlock()
 				return nil
 			}), nil
-		},
+		}),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet),
 		consumer.TracerProvider(tp), consumer.TextMapPropagator(prop))
 	if err != nil {

@@ -7,44 +7,25 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/partition/lanes"
 )
 
-// Preparer is the optional first stage of a [Handler]: the slow part of handling one record
-// (a remote call to a device gateway or a payment API) that needs no transaction. A handler
-// built by the [Factory] that implements Preparer has Prepare called for every record, in the
-// partition's lanes (see [Lanes]), outside the sink's transaction; its results reach Handle in
-// [Batch.Prepared], and Handle writes them in the fenced transaction as before.
-//
-// Prepare is called concurrently for records of different keys of one partition, never
-// concurrently for two records of the same key, and for one key's records in offset order.
-// ctx is cancelled when this member loses the partition (or the partition stops); a revoke
-// waits for every Prepare to return, as it waits for Handle, so Prepare must honour ctx.
-//
-// The lanes run ahead of the writer: a key's next record may be prepared before Handle of its
-// previous one has committed (or even started), so Prepare must not read what Handle writes
-// for the key's earlier records; a step that depends on them belongs in Handle. A result may
-// also be applied under a later token than the one it was prepared under: when the partition
-// is re-claimed while its records are in the window (it was kept at a later generation, or its
-// fence recovered), the records prepared by the handler built for the earlier token are
-// applied by the handler built for the new one, with those results in [Batch.Prepared].
-//
-// The consumer looks for Prepare on the handler the [Factory] returns: a wrapper must expose
-// its wrapped handler's Prepare (outboxconsumer.Handler and DeadLetters do), and a wrapper that
-// drops records from a batch must drop their Prepared results with them.
-//
-// Prepare's effects are not fenced: a record prepared and not yet applied when the partition
-// moves is prepared again by the next owner, and a zombie whose session expired keeps
-// preparing until it notices (its writes are refused). So Prepare must be safe to repeat and
-// to run on a member that no longer owns the partition: a read, or a call with an idempotency
-// key. A side effect that must happen once belongs in the outbox, appended by Handle in the
-// fenced transaction.
-//
-// An error is handled like Handle's: [Permanent] makes the record poison (the records before
-// it are applied, it is dead-lettered, the records after it go on); any other error is
-// retried on the record's lane with backoff, the same record again.
-type Preparer interface {
-	Prepare(ctx context.Context, r *kgo.Record) (any, error)
+// preparer is the prepare stage of one partition under one token: [Lanes]' function bound to
+// the fence key and the token of the worker that dispatched the record.
+type preparer struct {
+	fn func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)
+	k  fence.Key
+	t  fence.Token
+}
+
+func (p preparer) Prepare(ctx context.Context, r *kgo.Record) (any, error) {
+	return p.fn(ctx, p.k, p.t, r)
+}
+
+// preparer returns the prepare stage under w's current token.
+func (w *worker[Tx]) preparer() preparer {
+	return preparer{fn: w.r.c.cfg.prepare, k: w.key, t: w.token}
 }
 
 // maxLanes bounds [Lanes]; documented there.
@@ -76,7 +57,7 @@ type laneDone struct {
 // laneJob is one record for a lane, with the handler current when it was dispatched.
 type laneJob struct {
 	e *laneEntry
-	p Preparer
+	p preparer
 }
 
 // laneBinding is a key's lane while it has records dispatched and not done.
@@ -104,7 +85,7 @@ type laneRun[Tx any] struct {
 	limit       int // dispatched and not done, at most
 }
 
-// laneLoop is loop for a handler with a Preparer: the partition's records run Prepare in up to
+// laneLoop is loop for a consumer with Lanes: the partition's records run Prepare in up to
 // cfg.lanes lanes, and this goroutine, the partition's only writer, applies the contiguous
 // prefix of prepared records in fenced transactions, as loop applies batches. It returns when
 // the partition stops; every lane goroutine has returned by then.
@@ -114,7 +95,7 @@ type laneRun[Tx any] struct {
 // in parallel would either serialize on the fence row anyway or need a per-key fence; the
 // slow part is the remote call, which runs in the lanes, so the writer's transactions stay
 // short and batch many records.
-func (w *worker[Tx]) laneLoop(p Preparer) {
+func (w *worker[Tx]) laneLoop() {
 	limit := w.r.c.cfg.maxInflightPart
 	l := &laneRun[Tx]{w: w, keys: map[laneKey]*laneBinding{}, limit: limit,
 		load: make([]int, w.r.c.cfg.lanes), out: make(chan laneDone, limit)}
@@ -152,9 +133,7 @@ func (w *worker[Tx]) laneLoop(p Preparer) {
 		if applied && w.r.c.cfg.afterCommit != nil && !w.afterCommit() {
 			return
 		}
-		if h, ok := w.handler.(Preparer); ok {
-			p = h // rebuilt for a new token by a resettle
-		}
+		p := w.preparer() // under the current token: a resettle may have changed it
 		l.dispatch(p)
 		select {
 		case <-w.ctx.Done():
@@ -248,7 +227,7 @@ func (l *laneRun[Tx]) intake(recs []*kgo.Record) {
 // records outstanding stays on its lane, so its records run one after another in offset
 // order; a key with none goes to the least loaded lane (keys, not hashes, are balanced: a few
 // hot keys cannot share one lane while another idles).
-func (l *laneRun[Tx]) dispatch(p Preparer) {
+func (l *laneRun[Tx]) dispatch(p preparer) {
 	for len(l.backlog) > 0 && l.outstanding < l.limit {
 		e := l.backlog[0]
 		l.backlog[0] = nil

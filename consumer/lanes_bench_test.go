@@ -73,15 +73,15 @@ func BenchmarkLanes(b *testing.B) {
 			}
 		}
 		var checks laneChecks
-		factory := func(ctx context.Context, k fence.Key, tk fence.Token) (consumer.Handler[pgx.Tx], error) {
+		st := newStages(func(ctx context.Context, k fence.Key, tk fence.Token) (*laneHandler[pgx.Tx], error) {
 			h, err := pgFolder(ctx, k, tk)
 			if err != nil {
 				return nil, err
 			}
 			return withPrepare(h, &checks, remote), nil
-		}
-		c, err := consumer.New(testenv.UniqueName("g"), []string{topic}, sink, factory,
-			consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet), consumer.Lanes(lanes))
+		})
+		c, err := consumer.New(testenv.UniqueName("g"), []string{topic}, sink, nil, st.perPartition(),
+			consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet), st.lanes(lanes))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -58,7 +58,7 @@ func (h *dlPrepHandler) deadBatches() []*consumer.Batch {
 }
 
 // A record Prepare handled and Handle refused for good is dead-lettered with its prepared
-// result: the DeadLetterer's Batch keeps Prepared[i] for Records[i] like Handle's (before the
+// result: the FencedDeadLetters function's Batch keeps Prepared[i] for Records[i] like Handle's (before the
 // fix its Prepared was nil, and a DeadLetter indexing it panicked on the partition's goroutine).
 func TestLanesDeadLetterBatchCarriesPrepared(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
@@ -75,9 +75,11 @@ func TestLanesDeadLetterBatchCarriesPrepared(t *testing.T) {
 	}
 	s := newStore(t)
 	h := &dlPrepHandler{}
-	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) { return h, nil }
-	c, err := consumer.New("g", []string{"orders"}, s, factory, consumer.Kafka(fastKafka(brokers)...),
-		consumer.Logger(quiet), consumer.Lanes(2))
+	prepare := func(ctx context.Context, _ fence.Key, _ fence.Token, r *kgo.Record) (any, error) {
+		return h.Prepare(ctx, r)
+	}
+	c, err := consumer.New("g", []string{"orders"}, s, h.Handle, consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), consumer.Lanes(2, prepare), consumer.FencedDeadLetters(h.DeadLetter))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,14 +14,11 @@ import (
 	"github.com/batonhq/baton/fence/memfence"
 )
 
-// gateway is a handler in two stages: Prepare asks a (simulated) device gateway for each
-// reading's calibrated value, in the partition's lanes and outside any transaction; Handle
-// writes the results in the fenced transaction, in offset order.
-type gateway struct{ applied chan int }
-
-// Prepare is a read (safe to repeat, and harmless from a member that lost the partition):
-// effects that must happen once would be appended to the outbox in Handle.
-func (g gateway) Prepare(ctx context.Context, r *kgo.Record) (any, error) {
+// calibrate asks a (simulated) device gateway for a reading's calibrated value: the slow
+// first stage, run in the partition's lanes and outside any transaction. It is a read (safe to
+// repeat, and harmless from a member that lost the partition): effects that must happen once
+// would be appended to the outbox by the handler.
+func calibrate(ctx context.Context, _ fence.Key, _ fence.Token, r *kgo.Record) (any, error) {
 	select {
 	case <-time.After(5 * time.Millisecond): // the remote call
 		return strings.ToUpper(string(r.Value)), nil
@@ -30,17 +27,7 @@ func (g gateway) Prepare(ctx context.Context, r *kgo.Record) (any, error) {
 	}
 }
 
-func (g gateway) Handle(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
-	for i, r := range b.Records {
-		if err := tx.Put("twin/"+string(r.Key), []byte(b.Prepared[i].(string))); err != nil {
-			return err
-		}
-	}
-	g.applied <- len(b.Records)
-	return nil
-}
-
-// With consumer.Lanes, a handler that implements consumer.Preparer has its slow part run for
+// With consumer.Lanes, the slow part of handling a record (prepare) runs for
 // up to 8 records of a partition at once (one key's records one after another, in order),
 // while the partition's goroutine stays its only writer.
 func ExampleLanes() {
@@ -63,10 +50,18 @@ func ExampleLanes() {
 	if err != nil {
 		panic(err)
 	}
-	g := gateway{applied: make(chan int, 16)}
-	c, err := consumer.New("twins", []string{"readings"}, fence.Sink[*memfence.Tx](store),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) { return g, nil },
-		consumer.Lanes(8),
+	applied := make(chan int, 16)
+	c, err := consumer.New("twins", []string{"readings"}, store,
+		func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+			for i, r := range b.Records { // the handler writes the results in the fenced transaction, in offset order
+				if err := tx.Put("twin/"+string(r.Key), []byte(b.Prepared[i].(string))); err != nil {
+					return err
+				}
+			}
+			applied <- len(b.Records)
+			return nil
+		},
+		consumer.Lanes(8, calibrate),
 		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100*time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
 		consumer.Logger(quiet))
@@ -76,7 +71,7 @@ func ExampleLanes() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	for n := 0; n < 4; n += <-g.applied {
+	for n := 0; n < 4; n += <-applied {
 	}
 	cancel()
 	fmt.Println("Run:", <-done)

@@ -84,6 +84,7 @@ func (c *laneChecks) leave(key string) {
 // records, so a result given to the wrong record breaks the fold.
 type laneFolder struct {
 	*folder
+	st     *stages[*memfence.Tx, *laneHandler[*memfence.Tx]]
 	checks laneChecks
 	hook   func(ctx context.Context, r *kgo.Record) error
 }
@@ -101,7 +102,7 @@ func withPrepare[Tx any](h consumer.Handler[Tx], checks *laneChecks, hook func(c
 	return &laneHandler[Tx]{Handler: h, checks: checks, hook: hook, last: map[string]int{}}
 }
 
-func (f *laneFolder) factory(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[*memfence.Tx], error) {
+func (f *laneFolder) factory(ctx context.Context, k fence.Key, t fence.Token) (*laneHandler[*memfence.Tx], error) {
 	h, err := f.folder.factory(ctx, k, t)
 	if err != nil {
 		return nil, err
@@ -140,12 +141,16 @@ func (h *laneHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch) 
 			h.checks.violate("offset %d: prepared %v for value %s", r.Offset, b.Prepared[i], r.Value)
 		}
 	}
-	return h.Handler.Handle(ctx, tx, b)
+	return h.Handler(ctx, tx, b)
 }
 
 func asInt(v any) int { n, _ := v.(int); return n }
 
-func newLaneFolder() *laneFolder { return &laneFolder{folder: newFolder()} }
+func newLaneFolder() *laneFolder {
+	f := &laneFolder{folder: newFolder()}
+	f.st = newStages(f.factory)
+	return f
+}
 
 // Records of one key are prepared one at a time, in order, while different keys are prepared
 // at once; every record is applied exactly once, with its own prepared result.
@@ -159,8 +164,8 @@ func TestLanesKeepPerKeyOrder(t *testing.T) {
 		time.Sleep(time.Millisecond) // the remote call
 		return nil
 	}
-	c, err := consumer.New("g", []string{"orders"}, s, f.factory, consumer.Kafka(fastKafka(brokers)...),
-		consumer.Logger(quiet), consumer.Lanes(8))
+	c, err := consumer.New("g", []string{"orders"}, s, nil, f.st.perPartition(), consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), f.st.lanes(8))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +209,8 @@ func TestLanesNeverAdvancePastARecordInALane(t *testing.T) {
 		}
 	}
 	rs := &applyRecorder{Sink: s}
-	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](rs), f.factory, consumer.Kafka(fastKafka(brokers)...),
-		consumer.Logger(quiet), consumer.Lanes(4))
+	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](rs), nil, f.st.perPartition(), consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), f.st.lanes(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,8 +280,8 @@ func TestLanesRevokeCancelsAndWaits(t *testing.T) {
 		returned.Store(true)
 		return ctx.Err()
 	}
-	a, err := consumer.New("g", []string{"orders"}, s, f.factory, consumer.Kafka(fastKafka(brokers)...),
-		consumer.Logger(quiet), consumer.Lanes(4))
+	a, err := consumer.New("g", []string{"orders"}, s, nil, f.st.perPartition(), consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), f.st.lanes(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,8 +316,8 @@ func TestLanesRevokeCancelsAndWaits(t *testing.T) {
 	}
 	t.Logf("A stopped at position %d, offset %d held", st.Position, held.Load())
 
-	b, err := consumer.New("g", []string{"orders"}, s, f.factory, consumer.Kafka(fastKafka(brokers)...),
-		consumer.Logger(quiet), consumer.Lanes(4))
+	b, err := consumer.New("g", []string{"orders"}, s, nil, f.st.perPartition(), consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), f.st.lanes(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,9 +343,9 @@ func TestLanesZombieWriteRefused(t *testing.T) {
 	f := newLaneFolder()
 	gate := newGatedSink(store)
 	mA := newMeter()
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), f.factory,
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), nil, f.st.perPartition(),
 		consumer.Kafka(append(fastKafka(brokers), kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
-		consumer.Logger(quiet), consumer.MeterProvider(mA), consumer.Lanes(4))
+		consumer.Logger(quiet), consumer.MeterProvider(mA), f.st.lanes(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,8 +358,8 @@ func TestLanesZombieWriteRefused(t *testing.T) {
 	fz.Freeze()
 	defer fz.Thaw()
 
-	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
-		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.Lanes(4))
+	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, f.st.perPartition(),
+		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), f.st.lanes(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,8 +411,8 @@ func TestLanesPrepareRetriesAndDeadLetters(t *testing.T) {
 		return nil
 	}
 	m := newMeter()
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
-		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.Lanes(4),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, f.st.perPartition(), consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), consumer.MeterProvider(m), f.st.lanes(4),
 		consumer.RetryBackoff(10*time.Millisecond, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -440,14 +445,18 @@ func TestLanesPrepareRetriesAndDeadLetters(t *testing.T) {
 func TestLanesOptionValidated(t *testing.T) {
 	s := newStore(t)
 	brokers := consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"))
+	lf := newLaneFolder()
 	for _, n := range []int{0, -1, 257} {
-		if _, err := consumer.New("g", []string{"t"}, s, newLaneFolder().factory, brokers, consumer.Lanes(n)); !errors.Is(err, consumer.ErrInvalidOption) {
+		if _, err := consumer.New("g", []string{"t"}, s, nil, lf.st.perPartition(), brokers, lf.st.lanes(n)); !errors.Is(err, consumer.ErrInvalidOption) {
 			t.Errorf("Lanes(%d): %v, want ErrInvalidOption", n, err)
 		}
 	}
 	for _, n := range []int{1, 16, 256} {
-		if _, err := consumer.New("g", []string{"t"}, s, newLaneFolder().factory, brokers, consumer.Lanes(n)); err != nil {
+		if _, err := consumer.New("g", []string{"t"}, s, nil, lf.st.perPartition(), brokers, lf.st.lanes(n)); err != nil {
 			t.Errorf("Lanes(%d): %v", n, err)
 		}
+	}
+	if _, err := consumer.New("g", []string{"t"}, s, nil, lf.st.perPartition(), brokers, consumer.Lanes(4, nil)); !errors.Is(err, consumer.ErrInvalidOption) {
+		t.Errorf("Lanes with a nil prepare function: %v, want ErrInvalidOption", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,13 +30,16 @@ type config struct {
 	deadLetterTopic    string
 	retryMin, retryMax time.Duration
 	recoverRegressions bool
-	epochs             EpochSource
-	epochsSet          bool   // Epochs was given
+	epochs             epochSource
+	epochsSet          bool   // withEpochs was given
 	protocol           string // GroupProtocol, or "" for the epoch source's
 	claimWait          time.Duration
-	afterCommit        AfterCommitFunc
+	afterCommit        func(ctx context.Context, k fence.Key, t fence.Token) error
 	afterCommitIdle    time.Duration
 	lanes              int
+	prepare            func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)
+	factory            any // PerPartition's Factory[Tx], checked against the sink's Tx by New
+	deadLetters        any // FencedDeadLetters' function, checked likewise
 }
 
 func defaults() config {
@@ -49,10 +53,9 @@ func defaults() config {
 		retryMin:           100 * time.Millisecond,
 		retryMax:           10 * time.Second,
 		recoverRegressions: true,
-		epochs:             ClassicGeneration(),
+		epochs:             classicGeneration{},
 		claimWait:          10 * time.Second,
 		afterCommitIdle:    time.Second,
-		lanes:              1,
 	}
 }
 
@@ -63,7 +66,7 @@ func defaults() config {
 // 500ms heartbeat interval: see Handovers in the package documentation), which these options
 // override.
 //
-// The options Baton owns are refused with [ErrOwnedOption], naming the option: ConsumerGroup,
+// The options Baton owns are refused with [ErrInvalidOption], naming the option: ConsumerGroup,
 // ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
 // OnPartitionsLost, DisableAutoCommit, AutoCommitMarks, GreedyAutoCommit and
 // AutoCommitCallback by [New]; BlockRebalanceOnPoll by [Consumer.Run], before it joins the
@@ -93,36 +96,22 @@ func Logger(l *slog.Logger) Option {
 	}
 }
 
-// MeterProvider sets the OpenTelemetry meter provider. Default: otel.GetMeterProvider().
-func MeterProvider(p metric.MeterProvider) Option {
+// Telemetry sets where the consumer's OpenTelemetry signals go: its metrics (meters), its
+// batch spans (tracers) and the propagator that extracts producers' trace contexts from record
+// headers, to link batch spans to them (propagator). A nil argument keeps its default: the
+// OpenTelemetry globals (otel.GetMeterProvider(), otel.GetTracerProvider(),
+// otel.GetTextMapPropagator()).
+func Telemetry(meters metric.MeterProvider, tracers trace.TracerProvider, propagator propagation.TextMapPropagator) Option {
 	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil meter provider", ErrInvalidOption)
+		if meters != nil {
+			c.meters = meters
 		}
-		c.meters = p
-		return nil
-	}
-}
-
-// TracerProvider sets the OpenTelemetry tracer provider. Default: otel.GetTracerProvider().
-func TracerProvider(p trace.TracerProvider) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil tracer provider", ErrInvalidOption)
+		if tracers != nil {
+			c.tracers = tracers
 		}
-		c.tracers = p
-		return nil
-	}
-}
-
-// TextMapPropagator sets the propagator that extracts producers' trace contexts from record
-// headers (to link batch spans to them). Default: otel.GetTextMapPropagator().
-func TextMapPropagator(p propagation.TextMapPropagator) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil propagator", ErrInvalidOption)
+		if propagator != nil {
+			c.propagator = propagator
 		}
-		c.propagator = p
 		return nil
 	}
 }
@@ -156,9 +145,12 @@ func MaxInflight(n int) Option {
 }
 
 // DeadLetterTopic sets the topic poison records go to. Default: the source topic's name plus
-// ".dlq" (a poison record of "orders" goes to "orders.dlq"). The topic must exist (or be
+// ".dlq" (a poison record of "orders" goes to "orders.dlq"). The copy has the record's key,
+// value and timestamp, its headers without any baton.dlq.* one, then Baton's: baton.dlq.reason
+// (the error, at most 1 KiB), baton.dlq.group, baton.dlq.topic, baton.dlq.partition,
+// baton.dlq.offset and baton.dlq.token (the owner's token). The topic must exist (or be
 // auto-created): until the dead-letter produce succeeds, the partition retries and stalls
-// observably rather than dropping the record. With a handler that is a [DeadLetterer]
+// observably rather than dropping the record. With [FencedDeadLetters]
 // (outboxconsumer.DeadLetters), the copy to this topic is written in the fenced transaction
 // instead, and the outbox's relay produces it: the partition goes on at once, and a topic that
 // stays missing (or unauthorized) for the relay's GiveUpAfter makes the relay set the copy
@@ -198,8 +190,9 @@ func RecoverRegressions(on bool) Option {
 	}
 }
 
-// Epochs sets where a partition's epoch comes from. Default: [ClassicGeneration].
-func Epochs(s EpochSource) Option {
+// withEpochs sets where a partition's epoch comes from, for tests; the group protocol picks it
+// otherwise.
+func withEpochs(s epochSource) Option {
 	return func(c *config) error {
 		if s == nil {
 			return fmt.Errorf("%w: nil epoch source", ErrInvalidOption)
@@ -209,10 +202,10 @@ func Epochs(s EpochSource) Option {
 	}
 }
 
-// ClaimWait bounds how long the assignment callback waits for the claims of newly assigned
+// claimWait bounds how long the assignment callback waits for the claims of newly assigned
 // partitions before letting the rebalance finish; partitions still claiming stay paused until
 // their claim completes. Keep it well below the rebalance timeout. Default 10s.
-func ClaimWait(d time.Duration) Option {
+func claimWait(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: ClaimWait %v", ErrInvalidOption, d)
@@ -222,19 +215,18 @@ func ClaimWait(d time.Duration) Option {
 	}
 }
 
-// AfterCommitFunc is called by a partition's own goroutine, under its ownership and token,
+// AfterCommit sets fn to run in each partition's goroutine after its batches commit, and
+// every idle interval while the partition has nothing to apply (so work fn could not finish,
+// e.g. rows not relayed while Kafka was down, is retried without new records). Default: none;
+// idle interval 1s.
+//
+// fn is called by a partition's own goroutine, under its ownership and token,
 // after the partition's batches commit: the place to relay that partition's outbox rows
 // (outbox.Relay.AfterCommit). It is never called concurrently for the same partition, and
 // never after the partition was revoked or lost (its ctx is the partition's). An error is
 // logged and counted; the call is made again after the next commit or within the idle
 // interval, so work it leaves (undelivered rows) is picked up later.
-type AfterCommitFunc func(ctx context.Context, k fence.Key, t fence.Token) error
-
-// AfterCommit sets fn to run in each partition's goroutine after its batches commit, and
-// every idle interval while the partition has nothing to apply (so work fn could not finish,
-// e.g. rows not relayed while Kafka was down, is retried without new records). Default: none;
-// idle interval 1s.
-func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
+func AfterCommit(fn func(ctx context.Context, k fence.Key, t fence.Token) error, idle time.Duration) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil AfterCommit func", ErrInvalidOption)
@@ -247,38 +239,148 @@ func AfterCommit(fn AfterCommitFunc, idle time.Duration) Option {
 	}
 }
 
-// Lanes sets how many records of one partition may run [Preparer.Prepare] at once: up to n
-// lanes per partition, one key's records on one lane at a time in offset order, every lane under
-// the partition's single token. The partition's goroutine stays its only writer: it applies
-// the contiguous prefix of prepared records (never past one still in a lane) in fenced
-// transactions, so a crash or a takeover loses and duplicates nothing. Lanes apply to handlers
-// that implement Preparer; a plain [Handler] runs as before. Default 1 (Prepare runs one
-// record at a time, overlapped with the writer's transactions); at most 256.
-func Lanes(n int) Option {
+// Lanes runs prepare for every record before the handler applies it, in up to n lanes per
+// partition: one key's records on one lane at a time in offset order, every lane under the
+// partition's single token. The partition's goroutine stays its only writer: it applies the
+// contiguous prefix of prepared records (never past one still in a lane) in fenced
+// transactions, so a crash or a takeover loses and duplicates nothing. n is 1 to 256 (1
+// prepares one record at a time, overlapped with the writer's transactions). Default: no
+// lanes, no prepare stage.
+//
+// prepare is the first stage of handling a record: the slow part (a remote call to a device
+// gateway or a payment API) that needs no transaction. It is called for every record, in the
+// partition's lanes, outside the sink's transaction, with the partition's fence key k and the
+// token t it is owned with; its results reach the handler in [Batch.Prepared], and the handler
+// writes them in the fenced transaction.
+//
+// It is called concurrently for records of different keys of one partition, never
+// concurrently for two records of the same key, and for one key's records in offset order.
+// ctx is cancelled when this member loses the partition (or the partition stops); a revoke
+// waits for every call to return, as it waits for the handler, so it must honour ctx.
+//
+// The lanes run ahead of the writer: a key's next record may be prepared before the handler
+// has committed its previous one (or even started), so the function must not read what the
+// handler writes for the key's earlier records; a step that depends on them belongs in the
+// handler. A result may also be applied under a later token than the one it was prepared
+// under (t): when the partition is re-claimed while its records are in the window (it was
+// kept at a later generation, or its fence recovered), records prepared under the earlier
+// token are applied under the new one, with those results in [Batch.Prepared]. A handler
+// that drops records from a batch must drop their Prepared results with them.
+//
+// Its effects are not fenced: a record prepared and not yet applied when the partition moves
+// is prepared again by the next owner, and a zombie whose session expired keeps preparing
+// until it notices (its writes are refused). So it must be safe to repeat and to run on a
+// member that no longer owns the partition: a read, or a call with an idempotency key. A side
+// effect that must happen once belongs in the outbox, appended by the handler in the fenced
+// transaction.
+//
+// An error is handled like the handler's: [Permanent] makes the record poison (the records
+// before it are applied, it is dead-lettered, the records after it go on); any other error is
+// retried on the record's lane with backoff, the same record again.
+func Lanes(n int, prepare func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)) Option {
 	return func(c *config) error {
 		if n < 1 || n > maxLanes {
 			return fmt.Errorf("%w: Lanes %d, want 1..%d", ErrInvalidOption, n, maxLanes)
 		}
-		c.lanes = n
+		if prepare == nil {
+			return fmt.Errorf("%w: Lanes with a nil prepare function", ErrInvalidOption)
+		}
+		c.lanes, c.prepare = n, prepare
 		return nil
 	}
 }
 
+// PerPartition builds each partition's handler with factory when this member is assigned the
+// partition (and again when it is claimed with a new token), for handlers that keep
+// per-partition state. [New]'s handler must then be nil; both, or a factory of another
+// transaction type than the sink's, make New fail with [ErrInvalidOption]. A factory's error
+// stops [Consumer.Run].
+func PerPartition[Tx any](factory Factory[Tx]) Option {
+	return func(c *config) error {
+		if factory == nil {
+			return fmt.Errorf("%w: nil PerPartition factory", ErrInvalidOption)
+		}
+		if c.factory != nil {
+			return fmt.Errorf("%w: PerPartition given twice", ErrInvalidOption)
+		}
+		c.factory = factory
+		return nil
+	}
+}
+
+// FencedDeadLetters makes the consumer dead-letter a poison record through fn, which writes
+// its dead-letter copy d in the fenced transaction tx, inside the
+// fenced transaction that advances the fence over the record, instead of producing it to
+// Kafka. b holds that record alone (b.Key, b.Token: the partition and the token the
+// transaction is fenced with; with [Lanes], b.Prepared its prepared result, nil if its
+// preparation failed for good) and d is the record the consumer would have produced (the
+// dead-letter topic, the poison record's key, value and headers, and the baton.dlq.*
+// headers). The copy commits with the fence advance or not at all, so a zombie whose
+// transaction the database ended (idle_in_transaction_session_timeout) never dead-letters a
+// record. outboxconsumer.DeadLetters is this option with an append to the fenced outbox,
+// relayed by the partition's owner.
+//
+// An error rolls the transaction back; it is retried like a handler's error, except that an
+// error marked [Permanent] (a copy the store can never take) stops the partition with an
+// ERROR log. fn is never called concurrently for the same partition. Its transaction type
+// must be the sink's, or [New] fails with [ErrInvalidOption].
+func FencedDeadLetters[Tx any](fn func(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil FencedDeadLetters function", ErrInvalidOption)
+		}
+		c.deadLetters = fn
+		return nil
+	}
+}
+
+// handlers returns the factory of New's handler or of PerPartition's factory: exactly one
+// of them must be given.
+func handlers[Tx any](h Handler[Tx], factory any) (Factory[Tx], error) {
+	switch {
+	case h != nil && factory != nil:
+		return nil, fmt.Errorf("%w: both a handler and PerPartition: pass a nil handler with PerPartition", ErrInvalidOption)
+	case h != nil:
+		return func(context.Context, fence.Key, fence.Token) (Handler[Tx], error) { return h, nil }, nil
+	case factory == nil:
+		return nil, errNilHandler
+	}
+	f, ok := factory.(Factory[Tx])
+	if !ok {
+		return nil, fmt.Errorf("%w: PerPartition builds handlers of %s, the sink's transactions are %s", ErrInvalidOption, txOf(factory), txName[Tx]())
+	}
+	return f, nil
+}
+
+// txName names the type Tx; txOf the transaction type of a PerPartition or FencedDeadLetters
+// function, for New's errors.
+func txName[Tx any]() string { return reflect.TypeFor[Tx]().String() }
+
+func txOf(f any) string {
+	t := reflect.TypeOf(f)
+	if t.Kind() == reflect.Func && t.NumOut() >= 1 && t.Out(0).Kind() == reflect.Func && t.Out(0).NumIn() >= 2 {
+		return t.Out(0).In(1).String() // Factory: its Handler's (ctx, tx, b)
+	}
+	if t.Kind() == reflect.Func && t.NumIn() >= 2 {
+		return t.In(1).String() // FencedDeadLetters: (ctx, tx, ...)
+	}
+	return t.String()
+}
+
 // GroupProtocol selects the consumer group protocol, by the names of Kafka's consumer config
-// group.protocol: [ProtocolClassic] (JoinGroup/SyncGroup; the token's epoch is the group
-// generation, [ClassicGeneration]) or [ProtocolConsumer] (KIP-848, Kafka 4.0+, proven on 4.3+;
-// the epoch is the partition's assignment epoch, [AssignmentEpochs]). Without [Epochs] the
-// protocol's own epoch source is used; with an epoch source of the other protocol, [New]
-// fails. Default: the epoch source's protocol, classic unless [Epochs] says otherwise. See
-// DESIGN.md, "KIP-848 groups", for why classic stays the default.
+// group.protocol: "classic" (JoinGroup/SyncGroup; the token's epoch is the group generation)
+// or "consumer" (KIP-848, Kafka 4.0+, proven on 4.3+; the epoch is the partition's assignment
+// epoch of KIP-1251, and franz-go's kgo.ServerSideBalancer is added). Any other name makes
+// [New] fail with [ErrInvalidOption]. Default "classic". See DESIGN.md, "KIP-848 groups", for
+// why classic stays the default.
 func GroupProtocol(name string) Option {
 	return func(c *config) error {
 		switch name {
-		case ProtocolClassic, ProtocolConsumer:
+		case protocolClassic, protocolConsumer:
 			c.protocol = name
 			return nil
 		}
-		return fmt.Errorf("%w: GroupProtocol %q: want %q or %q", ErrInvalidOption, name, ProtocolClassic, ProtocolConsumer)
+		return fmt.Errorf("%w: GroupProtocol %q: want %q or %q", ErrInvalidOption, name, protocolClassic, protocolConsumer)
 	}
 }
 

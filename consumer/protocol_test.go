@@ -148,7 +148,7 @@ func TestStaleClaimOfZombieNeverRecovers(t *testing.T) {
 	f := newFolder()
 	gate := newClaimGate(store)
 	mZ := newMeter()
-	z, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), f.factory,
+	z, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(mZ),
 		consumer.ClaimWait(100*time.Millisecond))
 	if err != nil {
@@ -159,7 +159,7 @@ func TestStaleClaimOfZombieNeverRecovers(t *testing.T) {
 	waitFor(t, "Z heartbeats", 10*time.Second, func() bool { mu.Lock(); defer mu.Unlock(); return zID != "" })
 	blind.Store(true)
 
-	nc, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	nc, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -220,7 +220,7 @@ func TestOwnerRefusedAsStaleReclaims(t *testing.T) {
 	key := fence.Key{Group: "g", Topic: "orders", Partition: 0}
 	f := newFolder()
 	m := newMeter()
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {
 		t.Fatal(err)
@@ -281,7 +281,7 @@ func TestRecoverConflictReloads(t *testing.T) {
 	}
 	sink := &lostReply{Sink: store}
 	f := newFolder()
-	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), f.factory,
+	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -319,14 +319,14 @@ func TestRetainedPartitionClaimsAtCurrentGeneration(t *testing.T) {
 	}
 	f := newFolder()
 	gate := newClaimGate(store)
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), f.factory,
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](gate), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.ClaimWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ma := start(t, a)
 	<-gate.entered
-	b, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	b, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +401,7 @@ func TestOverlapAppliesOnlyTheRest(t *testing.T) {
 	f := newFolder()
 	m := newMeter()
 	sink := &lowballClaims{Sink: store}
-	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), f.factory,
+	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {
 		t.Fatal(err)
@@ -439,7 +439,7 @@ func TestTokenIsTheAssignmentGeneration(t *testing.T) {
 	ctx := context.Background()
 	f := newFolder()
 	newMember := func() *member {
-		c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+		c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 			consumer.Logger(quiet))
 		if err != nil {
 			t.Fatal(err)
@@ -530,7 +530,7 @@ func TestDeposedOwnerDoesNotDeadLetter(t *testing.T) {
 		}
 		return nil
 	}
-	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), f.factory,
+	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -601,7 +601,7 @@ func TestRevokeWaitsForTheInflightBatch(t *testing.T) {
 		time.Sleep(time.Second) // rolling back takes a while
 		return ctx.Err()
 	}
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), fa.factory,
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(fa.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -618,7 +618,7 @@ func TestRevokeWaitsForTheInflightBatch(t *testing.T) {
 		return busy == 2
 	})
 	fb := newFolder()
-	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](watch), fb.factory,
+	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](watch), nil, consumer.PerPartition(fb.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -674,7 +674,7 @@ func TestClaimVerifiedBeforeFirstWrite(t *testing.T) {
 	})
 	f := newFolder()
 	m := newMeter()
-	z, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	z, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {
 		t.Fatal(err)

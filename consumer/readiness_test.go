@@ -57,7 +57,7 @@ func poll(c interface{ Readiness() consumer.Readiness }) (stop func()) {
 func TestReadinessJoinedAndClaimed(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(3, "t"))
 	sink := &gatedClaims{Store: newStore(t), open: make(chan struct{})}
-	c, err := consumer.New("g", []string{"t"}, sink, newFolder().factory,
+	c, err := consumer.New("g", []string{"t"}, sink, nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestReadinessClaimRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &logRecorder{}
-	c, err := consumer.New("g", []string{"t"}, store, newFolder().factory, consumer.RecoverRegressions(false),
+	c, err := consumer.New("g", []string{"t"}, store, nil, consumer.PerPartition(newFolder().factory), consumer.RecoverRegressions(false),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(rec)))
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +121,7 @@ func TestReadinessNoPartitionsAndLostSession(t *testing.T) {
 	defer cluster.Close()
 	brokers := cluster.ListenAddrs()
 	newMember := func() *consumer.Consumer[*memfence.Tx] {
-		c, err := consumer.New("g", []string{"t"}, newStore(t), newFolder().factory,
+		c, err := consumer.New("g", []string{"t"}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
 			consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet))
 		if err != nil {
 			t.Fatal(err)
@@ -149,7 +149,7 @@ func TestReadinessNoPartitionsAndLostSession(t *testing.T) {
 func TestReadinessRealBroker(t *testing.T) {
 	brokers := testenv.KafkaBrokers(t)
 	topic := testenv.NewTopic(t, brokers, 3)
-	c, err := consumer.New(testenv.UniqueName("ready"), []string{topic}, newStore(t), newFolder().factory,
+	c, err := consumer.New(testenv.UniqueName("ready"), []string{topic}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet))
 	if err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ func TestRealStaticMemberReplacedIsAHandover(t *testing.T) {
 	var handovers int64
 	for round := range rounds {
 		produceSeq(t, brokers, topic, keys, round*per+1, (round+1)*per)
-		c, err := consumer.New(group, []string{topic}, sink, pgFolder,
+		c, err := consumer.New(group, []string{topic}, sink, nil, consumer.PerPartition(pgFolder),
 			consumer.Kafka(append(realKafka(brokers), kgo.InstanceID(instance))...),
 			consumer.Logger(slog.New(logs)), consumer.MeterProvider(m), consumer.GroupProtocol(testenv.GroupProtocol()))
 		if err != nil {

@@ -36,7 +36,7 @@ CREATE TABLE writes (partition int NOT NULL, era bigint NOT NULL, epoch bigint N
 // pgFolder upserts each key's fold (count, last sequence) and records (partition, token,
 // positions) of every batch in the same fenced transaction.
 func pgFolder(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
-	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+	return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		idx := map[string]int{}
 		var keys []string
 		var counts, lasts []int64
@@ -99,7 +99,7 @@ func TestRealMembersChurnExactlyOnce(t *testing.T) { realChurn(t, 0) }
 // order, and each record is applied with its own prepared result.
 func TestRealMembersChurnExactlyOnceLanes(t *testing.T) { realChurn(t, 16) }
 
-// realChurn runs the churn test with a plain handler (lanes 0) or a Preparer in that many lanes.
+// realChurn runs the churn test with a plain handler (lanes 0) or a prepare stage in that many lanes.
 func realChurn(t *testing.T, lanes int) {
 	brokers := testenv.KafkaBrokers(t)
 	pool, sink := newPG(t)
@@ -112,7 +112,6 @@ func realChurn(t *testing.T, lanes int) {
 	if testing.Short() {
 		n = 10
 	}
-	factory := consumer.Factory[pgx.Tx](pgFolder)
 	opts := []consumer.Option{consumer.Kafka(realKafka(brokers)...), consumer.Logger(quiet), consumer.GroupProtocol(testenv.GroupProtocol())}
 	var checks laneChecks
 	if lanes > 0 {
@@ -124,17 +123,19 @@ func realChurn(t *testing.T, lanes int) {
 				return ctx.Err()
 			}
 		}
-		factory = func(ctx context.Context, k fence.Key, tk fence.Token) (consumer.Handler[pgx.Tx], error) {
+		st := newStages(func(ctx context.Context, k fence.Key, tk fence.Token) (*laneHandler[pgx.Tx], error) {
 			h, err := pgFolder(ctx, k, tk)
 			if err != nil {
 				return nil, err
 			}
 			return withPrepare(h, &checks, remote), nil
-		}
-		opts = append(opts, consumer.Lanes(lanes))
+		})
+		opts = append(opts, st.perPartition(), st.lanes(lanes))
+	} else {
+		opts = append(opts, consumer.PerPartition(pgFolder))
 	}
 	newMember := func() *consumer.Consumer[pgx.Tx] {
-		c, err := consumer.New(group, []string{topic}, sink, factory, opts...)
+		c, err := consumer.New(group, []string{topic}, sink, nil, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,7 +220,7 @@ func TestRealGroupDeletedRegression(t *testing.T) {
 	key := fence.Key{Group: group, Topic: topic, Partition: 0}
 	run := func(from, to int, m *meter) {
 		produceSeq(t, brokers, topic, 5, from, to)
-		c, err := consumer.New(group, []string{topic}, sink, pgFolder, consumer.Kafka(realKafka(brokers)...),
+		c, err := consumer.New(group, []string{topic}, sink, nil, consumer.PerPartition(pgFolder), consumer.Kafka(realKafka(brokers)...),
 			consumer.Logger(quiet), consumer.MeterProvider(m), consumer.GroupProtocol(testenv.GroupProtocol()))
 		if err != nil {
 			t.Fatal(err)

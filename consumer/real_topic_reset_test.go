@@ -42,7 +42,7 @@ func TestRealTopicResetResumesAtCommittedOffset(t *testing.T) {
 	const keys = 6
 	produceSeq(t, brokers, topic, keys, 1, 4)
 	newConsumer := func(m *meter) *consumer.Consumer[pgx.Tx] {
-		c, err := consumer.New(group, []string{topic}, sink, pgLogFolder(nil), consumer.Kafka(append(realKafka(brokers), kgo.MetadataMinAge(500*time.Millisecond), kgo.MetadataMaxAge(2*time.Second))...),
+		c, err := consumer.New(group, []string{topic}, sink, nil, consumer.PerPartition(pgLogFolder(nil)), consumer.Kafka(append(realKafka(brokers), kgo.MetadataMinAge(500*time.Millisecond), kgo.MetadataMaxAge(2*time.Second))...),
 			consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(50*time.Millisecond, time.Second))
 		if err != nil {
 			t.Fatal(err)

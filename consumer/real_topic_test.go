@@ -31,7 +31,7 @@ const pgAppliedLog = `CREATE TABLE applied (n bigserial PRIMARY KEY, key text NO
 func pgLogFolder(gate func(ctx context.Context, b *consumer.Batch) error) consumer.Factory[pgx.Tx] {
 	return func(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
 		fold, _ := pgFolder(ctx, k, t)
-		return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+		return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 			if gate != nil {
 				if err := gate(ctx, b); err != nil {
 					return err
@@ -50,7 +50,7 @@ func pgLogFolder(gate func(ctx context.Context, b *consumer.Batch) error) consum
 				keys, seqs, b.Key.Partition); err != nil {
 				return err
 			}
-			return fold.Handle(ctx, tx, b)
+			return fold(ctx, tx, b)
 		}), nil
 	}
 }
@@ -151,7 +151,7 @@ func TestRealTopicRecreated(t *testing.T) {
 	const keys = 6
 	produceSeq(t, brokers, topic, keys, 1, 4)
 	m := newMeter()
-	c, err := consumer.New(group, []string{topic}, sink, pgLogFolder(nil), consumer.Kafka(append(realKafka(brokers), kgo.MetadataMinAge(500*time.Millisecond), kgo.MetadataMaxAge(2*time.Second))...),
+	c, err := consumer.New(group, []string{topic}, sink, nil, consumer.PerPartition(pgLogFolder(nil)), consumer.Kafka(append(realKafka(brokers), kgo.MetadataMinAge(500*time.Millisecond), kgo.MetadataMaxAge(2*time.Second))...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(50*time.Millisecond, time.Second))
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestRealTopicGrown(t *testing.T) {
 	adm := admin(t, brokers)
 	const keys = 24
 	m := newMeter()
-	c, err := consumer.New(group, []string{topic}, sink, pgLogFolder(nil), consumer.Kafka(append(realKafka(brokers), kgo.MetadataMinAge(500*time.Millisecond), kgo.MetadataMaxAge(2*time.Second))...),
+	c, err := consumer.New(group, []string{topic}, sink, nil, consumer.PerPartition(pgLogFolder(nil)), consumer.Kafka(append(realKafka(brokers), kgo.MetadataMinAge(500*time.Millisecond), kgo.MetadataMaxAge(2*time.Second))...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(50*time.Millisecond, time.Second), consumer.ClaimWait(time.Second))
 	if err != nil {
 		t.Fatal(err)

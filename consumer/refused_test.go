@@ -82,7 +82,7 @@ func TestRefusedPartitionRetriedInANewSession(t *testing.T) {
 	log := slog.New(logSpy{Handler: logSpy{Handler: logSpy{Handler: quiet.Handler(), want: "no longer owns the partition: left unprocessed", seen: &gaveUp},
 		want: "still assigned to this member in a later group session", seen: &retried},
 		want: "a group session began since the coordinator refused", seen: &early})
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log), consumer.Epochs(epochs))
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +144,7 @@ func TestRefusedDuringANewSessionRetried(t *testing.T) {
 	}
 	var retried atomic.Bool
 	log := slog.New(logSpy{Handler: quiet.Handler(), want: "a group session began since the coordinator refused", seen: &retried})
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log), consumer.Epochs(epochs),
 		consumer.ClaimWait(200*time.Millisecond)) // the assignment callback must not wait for the held proof
 	if err != nil {

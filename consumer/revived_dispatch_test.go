@@ -77,9 +77,9 @@ func testRun(t *testing.T) *run[*memfence.Tx] {
 		t.Fatal(err)
 	}
 	factory := func(context.Context, fence.Key, fence.Token) (Handler[*memfence.Tx], error) {
-		return HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *Batch) error { return nil }), nil
+		return Handler[*memfence.Tx](func(context.Context, *memfence.Tx, *Batch) error { return nil }), nil
 	}
-	c, err := New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), factory,
+	c, err := New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, PerPartition(factory),
 		Kafka(kgo.SeedBrokers(cluster.ListenAddrs()...)), Logger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	if err != nil {
 		t.Fatal(err)

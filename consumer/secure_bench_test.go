@@ -82,7 +82,7 @@ func BenchmarkSecureVsPlain(b *testing.B) {
 		if _, err := s.pool.Exec(ctx, `DELETE FROM kv; DELETE FROM writes`); err != nil {
 			b.Fatal(err)
 		}
-		c, err := consumer.New(s.group(), []string{topic}, s.sink, pgFolder,
+		c, err := consumer.New(s.group(), []string{topic}, s.sink, nil, consumer.PerPartition(pgFolder),
 			consumer.Kafka(append(s.kafka, kgo.FetchMaxWait(100*time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...),
 			consumer.Logger(quiet))
 		if err != nil {

@@ -84,7 +84,7 @@ func TestSecureRuntimeExactlyOnce(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	var members []*member
 	for i := 0; i < 2; i++ {
-		c, err := consumer.New(group, []string{topic}, sink, pgFolder,
+		c, err := consumer.New(group, []string{topic}, sink, nil, consumer.PerPartition(pgFolder),
 			consumer.Kafka(secureConsumerKafka(append(ke.RuntimeOpts(t), kgo.WithLogger(kgo.BasicLogger(&logs, kgo.LogLevelInfo, nil))))...),
 			consumer.Logger(log))
 		if err != nil {
@@ -183,7 +183,7 @@ func TestSecureStartFailures(t *testing.T) {
 			var logs syncBuffer
 			f := newFolder()
 			store := newStore(t)
-			c2, err := consumer.New(group, []string{topic}, store, f.factory,
+			c2, err := consumer.New(group, []string{topic}, store, nil, consumer.PerPartition(f.factory),
 				consumer.Kafka(secureConsumerKafka(c.opts(t, ke.Runtime))...),
 				consumer.Logger(slog.New(slog.NewTextHandler(&logs, nil))))
 			if err != nil {
@@ -223,7 +223,7 @@ func TestSecureStartFailures(t *testing.T) {
 			} else {
 				ke.Grant(t, kadm.NewACLs().Groups(group), kadm.OpRead, kadm.OpDescribe)
 			}
-			c3, err := consumer.New(group, []string{topic}, store, f.factory,
+			c3, err := consumer.New(group, []string{topic}, store, nil, consumer.PerPartition(f.factory),
 				consumer.Kafka(secureConsumerKafka(c.opts(t, ke.Runtime))...), consumer.Logger(quiet))
 			if err != nil {
 				t.Fatal(err)

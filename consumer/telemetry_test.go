@@ -98,7 +98,7 @@ func TestTelemetrySpansLinksAndMetrics(t *testing.T) {
 		failed0 bool
 	)
 	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
-		return consumer.HandlerFunc[*memfence.Tx](func(ctx context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+		return consumer.Handler[*memfence.Tx](func(ctx context.Context, tx *memfence.Tx, b *consumer.Batch) error {
 			mu.Lock()
 			defer mu.Unlock()
 			c := call{partition: b.Key.Partition, token: b.Token.String(),
@@ -114,7 +114,7 @@ func TestTelemetrySpansLinksAndMetrics(t *testing.T) {
 	}
 	store := newStore(t)
 	m := newMeter()
-	c, err := consumer.New("g", []string{topic}, store, factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{topic}, store, nil, consumer.PerPartition(factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.TracerProvider(tp),
 		consumer.TextMapPropagator(prop), consumer.RetryBackoff(10*time.Millisecond, 50*time.Millisecond),
 		consumer.MaxInflightPerPartition(perBatch), consumer.MaxInflight(2*perBatch))

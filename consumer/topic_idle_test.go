@@ -95,12 +95,12 @@ func startIdleCoord(t *testing.T) ([]string, *memfence.Store, *hookClock, *meter
 	brokers := fakeKafka(t, kfake.SeedTopics(2, "coord"))
 	store := newStore(t)
 	clock := &hookClock{last: map[int32]time.Time{}}
-	noop := consumer.HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil })
+	noop := consumer.Handler[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil })
 	m := newMeter()
 	c, err := consumer.New("g", []string{"coord"}, store,
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
 			return noop, nil
-		},
+		}),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
 		consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond),
 		consumer.AfterCommit(clock.hook, 20*time.Millisecond))

@@ -44,7 +44,7 @@ func (poisonError) Error() string { return "poison" }
 
 var errPoison = poisonError{}
 
-// A poison record of the lanes is held with a grown topic: with a Preparer (lanes), a poison
+// A poison record of the lanes is held with a grown topic: with a prepare stage (lanes), a poison
 // record at the head of the prepared prefix goes to deadLetter directly (applyPrefix ->
 // deadLetter), not through process, so deadLetter makes the comparison process makes first
 // when the member's topic look saw the topic grow. Without it a record produced to an older
@@ -61,10 +61,12 @@ func TestLanesPoisonHeldAfterGrowth(t *testing.T) {
 	ctx := context.Background()
 	var applied, dead atomic.Int64
 	m := newMeter()
-	c, err := consumer.New("g", []string{"src"}, store,
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
-			return poisonLanes{applied: &applied, deadLettered: &dead}, nil
-		},
+	pl := poisonLanes{applied: &applied, deadLettered: &dead}
+	c, err := consumer.New("g", []string{"src"}, store, pl.Handle,
+		consumer.Lanes(1, func(ctx context.Context, _ fence.Key, _ fence.Token, r *kgo.Record) (any, error) {
+			return pl.Prepare(ctx, r)
+		}),
+		consumer.FencedDeadLetters(pl.DeadLetter),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
 		consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond))
 	if err != nil {

@@ -79,7 +79,7 @@ func TestRecreatedTopicHeldUntilReset(t *testing.T) {
 	}
 	m := newMeter()
 	f := newFolder()
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestTopicResetBetweenClaimAndCompare(t *testing.T) {
 	sink := &resetOnSee{Store: store, from: old, to: brokerTopic(t, brokers, "orders")}
 	f := newFolder()
 	m := newMeter()
-	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](sink), nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +183,7 @@ func TestGrownTopicHeldUntilAcknowledged(t *testing.T) {
 	}
 	m := newMeter()
 	f := newFolder()
-	c, err := consumer.New("g", []string{"orders"}, store, f.factory, consumer.Kafka(fastKafka(brokers)...),
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -236,9 +236,9 @@ func TestDeletedRecordsReportedAsLoss(t *testing.T) {
 		t.Fatalf("delete records: %v %v", err, dr.Error())
 	}
 	m := newMeter()
-	c, err := consumer.New("g", []string{"orders"}, store, consumer.Factory[*memfence.Tx](func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
-		return consumer.HandlerFunc[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }), nil
-	}), consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m))
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(consumer.Factory[*memfence.Tx](func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
+		return consumer.Handler[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }), nil
+	})), consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,15 +14,15 @@ import (
 func validTopic(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: %w: empty topic name", ErrNoTopics, ErrInvalidTopic)
+		return fmt.Errorf("%w: %w: empty topic name", errNoTopics, errInvalidTopic)
 	case name == "." || name == "..":
-		return fmt.Errorf("%w: %q is not a legal topic name", ErrInvalidTopic, name)
+		return fmt.Errorf("%w: %q is not a legal topic name", errInvalidTopic, name)
 	case len(name) > 249:
-		return fmt.Errorf("%w: topic name of %d characters, at most 249", ErrInvalidTopic, len(name))
+		return fmt.Errorf("%w: topic name of %d characters, at most 249", errInvalidTopic, len(name))
 	}
 	for _, c := range []byte(name) {
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: %q: a topic name has only ASCII letters, digits, '.', '_' and '-'", ErrInvalidTopic, name)
+			return fmt.Errorf("%w: %q: a topic name has only ASCII letters, digits, '.', '_' and '-'", errInvalidTopic, name)
 		}
 	}
 	return nil
@@ -78,7 +78,7 @@ func checkKafka(user []kgo.Opt) []error {
 			// too cannot be told apart then).
 			return []error{fmt.Errorf("%w: kafka: %w", ErrInvalidOption, other)}
 		case theirs == nil:
-			return []error{ErrNoBrokers}
+			return []error{errNoBrokers}
 		default:
 			return []error{fmt.Errorf("%w: kafka seed brokers: %w", ErrInvalidOption, theirs)}
 		}
@@ -87,7 +87,7 @@ func checkKafka(user []kgo.Opt) []error {
 	var (
 		errs  []error
 		owned = func(opt, why string) {
-			errs = append(errs, fmt.Errorf("%w: %w: kgo.%s among the Kafka options: %s", ErrInvalidOption, ErrOwnedOption, opt, why))
+			errs = append(errs, fmt.Errorf("%w: %w: kgo.%s among the Kafka options: %s", ErrInvalidOption, errOwnedOption, opt, why))
 		}
 		probeParts = kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{probeTopic: {0: kgo.NewOffset()}})
 	)
@@ -166,7 +166,7 @@ func ownedAtRun(user []kgo.Opt) error {
 	}
 	defer cl.Close()
 	if v, _ := cl.OptValue(kgo.BlockRebalanceOnPoll).(bool); v {
-		return fmt.Errorf("%w: %w: kgo.BlockRebalanceOnPoll among the Kafka options: Baton polls while a rebalance waits for its partitions to drain, so blocking rebalances on poll would deadlock", ErrInvalidOption, ErrOwnedOption)
+		return fmt.Errorf("%w: %w: kgo.BlockRebalanceOnPoll among the Kafka options: Baton polls while a rebalance waits for its partitions to drain, so blocking rebalances on poll would deadlock", ErrInvalidOption, errOwnedOption)
 	}
 	return nil
 }

@@ -23,7 +23,7 @@ func pgFactory(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx
 // A typed nil sink passes a == nil check; New must still refuse it.
 func TestNewRefusesTypedNilSink(t *testing.T) {
 	var s *pgfence.Store
-	_, err := consumer.New("g", []string{"t"}, fence.Sink[pgx.Tx](s), pgFactory, consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1")))
+	_, err := consumer.New("g", []string{"t"}, fence.Sink[pgx.Tx](s), nil, consumer.PerPartition(pgFactory), consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1")))
 	if !errors.Is(err, consumer.ErrNilSink) {
 		t.Fatalf("typed nil sink: %v, want ErrNilSink", err)
 	}
@@ -33,15 +33,15 @@ func TestNewRefusesInvalidTopicNames(t *testing.T) {
 	s, f := newStore(t), newFolder().factory
 	brokers := consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"))
 	for _, name := range []string{"bad topic!", strings.Repeat("x", 250), ".", "..", "a/b", "ü"} {
-		if _, err := consumer.New("g", []string{name}, s, f, brokers); !errors.Is(err, consumer.ErrInvalidTopic) {
+		if _, err := consumer.New("g", []string{name}, s, nil, consumer.PerPartition(f), brokers); !errors.Is(err, consumer.ErrInvalidTopic) {
 			t.Errorf("topic %.20q: %v, want ErrInvalidTopic", name, err)
 		}
-		if _, err := consumer.New("g", []string{"t"}, s, f, brokers, consumer.DeadLetterTopic(name)); !errors.Is(err, consumer.ErrInvalidOption) {
+		if _, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), brokers, consumer.DeadLetterTopic(name)); !errors.Is(err, consumer.ErrInvalidOption) {
 			t.Errorf("dead-letter topic %.20q: %v, want ErrInvalidOption", name, err)
 		}
 	}
 	for _, name := range []string{strings.Repeat("x", 249), "orders.v2_eu-1", "..."} {
-		if _, err := consumer.New("g", []string{name}, s, f, brokers); err != nil {
+		if _, err := consumer.New("g", []string{name}, s, nil, consumer.PerPartition(f), brokers); err != nil {
 			t.Errorf("topic %.20q: %v, want it accepted", name, err)
 		}
 	}
@@ -52,7 +52,7 @@ func TestNewRefusesInvalidTopicNames(t *testing.T) {
 func TestNewReportsEverything(t *testing.T) {
 	_, err := consumer.New[*memfence.Tx]("", []string{"ok", "bad topic!"}, nil, nil,
 		nil, consumer.MaxInflight(0), consumer.Logger(nil))
-	for _, want := range []error{consumer.ErrNoGroup, consumer.ErrInvalidTopic, consumer.ErrNilSink, consumer.ErrNilFactory,
+	for _, want := range []error{consumer.ErrNoGroup, consumer.ErrInvalidTopic, consumer.ErrNilSink, consumer.ErrNilHandler,
 		consumer.ErrNoBrokers, consumer.ErrInvalidOption} {
 		if !errors.Is(err, want) {
 			t.Errorf("%v\ndoes not match %v", err, want)
@@ -69,7 +69,7 @@ func TestNewKafkaOptions(t *testing.T) {
 	s, f := newStore(t), newFolder().factory
 	seeds := kgo.SeedBrokers("127.0.0.1:1")
 	newWith := func(opts ...kgo.Opt) error {
-		_, err := consumer.New("g", []string{"t"}, s, f, consumer.Kafka(opts...))
+		_, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), consumer.Kafka(opts...))
 		return err
 	}
 	if err := newWith(); !errors.Is(err, consumer.ErrNoBrokers) {
@@ -113,7 +113,7 @@ func TestNewRefusesOwnedKafkaOptions(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := consumer.New("g", []string{"t"}, s, f, consumer.Kafka(append([]kgo.Opt{seeds}, c.opts...)...))
+			_, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), consumer.Kafka(append([]kgo.Opt{seeds}, c.opts...)...))
 			if !errors.Is(err, consumer.ErrOwnedOption) || !errors.Is(err, consumer.ErrInvalidOption) {
 				t.Fatalf("%v, want ErrOwnedOption and ErrInvalidOption", err)
 			}
@@ -129,7 +129,7 @@ func TestNewRefusesOwnedKafkaOptions(t *testing.T) {
 		})
 	}
 	// Several at once are all named.
-	_, err := consumer.New("g", []string{"t"}, s, f, consumer.Kafka(seeds, kgo.ConsumerGroup("g"),
+	_, err := consumer.New("g", []string{"t"}, s, nil, consumer.PerPartition(f), consumer.Kafka(seeds, kgo.ConsumerGroup("g"),
 		kgo.OnPartitionsRevoked(cb), kgo.OnPartitionsLost(cb), kgo.AutoCommitCallback(commitCb)))
 	for _, name := range []string{"ConsumerGroup", "OnPartitionsRevoked", "OnPartitionsLost", "AutoCommitCallback"} {
 		if err == nil || !strings.Contains(err.Error(), "kgo."+name+" ") {
@@ -140,7 +140,7 @@ func TestNewRefusesOwnedKafkaOptions(t *testing.T) {
 
 // BlockRebalanceOnPoll leaves no trace in franz-go's validation: Run refuses it before joining.
 func TestRunRefusesBlockRebalanceOnPoll(t *testing.T) {
-	c, err := consumer.New("g", []string{"t"}, newStore(t), newFolder().factory,
+	c, err := consumer.New("g", []string{"t"}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
 		consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"), kgo.BlockRebalanceOnPoll()))
 	if err != nil {
 		t.Fatal(err)
@@ -148,5 +148,38 @@ func TestRunRefusesBlockRebalanceOnPoll(t *testing.T) {
 	err = c.Run(t.Context())
 	if !errors.Is(err, consumer.ErrOwnedOption) || !strings.Contains(err.Error(), "kgo.BlockRebalanceOnPoll") {
 		t.Fatalf("Run = %v, want ErrOwnedOption naming kgo.BlockRebalanceOnPoll", err)
+	}
+}
+
+// The handler and PerPartition are one choice: New refuses both, neither, and a factory or a
+// dead-letter function of another transaction type than the sink's, all at once.
+func TestNewHandlerChoice(t *testing.T) {
+	s := newStore(t)
+	brokers := consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"))
+	h := func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }
+	f := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) { return h, nil }
+	if _, err := consumer.New("g", []string{"t"}, s, h, brokers); err != nil {
+		t.Errorf("a handler: %v", err)
+	}
+	if _, err := consumer.New("g", []string{"t"}, s, nil, brokers, consumer.PerPartition(f)); err != nil {
+		t.Errorf("PerPartition: %v", err)
+	}
+	if _, err := consumer.New("g", []string{"t"}, s, h, brokers, consumer.PerPartition(f)); !errors.Is(err, consumer.ErrInvalidOption) {
+		t.Errorf("both: %v, want ErrInvalidOption", err)
+	}
+	if _, err := consumer.New("g", []string{"t"}, s, nil, brokers); !errors.Is(err, consumer.ErrNilHandler) {
+		t.Errorf("neither: %v, want ErrNilHandler", err)
+	}
+	other := func(context.Context, fence.Key, fence.Token) (consumer.Handler[int], error) { return nil, nil }
+	wrongDL := func(context.Context, string, *consumer.Batch, *kgo.Record) error { return nil }
+	_, err := consumer.New("g", []string{"t"}, s, nil, brokers, consumer.PerPartition(other),
+		consumer.FencedDeadLetters(wrongDL), consumer.MaxInflight(0))
+	for _, want := range []string{"PerPartition builds handlers of int", "FencedDeadLetters takes string", "MaxInflight 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%v\ndoes not say %q", err, want)
+		}
+	}
+	if !errors.Is(err, consumer.ErrInvalidOption) {
+		t.Errorf("%v: want ErrInvalidOption", err)
 	}
 }

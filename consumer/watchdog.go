@@ -277,5 +277,5 @@ func (r *run[Tx]) successor(old *worker[Tx]) *worker[Tx] {
 // judged by the client's values, the watchdog would fire on a live session or late. It
 // watches classic groups only.
 func watches(protocol string, session time.Duration) bool {
-	return session > 0 && protocol != ProtocolConsumer
+	return session > 0 && protocol != protocolConsumer
 }

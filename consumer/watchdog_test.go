@@ -91,7 +91,7 @@ func watchdogZombie(t *testing.T, brokers []string, topic, group string, kopts [
 	}
 	log := slog.New(logSpy{Handler: quiet.Handler(), want: "group session expired", seen: &fired})
 	m := newMeter()
-	a, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](store), f.factory,
+	a, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(append(kopts, kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
 		consumer.Logger(log), consumer.MeterProvider(m), consumer.MaxInflightPerPartition(1), consumer.MaxInflight(1))
 	if err != nil {
@@ -188,7 +188,7 @@ func TestWatchdogRestartsAPartitionStillAssigned(t *testing.T) {
 	}
 	log := slog.New(logSpy{Handler: logSpy{Handler: quiet.Handler(), want: "group session expired", seen: &fired}, want: "restarted them", seen: &restarted})
 	m := newMeter()
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log), consumer.MeterProvider(m),
 		consumer.MaxInflightPerPartition(1), consumer.MaxInflight(1))
 	if err != nil {
@@ -244,7 +244,7 @@ func TestWatchdogRestartWithNoPositionKeepsEveryRecord(t *testing.T) {
 	}
 	log := slog.New(logSpy{Handler: logSpy{Handler: quiet.Handler(), want: "group session expired", seen: &fired}, want: "restarted them", seen: &restarted})
 	var err error
-	a, err = consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory,
+	a, err = consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory),
 		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(log),
 		consumer.MaxInflightPerPartition(1), consumer.MaxInflight(1))
 	if err != nil {

@@ -71,7 +71,7 @@ type worker[Tx any] struct {
 	handler  Handler[Tx]
 	cs       claimState        // the claim decision's memory
 	judgedAt int64             // the group session (run.sessions) in which the last proof began
-	prepared map[int64]any     // with a Preparer: Prepare's results of the records being applied, by offset
+	prepared map[int64]any     // with Lanes: the prepared results of the records being applied, by offset
 	held     *fence.TopicError // why the topic is held (opHold)
 	holding  bool              // a hold was reported since the last claim that proceeded
 }
@@ -120,8 +120,8 @@ func (w *worker[Tx]) run() {
 		return
 	}
 	w.handler = h
-	if p, ok := h.(Preparer); ok {
-		w.laneLoop(p) // lanes.go
+	if w.r.c.cfg.prepare != nil {
+		w.laneLoop() // lanes.go
 	} else {
 		w.loop()
 	}
@@ -424,7 +424,7 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 	}
 	start := time.Now()
 	err := w.r.c.sink.Apply(ctx, w.key, tok, recs[0].Offset, last.Offset, func(ctx context.Context, tx Tx) error {
-		if err := w.handler.Handle(ctx, tx, b); err != nil {
+		if err := w.handler(ctx, tx, b); err != nil {
 			return &handlerError{err: err}
 		}
 		return nil
@@ -510,16 +510,16 @@ func (w *worker[Tx]) poison(recs []*kgo.Record, cause error) bool {
 
 // Headers set on dead-lettered records, next to the record's own headers.
 const (
-	HeaderDLQReason    = "baton.dlq.reason"
-	HeaderDLQGroup     = "baton.dlq.group"
-	HeaderDLQTopic     = "baton.dlq.topic"
-	HeaderDLQPartition = "baton.dlq.partition"
-	HeaderDLQOffset    = "baton.dlq.offset"
-	HeaderDLQToken     = "baton.dlq.token"
+	headerDLQReason    = "baton.dlq.reason"
+	headerDLQGroup     = "baton.dlq.group"
+	headerDLQTopic     = "baton.dlq.topic"
+	headerDLQPartition = "baton.dlq.partition"
+	headerDLQOffset    = "baton.dlq.offset"
+	headerDLQToken     = "baton.dlq.token"
 )
 
 // deadLetter advances the fence over r in a fenced transaction that dead-letters r before
-// committing. With a handler that implements [DeadLetterer] (outboxconsumer.DeadLetters: an
+// committing. With [FencedDeadLetters] (outboxconsumer.DeadLetters: an
 // append to the fenced outbox) the copy is written in that transaction and commits with the
 // fence advance or not at all: a zombie never dead-letters. Otherwise the copy is produced to
 // the dead-letter topic from inside the transaction: the fence check runs first, so a member
@@ -539,7 +539,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		if r.Offset <= w.position {
 			return true // applied meanwhile (by the owner we yielded to, or before a recovery)
 		}
-		dl, viaTx := w.handler.(DeadLetterer[Tx]) // the handler of the current token (resettle rebuilds it)
+		dl, viaTx := w.r.c.dlq, w.r.c.dlq != nil
 		d := deadLetterRecord(topic, r, cause, w.key, w.token)
 		produce := func(ctx context.Context) error {
 			// A produce failure is transient here, whatever its cause: the record must not
@@ -551,13 +551,13 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		}
 		w.tried = w.token
 		b := &Batch{Key: w.key, Token: w.token, Records: []*kgo.Record{r}}
-		if w.prepared != nil { // with a Preparer: r's result, nil if its Prepare failed for good
+		if w.prepared != nil { // with Lanes: r's result, nil if its Prepare failed for good
 			b.Prepared = []any{w.prepared[r.Offset]}
 		}
 		err := w.attempt("dead-letter", func() error {
 			return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, tx Tx) error {
 				if viaTx {
-					if err := dl.DeadLetter(ctx, tx, b, d); err != nil {
+					if err := dl(ctx, tx, b, d); err != nil {
 						return &handlerError{err: err} // never read as the sink's verdict
 					}
 					return nil
@@ -566,7 +566,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 			})
 		})
 		var se *fence.StaleError
-		// The sink's own verdict only: a DeadLetterer's error (a handlerError) wrapping a
+		// The sink's own verdict only: a FencedDeadLetters function's error (a handlerError) wrapping a
 		// fence sentinel is the handler's, and read as ErrDuplicate it would skip X with no
 		// dead letter (TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict).
 		v := sinkVerdict(err)

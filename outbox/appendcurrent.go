@@ -8,9 +8,9 @@ import (
 	"github.com/batonhq/baton/fence"
 )
 
-// AppendAttempts bounds how many times [AppendCurrent] loads a shard's token and appends: one
+// appendAttempts bounds how many times [AppendCurrent] loads a shard's token and appends: one
 // attempt, plus a retry after each claim that landed between the load and the append.
-const AppendAttempts = 5
+const appendAttempts = 5
 
 // Appender is the Append method of an outbox store (pgoutbox.Store for pgx.Tx,
 // sqliteoutbox.Store for *sql.Tx).
@@ -27,7 +27,7 @@ type Appender[Tx any] interface {
 // share lock on the fence row; SQLite: the write lock tx took at BEGIN IMMEDIATE), so no claim
 // commits between the append and the caller's commit. If a relay claimed the shard between the
 // load and the append, Append refuses with a *fence.StaleError and writes nothing; the token is
-// loaded again and the append retried, at most [AppendAttempts] times in all. The refusal is a
+// loaded again and the append retried, at most 5 times in all. The refusal is a
 // clean result in both stores, so tx stays usable for the retry.
 //
 // Rows keep per-shard sequence order with non-decreasing tokens: once a claim committed, no
@@ -44,7 +44,7 @@ func AppendCurrent[Tx any](ctx context.Context, tx Tx, sink fence.Sink[Tx], box 
 		return fence.Token{}, fmt.Errorf("%w: nil sink or store", ErrInvalid)
 	}
 	var err error
-	for range AppendAttempts {
+	for range appendAttempts {
 		var st fence.State
 		st, err = sink.Load(ctx, src)
 		if err != nil {
@@ -61,5 +61,5 @@ func AppendCurrent[Tx any](ctx context.Context, tx Tx, sink fence.Sink[Tx], box 
 			return fence.Token{}, err
 		}
 	}
-	return fence.Token{}, fmt.Errorf("outbox: append to %s: the shard was claimed %d times during the append: %w", src, AppendAttempts, err)
+	return fence.Token{}, fmt.Errorf("outbox: append to %s: the shard was claimed %d times during the append: %w", src, appendAttempts, err)
 }

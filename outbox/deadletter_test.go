@@ -41,7 +41,7 @@ type relayEnv struct {
 	relay   *outbox.Relay
 }
 
-func newRelayEnv(t *testing.T, kopts []kfake.Opt, copts []kgo.Opt, opts ...outbox.Option) *relayEnv {
+func newRelayEnv(t *testing.T, kopts []kfake.Opt, copts []kgo.Opt, opts ...outbox.RelayOption) *relayEnv {
 	t.Helper()
 	e := &relayEnv{ctx: testenv.Context(t, time.Minute), src: fence.Key{Group: "g", Topic: "orders", Partition: 0}, tok: fence.Token{Epoch: 1}}
 	e.brokers = testenv.FakeKafka(t, kopts...)
@@ -53,7 +53,7 @@ func newRelayEnv(t *testing.T, kopts []kfake.Opt, copts []kgo.Opt, opts ...outbo
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.fences.Close() })
-	if e.box, err = sqliteoutbox.New(e.fences.DB()); err == nil {
+	if e.box, err = sqliteoutbox.New(e.fences); err == nil {
 		err = e.box.Migrate(e.ctx)
 	}
 	if err != nil {
@@ -66,7 +66,7 @@ func newRelayEnv(t *testing.T, kopts []kfake.Opt, copts []kgo.Opt, opts ...outbo
 		t.Fatal(err)
 	}
 	t.Cleanup(e.client.Close)
-	if e.relay, err = outbox.NewRelay(e.client, e.box, append([]outbox.Option{outbox.MeterProvider(mp)}, opts...)...); err != nil {
+	if e.relay, err = outbox.NewRelay(e.client, e.box, append([]outbox.RelayOption{outbox.MeterProvider(mp)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	return e

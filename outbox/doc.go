@@ -56,8 +56,8 @@
 //
 // # Dead letters of a consumer's poison records
 //
-// A Baton consumer's dead-letter copy of a poison record is an outbox row too when the handler
-// is wrapped with outboxconsumer.DeadLetters: appended under the partition's token in the
+// A Baton consumer's dead-letter copy of a poison record is an outbox row too with the
+// consumer option outboxconsumer.DeadLetters: appended under the partition's token in the
 // transaction that advances the fence over the record, relayed to the dead-letter topic like
 // any row, with the consumer's baton.dlq.* headers and the relay's baton-* headers. A zombie's
 // copy is written in a transaction that cannot commit, so only owners dead-letter, and a

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -33,8 +32,7 @@ type Inbox[Tx any] struct {
 }
 
 // NewInbox returns an inbox named name (the receiver: one name per logical consumer of the
-// records, stable across restarts) over keyed. [BatchSize], [FlushTimeout] and [GiveUpAfter]
-// do not apply to an inbox.
+// records, stable across restarts) over keyed.
 func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*Inbox[Tx], error) {
 	if err := fencestore.ValidateIdentifier("inbox name", name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
@@ -42,12 +40,9 @@ func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*
 	if keyed == nil {
 		return nil, fmt.Errorf("%w: nil keyed sink", ErrInvalid)
 	}
-	c, err := newConfig(opts)
+	c, err := newConfig(opts, func(o Option, c *config) error { return o(c) })
 	if err != nil {
 		return nil, err
-	}
-	if len(c.relayOnly) > 0 {
-		return nil, fmt.Errorf("%w: %s apply to relays, not inboxes", ErrInvalid, strings.Join(c.relayOnly, ", "))
 	}
 	tel, err := c.build()
 	if err != nil {

@@ -100,25 +100,37 @@ type config struct {
 	batch       int
 	timeout     time.Duration
 	giveUpAfter time.Duration
-	relayOnly   []string // relay options given, which an inbox refuses
 	keys        [][]byte // SigningKeys
 }
 
-// Option configures [NewRelay] and [NewInbox].
+// Option configures a relay ([NewRelay]) or an inbox ([NewInbox]): [MeterProvider] and
+// [SigningKeys] apply to both.
 type Option func(*config) error
+
+// RelayOption configures a relay: an [Option], or one of the relay's own ([BatchSize],
+// [FlushTimeout], [GiveUpAfter], [TracerProvider]), which [NewInbox] does not take.
+type RelayOption interface {
+	relay(*config) error
+}
+
+func (o Option) relay(c *config) error { return o(c) }
+
+// relayOnly is an option of relays alone.
+type relayOnly func(*config) error
+
+func (o relayOnly) relay(c *config) error { return o(c) }
 
 // BatchSize sets how many rows a relay publishes, waits for and marks at a time (default
 // [DefaultBatchSize]). A larger batch amortizes the marking write; a crash re-publishes at
 // most one batch.
-func BatchSize(n int) Option {
-	return func(c *config) error {
+func BatchSize(n int) RelayOption {
+	return relayOnly(func(c *config) error {
 		if n < 1 {
 			return fmt.Errorf("%w: batch size %d", ErrInvalid, n)
 		}
 		c.batch = n
-		c.relayOnly = append(c.relayOnly, "BatchSize")
 		return nil
-	}
+	})
 }
 
 // FlushTimeout bounds each [Relay.Flush] (default [DefaultFlushTimeout]), and so how long the
@@ -127,15 +139,14 @@ func BatchSize(n int) Option {
 // next Flush (after the next batch, or the idle interval) goes on from the first of them.
 // Rows acknowledged before it passed are marked delivered. Part of it (up to a second) is kept
 // for the metadata check of a possibly missing topic.
-func FlushTimeout(d time.Duration) Option {
-	return func(c *config) error {
+func FlushTimeout(d time.Duration) RelayOption {
+	return relayOnly(func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: flush timeout %v", ErrInvalid, d)
 		}
 		c.timeout = d
-		c.relayOnly = append(c.relayOnly, "FlushTimeout")
 		return nil
-	}
+	})
 }
 
 // GiveUpAfter sets how long a row must keep failing for a reason that an operator may still
@@ -145,15 +156,14 @@ func FlushTimeout(d time.Duration) Option {
 // granted). The time is counted by this relay from the first failure it saw, so a restart
 // starts it again. Errors that only the row can cause (too large, invalid) are dead-lettered
 // at once, after the row alone was refused again.
-func GiveUpAfter(d time.Duration) Option {
-	return func(c *config) error {
+func GiveUpAfter(d time.Duration) RelayOption {
+	return relayOnly(func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: give-up time %v", ErrInvalid, d)
 		}
 		c.giveUpAfter = d
-		c.relayOnly = append(c.relayOnly, "GiveUpAfter")
 		return nil
-	}
+	})
 }
 
 // MeterProvider sets where the relay's or inbox's metrics go (default otel.GetMeterProvider()).
@@ -168,14 +178,14 @@ func MeterProvider(p metric.MeterProvider) Option {
 }
 
 // TracerProvider sets where the relay's publish spans go (default otel.GetTracerProvider()).
-func TracerProvider(p trace.TracerProvider) Option {
-	return func(c *config) error {
+func TracerProvider(p trace.TracerProvider) RelayOption {
+	return relayOnly(func(c *config) error {
 		if p == nil {
 			return fmt.Errorf("%w: nil tracer provider", ErrInvalid)
 		}
 		c.tracers = p
 		return nil
-	}
+	})
 }
 
 // NewRelay returns a relay publishing store's rows with client. The client must keep
@@ -183,14 +193,14 @@ func TracerProvider(p trace.TracerProvider) Option {
 // disabled): it keeps each destination partition in produce order across retries, and fails
 // every buffered record of a partition after one fails, so a batch is delivered as a prefix.
 // The client may be shared (the consumer's own client works); the relay never closes it.
-func NewRelay(client *kgo.Client, store Store, opts ...Option) (*Relay, error) {
+func NewRelay(client *kgo.Client, store Store, opts ...RelayOption) (*Relay, error) {
 	if client == nil || store == nil {
 		return nil, fmt.Errorf("%w: nil client or store", ErrInvalid)
 	}
 	if v, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); v {
 		return nil, ErrNotIdempotent
 	}
-	c, err := newConfig(opts)
+	c, err := newConfig(opts, RelayOption.relay)
 	if err != nil {
 		return nil, err
 	}
@@ -439,13 +449,13 @@ func (r *Relay) topicMissing(ctx context.Context, topic string) (bool, error) {
 // from the partition's own goroutine, under its fence key and token, after every committed
 // batch and every idle interval:
 //
-//	consumer.New(group, topics, sink, factory, consumer.AfterCommit(relay.AfterCommit(), time.Second))
+//	consumer.New(group, topics, sink, handler, consumer.AfterCommit(relay.AfterCommit(), time.Second))
 //
 // So the relay of source partition k runs exactly where k's ownership lives, and stops the
 // moment k is revoked or lost. It is Flush without the count, so it holds up the partition for
 // at most [FlushTimeout]; a Flush that delivered rows and then ran out of time (a large backlog
 // catching up) is not an error, the rest follows on the next call. Its type is the one of
-// consumer.AfterCommitFunc, spelled out so that outbox does not depend on the consumer.
+// consumer.AfterCommit's function, spelled out so that outbox does not depend on the consumer.
 func (r *Relay) AfterCommit() func(ctx context.Context, k fence.Key, t fence.Token) error {
 	return func(ctx context.Context, k fence.Key, t fence.Token) error {
 		n, err := r.Flush(ctx, k, t)
@@ -554,17 +564,31 @@ func header(rec *kgo.Record, key string) ([]byte, bool) {
 	return nil, false
 }
 
-func newConfig(opts []Option) (config, error) {
+// newConfig applies opts (a relay's or an inbox's) with apply.
+func newConfig[O any](opts []O, apply func(O, *config) error) (config, error) {
 	c := config{batch: DefaultBatchSize, timeout: DefaultFlushTimeout, giveUpAfter: DefaultGiveUpAfter}
 	var errs []error
 	for i, o := range opts {
-		if o == nil {
+		if isNilOption(o) {
 			errs = append(errs, fmt.Errorf("%w: option %d is nil", ErrInvalid, i))
 			continue
 		}
-		if err := o(&c); err != nil {
+		if err := apply(o, &c); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return c, errors.Join(errs...)
+}
+
+// isNilOption reports whether o is a nil Option or RelayOption (a nil func in either).
+func isNilOption(o any) bool {
+	switch o := o.(type) {
+	case nil:
+		return true
+	case Option:
+		return o == nil
+	case relayOnly:
+		return o == nil
+	}
+	return false
 }

@@ -35,7 +35,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fences.Close()
-	box, err := sqliteoutbox.New(fences.DB())
+	box, err := sqliteoutbox.New(fences)
 	if err == nil {
 		err = box.Migrate(ctx)
 	}

@@ -40,7 +40,7 @@ func batonDesigns() map[string]bench.Design {
 // rowPerRecord is the handler shape of Baton's docs and examples: one statement per record
 // in the batch's transaction.
 func rowPerRecord(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+	return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		for _, r := range b.Records {
 			v, err := bench.Value(r.Value)
 			if err != nil {
@@ -70,7 +70,7 @@ var foldUpsert = func() *pgbulk.Upsert {
 // by unnest statements of at most 1000 rows, in one batch (over pgbulk.Sink, the batch that
 // also carries the fence statement).
 func fastPath(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+	return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		rows := make([][]any, len(b.Records))
 		for i, r := range b.Records {
 			v, err := bench.Value(r.Value)
@@ -116,7 +116,7 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 	}
 	defer closeLog()
 	rec.Start()
-	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[pgx.Tx]{Sink: sink, rec: rec, pos: map[int32]int64{}}, factory,
+	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[pgx.Tx]{Sink: sink, rec: rec, pos: map[int32]int64{}}, nil, consumer.PerPartition(factory),
 		consumer.Kafka(kopts...), consumer.Logger(logger))
 	if err != nil {
 		return err

@@ -471,7 +471,7 @@ func handoverWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	factory := func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
 		fmt.Fprintf(w, "claim %d %d %d %d\n", k.Partition, t.Era, t.Epoch, time.Now().UnixNano())
-		return consumer.HandlerFunc[pgx.Tx](func(context.Context, pgx.Tx, *consumer.Batch) error { return nil }), nil
+		return consumer.Handler[pgx.Tx](func(context.Context, pgx.Tx, *consumer.Batch) error { return nil }), nil
 	}
 	level := slog.LevelWarn
 	if debugHandover {
@@ -479,7 +479,7 @@ func handoverWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 		kopts = append(kopts, kgo.WithLogger(kgo.BasicLogger(stderr, kgo.LogLevelInfo, nil)))
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})).With("member", name)
-	c, err := consumer.New(group, []string{topic}, &reportingSink{Sink: store, w: w}, factory,
+	c, err := consumer.New(group, []string{topic}, &reportingSink{Sink: store, w: w}, nil, consumer.PerPartition(factory),
 		consumer.Kafka(kopts...), consumer.Logger(log))
 	if err != nil {
 		return err

@@ -67,7 +67,7 @@ func runSQLite(ctx context.Context, job bench.Job, rec *bench.Recorder, fenced b
 		sink = unfencedSQLite{s.DB()}
 	}
 	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
-		return consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+		return consumer.Handler[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 			rows := make([][]any, len(b.Records))
 			for i, r := range b.Records {
 				v, err := bench.Value(r.Value)
@@ -85,7 +85,7 @@ func runSQLite(ctx context.Context, job bench.Job, rec *bench.Recorder, fenced b
 	}
 	defer closeLog()
 	rec.Start()
-	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[*sql.Tx]{Sink: sink, rec: rec, pos: map[int32]int64{}}, factory,
+	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[*sql.Tx]{Sink: sink, rec: rec, pos: map[int32]int64{}}, nil, consumer.PerPartition(factory),
 		consumer.Kafka(kopts...), consumer.Logger(logger))
 	if err != nil {
 		return err

@@ -201,7 +201,7 @@ func startMember(ctx context.Context, brokers []string, sink fence.Sink[*sql.Tx]
 	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(lease), kgo.RebalanceTimeout(lease),
 		kgo.HeartbeatInterval(sessionHeartbeat), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, extra...)
-	c, err := consumer.New("lock-to-partition", []string{"deposits"}, sink, f, consumer.Kafka(opts...),
+	c, err := consumer.New("lock-to-partition", []string{"deposits"}, sink, nil, consumer.PerPartition(f), consumer.Kafka(opts...),
 		consumer.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		return nil, err

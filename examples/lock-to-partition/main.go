@@ -199,7 +199,7 @@ func withBaton(ctx context.Context, out *syncWriter, path string) (int64, error)
 	handler := func(name string) consumer.Factory[*sql.Tx] {
 		return func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[*sql.Tx], error) {
 			out.say("[baton] member %s owns partition %d with token %s", name, k.Partition, t)
-			return consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+			return consumer.Handler[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					amount, err := strconv.ParseInt(string(r.Value), 10, 64)
 					if err != nil {

@@ -175,9 +175,9 @@ func startMember[Tx any](ctx context.Context, o options, group, topic string, br
 	opts := append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.SessionTimeout(session),
 		kgo.RebalanceTimeout(session), kgo.HeartbeatInterval(session / 10),
 		kgo.FetchMaxWait(100 * time.Millisecond), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, extra...)
-	copts = append(copts, consumer.Kafka(opts...),
+	copts = append(copts, consumer.PerPartition(f), consumer.Kafka(opts...),
 		consumer.Logger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	c, err := consumer.New(group, []string{topic}, sink, f, copts...)
+	c, err := consumer.New(group, []string{topic}, sink, nil, copts...)
 	if err != nil {
 		return nil, err
 	}

@@ -138,7 +138,7 @@ func compareFolds[Tx any](ctx context.Context, t *testing.T, st *store[Tx], begi
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := h.Handle(ctx, tx, b); err != nil {
+			if err := h(ctx, tx, b); err != nil {
 				t.Fatalf("batch %d: %v", i, err)
 			}
 			if err := commit(); err != nil {
@@ -179,7 +179,7 @@ func recordAppends[Tx any](into *[]outbox.Message) func(context.Context, Tx, fen
 
 // perRecordFold is the fold before the fast path, the reference: one upsert per update.
 func perRecordFold[Tx any](st *store[Tx], commands string) consumer.Handler[Tx] {
-	return consumer.HandlerFunc[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
+	return consumer.Handler[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
 		var cmds []outbox.Message
 		for _, r := range b.Records {
 			var u update
@@ -283,7 +283,7 @@ func BenchmarkFold(b *testing.B) {
 			}
 			defer tx.Rollback() //nolint:errcheck // after a commit
 			cmds = cmds[:0]
-			if err := hd.Handle(ctx, tx, &consumer.Batch{Records: recs}); err != nil {
+			if err := hd(ctx, tx, &consumer.Batch{Records: recs}); err != nil {
 				return err
 			}
 			return tx.Commit()
@@ -335,7 +335,7 @@ func BenchmarkFold(b *testing.B) {
 			}
 			defer tx.Rollback(ctx) //nolint:errcheck // after a commit
 			cmds = cmds[:0]
-			if err := hd.Handle(ctx, tx, &consumer.Batch{Records: recs}); err != nil {
+			if err := hd(ctx, tx, &consumer.Batch{Records: recs}); err != nil {
 				return err
 			}
 			return tx.Commit(ctx)

@@ -29,7 +29,7 @@ func startGateway[Tx any](ctx context.Context, o options, brokers []string, n na
 		return nil, err
 	}
 	// apply sees only the records the inbox admitted, in the transaction that admitted them.
-	apply := consumer.HandlerFunc[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
+	apply := consumer.Handler[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
 		for _, r := range b.Records {
 			env, err := outbox.ParseEnvelope(r) // the inbox admitted it, so this does not fail
 			if err != nil {

@@ -245,7 +245,7 @@ func startTwinMember[Tx any](ctx context.Context, out *syncWriter, o options, na
 // one statement per batch, where a statement per update would fold the same (main_test.go
 // compares the two).
 func fold[Tx any](st *store[Tx], commands string) consumer.Handler[Tx] {
-	return consumer.HandlerFunc[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
+	return consumer.Handler[Tx](func(ctx context.Context, tx Tx, b *consumer.Batch) error {
 		rows := make([][]any, 0, len(b.Records))
 		var cmds []outbox.Message
 		for _, r := range b.Records {

@@ -79,11 +79,11 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 		kopts = append(kopts, kgo.InstanceID(o.instanceID))
 	}
 	c, err := consumer.New(n.twins, []string{n.updates}, st.fast,
-		func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
+		nil, consumer.PerPartition(func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
 			return fold(st, n.commands), nil
-		},
+		}),
 		consumer.Kafka(kopts...), consumer.AfterCommit(relay.AfterCommit(), time.Second),
-		consumer.MeterProvider(mp), consumer.TracerProvider(tp), consumer.Logger(log))
+		consumer.Telemetry(mp, tp, nil), consumer.Logger(log))
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -118,7 +118,7 @@ func openSQLite(ctx context.Context, dir string) (twins, gw *store[*sql.Tx], err
 		if err != nil {
 			return nil, err
 		}
-		ob, err := sqliteoutbox.New(fs.DB())
+		ob, err := sqliteoutbox.New(fs)
 		if err == nil {
 			err = ob.Migrate(ctx)
 		}
@@ -187,7 +187,7 @@ func pgStore(pool *pgxpool.Pool) (*store[pgx.Tx], error) {
 	if err != nil {
 		return nil, err
 	}
-	ob, err := pgoutbox.New(pool)
+	ob, err := pgoutbox.New(pool, fs)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +212,7 @@ func migratePostgres(ctx context.Context, pool *pgxpool.Pool, role string) error
 	if err != nil {
 		return err
 	}
-	ob, err := pgoutbox.New(pool)
+	ob, err := pgoutbox.New(pool, fs)
 	if err != nil {
 		return err
 	}

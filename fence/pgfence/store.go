@@ -131,6 +131,10 @@ func New(db DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// Table returns the fence table's name, as configured with [Table]: the table pgoutbox checks
+// tokens against.
+func (s *Store) Table() string { return s.tables[0] }
+
 // Schema returns the DDL Migrate runs, with the configured table names, for users who manage
 // migrations with their own tools.
 func (s *Store) Schema() string { return s.schema }

@@ -27,6 +27,7 @@ type Store struct {
 	db          *sql.DB
 	owned       bool // Close closes db: Open opened it
 	busyTimeout time.Duration
+	table       string // the fence table's name, as configured
 	q           queries
 
 	// gate serializes the store's own write transactions (Claim, Apply, Recover) within the
@@ -151,11 +152,16 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	return newStore(db, false, cfg), nil
 }
 
+// Table returns the fence table's name, as configured with [Table]: the table sqliteoutbox
+// checks tokens against.
+func (s *Store) Table() string { return s.table }
+
 func newStore(db *sql.DB, owned bool, cfg config) *Store {
 	return &Store{
 		db:          db,
 		owned:       owned,
 		busyTimeout: cfg.busyTimeout,
+		table:       cfg.table,
 		q:           newQueries(newNames(cfg.table)),
 		gate:        make(chan struct{}, 1),
 	}

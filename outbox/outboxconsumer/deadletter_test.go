@@ -88,7 +88,7 @@ func zombieDeadLetter(t *testing.T, brokers []string, src, dlq, group string, se
 	if err != nil {
 		t.Fatal(err)
 	}
-	box, err := pgoutbox.New(pool)
+	box, err := pgoutbox.New(pool, fences)
 	if err == nil {
 		err = box.Migrate(ctx)
 	}
@@ -134,7 +134,7 @@ func zombieDeadLetter(t *testing.T, brokers []string, src, dlq, group string, se
 
 	sinkA := &heldDeadLetter{Store: fencesA, poison: poison, entered: make(chan struct{}), release: make(chan struct{}), result: make(chan error, 1)}
 	sinkA.armed.Store(true)
-	handler := consumer.HandlerFunc[pgx.Tx](func(_ context.Context, _ pgx.Tx, b *consumer.Batch) error {
+	handler := consumer.Handler[pgx.Tx](func(_ context.Context, _ pgx.Tx, b *consumer.Batch) error {
 		for _, r := range b.Records {
 			if string(r.Value) == "poison" {
 				return b.Fail(r, errors.New("cannot decode"))
@@ -142,9 +142,6 @@ func zombieDeadLetter(t *testing.T, brokers []string, src, dlq, group string, se
 		}
 		return nil
 	})
-	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-		return outboxconsumer.DeadLetters[pgx.Tx](box, handler), nil
-	}
 	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.SessionTimeout(session), kgo.RebalanceTimeout(session), kgo.HeartbeatInterval(200 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(100 * time.Millisecond)}
@@ -157,7 +154,7 @@ func zombieDeadLetter(t *testing.T, brokers []string, src, dlq, group string, se
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := consumer.New(group, []string{src}, sink, factory,
+		c, err := consumer.New(group, []string{src}, sink, handler, outboxconsumer.DeadLetters(box),
 			consumer.Kafka(append(kopts, extra...)...), consumer.Logger(quiet()), consumer.DeadLetterTopic(dlq),
 			consumer.AfterCommit(relay.AfterCommit(), 200*time.Millisecond))
 		if err != nil {
@@ -228,10 +225,10 @@ func zombieDeadLetter(t *testing.T, brokers []string, src, dlq, group string, se
 			for _, x := range r.Headers {
 				h[x.Key] = string(x.Value)
 			}
-			if h[consumer.HeaderDLQOffset] != strconv.FormatInt(poison, 10) {
+			if h["baton.dlq.offset"] != strconv.FormatInt(poison, 10) {
 				continue
 			}
-			tokens = append(tokens, h[consumer.HeaderDLQToken])
+			tokens = append(tokens, h["baton.dlq.token"])
 			if _, ok := h[outbox.HeaderSeq]; ok {
 				withRow++
 			}
@@ -283,34 +280,18 @@ func (a *appendLog) Append(_ context.Context, _ int, src fence.Key, tok fence.To
 
 // DeadLetters appends the consumer's copy under the batch's key and token, without the headers
 // an outbox row may not carry; a copy the outbox refuses for good is a consumer.Permanent
-// error; Handler keeps a wrapped DeadLetterer visible, and adds none to a handler without one.
+// error.
 func TestDeadLettersAppendsTheCopy(t *testing.T) {
-	plain := consumer.HandlerFunc[int](func(context.Context, int, *consumer.Batch) error { return nil })
-	in, err := outbox.NewInbox[int]("r", nopKeyed{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := outboxconsumer.Handler(in, plain).(consumer.DeadLetterer[int]); ok {
-		t.Fatal("Handler(in, h) takes dead letters though h does not")
-	}
 	box := &appendLog{}
-	for _, h := range []consumer.Handler[int]{
-		outboxconsumer.DeadLetters[int](box, plain),
-		outboxconsumer.Handler(in, outboxconsumer.DeadLetters[int](box, plain)),
-		outboxconsumer.DeadLetters[int](box, outboxconsumer.Handler(in, plain)),
-	} {
-		dl, ok := h.(consumer.DeadLetterer[int])
-		if !ok {
-			t.Fatalf("%T takes no dead letters", h)
-		}
-		box.msgs = nil
+	dl := outboxconsumer.DeadLetterCopy[int](box)
+	{
 		k := fence.Key{Group: "g", Topic: "orders", Partition: 2}
 		tok := fence.Token{Era: 1, Epoch: 7}
 		r := &kgo.Record{Topic: "orders", Partition: 2, Offset: 9, Key: []byte("k"), Value: []byte("v")}
 		d := &kgo.Record{Topic: "orders.dlq", Key: r.Key, Value: r.Value, Headers: []kgo.RecordHeader{
 			{Key: "app", Value: []byte("1")}, {Key: "Baton-Token", Value: []byte("9.9")}, {Key: "traceparent"},
-			{Key: ""}, {Key: "\xff"}, {Key: consumer.HeaderDLQOffset, Value: []byte("9")}}}
-		if err := dl.DeadLetter(context.Background(), 0, &consumer.Batch{Key: k, Token: tok, Records: []*kgo.Record{r}}, d); err != nil {
+			{Key: ""}, {Key: "\xff"}, {Key: "baton.dlq.offset", Value: []byte("9")}}}
+		if err := dl(context.Background(), 0, &consumer.Batch{Key: k, Token: tok, Records: []*kgo.Record{r}}, d); err != nil {
 			t.Fatal(err)
 		}
 		if len(box.msgs) != 1 || box.src != k || box.tok != tok {
@@ -321,13 +302,13 @@ func TestDeadLettersAppendsTheCopy(t *testing.T) {
 		for _, x := range m.Headers {
 			keys = append(keys, x.Key)
 		}
-		if m.Topic != "orders.dlq" || string(m.Key) != "k" || string(m.Value) != "v" || len(keys) != 2 || keys[0] != "app" || keys[1] != consumer.HeaderDLQOffset {
+		if m.Topic != "orders.dlq" || string(m.Key) != "k" || string(m.Value) != "v" || len(keys) != 2 || keys[0] != "app" || keys[1] != "baton.dlq.offset" {
 			t.Fatalf("appended %s %q=%q with headers %q", m.Topic, m.Key, m.Value, keys)
 		}
 	}
 	for _, e := range []error{outbox.ErrTooLarge, outbox.ErrInvalid, outbox.ErrNoTopic, outbox.ErrInvalidHeader} {
 		box.err = e
-		err := outboxconsumer.DeadLetters[int](box, plain).(consumer.DeadLetterer[int]).DeadLetter(context.Background(), 0,
+		err := dl(context.Background(), 0,
 			&consumer.Batch{Records: []*kgo.Record{{}}}, &kgo.Record{Topic: "x"})
 		if !consumer.IsPermanent(err) || !errors.Is(err, e) {
 			t.Errorf("an outbox refusing the copy with %v: %v, want it permanent", e, err)
@@ -335,12 +316,10 @@ func TestDeadLettersAppendsTheCopy(t *testing.T) {
 	}
 	for _, e := range []error{outbox.ErrUnfenced, &fence.StaleError{}, errors.New("connection reset")} {
 		box.err = e
-		err := outboxconsumer.DeadLetters[int](box, plain).(consumer.DeadLetterer[int]).DeadLetter(context.Background(), 0,
+		err := dl(context.Background(), 0,
 			&consumer.Batch{Records: []*kgo.Record{{}}}, &kgo.Record{Topic: "x"})
 		if consumer.IsPermanent(err) || !errors.Is(err, e) {
 			t.Errorf("an outbox failing with %v: %v, want it as it is (retried)", e, err)
 		}
 	}
 }
-
-type nopKeyed struct{ fence.KeyedSink[int] }

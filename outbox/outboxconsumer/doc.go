@@ -6,8 +6,8 @@
 //     admitted inside the batch's fenced transaction and only admitted records reach the
 //     wrapped handler; duplicates and stale records are dropped and counted, a record without
 //     Baton's headers or key is dead-lettered as a poison record.
-//   - [DeadLetters] wraps a consumer.Handler so that the consumer dead-letters a poison record
-//     through the fenced outbox (a consumer.DeadLetterer): the copy is appended in the
+//   - [DeadLetters] is the consumer option that dead-letters a poison record through the
+//     fenced outbox (consumer.FencedDeadLetters): the copy is appended in the
 //     transaction that advances the fence over the record and relayed by the partition's
 //     owner, so a zombie whose transaction the database ended never dead-letters, where a
 //     direct produce would.

@@ -18,151 +18,82 @@ import (
 // stale records are dropped and counted). If nothing in a batch is admitted, h is not called and
 // the batch commits with just the fence advance. A record without Baton's headers or without a
 // key is a poison record ([outbox.ErrNotBaton], [outbox.ErrNoKey]): the consumer dead-letters it and goes on.
-// If h takes dead letters itself (a consumer.DeadLetterer, such as [DeadLetters]' handler), so
-// does the returned handler; if h has a first stage (a consumer.Preparer, for consumer.Lanes),
-// so does the returned handler, and h receives the prepared results of the admitted records
-// only, b.Prepared[i] still b.Records[i]'s.
+// With consumer.Lanes, h receives the prepared results of the admitted records only,
+// b.Prepared[i] still b.Records[i]'s.
 func Handler[Tx any](in *outbox.Inbox[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
-	ih := inboxHandler[Tx]{in: in, h: h}
-	dl, isDL := h.(consumer.DeadLetterer[Tx])
-	p, isP := h.(consumer.Preparer)
-	switch {
-	case isDL && isP:
-		return inboxDeadLettersPreparer[Tx]{inboxDeadLetters[Tx]{inboxHandler: ih, dl: dl}, p}
-	case isDL:
-		return inboxDeadLetters[Tx]{inboxHandler: ih, dl: dl}
-	case isP:
-		return inboxPreparer[Tx]{ih, p}
-	}
-	return ih
-}
-
-type inboxHandler[Tx any] struct {
-	in *outbox.Inbox[Tx]
-	h  consumer.Handler[Tx]
-}
-
-func (ih inboxHandler[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch) error {
-	kept := b.Records[:0:0]
-	// A batch of a consumer.Preparer carries Prepared[i] for Records[i]: filter them together,
-	// so the wrapped handler never applies a record with another record's prepared result.
-	aligned := b.Prepared != nil && len(b.Prepared) == len(b.Records)
-	var prepared []any
-	for i, r := range b.Records {
-		v, err := ih.in.Admit(ctx, tx, r)
-		if errors.Is(err, outbox.ErrNotBaton) || errors.Is(err, outbox.ErrNoKey) {
-			return b.Fail(r, err)
-		}
-		if err != nil {
-			return err
-		}
-		if v == fence.Admitted {
-			kept = append(kept, r)
-			if aligned {
-				prepared = append(prepared, b.Prepared[i])
+	return func(ctx context.Context, tx Tx, b *consumer.Batch) error {
+		kept := b.Records[:0:0]
+		// With consumer.Lanes a batch carries Prepared[i] for Records[i]: filter them together,
+		// so the wrapped handler never applies a record with another record's prepared result.
+		aligned := b.Prepared != nil && len(b.Prepared) == len(b.Records)
+		var prepared []any
+		for i, r := range b.Records {
+			v, err := in.Admit(ctx, tx, r)
+			if errors.Is(err, outbox.ErrNotBaton) || errors.Is(err, outbox.ErrNoKey) {
+				return b.Fail(r, err)
+			}
+			if err != nil {
+				return err
+			}
+			if v == fence.Admitted {
+				kept = append(kept, r)
+				if aligned {
+					prepared = append(prepared, b.Prepared[i])
+				}
 			}
 		}
+		if len(kept) == 0 {
+			return nil
+		}
+		nb := *b
+		nb.Records = kept
+		if aligned {
+			nb.Prepared = prepared
+		}
+		return h(ctx, tx, &nb)
 	}
-	if len(kept) == 0 {
-		return nil
-	}
-	nb := *b
-	nb.Records = kept
-	if aligned {
-		nb.Prepared = prepared
-	}
-	return ih.h.Handle(ctx, tx, &nb)
 }
 
-// inboxDeadLetters is an inboxHandler whose wrapped handler takes dead letters.
-type inboxDeadLetters[Tx any] struct {
-	inboxHandler[Tx]
-	dl consumer.DeadLetterer[Tx]
-}
-
-// inboxPreparer and inboxDeadLettersPreparer keep the wrapped handler's first stage
-// (consumer.Preparer) visible, so that consumer.Lanes still runs it.
-type inboxPreparer[Tx any] struct {
-	inboxHandler[Tx]
-	consumer.Preparer
-}
-
-type inboxDeadLettersPreparer[Tx any] struct {
-	inboxDeadLetters[Tx]
-	consumer.Preparer
-}
-
-func (h inboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer.Batch, d *kgo.Record) error {
-	return h.dl.DeadLetter(ctx, tx, b, d)
-}
-
-// DeadLetters wraps h so that the consumer dead-letters a poison record through box, the fenced
-// outbox, instead of producing it to Kafka: the dead-letter copy (the consumer's: the
-// dead-letter topic, the record's key, value and headers, and the baton.dlq.* headers) is
-// appended under the partition's fence key and token in the same transaction that advances the
-// fence over the record, and relayed like any outbox row by the partition's owner (the relay
-// of box must run: consumer.AfterCommit(relay.AfterCommit(), ...)). So a zombie whose
-// transaction the database ended (idle_in_transaction_session_timeout) never dead-letters a
-// record, and the copies a relay re-publishes carry the row's baton-* headers, so readers of
-// the dead-letter topic deduplicate them with an outbox.Inbox or by baton-idempotency-key.
+// DeadLetters is the consumer option that dead-letters a poison record through box, the
+// fenced outbox, instead of producing it to Kafka (consumer.FencedDeadLetters): the dead-letter
+// copy (the consumer's: the dead-letter topic, the record's key, value and headers, and the
+// baton.dlq.* headers) is appended under the partition's fence key and token in the same
+// transaction that advances the fence over the record, and relayed like any outbox row by the
+// partition's owner (the relay of box must run: consumer.AfterCommit(relay.AfterCommit(), ...)).
+// So a zombie whose transaction the database ended (idle_in_transaction_session_timeout) never
+// dead-letters a record, and the copies a relay re-publishes carry the row's baton-* headers, so
+// readers of the dead-letter topic deduplicate them with an outbox.Inbox or by
+// baton-idempotency-key.
 //
 // The copy keeps the record's headers except those an outbox row may not carry (baton-*,
 // traceparent, tracestate, and keys that are empty or not UTF-8): the relay sets its own, and
 // baton.dlq.topic, .partition and .offset name the original record. A copy the outbox refuses
 // for good (larger than the store's message bound, a dead-letter topic name Kafka refuses) is
 // a consumer.Permanent error: the consumer stops the partition with an ERROR rather than skip
-// the record. The result also wraps an inbox: DeadLetters(box, Handler(in, h)) and
-// Handler(in, DeadLetters(box, h)) are the same. If h has a first stage (a consumer.Preparer,
-// for consumer.Lanes), so does the returned handler. A dead-letter topic that stays missing
-// or unauthorized for the relay's GiveUpAfter does not stall the partition as a direct
-// produce does: the relay sets the copy aside as an undeliverable row (outbox's "Undeliverable
-// rows").
-func DeadLetters[Tx any](box outbox.Appender[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
-	o := outboxDeadLetters[Tx]{h: h, box: box}
-	if p, ok := h.(consumer.Preparer); ok {
-		return outboxDeadLettersPreparer[Tx]{o, p}
-	}
-	return o
+// the record. An option, not a wrapper: it holds whatever wraps the handler ([Handler], an
+// application's middleware). A dead-letter topic that stays missing or unauthorized for the
+// relay's GiveUpAfter does not stall the partition as a direct produce does: the relay sets
+// the copy aside as an undeliverable row (outbox's "Undeliverable rows").
+func DeadLetters[Tx any](box outbox.Appender[Tx]) consumer.Option {
+	return consumer.FencedDeadLetters(deadLetterCopy(box))
 }
 
-// outboxDeadLettersPreparer keeps the wrapped handler's consumer.Preparer visible.
-type outboxDeadLettersPreparer[Tx any] struct {
-	outboxDeadLetters[Tx]
-	consumer.Preparer
-}
-
-type outboxDeadLetters[Tx any] struct {
-	h   consumer.Handler[Tx]
-	box outbox.Appender[Tx]
-}
-
-var (
-	_ consumer.DeadLetterer[any] = outboxDeadLetters[any]{}
-	_ consumer.DeadLetterer[any] = inboxDeadLetters[any]{}
-	_ consumer.DeadLetterer[any] = inboxDeadLettersPreparer[any]{}
-	_ consumer.DeadLetterer[any] = outboxDeadLettersPreparer[any]{}
-	_ consumer.Preparer          = inboxPreparer[any]{}
-	_ consumer.Preparer          = inboxDeadLettersPreparer[any]{}
-	_ consumer.Preparer          = outboxDeadLettersPreparer[any]{}
-)
-
-func (o outboxDeadLetters[Tx]) Handle(ctx context.Context, tx Tx, b *consumer.Batch) error {
-	return o.h.Handle(ctx, tx, b)
-}
-
-func (o outboxDeadLetters[Tx]) DeadLetter(ctx context.Context, tx Tx, b *consumer.Batch, d *kgo.Record) error {
-	m := outbox.Message{Topic: d.Topic, Key: d.Key, Value: d.Value, Headers: make([]kgo.RecordHeader, 0, len(d.Headers))}
-	for _, h := range d.Headers {
-		if rowHeader(h.Key) {
-			m.Headers = append(m.Headers, h)
+// deadLetterCopy appends the consumer's dead-letter copy d to box: DeadLetters' function.
+func deadLetterCopy[Tx any](box outbox.Appender[Tx]) func(context.Context, Tx, *consumer.Batch, *kgo.Record) error {
+	return func(ctx context.Context, tx Tx, b *consumer.Batch, d *kgo.Record) error {
+		m := outbox.Message{Topic: d.Topic, Key: d.Key, Value: d.Value, Headers: make([]kgo.RecordHeader, 0, len(d.Headers))}
+		for _, h := range d.Headers {
+			if rowHeader(h.Key) {
+				m.Headers = append(m.Headers, h)
+			}
 		}
+		err := box.Append(ctx, tx, b.Key, b.Token, m)
+		if errors.Is(err, outbox.ErrTooLarge) || errors.Is(err, outbox.ErrNoTopic) || errors.Is(err, outbox.ErrInvalidHeader) ||
+			(errors.Is(err, outbox.ErrInvalid) && !errors.Is(err, outbox.ErrUnfenced)) {
+			return consumer.Permanent(err)
+		}
+		return err
 	}
-	err := o.box.Append(ctx, tx, b.Key, b.Token, m)
-	if errors.Is(err, outbox.ErrTooLarge) || errors.Is(err, outbox.ErrNoTopic) || errors.Is(err, outbox.ErrInvalidHeader) ||
-		(errors.Is(err, outbox.ErrInvalid) && !errors.Is(err, outbox.ErrUnfenced)) {
-		return consumer.Permanent(err)
-	}
-	return err
 }
 
 // rowHeader reports whether an outbox row may carry a header named k.

@@ -44,7 +44,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sendFence.Close()
-	box, err := sqliteoutbox.New(sendFence.DB())
+	box, err := sqliteoutbox.New(sendFence)
 	if err == nil {
 		err = box.Migrate(ctx)
 	}
@@ -61,15 +61,15 @@ func TestPipelineExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	sender, err := consumer.New("sender", []string{"events"}, fence.Sink[*sql.Tx](sendFence),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
-			return consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
+			return consumer.Handler[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				msgs := make([]outbox.Message, 0, len(b.Records))
 				for _, r := range b.Records {
 					msgs = append(msgs, outbox.Message{Topic: "commands", Key: r.Key, Value: r.Value})
 				}
 				return box.Append(ctx, tx, b.Key, b.Token, msgs...)
 			}), nil
-		},
+		}),
 		consumer.Kafka(kopts...), consumer.Logger(quiet()),
 		consumer.AfterCommit(relay.AfterCommit(), 200*time.Millisecond))
 	if err != nil {
@@ -92,8 +92,8 @@ func TestPipelineExactlyOnce(t *testing.T) {
 	var mu sync.Mutex
 	var copies [][]*kgo.Record // relayed records seen by the receiver, to publish again
 	receiver, err := consumer.New("receiver", []string{"commands"}, fence.Sink[*sql.Tx](recvFence),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
-			apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
+			apply := consumer.Handler[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					// The primary key makes a double apply fail loudly instead of passing silently.
 					if _, err := tx.ExecContext(ctx, `INSERT INTO applied (k, seq) VALUES (?, ?)`, string(r.Key), string(r.Value)); err != nil {
@@ -106,7 +106,7 @@ func TestPipelineExactlyOnce(t *testing.T) {
 				return nil
 			})
 			return outboxconsumer.Handler(inbox, apply), nil
-		},
+		}),
 		consumer.Kafka(kopts...), consumer.Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)

@@ -14,14 +14,10 @@ import (
 	"github.com/batonhq/baton/outbox/outboxconsumer"
 )
 
-// prepHandler is a two-stage handler (consumer.Preparer) that records what reaches Handle.
+// prepHandler is a handler that records what reaches it.
 type prepHandler struct {
 	records  []*kgo.Record
 	prepared []any
-}
-
-func (h *prepHandler) Prepare(_ context.Context, r *kgo.Record) (any, error) {
-	return "prepared:" + string(r.Value), nil
 }
 
 func (h *prepHandler) Handle(_ context.Context, _ int, b *consumer.Batch) error {
@@ -48,42 +44,6 @@ func envelopeRecord(offset, seq int64) *kgo.Record {
 		}}
 }
 
-// The wrappers keep a wrapped consumer.Preparer visible: without it consumer.Lanes silently
-// runs the plain path (Prepare never called, Batch.Prepared nil, which a Handle that indexes
-// it panics on).
-func TestWrappersKeepPreparer(t *testing.T) {
-	in, err := outbox.NewInbox[int]("r", seqKeyed{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	box := &appendLog{}
-	h := &prepHandler{}
-	for i, w := range []consumer.Handler[int]{
-		outboxconsumer.Handler(in, h),
-		outboxconsumer.DeadLetters[int](box, h),
-		outboxconsumer.Handler(in, outboxconsumer.DeadLetters[int](box, h)),
-		outboxconsumer.DeadLetters[int](box, outboxconsumer.Handler(in, h)),
-	} {
-		p, ok := w.(consumer.Preparer)
-		if !ok {
-			t.Errorf("wrapper %d (%T) hides the wrapped handler's Prepare", i, w)
-			continue
-		}
-		v, err := p.Prepare(context.Background(), &kgo.Record{Value: []byte("x")})
-		if err != nil || v != "prepared:x" {
-			t.Errorf("wrapper %d: Prepare returned %v, %v", i, v, err)
-		}
-		if i > 0 {
-			if _, ok := w.(consumer.DeadLetterer[int]); !ok {
-				t.Errorf("wrapper %d (%T) lost DeadLetter", i, w)
-			}
-		}
-	}
-	if _, ok := outboxconsumer.Handler(in, consumer.HandlerFunc[int](func(context.Context, int, *consumer.Batch) error { return nil })).(consumer.Preparer); ok {
-		t.Error("Handler(in, h) has a Prepare though h has none")
-	}
-}
-
 // The inbox drops a duplicate from the batch: its prepared result goes with it, so the
 // wrapped handler gets Prepared[i] for Records[i] (the full Prepared slice passed with the
 // filtered Records would hand record seq 3 seq 2's result).
@@ -93,13 +53,13 @@ func TestInboxKeepsPreparedAligned(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := &prepHandler{}
-	w := outboxconsumer.Handler(in, h)
+	w := outboxconsumer.Handler(in, h.Handle)
 	b := &consumer.Batch{Key: fence.Key{Group: "g", Topic: "in", Partition: 0}, Token: fence.Token{Era: 1, Epoch: 1}}
 	for i := int64(1); i <= 4; i++ {
 		b.Records = append(b.Records, envelopeRecord(i+9, i))
 		b.Prepared = append(b.Prepared, fmt.Sprintf("prepared:%d", i))
 	}
-	if err := w.Handle(context.Background(), 0, b); err != nil {
+	if err := w(context.Background(), 0, b); err != nil {
 		t.Fatal(err)
 	}
 	if len(h.records) != 3 || len(h.prepared) != len(h.records) {

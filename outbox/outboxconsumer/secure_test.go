@@ -51,10 +51,11 @@ func TestSecurePipelineRuntimeRole(t *testing.T) {
 	sp := testenv.SecurePostgres(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	var grants []string
+	adminFences := must(pgfence.New(sp.Admin))
 	for _, m := range []interface {
 		Migrate(context.Context) error
 		RuntimeGrants(string) ([]string, error)
-	}{must(pgfence.New(sp.Admin)), must(pgoutbox.New(sp.Admin))} {
+	}{adminFences, must(pgoutbox.New(sp.Admin, adminFences))} {
 		if err := m.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,8 @@ func TestSecurePipelineRuntimeRole(t *testing.T) {
 		t.Fatal(err)
 	}
 	sp.Grant(t, append(grants, "GRANT SELECT, INSERT ON applied TO "+sp.RuntimeRole))
-	fences, box := must(pgfence.New(sp.Runtime)), must(pgoutbox.New(sp.Runtime))
+	fences := must(pgfence.New(sp.Runtime))
+	box := must(pgoutbox.New(sp.Runtime, fences))
 
 	events, commands := ke.Topic(t, 2), ke.Topic(t, 2)
 	sendGroup, recvGroup := ke.Group(t), ke.Group(t)
@@ -81,20 +83,20 @@ func TestSecurePipelineRuntimeRole(t *testing.T) {
 	defer relayClient.Close()
 	relay := must(outbox.NewRelay(relayClient, box))
 	sender := must(consumer.New(sendGroup, []string{events}, fence.Sink[pgx.Tx](fences),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-			return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+			return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 				msgs := make([]outbox.Message, 0, len(b.Records))
 				for _, r := range b.Records {
 					msgs = append(msgs, outbox.Message{Topic: commands, Key: r.Key, Value: r.Value})
 				}
 				return box.Append(ctx, tx, b.Key, b.Token, msgs...)
 			}), nil
-		},
+		}),
 		consumer.Kafka(kopts()...), consumer.Logger(log), consumer.AfterCommit(relay.AfterCommit(), 200*time.Millisecond)))
 	inbox := must(outbox.NewInbox[pgx.Tx]("receiver", fences))
 	receiver := must(consumer.New(recvGroup, []string{commands}, fence.Sink[pgx.Tx](fences),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-			return outboxconsumer.Handler(inbox, consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+			return outboxconsumer.Handler(inbox, consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					if _, err := tx.Exec(ctx, `INSERT INTO applied VALUES ($1, $2)`, string(r.Key), string(r.Value)); err != nil {
 						return consumer.Permanent(fmt.Errorf("applied twice: %s/%s: %w", r.Key, r.Value, err))
@@ -102,7 +104,7 @@ func TestSecurePipelineRuntimeRole(t *testing.T) {
 				}
 				return nil
 			})), nil
-		},
+		}),
 		consumer.Kafka(kopts()...), consumer.Logger(log)))
 
 	runCtx, cancel := context.WithCancel(ctx)

@@ -181,7 +181,7 @@ func testShardCountChange[Tx any](t *testing.T, ctx context.Context, app appSide
 	}
 	c, err := outboxconsumer.NewStandaloneRelay(group, coord, app.sink, relay, 50*time.Millisecond,
 		consumer.Kafka(kgo.SeedBrokers(brokers...), kgo.MetadataMinAge(200*time.Millisecond), kgo.MetadataMaxAge(time.Second)),
-		consumer.Logger(quiet()), consumer.MeterProvider(mp), consumer.RetryBackoff(20*time.Millisecond, 200*time.Millisecond))
+		consumer.Logger(quiet()), consumer.Telemetry(mp, nil, nil), consumer.RetryBackoff(20*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

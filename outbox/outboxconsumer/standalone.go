@@ -43,10 +43,9 @@ func NewStandaloneRelay[Tx any](group, coordTopic string, sink fence.Sink[Tx], r
 	if err := ShardKey(group, coordTopic, 0).Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
 	}
-	noop := consumer.HandlerFunc[Tx](func(context.Context, Tx, *consumer.Batch) error { return nil })
-	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[Tx], error) { return noop, nil }
+	noop := func(context.Context, Tx, *consumer.Batch) error { return nil }
 	all := append(opts[:len(opts):len(opts)], consumer.AfterCommit(relay.AfterCommit(), interval))
-	return consumer.New(group, []string{coordTopic}, sink, factory, all...)
+	return consumer.New(group, []string{coordTopic}, sink, noop, all...)
 }
 
 // PrepareShards makes shards 0..shards-1 of a standalone relay accept appends before any relay

@@ -31,6 +31,8 @@ import (
 const (
 	relayGroup = "http-relay"
 	coordTopic = "outbox-shards"
+	// appendAttempts is how many times outbox.AppendCurrent loads a shard's token and appends.
+	appendAttempts = 5
 )
 
 // spyStore is a relay's view of the outbox store: it remembers, per shard, the tokens under
@@ -121,7 +123,7 @@ func sqliteApp(t *testing.T, ctx context.Context) appSide[*sql.Tx] {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { app.Close() })
-	box, err := sqliteoutbox.New(app.DB())
+	box, err := sqliteoutbox.New(app)
 	if err == nil {
 		err = box.Migrate(ctx)
 	}
@@ -157,7 +159,7 @@ func pgApp(t *testing.T, ctx context.Context) appSide[pgx.Tx] {
 	if err := fences.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	box, err := pgoutbox.New(pool)
+	box, err := pgoutbox.New(pool, fences)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +248,8 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.FetchMaxWait(100 * time.Millisecond),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	receiver, err := consumer.New("billing", []string{"commands"}, fence.Sink[*sql.Tx](recv),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
-			apply := consumer.HandlerFunc[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[*sql.Tx], error) {
+			apply := consumer.Handler[*sql.Tx](func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
 					res, err := tx.ExecContext(ctx, `INSERT INTO applied (k, v) VALUES (?, ?) ON CONFLICT DO NOTHING`, string(r.Key), string(r.Value))
 					if err != nil {
@@ -262,7 +264,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 				return nil
 			})
 			return outboxconsumer.Handler(inbox, apply), nil
-		}, consumer.Kafka(kopts...), consumer.Logger(quiet()))
+		}), consumer.Kafka(kopts...), consumer.Logger(quiet()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,7 +514,7 @@ func TestAppendCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer app.Close()
-	box, err := sqliteoutbox.New(app.DB())
+	box, err := sqliteoutbox.New(app)
 	if err == nil {
 		err = box.Migrate(ctx)
 	}
@@ -565,13 +567,13 @@ func TestAppendCurrent(t *testing.T) {
 	if tok, err := appendOne(sink); err != nil || tok != relayTok {
 		t.Fatalf("append after the relay's claim: %s, %v; want %s", tok, err, relayTok)
 	}
-	if tok, err := appendOne(&staleLoads{Sink: sink, n: outbox.AppendAttempts - 1}); err != nil || tok != relayTok {
+	if tok, err := appendOne(&staleLoads{Sink: sink, n: appendAttempts - 1}); err != nil || tok != relayTok {
 		t.Fatalf("append racing claims: %s, %v; want a retry to succeed under %s", tok, err, relayTok)
 	}
 	if n := backlog(); n != 3 {
 		t.Fatalf("backlog %d, want 3 rows", n)
 	}
-	if _, err := appendOne(&staleLoads{Sink: sink, n: outbox.AppendAttempts}); !errors.Is(err, fence.ErrStale) {
+	if _, err := appendOne(&staleLoads{Sink: sink, n: appendAttempts}); !errors.Is(err, fence.ErrStale) {
 		t.Fatalf("append losing every race: %v, want a stale refusal", err)
 	}
 	if n := backlog(); n != 3 {
@@ -601,7 +603,7 @@ func TestNewStandaloneRelayInvalid(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer app.Close()
-	box, err := sqliteoutbox.New(app.DB())
+	box, err := sqliteoutbox.New(app)
 	if err == nil {
 		err = box.Migrate(ctx)
 	}
@@ -664,7 +666,7 @@ func TestAppendCurrentPostgresRace(t *testing.T) {
 	if err := fences.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	box, err := pgoutbox.New(pool)
+	box, err := pgoutbox.New(pool, fences)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func sqliteEnv(t *testing.T) (outboxtest.Env[*sql.Tx], *sqliteoutbox.Store, *sql
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fences.Close() })
-	store, err := sqliteoutbox.New(fences.DB())
+	store, err := sqliteoutbox.New(fences)
 	if err != nil {
 		t.Fatal(err)
 	}

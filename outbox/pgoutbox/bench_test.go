@@ -292,7 +292,7 @@ func newRelayBench(b *testing.B, parts, maxSeq int, clientOpts ...kgo.Opt) *rela
 	if err != nil {
 		b.Fatal(err)
 	}
-	store, err := pgoutbox.New(pool)
+	store, err := pgoutbox.New(pool, fences)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -26,7 +26,7 @@ func TestConformance(t *testing.T) {
 		if err := fences.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
-		store, err := pgoutbox.New(pool, pgoutbox.MaxMessageBytes(1000))
+		store, err := pgoutbox.New(pool, fences, pgoutbox.MaxMessageBytes(1000))
 		if err != nil {
 			t.Fatal(err)
 		}

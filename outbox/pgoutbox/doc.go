@@ -14,8 +14,8 @@
 // the fence check it moves the cursor past the row and copies it, with the reason, into
 // baton_outbox_dead_letters, which Cleanup never touches (DeadLetters lists them; Migrate
 // creates that table in an existing database too, CREATE TABLE IF NOT EXISTS).
-// The default tables are baton_outbox, baton_outbox_cursors and baton_outbox_dead_letters, checked against pgfence's
-// baton_fences ([DefaultFenceTable] is pgfence.DefaultTable); sqliteoutbox uses the same names.
+// The default tables are baton_outbox, baton_outbox_cursors and baton_outbox_dead_letters, checked against the fence
+// table of the pgfence store given to New; sqliteoutbox uses the same names.
 // The store passes the outbox/outboxtest conformance suite against a real server.
 //
 // Run PostgreSQL with idle_in_transaction_session_timeout set: a transaction left open holds

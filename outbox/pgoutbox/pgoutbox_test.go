@@ -42,7 +42,7 @@ func newEnv(t testing.TB) *env {
 	if err := fences.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	store, err := pgoutbox.New(pool)
+	store, err := pgoutbox.New(pool, fences)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func client(t testing.TB, brokers []string, opts ...kgo.Opt) *kgo.Client {
 	return cl
 }
 
-func relay(t testing.TB, cl *kgo.Client, s outbox.Store, opts ...outbox.Option) *outbox.Relay {
+func relay(t testing.TB, cl *kgo.Client, s outbox.Store, opts ...outbox.RelayOption) *outbox.Relay {
 	t.Helper()
 	r, err := outbox.NewRelay(cl, s, opts...)
 	if err != nil {
@@ -540,7 +540,7 @@ func TestBadInputIsRefusedBeforeAnythingIsWritten(t *testing.T) {
 	e := newEnv(t)
 	tok := fence.Token{Epoch: 1}
 	e.claim(tok)
-	s, err := pgoutbox.New(e.pool, pgoutbox.MaxMessageBytes(100))
+	s, err := pgoutbox.New(e.pool, e.fences, pgoutbox.MaxMessageBytes(100))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,10 +28,11 @@ func secureStores(t testing.TB, opts ...pgoutbox.Option) (*pgfence.Store, *pgout
 	sp := testenv.SecurePostgres(t)
 	ctx := testenv.Context(t, time.Minute)
 	var grants []string
+	adminFences := must(pgfence.New(sp.Admin))
 	for _, m := range []interface {
 		Migrate(context.Context) error
 		RuntimeGrants(string) ([]string, error)
-	}{must(pgfence.New(sp.Admin)), must(pgoutbox.New(sp.Admin, opts...))} {
+	}{adminFences, must(pgoutbox.New(sp.Admin, adminFences, opts...))} {
 		if err := m.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -42,7 +43,8 @@ func secureStores(t testing.TB, opts ...pgoutbox.Option) (*pgfence.Store, *pgout
 		grants = append(grants, g...)
 	}
 	sp.Grant(t, grants)
-	return must(pgfence.New(sp.Runtime)), must(pgoutbox.New(sp.Runtime, opts...)), sp
+	fences := must(pgfence.New(sp.Runtime))
+	return fences, must(pgoutbox.New(sp.Runtime, fences, opts...)), sp
 }
 
 func must[T any](v T, err error) T {

@@ -28,11 +28,8 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Defaults.
-const (
-	DefaultTable      = "baton_outbox"
-	DefaultFenceTable = pgfence.DefaultTable
-)
+// DefaultTable is the default outbox table name.
+const DefaultTable = "baton_outbox"
 
 type config = outboxsql.Config
 
@@ -42,10 +39,6 @@ type Option func(*config) error
 // Table sets the outbox table name (default [DefaultTable]); the store also uses
 // name+"_cursors" and name+"_dead_letters". "table" or "schema.table", validated by internal/sqlident.
 func Table(name string) Option { return outboxsql.Table(name) }
-
-// FenceTable names the pgfence fence table the store checks tokens against (default
-// [DefaultFenceTable]); it must be the table given to pgfence.Table.
-func FenceTable(name string) Option { return outboxsql.FenceTable(name) }
 
 // MaxMessageBytes bounds each message's key+value+headers at Append (default
 // outbox.DefaultMaxMessageBytes). Keep it at or below the destination topics' max.message.bytes.
@@ -75,11 +68,19 @@ var _ outbox.Store = (*Store)(nil)
 //go:embed schema.sql
 var schemaSQL string
 
-// New returns a store; call [Store.Migrate] once to create its tables. The fence table is
-// pgfence's and is not created here. Invalid names fail with [outbox.ErrInvalid].
-func New(db DB, opts ...Option) (*Store, error) {
-	c, err := outboxsql.Configure("pgoutbox", db == nil, DefaultTable, DefaultFenceTable, opts)
-	if err != nil {
+// New returns a store over db whose appends are fenced by fences: it checks tokens against
+// fences' table (pgfence's, not created here), in db's transactions, so db must reach the same
+// database. Call [Store.Migrate] once to create its tables. A nil db or fences, or invalid
+// names, fail with [outbox.ErrInvalid], every problem joined with errors.Join.
+func New(db DB, fences *pgfence.Store, opts ...Option) (*Store, error) {
+	table, noFences := pgfence.DefaultTable, error(nil)
+	if fences == nil {
+		noFences = fmt.Errorf("%w: pgoutbox: nil fence store", outbox.ErrInvalid)
+	} else {
+		table = fences.Table()
+	}
+	c, err := outboxsql.Configure("pgoutbox", db == nil, DefaultTable, table, opts)
+	if err := errors.Join(noFences, err); err != nil {
 		return nil, err
 	}
 	s := &Store{db: db, maxBytes: c.MaxBytes, prop: c.Prop, lockName: "baton/pgoutbox/migrate/" + c.Outbox,

@@ -19,7 +19,7 @@ func TestConformance(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { fences.Close() })
-		store, err := sqliteoutbox.New(fences.DB(), sqliteoutbox.MaxMessageBytes(1000))
+		store, err := sqliteoutbox.New(fences, sqliteoutbox.MaxMessageBytes(1000))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,7 +3,7 @@
 //
 // # Use
 //
-//	box, err := sqliteoutbox.New(fences.DB()) // validates names; no I/O
+//	box, err := sqliteoutbox.New(fences) // validates names; no I/O
 //	err = box.Migrate(ctx)                    // CREATE TABLE IF NOT EXISTS, idempotent
 //	err = fences.Apply(ctx, key, token, first, last, func(ctx context.Context, tx *sql.Tx) error {
 //		// the caller's writes, then:
@@ -15,7 +15,7 @@
 // table names are PostgreSQL's: baton_outbox, baton_outbox_cursors and
 // baton_outbox_dead_letters (the relay's fenced dead letters; Migrate adds it to an existing
 // database), checked against
-// sqlitefence's baton_fences ([DefaultFenceTable] is sqlitefence.DefaultTable).
+// the fence table of the sqlitefence store given to New.
 //
 // SQLite admits one writer at a time: Append's first statement is a write that checks the
 // fence, so it runs under the database write lock, and no Claim can commit between the check

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
@@ -21,7 +22,7 @@ func TestNewDoesNoIO(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqliteoutbox.New(db)
+	s, err := sqliteoutbox.New(mustFences(t, db))
 	if err != nil {
 		t.Fatalf("New on a closed *sql.DB: %v", err)
 	}
@@ -48,7 +49,7 @@ func TestMigrateAndSchema(t *testing.T) {
 		return db
 	}
 	a, b := dbOf("a.db"), dbOf("b.db")
-	sa, err := sqliteoutbox.New(a, sqliteoutbox.Table("main.ob"))
+	sa, err := sqliteoutbox.New(mustFences(t, a), sqliteoutbox.Table("main.ob"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,4 +117,14 @@ func TestMigrateAddsDeadLettersToAnOldDatabase(t *testing.T) {
 	if rows, err := store.Pending(ctx, src, tok, 10); err != nil || len(rows) != 1 || string(rows[0].Value) != "b" {
 		t.Fatalf("Pending after Migrate = %v, %v", rows, err)
 	}
+}
+
+// mustFences is an sqlitefence store over db, which New does no I/O for.
+func mustFences(t *testing.T, db *sql.DB) *sqlitefence.Store {
+	t.Helper()
+	f, err := sqlitefence.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

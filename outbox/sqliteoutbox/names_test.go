@@ -50,7 +50,7 @@ func TestDefaultTableNamesAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	po, err := pgoutbox.New(nopDB{})
+	po, err := pgoutbox.New(nopDB{}, pf)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ func TestNewJoinsOptionErrors(t *testing.T) {
 	if !errors.Is(err, outbox.ErrInvalid) {
 		t.Fatalf("New = %v, want outbox.ErrInvalid", err)
 	}
-	for _, want := range []string{"nil DB", "option 0 is nil", "table name", "MaxMessageBytes", "nil propagator"} {
+	for _, want := range []string{"nil fence store", "option 0 is nil", "table name", "MaxMessageBytes", "nil propagator"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("New = %q, want it to mention %q", err, want)
 		}

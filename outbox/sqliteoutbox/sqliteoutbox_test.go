@@ -32,7 +32,7 @@ func open(t *testing.T) (context.Context, *sqlitefence.Store, *sqliteoutbox.Stor
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fences.Close() })
-	store, err := sqliteoutbox.New(fences.DB())
+	store, err := sqliteoutbox.New(fences)
 	if err == nil {
 		err = store.Migrate(ctx)
 	}

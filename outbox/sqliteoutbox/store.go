@@ -17,11 +17,8 @@ import (
 	"github.com/batonhq/baton/outbox/outboxstore"
 )
 
-// Defaults.
-const (
-	DefaultTable      = "baton_outbox"
-	DefaultFenceTable = sqlitefence.DefaultTable
-)
+// DefaultTable is the default outbox table name.
+const DefaultTable = "baton_outbox"
 
 type config = outboxsql.Config
 
@@ -31,10 +28,6 @@ type Option func(*config) error
 // Table sets the outbox table name (default [DefaultTable]); the store also uses name+"_cursors"
 // and name+"_dead_letters".
 func Table(name string) Option { return outboxsql.Table(name) }
-
-// FenceTable names the sqlitefence fence table (default [DefaultFenceTable]); it must be the
-// table given to sqlitefence.Table.
-func FenceTable(name string) Option { return outboxsql.FenceTable(name) }
 
 // MaxMessageBytes bounds each message's key+value+headers (default outbox.DefaultMaxMessageBytes).
 func MaxMessageBytes(n int) Option { return outboxsql.MaxMessageBytes(n) }
@@ -59,14 +52,21 @@ var _ outbox.Store = (*Store)(nil)
 //go:embed schema.sql
 var schemaSQL string
 
-// New returns a store over db (opened with modernc.org/sqlite, e.g. sqlitefence.Store.DB()).
-// It does no I/O: call [Store.Migrate] to create the tables (or create them yourself from
-// [Store.Schema]). The fence table is sqlitefence's and is not created here. A nil option or an
-// invalid value fails with [outbox.ErrInvalid]; every problem is reported, joined with
-// errors.Join.
-func New(db *sql.DB, opts ...Option) (*Store, error) {
-	c, err := outboxsql.Configure("sqliteoutbox", db == nil, DefaultTable, DefaultFenceTable, opts)
-	if err != nil {
+// New returns a store next to fences, in its database (fences.DB()), whose appends are
+// checked against fences' table (sqlitefence's, not created here). It does no I/O: call
+// [Store.Migrate] to create the tables (or create them yourself from [Store.Schema]). A nil
+// fences, a nil option or an invalid value fails with [outbox.ErrInvalid]; every problem is
+// reported, joined with errors.Join.
+func New(fences *sqlitefence.Store, opts ...Option) (*Store, error) {
+	var db *sql.DB
+	table, noFences := sqlitefence.DefaultTable, error(nil)
+	if fences == nil {
+		noFences = fmt.Errorf("%w: sqliteoutbox: nil fence store", outbox.ErrInvalid)
+	} else {
+		db, table = fences.DB(), fences.Table()
+	}
+	c, err := outboxsql.Configure("sqliteoutbox", false, DefaultTable, table, opts)
+	if err := errors.Join(noFences, err); err != nil {
 		return nil, err
 	}
 	r := c.Replacer

@@ -7,7 +7,7 @@
 //     the committable offset: the end of the contiguous prefix of completed records, the only
 //     position the worker may advance its fence and commit to (fence.NoPosition if none).
 //   - [Tracker] computes that position for records that complete out of order. It belongs to
-//     one goroutine. The consumer's Lanes option (consumer.Lanes, consumer.Preparer) uses it
+//     one goroutine. The consumer's Lanes option (consumer.Lanes) uses it
 //     for the prefix its single writer applies; that runtime mode binds a key to the
 //     least-loaded lane while the key has records in flight, rather than hashing it, so that
 //     lanes are balanced by records when a partition holds few keys.

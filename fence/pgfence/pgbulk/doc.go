@@ -31,7 +31,7 @@
 //
 //	store, err := pgfence.New(pool)
 //	sink, err := pgbulk.NewSink(store, pool)
-//	c, err := consumer.New(group, topics, sink, factory)  // handlers call up.Exec(ctx, tx, rows)
+//	c, err := consumer.New(group, topics, sink, handler)  // the handler calls up.Exec(ctx, tx, rows)
 //
 // A Sink is a fence.Sink like the store (it passes the fencetest conformance suite); only the
 // moment the fence statement is sent differs. Outside a consumer, [Upsert.Queue] puts the

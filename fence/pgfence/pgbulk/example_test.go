@@ -45,15 +45,15 @@ func ExampleNewSink() {
 		panic(err)
 	}
 	c, err := consumer.New("readings-counter", []string{"readings"}, fence.Sink[pgx.Tx](sink),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-			return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+			return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 				rows := make([][]any, len(b.Records))
 				for i, r := range b.Records {
 					rows[i] = []any{string(r.Key), int64(1), r.Value}
 				}
 				return up.Exec(ctx, tx, rows)
 			}), nil
-		})
+		}))
 	if err != nil {
 		panic(err)
 	}

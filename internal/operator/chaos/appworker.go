@@ -96,7 +96,7 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 			if err != nil {
 				return nil, err
 			}
-			var h consumer.Handler[T] = consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
+			var h consumer.Handler[T] = consumer.Handler[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
 				ab := &AppBatch{Key: b.Key, Token: b.Token, Records: b.Records, Worker: cfg.ID, fenced: true, batch: b,
 					appendf: func(ctx context.Context, msgs ...outbox.Message) error {
 						return box.Append(ctx, tx, b.Key, b.Token, msgs...)
@@ -106,15 +106,15 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 			if inbox != nil {
 				h = outboxconsumer.Handler(inbox, h)
 			}
-			return consumer.HandlerFunc[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
-				if err := h.Handle(ctx, tx, b); err != nil {
+			return consumer.Handler[T](func(ctx context.Context, tx T, b *consumer.Batch) error {
+				if err := h(ctx, tx, b); err != nil {
 					wrapped.wait.note(b.Key, err)
 					return err
 				}
 				return logApplied(ctx, adapt(tx), b.Key.Topic, b.Key.Partition, b.Token, cfg.ID, b.Records)
 			}), nil
 		}
-		cons, err := consumer.New[T](group, topics, withTopics(wrapped, sink), factory,
+		cons, err := consumer.New[T](group, topics, withTopics(wrapped, sink), nil, consumer.PerPartition(factory),
 			consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger), groupProtocol(),
 			consumer.RetryBackoff(20*time.Millisecond, 250*time.Millisecond), // a timeout record waits for its time
 			// The relay's reads and marks are writes too: keep freezes out of them.

@@ -66,7 +66,7 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 	if err := chaos.Migrate(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	box, err := pgoutbox.New(pool)
+	box, err := pgoutbox.New(pool, store)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -169,7 +169,7 @@ func runFaults(t *testing.T, faults []chaos.FaultKind, n int, bin string, single
 	}
 	if err == nil {
 		var box *pgoutbox.Store
-		if box, err = pgoutbox.New(pool); err == nil {
+		if box, err = pgoutbox.New(pool, store); err == nil {
 			err = box.Migrate(ctx)
 		}
 	}

@@ -13,5 +13,5 @@ import (
 // the chaos run in both against a Kafka 4.3 broker; the session timeout of a KIP-848 group is
 // the broker's (deploy/local/kafka.sh sets the harness's 3 s).
 func groupProtocol() consumer.Option {
-	return consumer.GroupProtocol(cmp.Or(os.Getenv("BATON_GROUP_PROTOCOL"), consumer.ProtocolClassic))
+	return consumer.GroupProtocol(cmp.Or(os.Getenv("BATON_GROUP_PROTOCOL"), "classic"))
 }

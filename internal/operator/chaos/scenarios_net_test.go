@@ -458,7 +458,7 @@ func (s *netscSink) claimed(p int32) (netscClaim, bool) {
 // netscFold is the members' handler: it folds each key's sequence numbers into (count, last)
 // and logs every batch (partition, token, offsets) in the same fenced transaction.
 func netscFold(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
-	return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+	return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		var batch pgx.Batch
 		for _, r := range b.Records {
 			seq, err := strconv.ParseInt(string(r.Value), 10, 64)
@@ -609,9 +609,9 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	fz := netfreeze.New()
 	sinkA, sinkB := netscNewSink(store), netscNewSink(store)
 	mA := netscNewMeter()
-	a, err := consumer.New(group, []string{topic}, fence.Sink[pgx.Tx](sinkA), netscFold,
+	a, err := consumer.New(group, []string{topic}, fence.Sink[pgx.Tx](sinkA), nil, consumer.PerPartition(netscFold),
 		consumer.Kafka(append(netscKafka(brokers), kgo.Dialer(fz.Dial), kgo.RequestTimeoutOverhead(time.Second))...),
-		consumer.Logger(netscQuiet), consumer.MeterProvider(mA))
+		consumer.Logger(netscQuiet), consumer.Telemetry(mA, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,7 +622,7 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 	netscProduce(t, ctx, brokers, topic, keys, 1, n1)
 	netscWaitFor(t, "A applies the first records", 2*time.Minute, func() bool { return netscApplied(t, ctx, pool) >= keys*n1 })
 
-	b, err := consumer.New(group, []string{topic}, fence.Sink[pgx.Tx](sinkB), netscFold,
+	b, err := consumer.New(group, []string{topic}, fence.Sink[pgx.Tx](sinkB), nil, consumer.PerPartition(netscFold),
 		consumer.Kafka(netscKafka(brokers)...), consumer.Logger(netscQuiet))
 	if err != nil {
 		t.Fatal(err)

@@ -29,10 +29,11 @@ func TestChaosSecure(t *testing.T) {
 	ctx := testenv.Context(t, 15*time.Minute)
 	admin := chaos.PgDB(sp.Admin)
 	var grants []string
+	adminFences := must(pgfence.New(sp.Admin))
 	for _, m := range []interface {
 		Migrate(context.Context) error
 		RuntimeGrants(string) ([]string, error)
-	}{must(pgfence.New(sp.Admin)), must(pgoutbox.New(sp.Admin))} {
+	}{adminFences, must(pgoutbox.New(sp.Admin, adminFences))} {
 		if err := m.Migrate(ctx); err != nil {
 			t.Fatal(err)
 		}

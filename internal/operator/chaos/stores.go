@@ -56,7 +56,7 @@ func preparePostgres(ctx context.Context, pool *pgxpool.Pool) (*pgfence.Store, e
 	if err := store.Migrate(ctx); err != nil {
 		return nil, err
 	}
-	box, err := pgoutbox.New(pool)
+	box, err := pgoutbox.New(pool, store)
 	if err != nil {
 		return nil, err
 	}
@@ -79,7 +79,7 @@ func RunSQLite(ctx context.Context, cfg Config, path string) (*Result, DB, func(
 	if err := Migrate(ctx, db); err != nil {
 		return nil, db, cleanup, err
 	}
-	if box, err := sqliteoutbox.New(store.DB()); err != nil {
+	if box, err := sqliteoutbox.New(store); err != nil {
 		return nil, db, cleanup, err
 	} else if err := box.Migrate(ctx); err != nil { // creates the outbox tables
 		return nil, db, cleanup, err

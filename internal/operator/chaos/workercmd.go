@@ -165,7 +165,7 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 		if cfg.Mode != Fenced {
 			return runUnfencedApp(ctx, cfg, app, env)
 		}
-		box, err := sqliteoutbox.New(store.DB())
+		box, err := sqliteoutbox.New(store)
 		if err == nil {
 			err = box.Migrate(ctx)
 		}
@@ -202,7 +202,7 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	if err != nil {
 		return err
 	}
-	box, err := pgoutbox.New(pool) // tables created by whoever started the run
+	box, err := pgoutbox.New(pool, store) // tables created by whoever started the run
 	if err != nil {
 		return err
 	}

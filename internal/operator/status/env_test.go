@@ -53,7 +53,7 @@ func newRealEnv(t *testing.T, partitions int32) *realEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	box, err := pgoutbox.New(pool)
+	box, err := pgoutbox.New(pool, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,15 +132,15 @@ func (e *realEnv) member(t *testing.T, clientID string, mp metric.MeterProvider)
 		mp = noop.NewMeterProvider()
 	}
 	c, err := consumer.New(e.group, []string{e.topic}, fence.Sink[pgx.Tx](e.sink),
-		func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
 			// Each batch appends one message to the outbox (no relay runs: it stays backlog).
-			return consumer.HandlerFunc[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
+			return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 				return e.box.Append(ctx, tx, b.Key, b.Token, outbox.Message{Topic: e.topic + "-out", Value: []byte("n")})
 			}), nil
-		},
+		}),
 		consumer.Kafka(kgo.SeedBrokers(e.brokers...), kgo.ClientID(clientID), kgo.FetchMaxWait(200*time.Millisecond),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
-		consumer.Logger(slog.New(slog.DiscardHandler)), consumer.MeterProvider(mp))
+		consumer.Logger(slog.New(slog.DiscardHandler)), consumer.Telemetry(mp, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

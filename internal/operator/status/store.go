@@ -403,18 +403,24 @@ func (s *Store) migrators() ([]migrator, error) {
 }
 
 func pgMigrators(db pgfence.DB, t Tables) ([]migrator, error) {
-	f, err1 := pgfence.New(db, pgfence.Table(t.Fence))
-	o, err2 := pgoutbox.New(db, pgoutbox.Table(t.Outbox), pgoutbox.FenceTable(t.Fence))
-	if err := errors.Join(err1, err2); err != nil {
+	f, err := pgfence.New(db, pgfence.Table(t.Fence))
+	if err != nil {
+		return nil, err
+	}
+	o, err := pgoutbox.New(db, f, pgoutbox.Table(t.Outbox))
+	if err != nil {
 		return nil, err
 	}
 	return []migrator{f, o}, nil
 }
 
 func sqliteMigrators(db *sql.DB, t Tables) ([]migrator, error) {
-	f, err1 := sqlitefence.New(db, sqlitefence.Table(t.Fence))
-	o, err2 := sqliteoutbox.New(db, sqliteoutbox.Table(t.Outbox), sqliteoutbox.FenceTable(t.Fence))
-	if err := errors.Join(err1, err2); err != nil {
+	f, err := sqlitefence.New(db, sqlitefence.Table(t.Fence))
+	if err != nil {
+		return nil, err
+	}
+	o, err := sqliteoutbox.New(f, sqliteoutbox.Table(t.Outbox))
+	if err != nil {
 		return nil, err
 	}
 	return []migrator{f, o}, nil

@@ -10,7 +10,7 @@
 //	m, err := telemetry.New(ctx, telemetry.ServiceName("twin"), telemetry.OTLPFromEnv())
 //	if err != nil { ... }
 //	defer m.Shutdown(context.Background())
-//	otel.SetMeterProvider(m.Provider()) // or consumer.MeterProvider(m.Provider()), ...
+//	otel.SetMeterProvider(m.Provider()) // or consumer.Telemetry(m.Provider(), nil, nil), ...
 //	http.Handle("/metrics", m.Handler())
 //
 // # Metrics Baton emits

@@ -38,11 +38,6 @@ func Table(name string) func(*Config) error {
 	return func(c *Config) error { c.table = name; return nil }
 }
 
-// FenceTable sets the fence table name.
-func FenceTable(name string) func(*Config) error {
-	return func(c *Config) error { c.fences = name; return nil }
-}
-
 // MaxMessageBytes bounds each message's key+value+headers.
 func MaxMessageBytes(n int) func(*Config) error {
 	return func(c *Config) error {
