@@ -18,7 +18,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
-	"github.com/batonhq/baton/internal/netfreeze"
+	"github.com/batonhq/baton/internal/testkit/netfreeze"
 )
 
 // errTxEnded is what a statement or a commit of a transaction the database ended returns.

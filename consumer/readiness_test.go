@@ -13,7 +13,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/memfence"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // gatedClaims holds every Claim until open is closed, as a slow or unreachable database would.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/consumer"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // A reset topic is read from its beginning, not from the committed offset: ResetTopic moves the

@@ -16,7 +16,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // The topic's identity on the real broker and PostgreSQL: a source topic deleted and

@@ -12,7 +12,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // BenchmarkSecureVsPlain measures what the secure setup costs, paired: in every iteration the

@@ -21,7 +21,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/secure"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // syncBuffer is a log sink several goroutines write to.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // TestBenchHandoverFlags: a handover bench that cannot run exits 2 naming the problem, before

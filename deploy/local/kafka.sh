@@ -372,7 +372,7 @@ stop() {
 print_env() {
   echo "export BATON_KAFKA_BROKERS='$KAFKA_HOST:$KAFKA_PORT'"
   [[ -n "$BATON_SECURE" ]] || return 0
-  # The SASL_SSL listener, as internal/testenv reads it: file paths, never a secret.
+  # The SASL_SSL listener, as internal/testkit/testenv reads it: file paths, never a secret.
   echo "export BATON_SECURE_KAFKA_BROKERS='localhost:$KAFKA_SECURE_PORT'"
   echo "export BATON_SECURE_KAFKA_CA='$TLS_DIR/ca.crt'"
   echo "export BATON_SECURE_KAFKA_CERT='$TLS_DIR/client.crt'"

@@ -6,7 +6,7 @@
 # CMD ends, also on failure or interrupt. Exits with CMD's status. With BATON_DRY_RUN=1 it only says what it would
 # install and run.
 #
-# BATON_SECURE=1 adds the secure services (secure tests, internal/testenv): the broker gets its
+# BATON_SECURE=1 adds the secure services (secure tests, internal/testkit/testenv): the broker gets its
 # SASL_SSL listener with the ACL authorizer (kafka.sh), and a TLS-only PostgreSQL with a
 # migration and a runtime role runs next to the plaintext one (postgres-secure.sh); their
 # BATON_SECURE_* variables are exported too.

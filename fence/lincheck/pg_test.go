@@ -15,7 +15,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // EnvPGRestart names a shell command that restarts the PostgreSQL of BATON_POSTGRES_URL,

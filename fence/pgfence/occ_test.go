@@ -11,7 +11,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencetest"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // TestOCCConformance runs the fence suite's OCC cases against a real PostgreSQL, each case in

@@ -13,7 +13,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencetest"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // secureStore makes the test's schema on the TLS-only PostgreSQL: the migration role creates

@@ -16,7 +16,7 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/outboxconsumer"
 	"github.com/batonhq/baton/outbox/pgoutbox"

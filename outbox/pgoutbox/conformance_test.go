@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox/outboxtest"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )

@@ -15,7 +15,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/partition"
 	"github.com/buraksezer/consistent"
 	"github.com/twmb/franz-go/pkg/kgo"

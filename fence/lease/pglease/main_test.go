@@ -12,7 +12,7 @@ import (
 	"github.com/batonhq/baton/fence/lease"
 	"github.com/batonhq/baton/fence/lease/leasetest"
 	"github.com/batonhq/baton/fence/lease/pglease"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // testTTL is the TTL of the tests' leases.

@@ -20,7 +20,7 @@ import (
 	"github.com/batonhq/baton/fence/lease"
 	"github.com/batonhq/baton/fence/lease/leasetest"
 	"github.com/batonhq/baton/fence/lease/pglease"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 func TestNewRejectsAllProblems(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/pgfence/pgbulk"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/jackc/pgx/v5"
 )
 

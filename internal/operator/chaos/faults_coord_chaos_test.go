@@ -21,8 +21,8 @@ import (
 
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/operator/chaos"
-	"github.com/batonhq/baton/internal/testenv"
 	"github.com/batonhq/baton/internal/testkit/mutants"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )
 

@@ -2,7 +2,7 @@ package chaos_test
 
 // Network faults for the seeds' Scenario 3: a TCP proxy whose client->server direction can be
 // held (the bytes are buffered, not forwarded, as in a congested link) and released. (Scenario
-// 4's partitioned member uses internal/netfreeze.) Every identifier is prefixed netsc to stay
+// 4's partitioned member uses internal/testkit/netfreeze.) Every identifier is prefixed netsc to stay
 // clear of the other scenario files of this package.
 
 import (

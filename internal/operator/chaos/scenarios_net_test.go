@@ -29,8 +29,8 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/netfreeze"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/netfreeze"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // netscWritesDDL is the data of Scenarios 3 and 5: one row per applied batch, with the token

@@ -20,7 +20,7 @@ import (
 	"github.com/batonhq/baton/fence/memfence"
 	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/operator/redislock"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // Scenario 1 (GC pause with a naive lock): a holder freezes (SIGSTOP) between deciding to write

@@ -12,7 +12,7 @@ import (
 
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/operator/chaos"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox/pgoutbox"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/operator/redislock"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // TestLeaseSemantics proves the baseline lock behaves like the seeds' naive lock on a real Redis:

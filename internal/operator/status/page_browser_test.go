@@ -20,7 +20,7 @@ import (
 
 	"github.com/batonhq/baton/internal/operator/status"
 	"github.com/batonhq/baton/internal/operator/telemetry"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // chromiumPath finds Debian's chromium ($BATON_CHROMIUM first); without one the test skips,

@@ -11,7 +11,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/operator/status"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // TestRealGroup runs a real member against the real broker and PostgreSQL and checks what

@@ -17,7 +17,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/internal/operator/status"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // TestTopicsResetAndAck: baton topics against kfake and an SQLite store. A topic whose stored

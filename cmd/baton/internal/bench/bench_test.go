@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 

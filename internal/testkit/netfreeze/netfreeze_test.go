@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/batonhq/baton/internal/netfreeze"
+	"github.com/batonhq/baton/internal/testkit/netfreeze"
 )
 
 // TestFreezeHoldsWritesUntilThaw proves a frozen connection moves no bytes and delivers them

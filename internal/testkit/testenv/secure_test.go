@@ -14,7 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/internal/secure"
-	"github.com/batonhq/baton/internal/testenv"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // TestSecureKafkaFailures: every way a client's TLS or SASL settings can be wrong fails the
