@@ -230,10 +230,16 @@ func (c *config) resolveProtocol() error {
 	return nil
 }
 
-// protocolAtRun refuses kgo.ServerSideBalancer among the Kafka options of a classic-protocol
-// consumer: franz-go would join as a KIP-848 member while the epoch source proves ownership
-// with the classic protocol's requests, which a KIP-848 group refuses for ever (every
-// partition stalls). Like ownedAtRun, it reads the option from a client without a group.
+// kip848ContextOptIn is franz-go's older opt-in to KIP-848: any value under this plain string
+// key in the context given with kgo.WithContext makes it join as a KIP-848 member, exactly as
+// kgo.ServerSideBalancer does.
+const kip848ContextOptIn = "opt_in_kafka_next_gen_balancer_beta"
+
+// protocolAtRun refuses kgo.ServerSideBalancer, or franz-go's context opt-in to KIP-848, among
+// the Kafka options of a classic-protocol consumer: franz-go would join as a KIP-848 member
+// while the epoch source proves ownership with the classic protocol's requests, which a
+// KIP-848 group refuses for ever (every partition stalls). Like ownedAtRun, it reads the
+// options from a client without a group.
 func protocolAtRun(user []kgo.Opt, protocol string) error {
 	if protocol != protocolClassic {
 		return nil
@@ -246,6 +252,9 @@ func protocolAtRun(user []kgo.Opt, protocol string) error {
 	defer cl.Close()
 	if v, _ := cl.OptValue(kgo.ServerSideBalancer).(bool); v {
 		return fmt.Errorf("%w: kgo.ServerSideBalancer among the Kafka options with the classic group protocol: select KIP-848 with GroupProtocol(%q)", ErrInvalidOption, protocolConsumer)
+	}
+	if ctx, _ := cl.OptValue(kgo.WithContext).(context.Context); ctx != nil && ctx.Value(kip848ContextOptIn) != nil {
+		return fmt.Errorf("%w: the context of kgo.WithContext holds %q (franz-go's KIP-848 opt-in) with the classic group protocol: select KIP-848 with GroupProtocol(%q)", ErrInvalidOption, kip848ContextOptIn, protocolConsumer)
 	}
 	return nil
 }

@@ -323,11 +323,15 @@ func PerPartition[Tx any](factory Factory[Tx]) Option {
 // An error rolls the transaction back; it is retried like a handler's error, except that an
 // error marked [Permanent] (a copy the store can never take) stops the partition with an
 // ERROR log. fn is never called concurrently for the same partition. Its transaction type
-// must be the sink's, or [New] fails with [ErrInvalidOption].
+// must be the sink's, and it may be given once (outboxconsumer.DeadLetters counts), or [New]
+// fails with [ErrInvalidOption].
 func FencedDeadLetters[Tx any](fn func(ctx context.Context, tx Tx, b *Batch, d *kgo.Record) error) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil FencedDeadLetters function", ErrInvalidOption)
+		}
+		if c.deadLetters != nil {
+			return fmt.Errorf("%w: FencedDeadLetters given twice (outboxconsumer.DeadLetters is one)", ErrInvalidOption)
 		}
 		c.deadLetters = fn
 		return nil

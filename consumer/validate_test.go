@@ -183,3 +183,21 @@ func TestNewHandlerChoice(t *testing.T) {
 		t.Errorf("%v: want ErrInvalidOption", err)
 	}
 }
+
+// Two dead-letter functions are two answers to one question, like two PerPartition factories
+// (outboxconsumer.DeadLetters is one): New refuses the second, with the other errors, rather
+// than keep whichever came last.
+func TestNewRefusesTwoDeadLetterFunctions(t *testing.T) {
+	h := func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }
+	dl := func(context.Context, *memfence.Tx, *consumer.Batch, *kgo.Record) error { return nil }
+	_, err := consumer.New("g", []string{"t"}, newStore(t), h, consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1")),
+		consumer.FencedDeadLetters(dl), consumer.FencedDeadLetters(dl), consumer.MaxInflight(0))
+	if !errors.Is(err, consumer.ErrInvalidOption) {
+		t.Fatalf("New with FencedDeadLetters twice = %v, want ErrInvalidOption", err)
+	}
+	for _, want := range []string{"FencedDeadLetters given twice", "MaxInflight 0"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%v\ndoes not say %q", err, want)
+		}
+	}
+}

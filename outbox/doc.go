@@ -201,5 +201,6 @@
 // reason label), baton.outbox.commit_to_ack (seconds from the row's append, store clock, to its
 // acknowledgement, relay clock), baton.inbox.admitted and baton.inbox.drops{reason=duplicate|stale}. Append captures the W3C
 // trace context of its ctx; the relay starts a producer span as a child of it and injects that
-// into the record; Inbox.Admit starts a consumer span as a child of the record's.
+// into the record; Inbox.Admit starts a consumer span as a child of the record's. Both come from
+// the [TracerProvider] given to [NewRelay] or [NewInbox] (default the global).
 package outbox

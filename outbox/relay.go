@@ -103,12 +103,12 @@ type config struct {
 	keys        [][]byte // SigningKeys
 }
 
-// Option configures a relay ([NewRelay]) or an inbox ([NewInbox]): [MeterProvider] and
-// [SigningKeys] apply to both.
+// Option configures a relay ([NewRelay]) or an inbox ([NewInbox]): [MeterProvider],
+// [TracerProvider] and [SigningKeys] apply to both.
 type Option func(*config) error
 
 // RelayOption configures a relay: an [Option], or one of the relay's own ([BatchSize],
-// [FlushTimeout], [GiveUpAfter], [TracerProvider]), which [NewInbox] does not take.
+// [FlushTimeout], [GiveUpAfter]), which [NewInbox] does not take.
 type RelayOption interface {
 	relay(*config) error
 }
@@ -177,15 +177,16 @@ func MeterProvider(p metric.MeterProvider) Option {
 	}
 }
 
-// TracerProvider sets where the relay's publish spans go (default otel.GetTracerProvider()).
-func TracerProvider(p trace.TracerProvider) RelayOption {
-	return relayOnly(func(c *config) error {
+// TracerProvider sets where the relay's publish spans and the inbox's admit spans go (default
+// otel.GetTracerProvider()).
+func TracerProvider(p trace.TracerProvider) Option {
+	return func(c *config) error {
 		if p == nil {
 			return fmt.Errorf("%w: nil tracer provider", ErrInvalid)
 		}
 		c.tracers = p
 		return nil
-	})
+	}
 }
 
 // NewRelay returns a relay publishing store's rows with client. The client must keep

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/memfence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/testkit/netfreeze"
 	"github.com/batonhq/baton/internal/testkit/testenv"
@@ -320,6 +322,30 @@ func TestDeadLettersAppendsTheCopy(t *testing.T) {
 			&consumer.Batch{Records: []*kgo.Record{{}}}, &kgo.Record{Topic: "x"})
 		if consumer.IsPermanent(err) || !errors.Is(err, e) {
 			t.Errorf("an outbox failing with %v: %v, want it as it is (retried)", e, err)
+		}
+	}
+}
+
+// nilBox is an outbox type for a typed nil.
+type nilBox struct{}
+
+func (*nilBox) Append(context.Context, *memfence.Tx, fence.Key, fence.Token, ...outbox.Message) error {
+	return nil
+}
+
+// DeadLetters is an option, checked by New: a nil outbox, or a typed nil, is refused there, not
+// accepted and dereferenced at the first poison record (inside the fenced transaction).
+func TestDeadLettersRefusesNilOutbox(t *testing.T) {
+	s, err := memfence.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }
+	for _, box := range []outbox.Appender[*memfence.Tx]{nil, (*nilBox)(nil)} {
+		_, err = consumer.New("g", []string{"t"}, fence.Sink[*memfence.Tx](s), h,
+			consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1")), outboxconsumer.DeadLetters(box))
+		if !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "nil outbox") {
+			t.Errorf("New with DeadLetters(%#v) = %v, want ErrInvalidOption naming the nil outbox", box, err)
 		}
 	}
 }

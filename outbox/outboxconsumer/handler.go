@@ -3,6 +3,8 @@ package outboxconsumer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"strings"
 	"unicode/utf8"
 
@@ -73,9 +75,33 @@ func Handler[Tx any](in *outbox.Inbox[Tx], h consumer.Handler[Tx]) consumer.Hand
 // the record. An option, not a wrapper: it holds whatever wraps the handler ([Handler], an
 // application's middleware). A dead-letter topic that stays missing or unauthorized for the
 // relay's GiveUpAfter does not stall the partition as a direct produce does: the relay sets
-// the copy aside as an undeliverable row (outbox's "Undeliverable rows").
+// the copy aside as an undeliverable row (outbox's "Undeliverable rows"). A nil box (or a
+// typed nil) makes consumer.New fail with consumer.ErrInvalidOption.
 func DeadLetters[Tx any](box outbox.Appender[Tx]) consumer.Option {
+	if isNil(box) {
+		return refused(consumer.FencedDeadLetters(deadLetterCopy(box)),
+			fmt.Errorf("%w: outboxconsumer.DeadLetters with a nil outbox", consumer.ErrInvalidOption))
+	}
 	return consumer.FencedDeadLetters(deadLetterCopy(box))
+}
+
+// refused returns an option of o's type that only fails with err: consumer.New reports err
+// with its other option errors.
+func refused[O ~func(C) error, C any](_ O, err error) O {
+	return func(C) error { return err }
+}
+
+// isNil reports whether v is nil or holds a nil pointer, map, func, chan, slice or interface:
+// a typed nil passes a == nil check and would only fail at the first poison record.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Func, reflect.Chan, reflect.Interface, reflect.Slice, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // deadLetterCopy appends the consumer's dead-letter copy d to box: DeadLetters' function.
