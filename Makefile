@@ -45,8 +45,9 @@ gotest:
 	cd internal/deploytest && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
 
 # mutants runs every mutant (internal/testkit/mutants): a patch that reintroduces one bug into a
-# scratch copy of the module, whose guard tests must then fail (in seconds, and not by a timeout or
-# a build error). mutants-safety runs the safety-critical ones only (claim, proof, fence, outbox,
+# scratch copy of the module, whose guard tests, having passed on the unpatched code, must then
+# fail in seconds by the cause they assert (not by a build error, nor by a timed-out wait unless
+# the bug is a stall). mutants-safety runs the safety-critical ones only (claim, proof, fence, outbox,
 # inbox), as part of 'check'. Both print a line per mutant and exit non-zero if one survived or
 # no longer applies or builds. MUTANTSFLAGS adds flags (e.g. -run Relay, -j 1, -v). Some guards
 # need the services, as for 'check'.

@@ -1,13 +1,15 @@
 package consumer
 
-// modelMutants are the model's own broken variants of the protocol (modelMutant: rules that
-// live outside decideClaim and the fence rules), each with the faults that expose it and what
-// the model must report.
+// modelMutants are the model's own broken variants of the protocol (modelMutant), each with
+// the faults that expose it and what the model must report.
 func modelMutants() []modelCase {
 	return []modelCase{
 		{name: "no-verify-after-claim", proto: mutantProtocol(mutNoVerifyAfterClaim), allow: faultsOf(stepRebalance, stepRecreate), want: "two writers"},
 		{name: "stale-write-stops", proto: mutantProtocol(mutStaleWriteStops), allow: faultsOf(stepRebalance, stepRecreate), want: "liveness"},
 		{name: "retained-idle", proto: mutantProtocol(mutRetainedIdles), allow: faultsOf(stepStaticReplace, stepRebalance), want: "liveness"},
+		{name: "blind-proof", proto: mutantProtocol(mutBlindProof), allow: faultsOf(stepRebalance, stepLoadStart), want: "did not own"},
+		{name: "equal-token-takeover", proto: mutantProtocol(mutEqualTokenTakeover), allow: faultsOf(stepStaticReplace), want: "two writers"},
+		{name: "batch-topic-unchecked", proto: mutantProtocol(mutBatchTopicUnchecked), allow: faultsOf(stepTopicRecreate), topics: true, want: "skipped"},
 	}
 }
 

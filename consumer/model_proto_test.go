@@ -16,10 +16,10 @@ import (
 
 var modelKey = fence.Key{Group: "g", Topic: "t", Partition: 0}
 
-// A modelMutant breaks, in the model, one rule that lives outside decideClaim and the
-// fencestore rules (in the runtime or the coordinator protocol), to show that the model finds
-// the counterexample. The rules inside decideClaim and the runtime's claim are broken by the
-// patches of internal/testkit/mutants, which TestModelTargetedFaults catches.
+// A modelMutant breaks one rule in the model's own copy of the protocol (the runtime, the
+// coordinator's proof, the claim's retry), to show that the model finds the counterexample.
+// The production rules are broken by the patches of internal/testkit/mutants, which
+// TestModelTargetedFaults and the consumer's tests catch; a patch never edits the model.
 type modelMutant string
 
 const (
@@ -36,6 +36,15 @@ const (
 	// nothing left to apply did not notice that a zombie's late claim took the fence, and its
 	// outbox rows waited for the next record. The runtime re-runs the claim decision.
 	mutRelayNoReclaim modelMutant = "relay-no-reclaim" // a relay Flush refused as stale only logged
+	// Currentness proven with a Heartbeat at the epoch, which a loading coordinator answers
+	// with no error for any member and generation.
+	mutBlindProof modelMutant = "blind-proof"
+	// An equal token held by another claimant taken over: the worker re-claims as the
+	// stored claimant.
+	mutEqualTokenTakeover modelMutant = "equal-token-takeover"
+	// Records fetched from another topic ID than the claim compared applied without
+	// comparing the topic again.
+	mutBatchTopicUnchecked modelMutant = "batch-topic-unchecked"
 )
 
 type protocol struct {
@@ -103,7 +112,12 @@ func (w *wstate) decide(in claimInput) {
 func (p protocol) claimRule(s mstate, t tok8, claimant, inst int8) error {
 	st := s.sinkState()
 	c := claimantOf(claimant, inst)
-	return fencestore.CheckClaim(modelKey, st, t.token(), c)
+	err := fencestore.CheckClaim(modelKey, st, t.token(), c)
+	var se *fence.StaleError
+	if p.mut[mutEqualTokenTakeover] && errors.As(err, &se) && se.Stored == t.token() && st.Claimant != "" {
+		return fencestore.CheckClaim(modelKey, st, t.token(), st.Claimant)
+	}
+	return err
 }
 
 // proof is the coordinator's answer to ClassicGeneration.VerifyCurrent(P, epoch) for the
@@ -113,6 +127,9 @@ func (p protocol) claimRule(s mstate, t tok8, claimant, inst int8) error {
 // refused with COORDINATOR_LOAD_IN_PROGRESS), and the worker retries.
 func (p protocol) proof(s mstate, i int, epoch int8) (owned int8, ok, cannotTell bool) {
 	w := s.w[i]
+	if p.mut[mutBlindProof] {
+		return epoch, s.loading || (w.member != 0 && s.member[i] == w.member && s.gen == epoch), false
+	}
 	if s.loading {
 		return 0, false, true
 	}
@@ -209,7 +226,7 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 		nw.decide(claimInput{Event: evStart})
 		return one("held: look again", "")
 	case pcRun:
-		if s.tinc != 0 && w.tview != 0 && w.tview != s.tinc {
+		if s.tinc != 0 && w.tview != 0 && w.tview != s.tinc && !p.mut[mutBatchTopicUnchecked] {
 			// Records fetched from another topic ID than the claim compared: compare again.
 			nw.decide(claimInput{Event: evStart})
 			return one(sayf("fetched records of incarnation %d, claim compared %d: re-claim", s.tinc, w.tview), "")

@@ -5,12 +5,14 @@ import (
 	"encoding/base64"
 
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
@@ -252,5 +254,104 @@ func TestDeletedRecordsReportedAsLoss(t *testing.T) {
 	}
 	if got := m.sum(t, "baton.consumer.records.lost"); got != 3 {
 		t.Fatalf("records lost counted %d, want 3 (offsets 3..5 deleted before they were applied)", got)
+	}
+}
+
+// staleTopicView is memfence whose partition-0 claim is followed by Metadata answers naming
+// the topic with another ID (until the topic's comparison): the claim compares an incarnation
+// of the topic (other) that is not the one its records are then fetched from, as when the
+// topic is deleted and recreated between the comparison and the fetch.
+type staleTopicView struct {
+	*memfence.Store
+	claimed sync.Once
+	lie     atomic.Bool
+}
+
+func (s *staleTopicView) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	if k.Partition == 0 {
+		s.claimed.Do(func() { s.lie.Store(true) })
+	}
+	return s.Store.Claim(ctx, k, t, claimant)
+}
+
+func (s *staleTopicView) SeeTopic(ctx context.Context, group, topic string, seen fence.Topic, reason string) (fence.Topic, bool, error) {
+	s.lie.Store(false)
+	return s.Store.SeeTopic(ctx, group, topic, seen, reason)
+}
+
+// A fetched batch whose topic ID is not the one its claim compared (the topic recreated
+// between the claim's comparison and the fetch) is not applied: the worker compares the topic
+// again, which holds the partition (the identity stored with the fences is the incarnation
+// the claim compared), until the operator resets it; then every record is applied once.
+// (Mutant BatchTopicIDUnchecked: the batch is applied under the claim of the other
+// incarnation.)
+func TestBatchOfAnotherTopicIDNotApplied(t *testing.T) {
+	c, brokers := fakeCluster(t, kfake.SeedTopics(1, "orders"))
+	const keys, n = 2, 5
+	produce(t, brokers, "orders", keys, n)
+	now := brokerTopic(t, brokers, "orders")
+
+	// The Metadata answer as the broker gives it, and the other incarnation's ID.
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mreq := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr("orders")
+	mreq.Topics = append(mreq.Topics, mt)
+	real, err := mreq.RequestWith(context.Background(), cl)
+	cl.Close()
+	if err != nil || len(real.Topics) != 1 {
+		t.Fatalf("metadata of orders: %+v, %v", real, err)
+	}
+	other := [16]byte{0xba, 0x70, 0x4e}
+	otherTopic := fence.Topic{ID: base64.RawURLEncoding.EncodeToString(other[:]), Partitions: 1}
+	if otherTopic.ID == now.ID {
+		t.Fatal("the other incarnation's ID is the broker's")
+	}
+
+	store := &staleTopicView{Store: newStore(t)}
+	c.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.MetadataRequest)
+		if !store.lie.Load() || len(r.Topics) != 1 || r.Topics[0].Topic == nil || *r.Topics[0].Topic != "orders" {
+			return nil, nil, false
+		}
+		resp := *real
+		resp.Topics = []kmsg.MetadataResponseTopic{real.Topics[0]}
+		resp.Topics[0].TopicID = other
+		resp.SetVersion(req.GetVersion())
+		return &resp, nil, true
+	})
+
+	m := newMeter()
+	f := newFolder()
+	cons, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory, consumer.Kafka(fastKafka(brokers)...),
+		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := start(t, cons)
+	waitFor(t, "the batch of the other topic ID held (or applied)", bound(30*time.Second), func() bool {
+		return m.sum(t, "baton.consumer.topic_refusals") >= 1 || m.sum(t, "baton.consumer.records.applied") > 0
+	})
+	if got, _ := store.TopicHistory(context.Background(), "g", "orders"); len(got) == 0 || got[0].Identity != otherTopic {
+		t.Fatalf("topic history %+v: want the claim to have compared (and stored) the other incarnation %s", got, otherTopic.ID)
+	}
+	time.Sleep(300 * time.Millisecond) // several looks at the topic: still held
+	if a := m.sum(t, "baton.consumer.records.applied"); a > 0 {
+		t.Fatalf("%d records fetched from topic ID %s applied under a claim that compared %s", a, now.ID, otherTopic.ID)
+	}
+	if err := store.ResetTopic(context.Background(), "g", "orders", otherTopic, now, "test: topic recreated"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every record applied after the reset", bound(30*time.Second), allApplied(store.Store, keys, n))
+	if err := mb.stop(); err != nil {
+		t.Fatal(err)
+	}
+	checkFold(t, store.Store, keys, n)
+	if v := f.Violations(); len(v) > 0 {
+		t.Fatalf("violations: %v", v)
 	}
 }

@@ -14,7 +14,11 @@
 //	git checkout -- consumer && mv internal/testkit/mutants/consumer/Name.patch{.new,}
 //
 // then run it: go run ./internal/testkit/cmd/mutants -run '^Name$'. A new mutant is a patch
-// made the same way (edit, git diff, restore) and its entry in All.
+// made the same way (edit, git diff, restore) and its entry in All. A patch edits production
+// files only (a test that shares the broken rule, like the model's copy of the protocol, would
+// fail whatever production does), and its guards must fail by asserting the bug's cause:
+// Want names it, and a guard that fails only by timing out a wait kills a Liveness mutant
+// only.
 //
 // Test plumbing only: no library or command package imports it.
 package mutants
@@ -41,10 +45,14 @@ type Mutant struct {
 	Name    string   // the patch is <Package>/<Name>.patch in this directory
 	Package string   // the package directory whose tests are the guards
 	Guards  []string // the tests that must fail: top-level names, or Test/sub for a subtest
-	Want    string   // a regular expression the failing tests' output must match ("" for any)
+	Want    string   // a regular expression each failing guard's own output must match: the cause it asserts ("" for any)
 	Bug     string   // the bug the patch reintroduces
 	Safety  bool     // on a claim, proof, fence, outbox or inbox path: a zombie could write, or a record be lost
-	Group   string   // GroupSafety: 'make mutants-safety' (in 'make test', so CI) and 'make mutants'; GroupFull: 'make mutants' only
+	// Liveness: the bug is a stall (work that never resumes), so a guard that fails only by
+	// timing out its wait for that work ("timed out waiting ...") kills the mutant. For any
+	// other mutant such a failure is no kill: a slow run would look the same.
+	Liveness bool
+	Group    string // GroupSafety: 'make mutants-safety' (in 'make test', so CI) and 'make mutants'; GroupFull: 'make mutants' only
 }
 
 // The groups a mutant runs in.
@@ -59,87 +67,87 @@ func model(target string) string { return "TestModelTargetedFaults/" + target }
 // All lists every mutant.
 var All = []Mutant{
 	// The consumer: claim, proof, apply, dead-letter, runtime.
-	{Name: "CurrentGenerationToken", Package: "consumer", Guards: []string{"TestTokenIsTheAssignmentGeneration"},
+	{Name: "CurrentGenerationToken", Package: "consumer", Guards: []string{"TestTokenIsTheAssignmentGeneration"}, Want: `partitions kept A's assignment token`,
 		Bug: "the token taken from the group's generation at write time, not at assignment", Safety: true},
-	{Name: "StaleClaimIsRegression", Package: "consumer", Guards: []string{"TestStaleClaimOfZombieNeverRecovers", model("stale-claim")}, Want: "never proved",
+	{Name: "StaleClaimIsRegression", Package: "consumer", Guards: []string{"TestStaleClaimOfZombieNeverRecovers", model("stale-claim")}, Want: `not current raised the era|never proved its ownership`,
 		Bug: "a stale claim recovered without asking the coordinator", Safety: true},
-	{Name: "DeadLetterBeforeFence", Package: "consumer", Guards: []string{"TestDeposedOwnerDoesNotDeadLetter"},
+	{Name: "DeadLetterBeforeFence", Package: "consumer", Guards: []string{"TestDeposedOwnerDoesNotDeadLetter"}, Want: `dead-letter topic holds \d+ records, want 1`,
 		Bug: "the dead-letter record produced before the fence check", Safety: true},
-	{Name: "DeadLetterProducedDirectly", Package: "consumer", Guards: []string{"TestZombieNeverDeadLettersThroughTheTransaction"},
+	{Name: "DeadLetterProducedDirectly", Package: "consumer", Guards: []string{"TestZombieNeverDeadLettersThroughTheTransaction"}, Want: `bypassing the transaction`,
 		Bug: "a DeadLetterer handler bypassed: the copy produced to Kafka inside the transaction", Safety: true},
-	{Name: "DeadLetterErrorReadAsVerdict", Package: "consumer", Guards: []string{"TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict"},
+	{Name: "DeadLetterErrorReadAsVerdict", Package: "consumer", Guards: []string{"TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict"}, Want: `skipped with no dead letter`,
 		Bug: "a DeadLetterer's error wrapping a fence sentinel taken for the sink's verdict", Safety: true},
-	{Name: "AppliedRecordsNotFiltered", Package: "consumer", Guards: []string{"TestOverlapAppliesOnlyTheRest"},
+	{Name: "AppliedRecordsNotFiltered", Package: "consumer", Guards: []string{"TestOverlapAppliesOnlyTheRest"}, Want: `refused \d+ batches as overlapping its position`,
 		Bug: "records at or below the sink's position applied anyway", Safety: true},
-	{Name: "RevokeDoesNotWait", Package: "consumer", Guards: []string{"TestRevokeWaitsForTheInflightBatch"},
+	{Name: "RevokeDoesNotWait", Package: "consumer", Guards: []string{"TestRevokeWaitsForTheInflightBatch"}, Want: `the revoke returned early`,
 		Bug: "a revoke returns before the in-flight batch finished", Safety: true},
-	{Name: "StaleClaimNotCounted", Package: "consumer", Guards: []string{"TestRegressionRecovered"},
+	{Name: "StaleClaimNotCounted", Package: "consumer", Guards: []string{"TestRegressionRecovered"}, Want: `stale claims counted 0`,
 		Bug: "the stale-claim refusal not counted in its metric"},
-	{Name: "BlindHeartbeatProof", Package: "consumer", Guards: []string{"TestStaleClaimOfZombieNeverRecovers", model("blind-proof")}, Want: "did not own",
+	{Name: "BlindHeartbeatProof", Package: "consumer", Guards: []string{"TestStaleClaimOfZombieNeverRecovers"}, Want: "not current raised the era",
 		Bug: "currentness proven with a Heartbeat, which a loading coordinator answers blindly", Safety: true},
-	{Name: "EqualTokenOtherClaimantAccepted", Package: "consumer", Guards: []string{"TestRegressionAtEqualGeneration", model("equal-token-race")}, Want: "two writers",
+	{Name: "EqualTokenOtherClaimantAccepted", Package: "consumer", Guards: []string{"TestRegressionAtEqualGeneration"}, Want: `recoveries \[\], want one`,
 		Bug: "an equal token held by another claimant taken over", Safety: true},
-	{Name: "RecoverConflictRetriedSame", Package: "consumer", Guards: []string{"TestRecoverConflictReloads", model("recover-conflict")}, Want: "liveness",
-		Bug: "a lost Recover retried with the same expected token"},
-	{Name: "RelayStaleNotReclaimed", Package: "consumer", Guards: []string{"TestIdleOwnerReclaimsWhenItsRelayIsRefused"},
-		Bug: "a relay Flush refused as stale only logged: an idle owner never re-claims"},
-	{Name: "HandlerErrorReadAsVerdict", Package: "consumer", Guards: []string{"TestHandlerErrorWrappingAFenceSentinelIsRetried"},
+	{Name: "RecoverConflictRetriedSame", Package: "consumer", Guards: []string{"TestRecoverConflictReloads", model("recover-conflict")}, Want: `timed out waiting for records applied after the recovery|liveness`,
+		Bug: "a lost Recover retried with the same expected token", Liveness: true},
+	{Name: "RelayStaleNotReclaimed", Package: "consumer", Guards: []string{"TestIdleOwnerReclaimsWhenItsRelayIsRefused"}, Want: `timed out waiting for the idle owner re-claims`,
+		Bug: "a relay Flush refused as stale only logged: an idle owner never re-claims", Liveness: true},
+	{Name: "HandlerErrorReadAsVerdict", Package: "consumer", Guards: []string{"TestHandlerErrorWrappingAFenceSentinelIsRetried"}, Want: `the handler's error was read as the sink's verdict`,
 		Bug: "a handler error wrapping a fence sentinel read as the sink's verdict", Safety: true},
-	{Name: "WatchdogOff", Package: "consumer", Guards: []string{"TestWatchdogStopsAnExpiredMember"},
+	{Name: "WatchdogOff", Package: "consumer", Guards: []string{"TestWatchdogStopsAnExpiredMember"}, Want: `the watchdog never fired`,
 		Bug: "a member whose session expired keeps working its partitions"},
-	{Name: "TopicIdentityUnchecked", Package: "consumer", Guards: []string{"TestRecreatedTopicHeldUntilReset", model("topic-recreated")}, Want: "skipped",
+	{Name: "TopicIdentityUnchecked", Package: "consumer", Guards: []string{"TestRecreatedTopicHeldUntilReset", model("topic-recreated")}, Want: `skipped as applied|skipped: the fence's position counts`,
 		Bug: "a claim proceeds without comparing the topic with the identity stored with the fences", Safety: true},
-	{Name: "TopicResetNotConfirmed", Package: "consumer", Guards: []string{"TestTopicResetBetweenClaimAndCompare", model("topic-recreated")}, Want: "liveness",
+	{Name: "TopicResetNotConfirmed", Package: "consumer", Guards: []string{"TestTopicResetBetweenClaimAndCompare", model("topic-recreated")}, Want: `skipped as applied|skipped: the fence's position counts|liveness`,
 		Bug: "no Load after the topic comparison: a reset between the claim and it goes unnoticed", Safety: true},
-	{Name: "BatchTopicIDUnchecked", Package: "consumer", Guards: []string{model("batch-topic")}, Want: "skipped",
+	{Name: "BatchTopicIDUnchecked", Package: "consumer", Guards: []string{"TestBatchOfAnotherTopicIDNotApplied"}, Want: `applied under a claim that compared`,
 		Bug: "a fetched batch's topic ID not compared with the claim's", Safety: true},
-	{Name: "GrownPartitionNotHeld", Package: "consumer", Guards: []string{"TestGrownTopicHeldUntilAcknowledged", model("growth")}, Want: "before the operator acknowledged the growth",
+	{Name: "GrownPartitionNotHeld", Package: "consumer", Guards: []string{"TestGrownTopicHeldUntilAcknowledged", model("growth")}, Want: `before the growth was acknowledged|before the operator acknowledged the growth`,
 		Bug: "a partition added by growing the topic applied before the growth is acknowledged", Safety: true},
-	{Name: "DataLossUnreported", Package: "consumer", Guards: []string{"TestDeletedRecordsReportedAsLoss"},
+	{Name: "DataLossUnreported", Package: "consumer", Guards: []string{"TestDeletedRecordsReportedAsLoss"}, Want: `records lost counted 0`,
 		Bug: "records deleted before they were applied skipped silently"},
-	{Name: "IdleTopicChangeUnchecked", Package: "consumer", Guards: []string{"TestIdleGrownTopicHoldsAfterCommit"},
-		Bug: "an idle partition runs its after-commit hook past a topic growth (a standalone relay's shards relay on)", Safety: true},
-	{Name: "HandoverUnproven", Package: "consumer", Guards: []string{"TestZombieOfTheSameIdentityNeverRecovers", model("handover-proof")}, Want: "never proved",
+	{Name: "IdleTopicChangeUnchecked", Package: "consumer", Guards: []string{"TestIdleGrownTopicHoldsAfterCommit"}, Want: `timed out waiting for partitions 0 and 1 held`,
+		Bug: "an idle partition runs its after-commit hook past a topic growth (a standalone relay's shards relay on)", Safety: true, Liveness: true},
+	{Name: "HandoverUnproven", Package: "consumer", Guards: []string{"TestZombieOfTheSameIdentityNeverRecovers", model("handover-proof")}, Want: `does not vouch for|never proved its ownership`,
 		Bug: "an equal token held by this member's identity recovered without the coordinator's proof", Safety: true},
-	{Name: "HandoverIsRegression", Package: "consumer", Guards: []string{"TestStaticMemberReplacedIsAHandover", "TestAssignmentEpochsRejoinInPlace", model("handover")}, Want: "liveness",
-		Bug: "an equal token held by this member's previous worker treated as a regression"},
+	{Name: "HandoverIsRegression", Package: "consumer", Guards: []string{"TestStaticMemberReplacedIsAHandover", "TestAssignmentEpochsRejoinInPlace", model("handover")}, Want: `regressions and the round's records not applied|needed a recovery|liveness`,
+		Bug: "an equal token held by this member's previous worker treated as a regression", Liveness: true},
 	{Name: "EraMovedIsRegression", Package: "consumer", Guards: []string{"TestModelStaticHandover", model("era-moved")}, Want: "liveness",
-		Bug: "a stored token higher only by its era (its epoch below ours) treated as a regression"},
-	{Name: "LanesAdvancePastGap", Package: "consumer", Guards: []string{"TestLanesNeverAdvancePastARecordInALane"},
+		Bug: "a stored token higher only by its era (its epoch below ours) treated as a regression", Liveness: true},
+	{Name: "LanesAdvancePastGap", Package: "consumer", Guards: []string{"TestLanesNeverAdvancePastARecordInALane"}, Want: `while offset \d+ is still in its lane`,
 		Bug: "the lanes' writer applies prepared records past one still in a lane", Safety: true},
-	{Name: "LanesDeadLetterPastHold", Package: "consumer", Guards: []string{"TestLanesPoisonHeldAfterGrowth"},
+	{Name: "LanesDeadLetterPastHold", Package: "consumer", Guards: []string{"TestLanesPoisonHeldAfterGrowth"}, Want: `dead-lettered while the topic was held`,
 		Bug: "a poison record the lanes hand to dead-lettering dead-lettered without comparing a topic that changed", Safety: true},
-	{Name: "RefusedPartitionNotRetried", Package: "consumer", Guards: []string{"TestRefusedPartitionRetriedInANewSession"},
-		Bug: "a partition the coordinator refused stays unprocessed while a later session keeps it assigned"},
-	{Name: "RefusedDuringSessionMissed", Package: "consumer", Guards: []string{"TestRefusedDuringANewSessionRetried"},
-		Bug: "a refusal decided after a new session's assignment waits for yet another session"},
-	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"},
+	{Name: "RefusedPartitionNotRetried", Package: "consumer", Guards: []string{"TestRefusedPartitionRetriedInANewSession"}, Want: `timed out waiting for A applies everything`,
+		Bug: "a partition the coordinator refused stays unprocessed while a later session keeps it assigned", Liveness: true},
+	{Name: "RefusedDuringSessionMissed", Package: "consumer", Guards: []string{"TestRefusedDuringANewSessionRetried"}, Want: `timed out waiting for A applies everything`,
+		Bug: "a refusal decided after a new session's assignment waits for yet another session", Liveness: true},
+	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"}, Want: `a restarted worker not yet claimed was handed`,
 		Bug: "a restarted worker is handed records fetched before its restart, ahead of its claim's seek", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
-	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"},
+	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
 		Bug: "a relay refused as stale reads its rows unfenced and publishes them", Safety: true},
-	{Name: "RelayMarksBeforeAck", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered", "TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter"},
+	{Name: "RelayMarksBeforeAck", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered", "TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter"}, Want: `pending \[\].*want both rows`,
 		Bug: "rows marked delivered before the broker acknowledged them", Safety: true},
-	{Name: "InboxAdmitsAtOrBelowStored", Package: "outbox", Guards: []string{"TestInboxAdmitsEachRecordOnce"},
+	{Name: "InboxAdmitsAtOrBelowStored", Package: "outbox", Guards: []string{"TestInboxAdmitsEachRecordOnce"}, Want: `admitted, <nil>; want duplicate`,
 		Bug: "a sequence at or below the admitted one admitted again", Safety: true},
-	{Name: "InboxScopeIgnoresDestination", Package: "outbox", Guards: []string{"TestInboxAdmitsEachRecordOnce", "TestAdmissionScope"},
+	{Name: "InboxScopeIgnoresDestination", Package: "outbox", Guards: []string{"TestInboxAdmitsEachRecordOnce", "TestAdmissionScope"}, Want: `duplicate, <nil>; want admitted|admissionScope = .*, want`,
 		Bug: "inbox admissions scoped without the destination topic and partition", Safety: true},
-	{Name: "DeadLetteredRowSkippedNoRecord", Package: "outbox", Guards: []string{"TestRelayDeadLettersARowTheTopicRefusesAndGoesOn"},
+	{Name: "DeadLetteredRowSkippedNoRecord", Package: "outbox", Guards: []string{"TestRelayDeadLettersARowTheTopicRefusesAndGoesOn"}, Want: `dead letters = \[\], want`,
 		Bug: "an undeliverable row marked delivered, its record and reason lost", Safety: true},
-	{Name: "RelayGiveUpBoundIgnored", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered", "TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter"},
+	{Name: "RelayGiveUpBoundIgnored", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered", "TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter"}, Want: `(dead-lettered|given up) after .*, want at least`,
 		Bug: "an undeliverable row given up at its first failure, GiveUpAfter ignored"},
-	{Name: "RelayFlushTimeoutIgnored", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered"},
-		Bug: "a flush holds up the partition past FlushTimeout"},
-	{Name: "AfterCommitHidesStaleRefusal", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"},
+	{Name: "RelayFlushTimeoutIgnored", Package: "outbox", Guards: []string{"TestRelayMissingTopicIsBoundedThenDeadLettered"}, Want: `held up the partition for .*, FlushTimeout is`,
+		Bug: "a flush holds up the partition past FlushTimeout", Liveness: true},
+	{Name: "AfterCommitHidesStaleRefusal", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `want a \*fence.StaleError`,
 		Bug: "AfterCommit swallows a stale refusal: the consumer never re-claims", Safety: true},
-	{Name: "AppendMessagesNotValidated", Package: "outbox/outboxstore", Guards: []string{"TestValidateAppend"},
+	{Name: "AppendMessagesNotValidated", Package: "outbox/outboxstore", Guards: []string{"TestValidateAppend"}, Want: `<nil>, want outbox:`,
 		Bug: "outboxstore.ValidateAppend passes every message", Safety: true},
-	{Name: "DeadLettersBypassTheOutbox", Package: "outbox/outboxconsumer", Guards: []string{"TestZombieDeadLetterThroughTheOutbox"},
+	{Name: "DeadLettersBypassTheOutbox", Package: "outbox/outboxconsumer", Guards: []string{"TestZombieDeadLetterThroughTheOutbox"}, Want: `dead letter of X .* reached the topic`,
 		Bug: "outboxconsumer.DeadLetters leaves the copy to the consumer's direct produce", Safety: true},
-	{Name: "InboxPreparedNotFilteredWithRecords", Package: "outbox/outboxconsumer", Guards: []string{"TestInboxKeepsPreparedAligned"},
+	{Name: "InboxPreparedNotFilteredWithRecords", Package: "outbox/outboxconsumer", Guards: []string{"TestInboxKeepsPreparedAligned"}, Want: `records and \d+ prepared results`,
 		Bug: "outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared", Safety: true},
-	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"},
+	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"}, Want: `want a \*fence.TopicError`,
 		Bug: "outboxconsumer.PrepareShards accepts a shard count other than the acknowledged one: entities move between shards unheld", Safety: true},
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -35,6 +36,8 @@ func TestEveryMutantHasItsPatchAndApplies(t *testing.T) {
 			t.Errorf("%s: no guard or no description", m.Name)
 		case m.Group != GroupSafety && m.Group != GroupFull:
 			t.Errorf("%s: group %q", m.Name, m.Group)
+		case m.Safety && m.Want == "":
+			t.Errorf("%s: a safety mutant's Want must name the cause its guards assert", m.Name)
 		}
 		if m.Want != "" {
 			if _, err := regexp.Compile(m.Want); err != nil {
@@ -46,6 +49,13 @@ func TestEveryMutantHasItsPatchAndApplies(t *testing.T) {
 		p, err := m.Patch()
 		if err != nil {
 			continue
+		}
+		// A patch breaks production code only: one that also broke a test (the model's copy
+		// of a rule, say) would be caught by that test whatever production does.
+		for _, f := range regexp.MustCompile(`(?m)^\+\+\+ b/(\S+)`).FindAllStringSubmatch(string(p), -1) {
+			if strings.HasSuffix(f[1], "_test.go") {
+				t.Errorf("%s: the patch edits the test file %s", m.Name, f[1])
+			}
 		}
 		cmd := exec.Command("git", "apply", "--check", "-")
 		cmd.Dir, cmd.Stdin = root, bytes.NewReader(p)
