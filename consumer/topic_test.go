@@ -327,7 +327,7 @@ func TestBatchOfAnotherTopicIDNotApplied(t *testing.T) {
 
 	m := newMeter()
 	f := newFolder()
-	cons, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), f.factory, consumer.Kafka(fastKafka(brokers)...),
+	cons, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...),
 		consumer.Logger(quiet), consumer.MeterProvider(m), consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
