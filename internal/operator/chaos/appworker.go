@@ -45,32 +45,42 @@ func runConsumers(ctx context.Context, cs []AppConsumer, fn func(context.Context
 	return <-errc
 }
 
+// startApp is what a worker does before it runs app's consumers, fenced or not: it checks cfg,
+// asks app for its consumers, starts the freezer's watch and opens the producing client. stop
+// undoes all of it.
+func startApp(ctx context.Context, cfg WorkerConfig, app App, env AppEnv) (cs []AppConsumer, f *freezer, cl *kgo.Client, stop func(), err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	cs, release, err := app.Consumers(ctx, env)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if release == nil {
+		release = func() {}
+	}
+	cl, err = kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2 * time.Millisecond), kgo.AlwaysRetryEOF()}, cfg.Kafka...)...)
+	if err != nil {
+		release()
+		return nil, nil, nil, nil, err
+	}
+	f = newFreezer(cfg.ID, env.DB)
+	var wg sync.WaitGroup
+	wctx, cancel := context.WithCancel(ctx)
+	wg.Add(1)
+	go func() { defer wg.Done(); f.watch(wctx) }()
+	return cs, f, cl, func() { cl.Close(); cancel(); wg.Wait(); release() }, nil
+}
+
 // runFencedApp runs app's consumers in this worker as Baton consumers over sink, with the
 // harness's fault points and attempt log around every write, messages through box and its
 // relay, and records of Inbox consumers admitted through keyed.
 func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env AppEnv, sink fence.Sink[T], keyed fence.KeyedSink[T], adapt func(T) Tx, box Outbox[T]) error {
-	if err := cfg.defaults(); err != nil {
-		return err
-	}
-	cs, release, err := app.Consumers(ctx, env)
+	cs, f, cl, stop, err := startApp(ctx, cfg, app, env)
 	if err != nil {
 		return err
 	}
-	if release != nil {
-		defer release()
-	}
-	f := newFreezer(cfg.ID, env.DB)
-	var wg sync.WaitGroup
-	wctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	wg.Add(1)
-	go func() { defer wg.Done(); f.watch(wctx) }()
-
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2 * time.Millisecond), kgo.AlwaysRetryEOF()}, cfg.Kafka...)...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
+	defer stop()
 	relay, err := outbox.NewRelay(cl, box)
 	if err != nil {
 		return err
@@ -132,28 +142,11 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 // transaction (with the same fault points and logs), its messages produced after the commit,
 // no inbox, offsets committed after the batch.
 func runUnfencedApp(ctx context.Context, cfg WorkerConfig, app App, env AppEnv) error {
-	if err := cfg.defaults(); err != nil {
-		return err
-	}
-	cs, release, err := app.Consumers(ctx, env)
+	cs, f, prod, stop, err := startApp(ctx, cfg, app, env)
 	if err != nil {
 		return err
 	}
-	if release != nil {
-		defer release()
-	}
-	f := newFreezer(cfg.ID, env.DB)
-	var wg sync.WaitGroup
-	wctx, cancel := context.WithCancel(ctx)
-	defer func() { cancel(); wg.Wait() }()
-	wg.Add(1)
-	go func() { defer wg.Done(); f.watch(wctx) }()
-
-	prod, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(2 * time.Millisecond), kgo.AlwaysRetryEOF()}, cfg.Kafka...)...)
-	if err != nil {
-		return err
-	}
-	defer prod.Close()
+	defer stop()
 	return runConsumers(ctx, cs, func(ctx context.Context, c AppConsumer) error {
 		return runUnfencedConsumer(ctx, cfg, c, env, f, prod)
 	})
