@@ -3,10 +3,10 @@
 //
 // A public package is one `go list ./...` lists that is not a command (package main) and has
 // no "internal" or "examples" element in its import path. Counted, each once: every exported
-// top-level const, var, func and type (each name of a grouped declaration); every method of an
-// exported type; every exported field of an exported struct type and every method of an
-// exported interface type (an embedded field or interface counts as one). Not counted: anything
-// go doc -all leaves out (unexported names, test files).
+// top-level const, var, func and type (each name of a grouped declaration) and every method of
+// an exported type. Not counted: the fields of a struct type and the methods of an interface
+// type (they belong to the one type a user learns), and anything go doc -all leaves out
+// (unexported names, test files).
 //
 // Usage, from the module's root:
 //
@@ -173,6 +173,9 @@ func count(doc string) int {
 		if block != "" {
 			if line == ")" || line == "}" {
 				block = ""
+				continue
+			}
+			if block == "type" {
 				continue
 			}
 			m := memberRE.FindStringSubmatch(line)
