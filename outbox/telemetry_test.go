@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -151,6 +152,21 @@ func TestMetrics(t *testing.T) {
 				if m.Name == "baton.outbox.commit_to_ack" {
 					for _, p := range d.DataPoints {
 						latencies += p.Count
+						// The unit is seconds: the bounds must be seconds too (the SDK's
+						// default, 0, 5, 10 ... 10000, is meant for milliseconds), and an
+						// append acknowledged within this test lands below ten seconds.
+						if !slices.Contains(p.Bounds, 0.005) || !slices.Contains(p.Bounds, 1) {
+							t.Errorf("commit_to_ack bounds %v are not seconds", p.Bounds)
+						}
+						var below uint64
+						for i, b := range p.Bounds {
+							if b <= 10 {
+								below += p.BucketCounts[i]
+							}
+						}
+						if below != p.Count {
+							t.Errorf("commit_to_ack: %d of %d at or below 10 s (bounds %v, counts %v)", below, p.Count, p.Bounds, p.BucketCounts)
+						}
 					}
 				}
 			}
