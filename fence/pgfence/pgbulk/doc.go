@@ -34,8 +34,9 @@
 //	c, err := consumer.New(group, topics, sink, handler)  // the handler calls up.Exec(ctx, tx, rows)
 //
 // A Sink is a fence.Sink like the store (it passes the fencetest conformance suite); only the
-// moment the fence statement is sent differs. Outside a consumer, [Upsert.Queue] puts the
-// statements in the pgx.Batch of pgfence's ApplyBatch or AdvanceBatch directly.
+// moment the fence statement is sent differs. Outside a consumer, call the Sink's Apply with
+// a function that calls [Upsert.Exec]: begin, one batch holding the fence statement and the
+// upserts, commit, the round trips of pgfence's ApplyBatch.
 //
 // # The same key twice
 //
@@ -51,7 +52,7 @@
 //     sees the previous one's result: correct for any SET clause, but a key repeated k times
 //     costs k statements.
 //
-// Values of a column are sent as one typed array when they all have the same Go type
-// (string, []byte, int64, int32, int, float64, bool, time.Time); otherwise as []any, which
-// pgx encodes element by element.
+// Values of a column are sent as one typed array when they all have one Go type: string,
+// []byte, int64, int32, int, float64, bool or time.Time; otherwise as []any, which pgx
+// encodes element by element.
 package pgbulk

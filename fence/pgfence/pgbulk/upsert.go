@@ -13,10 +13,9 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// DefaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
-// says otherwise: large enough to amortize a statement's overhead, small enough to keep
-// arrays and plans cheap.
-const DefaultRowsPerStatement = 1000
+// defaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
+// says otherwise.
+const defaultRowsPerStatement = 1000
 
 // Column is one column written by an [Upsert]: its name and its PostgreSQL type, as written
 // in a cast ("text", "bigint", "timestamptz", "numeric(12,2)").
@@ -36,7 +35,8 @@ type config = bulk.Config
 // stay as they are. Without Merge, repeated keys are written in layers (see the package doc).
 func Merge(merge func(into, row []any)) Option { return bulk.MergeOption("pgbulk", merge) }
 
-// RowsPerStatement bounds the rows of one statement (default [DefaultRowsPerStatement]).
+// RowsPerStatement bounds the rows of one statement (default 1000: large enough to amortize
+// a statement's overhead, small enough to keep arrays and plans cheap).
 func RowsPerStatement(n int) Option { return bulk.RowsOption("pgbulk", n) }
 
 // Upsert writes rows into one table with set-based INSERT ... ON CONFLICT statements. It is
@@ -56,7 +56,7 @@ type Upsert struct {
 func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
 	u := &Upsert{cols: slices.Clone(cols)}
 	var errs []error
-	u.spec, errs = bulk.New("pgbulk", table, key, bulk.Columns(cols), false, DefaultRowsPerStatement, opts)
+	u.spec, errs = bulk.New("pgbulk", table, key, bulk.Columns(cols), false, defaultRowsPerStatement, opts)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -73,20 +73,20 @@ func (u *Upsert) statement(table string, key []string, set string) string {
 		sqlident.Quote(table), strings.Join(u.spec.Names, ", "), strings.Join(arrays, ", "), u.spec.OnConflict(key, set))
 }
 
-// SQL returns the statement, with one array parameter per column.
-func (u *Upsert) SQL() string { return u.sql }
-
 // BatchSender is what [Upsert.Exec] writes through: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
 type BatchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Exec writes rows (each one value per column, in the order of the columns) in one round
-// trip: the statements [Upsert.Queue] would queue, sent as one batch. Run it inside a
-// transaction (the one a consumer handler gets), so that the rows land all or none.
+// trip: rows merged per key (with [Merge]) or split into layers of distinct keys (without),
+// in statements of at most [RowsPerStatement] rows, sent as one batch. Run it inside a
+// transaction (the one a consumer handler gets), so that the rows land all or none. It
+// fails, sending nothing, if a row has the wrong number of values. Rows are not modified
+// (Merge works on copies).
 func (u *Upsert) Exec(ctx context.Context, tx BatchSender, rows [][]any) error {
 	var b pgx.Batch
-	if err := u.Queue(&b, rows); err != nil {
+	if err := u.queue(&b, rows); err != nil {
 		return err
 	}
 	if b.Len() == 0 {
@@ -95,11 +95,9 @@ func (u *Upsert) Exec(ctx context.Context, tx BatchSender, rows [][]any) error {
 	return tx.SendBatch(ctx, &b).Close()
 }
 
-// Queue queues the statements that write rows to b: rows merged per key (with [Merge]) or
-// split into layers of distinct keys (without), in statements of at most
-// [RowsPerStatement] rows. It fails, queueing nothing, if a row has the wrong number of
-// values. Rows are not modified (Merge works on copies).
-func (u *Upsert) Queue(b *pgx.Batch, rows [][]any) error {
+// queue queues the statements that write rows to b. It fails, queueing nothing, if a row
+// has the wrong number of values. Rows are not modified (Merge works on copies).
+func (u *Upsert) queue(b *pgx.Batch, rows [][]any) error {
 	layers, err := u.spec.Layers("pgbulk", rows, len(u.cols))
 	if err != nil {
 		return err

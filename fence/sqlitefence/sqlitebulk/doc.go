@@ -49,8 +49,10 @@
 //
 // # Limits
 //
-// A statement binds at most [MaxVariables] values: the default rows per statement is lowered
-// for wide tables, and an explicit [RowsPerStatement] beyond it is refused by [NewUpsert].
+// A statement binds at most 32766 values (SQLite's SQLITE_MAX_VARIABLE_NUMBER default since
+// 3.32, which modernc.org/sqlite keeps; r rows of c columns bind r*c): the default of 1000
+// rows per statement is lowered for wide tables, and an explicit [RowsPerStatement] beyond it
+// is refused by [NewUpsert].
 // Statement texts are cached per row count (the full size and the remainders), so SQLite
 // parses them again per call but Go builds them once.
 package sqlitebulk

@@ -13,14 +13,14 @@ import (
 	"github.com/batonhq/baton/internal/sqlident"
 )
 
-// DefaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
-// says otherwise (and fewer when the columns are many: see [MaxVariables]).
-const DefaultRowsPerStatement = 1000
+// defaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
+// says otherwise (and fewer when the columns are many: see maxVariables).
+const defaultRowsPerStatement = 1000
 
-// MaxVariables is the most bound parameters one statement may carry: SQLite's
+// maxVariables is the most bound parameters one statement may carry: SQLite's
 // SQLITE_MAX_VARIABLE_NUMBER default since 3.32 (modernc.org/sqlite keeps it). A statement
 // of r rows over c columns binds r*c.
-const MaxVariables = 32766
+const maxVariables = 32766
 
 // Column is one column written by an [Upsert]: its name and, optionally, a type the bound
 // value is cast to (CAST(? AS type), as in "INTEGER", "REAL", "TEXT"); empty: the value as
@@ -41,8 +41,8 @@ type config = bulk.Config
 // stay as they are. Without Merge, repeated keys are written in layers (see the package doc).
 func Merge(merge func(into, row []any)) Option { return bulk.MergeOption("sqlitebulk", merge) }
 
-// RowsPerStatement bounds the rows of one statement (default [DefaultRowsPerStatement],
-// lowered so that a statement binds at most [MaxVariables] values).
+// RowsPerStatement bounds the rows of one statement (default 1000, lowered so that a
+// statement binds at most 32766 values, SQLite's default limit: 819 rows of 40 columns).
 func RowsPerStatement(n int) Option { return bulk.RowsOption("sqlitebulk", n) }
 
 // Upsert writes rows into one table with multi-row INSERT ... ON CONFLICT statements. It is
@@ -68,24 +68,24 @@ type Upsert struct {
 func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
 	u := &Upsert{cols: slices.Clone(cols), byRows: map[int]string{}}
 	var errs []error
-	u.spec, errs = bulk.New("sqlitebulk", table, key, bulk.Columns(cols), true, DefaultRowsPerStatement, opts)
+	u.spec, errs = bulk.New("sqlitebulk", table, key, bulk.Columns(cols), true, defaultRowsPerStatement, opts)
 	cfg := &u.spec.Cfg
-	if len(cols) > 0 && cfg.Rows*len(cols) > MaxVariables {
+	if len(cols) > 0 && cfg.Rows*len(cols) > maxVariables {
 		if cfg.RowsSet {
 			errs = append(errs, fmt.Errorf("sqlitebulk: RowsPerStatement(%d) over %d columns binds %d values, more than %d",
-				cfg.Rows, len(cols), cfg.Rows*len(cols), MaxVariables))
+				cfg.Rows, len(cols), cfg.Rows*len(cols), maxVariables))
 		} else {
-			cfg.Rows = MaxVariables / len(cols)
+			cfg.Rows = maxVariables / len(cols)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	u.statement(table, key, set)
+	u.build(table, key, set)
 	return u, nil
 }
 
-func (u *Upsert) statement(table string, key []string, set string) {
+func (u *Upsert) build(table string, key []string, set string) {
 	marks := make([]string, len(u.cols))
 	for i, c := range u.cols {
 		marks[i] = "?"
@@ -98,8 +98,8 @@ func (u *Upsert) statement(table string, key []string, set string) {
 	u.tail = " " + u.spec.OnConflict(key, set)
 }
 
-// SQL returns the statement for n rows (n tuples of one placeholder per column).
-func (u *Upsert) SQL(n int) string {
+// statement returns the statement for n rows (n tuples of one placeholder per column).
+func (u *Upsert) statement(n int) string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if s, ok := u.byRows[n]; ok {
@@ -142,7 +142,7 @@ func (u *Upsert) Prepare(ctx context.Context, db *sql.DB) error {
 	}
 	stmts := map[int]*sql.Stmt{}
 	for _, n := range u.sizes() {
-		st, err := db.PrepareContext(ctx, u.SQL(n))
+		st, err := db.PrepareContext(ctx, u.statement(n))
 		if err != nil {
 			for _, st := range stmts {
 				st.Close()
@@ -237,7 +237,7 @@ func (u *Upsert) Exec(ctx context.Context, tx Execer, rows [][]any) error {
 			case prepared:
 				_, err = stmts[n].ExecContext(ctx, args...)
 			default:
-				_, err = tx.ExecContext(ctx, u.SQL(n), args...)
+				_, err = tx.ExecContext(ctx, u.statement(n), args...)
 			}
 			if err != nil {
 				return fmt.Errorf("sqlitebulk: upsert %d rows: %w", n, err)
@@ -248,9 +248,9 @@ func (u *Upsert) Exec(ctx context.Context, tx Execer, rows [][]any) error {
 	return nil
 }
 
-// Statements returns how many statements Exec would run for rows: per layer, the full
+// statements returns how many statements Exec would run for rows: per layer, the full
 // statements and the remainder (after [Upsert.Prepare], one statement per set bit of it).
-func (u *Upsert) Statements(rows [][]any) int {
+func (u *Upsert) statements(rows [][]any) int {
 	u.mu.Lock()
 	prepared := u.stmts != nil
 	u.mu.Unlock()
