@@ -86,7 +86,8 @@ func TestSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `INSERT INTO "app"."kv" AS t ("k", "v") VALUES (CAST(? AS TEXT), ?), (CAST(? AS TEXT), ?) ON CONFLICT ("k") DO UPDATE SET "v" = excluded."v"`
+	want := `INSERT INTO "app"."kv" AS t ("k", "v") VALUES (CAST(? AS TEXT), ?), (CAST(? AS TEXT), ?) ON CONFLICT ("k") DO UPDATE SET "v" = excluded."v"` +
+		` RETURNING CASE WHEN "k" IS NULL THEN NULL ELSE quote("k") END`
 	if got := sqlitebulk.SQL(up, 2); got != want {
 		t.Errorf("SQL:\n got %s\nwant %s", got, want)
 	}
