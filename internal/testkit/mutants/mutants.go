@@ -37,7 +37,7 @@ import (
 	"strings"
 )
 
-//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch
+//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch internal/*/*.patch
 var patches embed.FS
 
 // A Mutant is one patch and the tests that must catch it.
@@ -149,6 +149,10 @@ var All = []Mutant{
 		Bug: "outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared", Safety: true},
 	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"}, Want: `want a \*fence.TopicError`,
 		Bug: "outboxconsumer.PrepareShards accepts a shard count other than the acknowledged one: entities move between shards unheld", Safety: true},
+
+	// The fast write paths' shared core.
+	{Name: "KeyIntegerWidthsApart", Package: "internal/bulk", Guards: []string{"TestLayersKeysByCanonicalValue"}, Want: `held as different keys`,
+		Bug: "bulk upserts group keys by Go value: int(7) and int64(7) reach one statement, which the database refuses (PostgreSQL: SQLSTATE 21000)"},
 }
 
 func init() {
