@@ -162,8 +162,9 @@ func TestLayerRules(t *testing.T) {
 		{"consumer", "outbox", true},
 		{"consumer", "partition", true},
 		{"partition", "consumer", false},
-		{"partition/lanes", "partition", true},
-		{"partition/ring", "partition/lanes", true}, // same layer
+		{"partition/ring", "partition", true},
+		{"consumer", "internal/lanes", true},
+		{"internal/lanes", "partition", false},
 		{"fence", "fence/pgfence", false},
 		{"fence/pgfence", "fence", true},
 		{"fence/pgfence", "internal/pgmigrate", true},
