@@ -18,10 +18,6 @@ type Source interface {
 	Acquire(ctx context.Context, resource string) (*Lease, error)
 }
 
-// GroupPrefix starts the [fence.Key] group of every lease: a source's default group is
-// GroupPrefix + its name ("lease:etcd", "lease:zookeeper", "lease:postgres").
-const GroupPrefix = "lease:"
-
 // Key is the fence key of a resource: Group is the source's group (by default
 // "lease:<source>"), Topic is the resource name, Partition is 0. Tokens of different sources
 // (an etcd revision, a ZooKeeper zxid, a PostgreSQL counter) are not comparable, so each source

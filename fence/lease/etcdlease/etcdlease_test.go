@@ -19,7 +19,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
 	"github.com/batonhq/baton/fence/lease/etcdlease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 )
 
 func TestNewRejectsAllProblems(t *testing.T) {
@@ -49,7 +49,7 @@ func TestAcquireReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Key() != lease.Key(etcdlease.DefaultGroup, res) || a.Token().Epoch <= 0 {
+	if a.Key() != lease.Key("lease:etcd", res) || a.Token().Epoch <= 0 {
 		t.Fatalf("lease key %v token %s", a.Key(), a.Token())
 	}
 	got := make(chan *lease.Lease, 1)
@@ -125,11 +125,11 @@ func revoke(cl *clientv3.Client) func(ctx context.Context, id string) error {
 
 func TestZombie(t *testing.T) {
 	endpoints(t)
-	leasetest.Zombie(t, etcdlease.DefaultGroup)
+	leasetest.Zombie(t, "lease:etcd")
 }
 
 func TestInFlight(t *testing.T) {
-	leasetest.InFlight(t, etcdlease.DefaultGroup, revoke(client(t, endpoints(t))))
+	leasetest.InFlight(t, "lease:etcd", revoke(client(t, endpoints(t))))
 }
 
 // TestRestart stops and restarts a private etcd (deploy/local/etcd.sh with its own directory

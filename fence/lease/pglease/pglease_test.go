@@ -18,8 +18,8 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
 	"github.com/batonhq/baton/fence/lease/pglease"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
@@ -46,7 +46,7 @@ func TestAcquireReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Key() != lease.Key(pglease.DefaultGroup, res) || a.Token().Epoch != 1 {
+	if a.Key() != lease.Key("lease:postgres", res) || a.Token().Epoch != 1 {
 		t.Fatalf("lease key %v token %s, want the first counter value 1", a.Key(), a.Token())
 	}
 	got := make(chan *lease.Lease, 1)
@@ -123,11 +123,11 @@ func TestLostWhenTerminated(t *testing.T) {
 
 func TestZombie(t *testing.T) {
 	testenv.PostgresURL(t)
-	leasetest.Zombie(t, pglease.DefaultGroup)
+	leasetest.Zombie(t, "lease:postgres")
 }
 
 func TestInFlight(t *testing.T) {
-	leasetest.InFlight(t, pglease.DefaultGroup, terminate(testenv.PostgresURL(t)))
+	leasetest.InFlight(t, "lease:postgres", terminate(testenv.PostgresURL(t)))
 }
 
 // TestRestart stops and restarts a private PostgreSQL (deploy/local/postgres.sh with its own

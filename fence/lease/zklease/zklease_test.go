@@ -18,8 +18,8 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
 	"github.com/batonhq/baton/fence/lease/zklease"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 )
 
 func TestNewRejectsAllProblems(t *testing.T) {
@@ -54,7 +54,7 @@ func TestAcquireReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Key() != lease.Key(zklease.DefaultGroup, res) || a.Token().Epoch <= 0 {
+	if a.Key() != lease.Key("lease:zookeeper", res) || a.Token().Epoch <= 0 {
 		t.Fatalf("lease key %v token %s", a.Key(), a.Token())
 	}
 	got := make(chan *lease.Lease, 1)
@@ -117,11 +117,11 @@ func TestLostWhenNodeDeleted(t *testing.T) {
 
 func TestZombie(t *testing.T) {
 	servers(t)
-	leasetest.Zombie(t, zklease.DefaultGroup)
+	leasetest.Zombie(t, "lease:zookeeper")
 }
 
 func TestInFlight(t *testing.T) {
-	leasetest.InFlight(t, zklease.DefaultGroup, deleteNode(conn(t, servers(t))))
+	leasetest.InFlight(t, "lease:zookeeper", deleteNode(conn(t, servers(t))))
 }
 
 // TestRestart stops and restarts a private ZooKeeper (deploy/local/zookeeper.sh with its own
