@@ -153,7 +153,7 @@ func TestLayerRules(t *testing.T) {
 		{"outbox", "consumer", false},
 		{"outbox/pgoutbox", "consumer", false},
 		{"outbox/sqliteoutbox", "consumer", false},
-		{"outbox/outboxstore", "consumer", false},
+		{"outbox/internal/outboxstore", "consumer", false},
 		{"outbox/outboxtest", "consumer", false},
 		{"outbox", "outbox/outboxconsumer", false},
 		{"consumer", "outbox/outboxconsumer", false},
