@@ -112,12 +112,12 @@ func TestLostWhenTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("lease context still alive after its session was terminated")
 	}
-	if !errors.Is(l.Err(), lease.ErrLost) {
-		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	if !errors.Is(context.Cause(l.Context()), lease.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", context.Cause(l.Context()))
 	}
 }
 
@@ -174,8 +174,8 @@ func TestRestart(t *testing.T) {
 	}
 	t.Logf("while down: %v", err)
 	select {
-	case <-first.Done():
-		t.Logf("held lease ended: %v", first.Err())
+	case <-first.Context().Done():
+		t.Logf("held lease ended: %v", context.Cause(first.Context()))
 	case <-time.After(3 * testTTL):
 		t.Fatal("the held lease's context did not end while PostgreSQL was down")
 	}
@@ -237,8 +237,8 @@ func TestHeldPastTTL(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	select {
-	case <-l.Done():
-		t.Fatalf("lease ended while its holder was alive: %v", l.Err())
+	case <-l.Context().Done():
+		t.Fatalf("lease ended while its holder was alive: %v", context.Cause(l.Context()))
 	case <-time.After(testTTL * 5 / 2):
 	}
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

@@ -106,12 +106,12 @@ func TestLostWhenNodeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("lease context still alive after its node was deleted")
 	}
-	if !errors.Is(l.Err(), lease.ErrLost) {
-		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	if !errors.Is(context.Cause(l.Context()), lease.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", context.Cause(l.Context()))
 	}
 }
 
@@ -160,8 +160,8 @@ func TestRestart(t *testing.T) {
 	}
 	t.Logf("while down: %v", err)
 	select {
-	case <-first.Done():
-		t.Logf("held lease ended: %v", first.Err())
+	case <-first.Context().Done():
+		t.Logf("held lease ended: %v", context.Cause(first.Context()))
 	case <-time.After(3 * testTimeout):
 		t.Fatal("the held lease's context did not end while ZooKeeper was down")
 	}
