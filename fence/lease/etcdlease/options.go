@@ -9,11 +9,11 @@ import (
 	"github.com/batonhq/baton/fence/lease"
 )
 
-// Defaults of the options.
+// Defaults of the options (each option's doc states its own).
 const (
-	DefaultTTL    = 10 * time.Second
-	DefaultPrefix = "/baton/lease/"
-	DefaultGroup  = lease.GroupPrefix + "etcd"
+	defaultTTL    = 10 * time.Second
+	defaultPrefix = "/baton/lease/"
+	defaultGroup  = "lease:etcd"
 )
 
 type config struct {

@@ -44,7 +44,7 @@ func (t Tables) withDefaults() Tables {
 		t.Fence = pgfence.DefaultTable
 	}
 	if t.Outbox == "" {
-		t.Outbox = pgoutbox.DefaultTable
+		t.Outbox = "baton_outbox" // pgoutbox's and sqliteoutbox's default (their Table option)
 	}
 	return t
 }
