@@ -1,0 +1,209 @@
+package redisfence
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/testkit/testenv"
+)
+
+// server is a redis-server of the test's own, in its own directory, which the test may kill:
+// the shared server is never restarted.
+type server struct {
+	t    *testing.T
+	addr string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// ownServer starts redis-server on a free port with args added; it is killed when the test
+// ends and its directory removed.
+func ownServer(t *testing.T, args ...string) *server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("redis-server is not on PATH: CI must provide it (deploy/local/redis.sh install)")
+		}
+		t.Skip("redis-server is not on PATH: install it (deploy/local/redis.sh install)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	dir := t.TempDir()
+	s := &server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), args: append([]string{
+		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir, "--save", "",
+		"--protected-mode", "no", "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"),
+	}, args...)}
+	s.cmd = exec.Command(bin, s.args...)
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	s.cmd = exec.Command(s.cmd.Path, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.Ping(context.Background()).Err() != nil {
+		if time.Now().After(deadline) {
+			s.t.Fatalf("redis-server on %s did not answer", s.addr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill ends the server with SIGKILL: no shutdown, no last write.
+func (s *server) kill() {
+	if s.cmd.Process != nil && s.cmd.ProcessState == nil {
+		_ = s.cmd.Process.Kill()
+		_ = s.cmd.Wait()
+	}
+}
+
+// writeUntilKilled claims k and applies batches of one position each (a field per position and
+// a counter, in one transaction) until the server is killed midway; it returns the last
+// position acknowledged.
+func writeUntilKilled(t *testing.T, srv *server, s *Store) int64 {
+	t.Helper()
+	ctx := testenv.Context(t, 60*time.Second)
+	k := fence.Key{Group: "g", Topic: "restart", Partition: 0}
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 5}, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	killed := make(chan struct{})
+	go func() {
+		time.Sleep(150 * time.Millisecond)
+		srv.kill()
+		close(killed)
+	}()
+	acked := fence.NoPosition
+	for p := int64(0); ; p++ {
+		err := s.Apply(ctx, k, fence.Token{Epoch: 5}, p, p, func(ctx context.Context, tx *Tx) error {
+			tx.HSet("data", strconv.FormatInt(p, 10), "v")
+			tx.HIncrBy("count", "n", 1)
+			return nil
+		})
+		if err != nil {
+			break
+		}
+		acked = p
+	}
+	<-killed
+	t.Logf("%d batches acknowledged before the kill", acked+1)
+	if acked < 10 {
+		t.Fatalf("only %d batches were acknowledged before the kill: the run did not get going", acked+1)
+	}
+	return acked
+}
+
+// TestRestartLosesNothing kills a server with appendonly yes and appendfsync always in the
+// middle of a run of batches and restarts it: every acknowledged batch is there, with its
+// fence, the fence and the data agree (the one batch whose reply was lost is all there or
+// not at all), and the old owner's lower token is still refused.
+func TestRestartLosesNothing(t *testing.T) {
+	srv := ownServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := client(t, srv.addr)
+	s, err := New(c) // no AllowLosingAcknowledgedWrites: this server must pass the check
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := writeUntilKilled(t, srv, s)
+	srv.start()
+
+	ctx := testenv.Context(t, 30*time.Second)
+	c2 := client(t, srv.addr)
+	s2, err := New(c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fence.Key{Group: "g", Topic: "restart", Partition: 0}
+	st, err := s2.Load(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Token != (fence.Token{Epoch: 5}) || st.Claimant != "owner" || st.Position < acked || st.Position > acked+1 {
+		t.Fatalf("after the restart the fence is %+v; %d was acknowledged", st, acked)
+	}
+	n, err := c2.HGet(ctx, "count", "n").Int64()
+	if err != nil || n != st.Position+1 {
+		t.Fatalf("after the restart the counter is %d (%v), the fence at %d: data and fence disagree", n, err, st.Position)
+	}
+	fields, err := c2.HLen(ctx, "data").Result()
+	if err != nil || fields != st.Position+1 {
+		t.Fatalf("after the restart %d positions are written (%v), the fence is at %d", fields, err, st.Position)
+	}
+	if _, err := s2.Claim(ctx, k, fence.Token{Epoch: 4}, "zombie"); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("a lower claim after the restart = %v, want ErrStale", err)
+	}
+	err = s2.Apply(ctx, k, fence.Token{Epoch: 5}, st.Position, st.Position, func(context.Context, *Tx) error { return nil })
+	if !errors.Is(err, fence.ErrDuplicate) {
+		t.Fatalf("re-applying position %d after the restart = %v, want ErrDuplicate", st.Position, err)
+	}
+}
+
+// TestRestartWithoutAOFLosesTheFence is what the check prevents: the store refuses a server
+// without an append-only file, and, told to accept it, loses every fence on a restart, so
+// that a zombie's lower token is accepted again.
+func TestRestartWithoutAOFLosesTheFence(t *testing.T) {
+	srv := ownServer(t, "--appendonly", "no")
+	c := client(t, srv.addr)
+	if s, _ := New(c); !errors.Is(s.Check(t.Context()), ErrNotDurable) {
+		t.Fatal("the store accepted a server without an append-only file")
+	}
+	s, err := New(c, AllowLosingAcknowledgedWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeUntilKilled(t, srv, s)
+	srv.start()
+	s2, _ := New(client(t, srv.addr), AllowLosingAcknowledgedWrites())
+	k := fence.Key{Group: "g", Topic: "restart", Partition: 0}
+	if _, err := s2.Claim(t.Context(), k, fence.Token{Epoch: 4}, "zombie"); err != nil {
+		t.Fatalf("the zombie's claim after the restart = %v: the fence survived, so this test shows nothing", err)
+	}
+}
+
+// TestCheckWithoutConfig: a user not permitted CONFIG (as on managed services that rename it
+// away) cannot have the settings read; the store refuses unless told to accept the risk.
+func TestCheckWithoutConfig(t *testing.T) {
+	srv := ownServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	ctx := testenv.Context(t, 30*time.Second)
+	admin := client(t, srv.addr)
+	if err := admin.Do(ctx, "ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: srv.addr, Username: "noconfig", Password: "pw"})
+	t.Cleanup(func() { _ = c.Close() })
+	s, _ := New(c)
+	err := s.Check(ctx)
+	if !errors.Is(err, ErrNotDurable) || !strings.Contains(err.Error(), "cannot be read") {
+		t.Fatalf("Check without CONFIG = %v, want ErrNotDurable: the settings cannot be read", err)
+	}
+	s, _ = New(c, AllowLosingAcknowledgedWrites())
+	if _, err := s.Claim(ctx, fence.Key{Group: "g", Topic: "t"}, fence.Token{Epoch: 1}, "me"); err != nil {
+		t.Fatalf("Claim with AllowLosingAcknowledgedWrites and no CONFIG: %v", err)
+	}
+	if s2, _ := New(admin); s2.Check(ctx) != nil {
+		t.Fatalf("the same server, read by a user allowed CONFIG, was refused: %v", s2.Check(ctx))
+	}
+}
