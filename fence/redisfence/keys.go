@@ -9,8 +9,8 @@ import (
 	"github.com/batonhq/baton/fence"
 )
 
-// DefaultPrefix is the prefix of every key the store writes, unless [Prefix] says otherwise.
-const DefaultPrefix = "baton:"
+// defaultPrefix is the prefix of every key the store writes, unless [Prefix] says otherwise.
+const defaultPrefix = "baton:"
 
 // prefixRE is what a prefix may hold: no braces (the hash tags are the store's), no spaces.
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,63}$`)

@@ -27,7 +27,7 @@ func TestSlotMatchesRedisCluster(t *testing.T) {
 }
 
 func TestKeysOfATopicShareASlotAndNameOneThing(t *testing.T) {
-	n := keys{prefix: DefaultPrefix}
+	n := keys{prefix: defaultPrefix}
 	k := fence.Key{Group: "g{1}", Topic: "t/x:y", Partition: 7}
 	tag := HashTag(k.Group, k.Topic)
 	want := slot(tag)
@@ -116,7 +116,7 @@ func TestQueuedCommandErrorsFailTheCommit(t *testing.T) {
 		"odd pairs":          func(tx *Tx) { tx.HSet("h", "f") },
 		"no pairs":           func(tx *Tx) { tx.XAdd("s") },
 		"empty key":          func(tx *Tx) { tx.Set("", "v") },
-		"the store's prefix": func(tx *Tx) { tx.Del(DefaultPrefix + "{g/t}:fence:0") },
+		"the store's prefix": func(tx *Tx) { tx.Del(defaultPrefix + "{g/t}:fence:0") },
 		"huge increment":     func(tx *Tx) { tx.HIncrBy("h", "f", 1<<53) },
 		"expiry below 1ms":   func(tx *Tx) { tx.Expire("h", time.Microsecond) },
 	} {

@@ -44,7 +44,7 @@ type Store struct {
 // Option configures a [Store].
 type Option func(*Store) error
 
-// Prefix sets the prefix of every key the store writes (default [DefaultPrefix], "baton:"):
+// Prefix sets the prefix of every key the store writes (default "baton:"):
 // 1 to 63 of A-Z a-z 0-9 _ . : -. The caller's keys may not start with it.
 func Prefix(p string) Option {
 	return func(s *Store) error {
@@ -74,7 +74,7 @@ func New(c redis.Cmdable, opts ...Option) (*Store, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", fence.ErrInvalid)
 	}
-	s := &Store{c: c, k: keys{prefix: DefaultPrefix}}
+	s := &Store{c: c, k: keys{prefix: defaultPrefix}}
 	for _, o := range opts {
 		if err := o(s); err != nil {
 			return nil, err
