@@ -79,6 +79,10 @@
 //     its writes to the file.
 //   - appendfsync no, or no append-only file (snapshots only, or none): everything since the
 //     last fsync or snapshot is lost on a restart.
+//   - no-appendfsync-on-rewrite yes skips the fsync while the file is rewritten, which makes
+//     "always" lose what "no" loses during a rewrite; it must be no (the default).
+//   - An allkeys-* maxmemory-policy evicts keys without a TTL when memory runs out: fences
+//     included. noeviction (the default) or a volatile-* policy spares them.
 //   - A replica promoted by Sentinel or Cluster failover has what replication had delivered:
 //     replication is asynchronous, so acknowledged advances can be missing, whatever the
 //     fsync setting. WAIT narrows the window but does not close it (a failover may still pick
@@ -88,8 +92,9 @@
 // one script, so they stay consistent), but the owner's resume position moves back and a
 // zombie whose token only a lost claim had outranked is accepted again until the current owner
 // claims anew. So the store refuses, with [ErrNotDurable], a server whose settings (CONFIG GET
-// appendonly, appendfsync, read by [Store.Check] or the first call) can lose an acknowledged
-// write, and one whose settings it cannot read (CONFIG renamed away or not permitted), unless
+// appendonly, appendfsync, no-appendfsync-on-rewrite, maxmemory-policy, read by [Store.Check]
+// or the first call) can lose an acknowledged write, and one whose settings it cannot read
+// (CONFIG renamed away or not permitted), unless
 // [AllowLosingAcknowledgedWrites] names the risk. Refusing rather than warning: a warning in a
 // log does not stop a zombie write, and the option keeps the choice with the user.
 //

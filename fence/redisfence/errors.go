@@ -3,10 +3,11 @@ package redisfence
 import "errors"
 
 var (
-	// ErrNotDurable means the server's persistence settings can lose a write it acknowledged
-	// (appendonly no, appendfsync everysec or no), or the store cannot read them (CONFIG is
-	// disabled or not permitted), and [AllowLosingAcknowledgedWrites] was not given. A lost
-	// fence advance lets a writer that only it had outranked write again.
+	// ErrNotDurable means the server's settings can lose a write it acknowledged (appendonly
+	// no; appendfsync everysec or no; no-appendfsync-on-rewrite yes; an allkeys-* eviction
+	// policy), or the store cannot read them (CONFIG is disabled or not permitted), and
+	// [AllowLosingAcknowledgedWrites] was not given. A lost fence advance lets a writer that
+	// only it had outranked write again.
 	ErrNotDurable = errors.New("redisfence: the server may lose acknowledged writes")
 
 	// ErrCrossSlot means a transaction on a Redis Cluster touches keys in more than one hash

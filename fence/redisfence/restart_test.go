@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,6 +59,8 @@ func ownServer(t *testing.T, args ...string) *server {
 func (s *server) start() {
 	s.t.Helper()
 	s.cmd = exec.Command(s.cmd.Path, s.args...)
+	// Its own process group: kill takes its forked children (AOF rewrites, snapshots) too.
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
 		s.t.Fatal(err)
 	}
@@ -72,11 +75,17 @@ func (s *server) start() {
 	}
 }
 
-// kill ends the server with SIGKILL: no shutdown, no last write.
+// kill ends the server and its children with SIGKILL: no shutdown, no last write.
 func (s *server) kill() {
 	if s.cmd.Process != nil && s.cmd.ProcessState == nil {
-		_ = s.cmd.Process.Kill()
+		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
 		_ = s.cmd.Wait()
+		for range 100 { // a child is gone once signalling its group fails
+			if syscall.Kill(-s.cmd.Process.Pid, 0) != nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
 	}
 }
 
@@ -205,5 +214,42 @@ func TestCheckWithoutConfig(t *testing.T) {
 	}
 	if s2, _ := New(admin); s2.Check(ctx) != nil {
 		t.Fatalf("the same server, read by a user allowed CONFIG, was refused: %v", s2.Check(ctx))
+	}
+}
+
+// TestCheckRefusesEachLossySetting: each setting that can lose an acknowledged write is
+// refused and named; with all of them right the store starts, without the option.
+func TestCheckRefusesEachLossySetting(t *testing.T) {
+	srv := ownServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	ctx := testenv.Context(t, 30*time.Second)
+	c := client(t, srv.addr)
+	good := map[string]string{"appendonly": "yes", "appendfsync": "always", "no-appendfsync-on-rewrite": "no", "maxmemory-policy": "noeviction"}
+	set := func(kv map[string]string) {
+		t.Helper()
+		for k, v := range kv {
+			if err := c.ConfigSet(ctx, k, v).Err(); err != nil {
+				t.Fatalf("CONFIG SET %s %s: %v", k, v, err)
+			}
+		}
+	}
+	for _, bad := range []struct{ key, value string }{
+		{"appendonly", "no"},
+		{"appendfsync", "everysec"},
+		{"appendfsync", "no"},
+		{"no-appendfsync-on-rewrite", "yes"},
+		{"maxmemory-policy", "allkeys-lru"},
+	} {
+		set(good)
+		set(map[string]string{bad.key: bad.value})
+		s, _ := New(c)
+		err := s.Check(ctx)
+		if !errors.Is(err, ErrNotDurable) || !strings.Contains(err.Error(), bad.key+" "+bad.value) {
+			t.Errorf("%s %s: Check = %v, want ErrNotDurable naming it", bad.key, bad.value, err)
+		}
+	}
+	set(good)
+	set(map[string]string{"maxmemory-policy": "volatile-lru"}) // evicts only keys with a TTL
+	if s, _ := New(c); s.Check(ctx) != nil {
+		t.Errorf("Check on the durable settings: %v", s.Check(ctx))
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"strconv"
 	"strings"
@@ -83,12 +84,13 @@ func New(c redis.Cmdable, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// Check reads the server's persistence settings (CONFIG GET appendonly, appendfsync) and
-// whether it runs Redis Cluster. It fails with [ErrNotDurable] unless appendonly is yes and
-// appendfsync always, or [AllowLosingAcknowledgedWrites] was given; a server that refuses
-// CONFIG (renamed away, or not permitted to this user) cannot be checked and is refused the
-// same way. Once it succeeded it is not repeated: a setting changed at runtime later is not
-// seen.
+// Check reads the server's persistence settings (CONFIG GET appendonly, appendfsync,
+// no-appendfsync-on-rewrite, maxmemory-policy) and whether it runs Redis Cluster. It fails with
+// [ErrNotDurable] unless appendonly is yes, appendfsync always, no-appendfsync-on-rewrite no and
+// the eviction policy spares keys without a TTL (noeviction or volatile-*), or
+// [AllowLosingAcknowledgedWrites] was given; a server that refuses CONFIG (renamed away, or
+// not permitted to this user) cannot be checked and is refused the same way. Once it succeeded
+// it is not repeated: a setting changed at runtime later is not seen.
 func (s *Store) Check(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -107,14 +109,34 @@ func (s *Store) Check(ctx context.Context) error {
 	return nil
 }
 
+// durable reads the settings that decide whether an acknowledged write survives: the
+// append-only file and its fsync policy, whether fsync pauses during a rewrite, and whether
+// the server may evict keys without a TTL (a fence has none) when memory runs out.
 func durable(ctx context.Context, c redis.Cmdable) error {
-	cfg, err := c.ConfigGet(ctx, "append*").Result()
-	if err != nil {
-		return fmt.Errorf("%w: the settings cannot be read (CONFIG GET: %v); verify appendonly yes and appendfsync always yourself and pass AllowLosingAcknowledgedWrites", ErrNotDurable, err)
+	cfg := map[string]string{}
+	for _, p := range []string{"append*", "no-appendfsync-on-rewrite", "maxmemory-policy"} {
+		m, err := c.ConfigGet(ctx, p).Result()
+		if err != nil {
+			return fmt.Errorf("%w: the settings cannot be read (CONFIG GET: %v); verify appendonly yes, appendfsync always, no-appendfsync-on-rewrite no and a maxmemory-policy that is not allkeys-* yourself and pass AllowLosingAcknowledgedWrites", ErrNotDurable, err)
+		}
+		maps.Copy(cfg, m)
 	}
-	if cfg["appendonly"] != "yes" || cfg["appendfsync"] != "always" {
-		return fmt.Errorf("%w: appendonly %s, appendfsync %s: a crash can lose acknowledged fence advances; set appendonly yes and appendfsync always, or pass AllowLosingAcknowledgedWrites",
-			ErrNotDurable, orNone(cfg["appendonly"]), orNone(cfg["appendfsync"]))
+	var bad []string
+	if cfg["appendonly"] != "yes" {
+		bad = append(bad, "appendonly "+orNone(cfg["appendonly"])+" (want yes)")
+	}
+	if cfg["appendfsync"] != "always" {
+		bad = append(bad, "appendfsync "+orNone(cfg["appendfsync"])+" (want always)")
+	}
+	if cfg["no-appendfsync-on-rewrite"] != "no" {
+		bad = append(bad, "no-appendfsync-on-rewrite "+orNone(cfg["no-appendfsync-on-rewrite"])+" (want no: fsync must not pause during a rewrite)")
+	}
+	if p := cfg["maxmemory-policy"]; p == "" || strings.HasPrefix(p, "allkeys-") {
+		bad = append(bad, "maxmemory-policy "+orNone(p)+" (evicts fences: want noeviction or a volatile-* policy)")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: %s; a crash or an eviction can lose acknowledged fence advances: change them, or pass AllowLosingAcknowledgedWrites",
+			ErrNotDurable, strings.Join(bad, ", "))
 	}
 	return nil
 }
