@@ -98,6 +98,19 @@
 // [AllowLosingAcknowledgedWrites] names the risk. Refusing rather than warning: a warning in a
 // log does not stop a zombie write, and the option keeps the choice with the user.
 //
+// # Not covered
+//
+//   - An outbox. A side effect appended with [Tx.XAdd] to a stream in the fenced transaction is
+//     refused with a zombie's batch, but nothing here relays the stream to Kafka (ordering,
+//     marks, retries, signatures: package outbox's relay needs an outbox store, which Redis
+//     does not have yet). Until then, effects that must leave exactly once go through an
+//     outbox in PostgreSQL or SQLite, in a transaction of their own.
+//   - Reads inside the transaction: a Tx only writes. A handler reads with the client before
+//     it queues; a batch's own reads are not isolated from other writers of the same keys, so
+//     keys are best written by their partition's owner only (as the fence intends).
+//   - A Redis Cluster was not tested against a real cluster; the slot rule is checked against
+//     CLUSTER KEYSLOT's values and the refusal before running is tested without one.
+//
 // # Why go-redis
 //
 // github.com/redis/go-redis/v9 is the Redis project's own Go client: maintained with the
