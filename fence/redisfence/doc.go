@@ -108,8 +108,8 @@
 //   - Reads inside the transaction: a Tx only writes. A handler reads with the client before
 //     it queues; a batch's own reads are not isolated from other writers of the same keys, so
 //     keys are best written by their partition's owner only (as the fence intends).
-//   - A Redis Cluster was not tested against a real cluster; the slot rule is checked against
-//     CLUSTER KEYSLOT's values and the refusal before running is tested without one.
+//   - A Redis Cluster of several nodes: the tests run one of a single node holding every slot
+//     (the cluster's key rules apply, resharding and failover do not happen).
 //
 // # Why go-redis
 //

@@ -253,3 +253,106 @@ func TestCheckRefusesEachLossySetting(t *testing.T) {
 		t.Errorf("Check on the durable settings: %v", s.Check(ctx))
 	}
 }
+
+// TestClusterOneSlotPerTransaction runs the store on a Redis Cluster of one node (all 16384
+// slots, so the cluster's rules apply to every key): a transaction whose keys carry the
+// topic's hash tag runs, one with a key in another slot is refused before it runs and writes
+// nothing, a recreated topic's fences move in one script, and an admission (tagged by its
+// scope) cannot share a transaction with a partition's fence.
+func TestClusterOneSlotPerTransaction(t *testing.T) {
+	srv := ownServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+		"--appendonly", "yes", "--appendfsync", "always")
+	ctx := testenv.Context(t, 30*time.Second)
+	admin := client(t, srv.addr)
+	if err := admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := admin.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the cluster never became ok: %v %s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.addr}})
+	t.Cleanup(func() { _ = cc.Close() })
+	s, err := New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil || !s.isCluster() {
+		t.Fatalf("Check on a cluster = %v, cluster %v", err, s.isCluster())
+	}
+	k := fence.Key{Group: "g", Topic: "t", Partition: 0}
+	tagged := "twin:" + HashTag(k.Group, k.Topic) + ":d1"
+	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 1}, "me"); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Apply(ctx, k, fence.Token{Epoch: 1}, 0, 0, func(ctx context.Context, tx *Tx) error {
+		tx.HSet(tagged, "reading", "1")
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Apply with the topic's tag on a cluster: %v", err)
+	}
+	err = s.Apply(ctx, k, fence.Token{Epoch: 1}, 1, 1, func(ctx context.Context, tx *Tx) error {
+		tx.HSet(tagged, "reading", "2")
+		tx.HSet("twin:d2", "reading", "2")
+		return nil
+	})
+	if !errors.Is(err, ErrCrossSlot) {
+		t.Fatalf("Apply with a key in another slot = %v, want ErrCrossSlot", err)
+	}
+	if v, _ := cc.HGet(ctx, tagged, "reading").Result(); v != "1" {
+		t.Fatalf("after the refusal %s reads %q, want 1", tagged, v)
+	}
+	if st, _ := s.Load(ctx, k); st.Position != 0 {
+		t.Fatalf("after the refusal the fence is at %d, want 0", st.Position)
+	}
+	// The server refuses such a script too, before it runs: were the store's check missing,
+	// nothing would be written either.
+	s.mu.Lock()
+	s.cluster = false
+	s.mu.Unlock()
+	err = s.Apply(ctx, k, fence.Token{Epoch: 1}, 1, 1, func(ctx context.Context, tx *Tx) error {
+		tx.HSet(tagged, "reading", "2")
+		tx.HSet("twin:d2", "reading", "2")
+		return nil
+	})
+	if err == nil || errors.Is(err, ErrCrossSlot) {
+		t.Fatalf("a cross-slot script sent to the cluster = %v, want the server's refusal", err)
+	}
+	t.Logf("the server's refusal: %v", err)
+	if v, _ := cc.HGet(ctx, tagged, "reading").Result(); v != "1" {
+		t.Fatalf("after the server's refusal %s reads %q, want 1", tagged, v)
+	}
+	s.mu.Lock()
+	s.cluster = true
+	s.mu.Unlock()
+	err = s.Apply(ctx, k, fence.Token{Epoch: 1}, 1, 1, func(ctx context.Context, tx *Tx) error {
+		_, err := s.Admit(ctx, tx, "inbox", "m", fence.Token{Epoch: 1}, 1)
+		return err
+	})
+	if !errors.Is(err, ErrCrossSlot) {
+		t.Fatalf("an admission with a partition's fence on a cluster = %v, want ErrCrossSlot", err)
+	}
+	tx := s.Begin() // alone, an admission runs
+	if v, err := s.Admit(ctx, tx, "inbox", "m", fence.Token{Epoch: 1}, 1); err != nil || v != fence.Admitted {
+		t.Fatalf("Admit = %s, %v", v, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit of an admission alone on a cluster: %v", err)
+	}
+	if _, _, err := s.SeeTopic(ctx, k.Group, k.Topic, fence.Topic{ID: "a", Partitions: 2}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ResetTopic(ctx, k.Group, k.Topic, fence.Topic{ID: "a", Partitions: 2}, fence.Topic{ID: "b", Partitions: 2}, "test: recreated"); err != nil {
+		t.Fatalf("ResetTopic on a cluster: %v", err)
+	}
+	if st, _ := s.Load(ctx, k); st.Token != (fence.Token{Era: 1}) || st.Position != fence.NoPosition {
+		t.Fatalf("after the reset the fence is %+v, want era 1, no position", st)
+	}
+}
