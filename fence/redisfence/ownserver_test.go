@@ -3,13 +3,8 @@ package redisfence
 import (
 	"context"
 	"errors"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -19,80 +14,10 @@ import (
 	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
-// server is a redis-server of the test's own, in its own directory, which the test may kill:
-// the shared server is never restarted.
-type server struct {
-	t    *testing.T
-	addr string
-	args []string
-	cmd  *exec.Cmd
-}
-
-// ownServer starts redis-server on a free port with args added; it is killed when the test
-// ends and its directory removed.
-func ownServer(t *testing.T, args ...string) *server {
-	t.Helper()
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("redis-server is not on PATH: CI must provide it (deploy/local/redis.sh install)")
-		}
-		t.Skip("redis-server is not on PATH: install it (deploy/local/redis.sh install)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	dir := t.TempDir()
-	s := &server{t: t, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), args: append([]string{
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir, "--save", "",
-		"--protected-mode", "no", "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"),
-	}, args...)}
-	s.cmd = exec.Command(bin, s.args...)
-	s.start()
-	t.Cleanup(s.kill)
-	return s
-}
-
-func (s *server) start() {
-	s.t.Helper()
-	s.cmd = exec.Command(s.cmd.Path, s.args...)
-	// Its own process group: kill takes its forked children (AOF rewrites, snapshots) too.
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
-		s.t.Fatal(err)
-	}
-	c := redis.NewClient(&redis.Options{Addr: s.addr, MaxRetries: -1})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for c.Ping(context.Background()).Err() != nil {
-		if time.Now().After(deadline) {
-			s.t.Fatalf("redis-server on %s did not answer", s.addr)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// kill ends the server and its children with SIGKILL: no shutdown, no last write.
-func (s *server) kill() {
-	if s.cmd.Process != nil && s.cmd.ProcessState == nil {
-		_ = syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
-		_ = s.cmd.Wait()
-		for range 100 { // a child is gone once signalling its group fails
-			if syscall.Kill(-s.cmd.Process.Pid, 0) != nil {
-				break
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-}
-
 // writeUntilKilled claims k and applies batches of one position each (a field per position and
 // a counter, in one transaction) until the server is killed midway; it returns the last
 // position acknowledged.
-func writeUntilKilled(t *testing.T, srv *server, s *Store) int64 {
+func writeUntilKilled(t *testing.T, srv *testenv.RedisServer, s *Store) int64 {
 	t.Helper()
 	ctx := testenv.Context(t, 60*time.Second)
 	k := fence.Key{Group: "g", Topic: "restart", Partition: 0}
@@ -102,7 +27,7 @@ func writeUntilKilled(t *testing.T, srv *server, s *Store) int64 {
 	killed := make(chan struct{})
 	go func() {
 		time.Sleep(150 * time.Millisecond)
-		srv.kill()
+		srv.Kill()
 		close(killed)
 	}()
 	acked := fence.NoPosition
@@ -130,17 +55,19 @@ func writeUntilKilled(t *testing.T, srv *server, s *Store) int64 {
 // fence, the fence and the data agree (the one batch whose reply was lost is all there or
 // not at all), and the old owner's lower token is still refused.
 func TestRestartLosesNothing(t *testing.T) {
-	srv := ownServer(t, "--appendonly", "yes", "--appendfsync", "always")
-	c := client(t, srv.addr)
+	srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+	c := client(t, srv.Addr)
 	s, err := New(c) // no AllowLosingAcknowledgedWrites: this server must pass the check
 	if err != nil {
 		t.Fatal(err)
 	}
 	acked := writeUntilKilled(t, srv, s)
-	srv.start()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
 
 	ctx := testenv.Context(t, 30*time.Second)
-	c2 := client(t, srv.addr)
+	c2 := client(t, srv.Addr)
 	s2, err := New(c2)
 	if err != nil {
 		t.Fatal(err)
@@ -174,8 +101,8 @@ func TestRestartLosesNothing(t *testing.T) {
 // without an append-only file, and, told to accept it, loses every fence on a restart, so
 // that a zombie's lower token is accepted again.
 func TestRestartWithoutAOFLosesTheFence(t *testing.T) {
-	srv := ownServer(t, "--appendonly", "no")
-	c := client(t, srv.addr)
+	srv := testenv.StartRedis(t, "--appendonly", "no")
+	c := client(t, srv.Addr)
 	if s, _ := New(c); !errors.Is(s.Check(t.Context()), ErrNotDurable) {
 		t.Fatal("the store accepted a server without an append-only file")
 	}
@@ -184,8 +111,10 @@ func TestRestartWithoutAOFLosesTheFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeUntilKilled(t, srv, s)
-	srv.start()
-	s2, _ := New(client(t, srv.addr), AllowLosingAcknowledgedWrites())
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	s2, _ := New(client(t, srv.Addr), AllowLosingAcknowledgedWrites())
 	k := fence.Key{Group: "g", Topic: "restart", Partition: 0}
 	if _, err := s2.Claim(t.Context(), k, fence.Token{Epoch: 4}, "zombie"); err != nil {
 		t.Fatalf("the zombie's claim after the restart = %v: the fence survived, so this test shows nothing", err)
@@ -195,13 +124,13 @@ func TestRestartWithoutAOFLosesTheFence(t *testing.T) {
 // TestCheckWithoutConfig: a user not permitted CONFIG (as on managed services that rename it
 // away) cannot have the settings read; the store refuses unless told to accept the risk.
 func TestCheckWithoutConfig(t *testing.T) {
-	srv := ownServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	ctx := testenv.Context(t, 30*time.Second)
-	admin := client(t, srv.addr)
+	admin := client(t, srv.Addr)
 	if err := admin.Do(ctx, "ACL", "SETUSER", "noconfig", "on", ">pw", "~*", "&*", "+@all", "-config").Err(); err != nil {
 		t.Fatal(err)
 	}
-	c := redis.NewClient(&redis.Options{Addr: srv.addr, Username: "noconfig", Password: "pw"})
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, Username: "noconfig", Password: "pw"})
 	t.Cleanup(func() { _ = c.Close() })
 	s, _ := New(c)
 	err := s.Check(ctx)
@@ -220,9 +149,9 @@ func TestCheckWithoutConfig(t *testing.T) {
 // TestCheckRefusesEachLossySetting: each setting that can lose an acknowledged write is
 // refused and named; with all of them right the store starts, without the option.
 func TestCheckRefusesEachLossySetting(t *testing.T) {
-	srv := ownServer(t, "--appendonly", "yes", "--appendfsync", "always")
+	srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
 	ctx := testenv.Context(t, 30*time.Second)
-	c := client(t, srv.addr)
+	c := client(t, srv.Addr)
 	good := map[string]string{"appendonly": "yes", "appendfsync": "always", "no-appendfsync-on-rewrite": "no", "maxmemory-policy": "noeviction"}
 	set := func(kv map[string]string) {
 		t.Helper()
@@ -260,10 +189,10 @@ func TestCheckRefusesEachLossySetting(t *testing.T) {
 // nothing, a recreated topic's fences move in one script, and an admission (tagged by its
 // scope) cannot share a transaction with a partition's fence.
 func TestClusterOneSlotPerTransaction(t *testing.T) {
-	srv := ownServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+	srv := testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
 		"--appendonly", "yes", "--appendfsync", "always")
 	ctx := testenv.Context(t, 30*time.Second)
-	admin := client(t, srv.addr)
+	admin := client(t, srv.Addr)
 	if err := admin.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +206,7 @@ func TestClusterOneSlotPerTransaction(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.addr}})
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{srv.Addr}})
 	t.Cleanup(func() { _ = cc.Close() })
 	s, err := New(cc)
 	if err != nil {
