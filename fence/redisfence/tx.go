@@ -224,6 +224,8 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 // [fence.ErrDuplicate], [fence.ErrOverlap], [fence.ErrConflict], [ErrCommand], [ErrCrossSlot],
 // [fence.ErrInvalid]). A commit whose reply was lost (connection, ctx) may have been applied:
 // retrying the batch is safe, and a retry that fails with fence.ErrDuplicate proves it was.
+// go-redis makes that retry itself after a network error unless the client's MaxRetries is
+// -1: the commit then returns the retry's ErrDuplicate (a Recover, its fence.ErrConflict).
 func (tx *Tx) Commit(ctx context.Context) error {
 	if tx.done {
 		return fmt.Errorf("%w: the transaction has ended", fence.ErrInvalid)
