@@ -49,11 +49,11 @@ type op struct {
 }
 
 type admitted struct {
-	i                 int // index of its op
-	found             bool
-	stored, next      fence.Token
-	storedSeq, nextSq int64
-	write             bool
+	i                  int // index of its op
+	found              bool
+	stored, next       fence.Token
+	storedSeq, nextSeq int64
+	write              bool
 }
 
 // Begin starts a transaction for [Store.Advance] and [Store.Admit] in the caller's hands; it
@@ -207,13 +207,13 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 				return 0, fmt.Errorf("redisfence: keyed fence %s/%s: %w", scope, id, err)
 			}
 		}
-		a.next, a.nextSq = a.stored, a.storedSeq
+		a.next, a.nextSeq = a.stored, a.storedSeq
 		tx.admits[ek] = a
 		tx.ops = append(tx.ops, op{code: "adm", keys: []string{ek, hold(ek)}})
 	}
-	v := fencestore.CheckAdmit(a.next, a.nextSq, a.found || a.write, t, seq)
+	v := fencestore.CheckAdmit(a.next, a.nextSeq, a.found || a.write, t, seq)
 	if v == fence.Admitted {
-		a.next, a.nextSq, a.write = t, seq, true
+		a.next, a.nextSeq, a.write = t, seq, true
 	}
 	return v, nil
 }
@@ -252,7 +252,7 @@ func (tx *Tx) commit(ctx context.Context) error {
 			o.args = []string{"1", i64(a.stored.Era), i64(a.stored.Epoch), i64(a.storedSeq)}
 		}
 		if a.write {
-			o.args = append(o.args, i64(a.next.Era), i64(a.next.Epoch), i64(a.nextSq))
+			o.args = append(o.args, i64(a.next.Era), i64(a.next.Epoch), i64(a.nextSeq))
 		} else {
 			o.args = append(o.args, "", "", "")
 		}
