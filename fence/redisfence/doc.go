@@ -79,6 +79,9 @@
 //     its writes to the file.
 //   - appendfsync no, or no append-only file (snapshots only, or none): everything since the
 //     last fsync or snapshot is lost on a restart.
+//   - appendonly turned on at runtime (CONFIG SET) protects the data only once the rewrite it
+//     starts has finished (INFO persistence: aof_rewrite_in_progress:0); the check reads the
+//     setting, not the rewrite, so turn it on before the store's first use.
 //   - no-appendfsync-on-rewrite yes skips the fsync while the file is rewritten, which makes
 //     "always" lose what "no" loses during a rewrite; it must be no (the default).
 //   - An allkeys-* maxmemory-policy evicts keys without a TTL when memory runs out: fences
