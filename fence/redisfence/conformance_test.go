@@ -103,3 +103,27 @@ func TestConformance(t *testing.T) {
 		return envFor(t, c, prefix, user, AllowLosingAcknowledgedWrites())
 	})
 }
+
+// TestConformanceOnADurableServer runs the suite again, each case on a redis-server of its own
+// with appendfsync always and without AllowLosingAcknowledgedWrites: the store's default path.
+// Its Durability case reopens by killing the server (SIGKILL) and starting it over its
+// append-only file.
+func TestConformanceOnADurableServer(t *testing.T) {
+	fencetest.Run(t, func(t *testing.T) fencetest.Env[*Tx] {
+		srv := testenv.StartRedis(t, "--appendonly", "yes", "--appendfsync", "always")
+		return durableEnv(t, srv)
+	})
+}
+
+func durableEnv(t testing.TB, srv *testenv.RedisServer) fencetest.Env[*Tx] {
+	t.Helper()
+	env := envFor(t, client(t, srv.Addr), "baton:", "user:")
+	env.Reopen = func(t testing.TB) fencetest.Env[*Tx] {
+		srv.Kill()
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return durableEnv(t, srv)
+	}
+	return env
+}
