@@ -59,8 +59,8 @@
 // # Topic identities
 //
 // A fence's position is an offset of one incarnation of its topic, and a key's partition
-// depends on the topic's partition count. A [Topics] sink (memfence, pgfence and sqlitefence
-// are) stores, per (group, topic), the Kafka topic ID (KIP-516) and the acknowledged partition
+// depends on the topic's partition count. A [Topics] sink (memfence, pgfence, sqlitefence and
+// redisfence are) stores, per (group, topic), the Kafka topic ID (KIP-516) and the acknowledged partition
 // count, appended as [TopicRecord]s: the first claim that sees a topic adopts it (fences from
 // before the upgrade adopt the incarnation present then), and only [Topics.ResetTopic], an
 // operator's recorded compare-and-set, changes it. The consumer compares it after every claim
@@ -81,7 +81,7 @@
 // The rules themselves are written once, in fence/fencestore (CheckClaim, CheckAdvance,
 // CheckAdmit and the Validate functions: the helpers for authors of a Sink), and every store
 // applies them; fence/fencetest is the conformance suite each store runs. Users of a store need
-// neither. Stores: fence/pgfence (PostgreSQL), fence/sqlitefence (SQLite), fence/memfence (in
-// memory, not durable; for tests and examples). This package imports only the standard
-// library.
+// neither. Stores: fence/pgfence (PostgreSQL), fence/sqlitefence (SQLite), fence/redisfence
+// (Redis), fence/memfence (in memory, not durable; for tests and examples). This package
+// imports only the standard library.
 package fence

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# redis.sh - a private Redis on 127.0.0.1, used only by the chaos harness's baseline: the naive
-# lock from the seeds (SET NX PX + compare-and-delete), so the checker can show what a lock lets
-# through. Baton itself never needs Redis.
+# redis.sh - a private Redis on 127.0.0.1, for the chaos harness's baseline (the naive lock from
+# the seeds: SET NX PX + compare-and-delete, so the checker can show what a lock lets through) and
+# the Redis sink's conformance tests (fence/redisfence), which accept this server's lack of an
+# append-only file explicitly; its durability test starts a redis-server of its own.
 #
 #   redis.sh install | start | stop | kill | status | env
 set -euo pipefail

@@ -37,7 +37,7 @@ import (
 	"strings"
 )
 
-//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch outbox/*/*/*.patch internal/*/*.patch
+//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch outbox/*/*/*.patch internal/*/*.patch fence/*/*.patch
 var patches embed.FS
 
 // A Mutant is one patch and the tests that must catch it.
@@ -153,6 +153,12 @@ var All = []Mutant{
 	// The fast write paths' shared core.
 	{Name: "KeyIntegerWidthsApart", Package: "internal/bulk", Guards: []string{"TestLayersKeysByCanonicalValue"}, Want: `held as different keys`,
 		Bug: "bulk upserts group keys by Go value: int(7) and int64(7) reach one statement, which the database refuses (PostgreSQL: SQLSTATE 21000)"},
+
+	// The Redis sink's commit script: its token check and its position check.
+	{Name: "RedisCommitIgnoresEpoch", Package: "fence/redisfence", Guards: []string{"TestConformance/LowerTokenRefused"}, Want: `error = <nil>, want ErrStale`,
+		Bug: "the Redis commit script compares the era but not the epoch: a zombie of the same era writes", Safety: true},
+	{Name: "RedisCommitChecksLastNotFirst", Package: "fence/redisfence", Guards: []string{"TestConformance/OverlapRefused"}, Want: `error = <nil>, want fence: batch overlaps`,
+		Bug: "the Redis commit script compares the batch's last position with the stored one, not its first: an overlapping batch is applied again", Safety: true},
 }
 
 func init() {

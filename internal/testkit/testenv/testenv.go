@@ -20,6 +20,7 @@ import (
 const (
 	EnvKafka    = "BATON_KAFKA_BROKERS" // comma-separated host:port list, e.g. 127.0.0.1:19092
 	EnvPostgres = "BATON_POSTGRES_URL"  // e.g. postgres://baton:baton@127.0.0.1:15432/baton
+	EnvRedis    = "BATON_REDIS_ADDR"    // host:port, e.g. 127.0.0.1:16379
 )
 
 const startHint = "start the services with 'make up' and export what 'make env' prints (or run 'make test')"
@@ -102,6 +103,16 @@ func PostgresURL(t testing.TB) string {
 	v := os.Getenv(EnvPostgres)
 	if v == "" {
 		missing(t, EnvPostgres)
+	}
+	return v
+}
+
+// RedisAddr returns the real Redis server's address, or skips/fails when none is configured.
+func RedisAddr(t testing.TB) string {
+	t.Helper()
+	v := os.Getenv(EnvRedis)
+	if v == "" {
+		missing(t, EnvRedis)
 	}
 	return v
 }

@@ -1,0 +1,22 @@
+package redisfence
+
+import "errors"
+
+var (
+	// ErrNotDurable means the server's settings can lose a write it acknowledged (appendonly
+	// no; appendfsync everysec or no; no-appendfsync-on-rewrite yes; an allkeys-* eviction
+	// policy), or the store cannot read them (CONFIG is disabled or not permitted), and
+	// [AllowLosingAcknowledgedWrites] was not given. A lost fence advance lets a writer that
+	// only it had outranked write again.
+	ErrNotDurable = errors.New("redisfence: the server may lose acknowledged writes")
+
+	// ErrCrossSlot means a transaction on a Redis Cluster touches keys in more than one hash
+	// slot, which one script cannot do. Nothing was run. Put the partition's [HashTag] in the
+	// keys written with its fence.
+	ErrCrossSlot = errors.New("redisfence: keys in more than one hash slot")
+
+	// ErrCommand means a queued command would fail on the keys as they are (a key of another
+	// type, a field that is not an integer): the whole transaction was refused before anything
+	// was written.
+	ErrCommand = errors.New("redisfence: a command would fail")
+)
