@@ -43,7 +43,7 @@ func (k Key) Validate() error {
 
 // validateIdentifier checks a name used as (part of) a fence key: non-empty, at most
 // [MaxIdentifierLen] bytes, valid UTF-8 without NUL bytes (PostgreSQL text cannot hold them).
-// fencestore.ValidateIdentifier applies the same rule for stores; a test keeps them equal.
+// fencecheck.ValidateIdentifier applies the same rule for stores; a test keeps them equal.
 func validateIdentifier(what, s string) error {
 	switch {
 	case s == "":

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Inbox deduplicates relayed records at a receiver, atomically with the receiver's own write:
@@ -34,7 +34,7 @@ type Inbox[Tx any] struct {
 // NewInbox returns an inbox named name (the receiver: one name per logical consumer of the
 // records, stable across restarts) over keyed.
 func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*Inbox[Tx], error) {
-	if err := fencestore.ValidateIdentifier("inbox name", name); err != nil {
+	if err := fencecheck.ValidateIdentifier("inbox name", name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if keyed == nil {

@@ -9,7 +9,7 @@
 // never the shared one), and SQLite calls are cancelled mid-statement and a handle is closed
 // and reopened. Each history is checked with porcupine (github.com/anishathalye/porcupine,
 // the checker of etcd's robustness tests) against a sequential model of one fence whose
-// steps are the rule functions of fence/fencestore: the stores must behave as if every call
+// steps are the rule functions of internal/fencecheck: the stores must behave as if every call
 // took effect atomically at one instant between its call and its return. A call whose
 // outcome the client cannot know (its connection was killed while the statement or the
 // commit was in flight) is recorded with an unknown outcome: it may have taken effect at any

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/internal/pgtx"
 	"github.com/batonhq/baton/internal/sqlident"
@@ -210,7 +210,7 @@ const maxAttempts = 3
 // Claim raises the fence to t if the stored token is not higher and of the same era, and
 // returns the state afterwards. See fence.Sink.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
-	if err := fencestore.ValidateClaim(k, t, claimant); err != nil {
+	if err := fencecheck.ValidateClaim(k, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	for range maxAttempts {
@@ -227,7 +227,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant 
 		if err != nil {
 			return fence.State{}, fmt.Errorf("pgfence: claim %s: %w", k, err)
 		}
-		if err := fencestore.CheckClaim(k, stored, t, claimant); err != nil {
+		if err := fencecheck.CheckClaim(k, stored, t, claimant); err != nil {
 			return fence.State{}, err
 		}
 	}
@@ -270,7 +270,7 @@ func (s *Store) advanceArgs(k fence.Key, t fence.Token, first, last int64) []any
 // fence.ErrInvalid if t is of an era the fence never reached. On success the fence row stays locked until tx ends, so no other writer of k
 // can commit in between; on any error the caller must roll tx back.
 func (s *Store) Advance(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, first, last int64) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	args := s.advanceArgs(k, t, first, last)
@@ -300,7 +300,7 @@ func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.
 	if err != nil {
 		return fmt.Errorf("pgfence: advance %s: read refused fence: %w", k, err)
 	}
-	if err := fencestore.CheckAdvance(k, stored, t, first, last); err != nil {
+	if err := fencecheck.CheckAdvance(k, stored, t, first, last); err != nil {
 		return err
 	}
 	return errAdmits
@@ -310,7 +310,7 @@ func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.
 // fence.Sink. A commit whose outcome is unknown fails with [ErrCommitUnknown]. For batches of
 // statements prefer [Store.ApplyBatch], which saves the fence's round trip.
 func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	tx, err := s.db.Begin(ctx)
@@ -338,7 +338,7 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, la
 // The errors are those of Advance, or the first error of the caller's statements; on any error
 // the caller must roll back.
 func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, first, last int64, fn func(b *pgx.Batch) error) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
@@ -375,7 +375,7 @@ func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fenc
 // the fence statement and the statements fn queues, commit. It costs the same round trips as
 // the same batch without a fence.
 func (s *Store) ApplyBatch(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(b *pgx.Batch) error) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	tx, err := s.db.Begin(ctx)
@@ -399,7 +399,7 @@ func commit(ctx context.Context, tx pgx.Tx, k fence.Key) error {
 // the recovery, in one statement. It fails with fence.ErrConflict if the stored token is not
 // expected (a fence never claimed stores the zero token). See fence.Sink.
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
-	if err := fencestore.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
+	if err := fencecheck.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == 1<<63-1 {
@@ -443,7 +443,7 @@ func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, 
 // Admit compares (t, seq) with what is stored for (scope, id) inside tx, with one statement,
 // and stores it if higher. See fence.KeyedSink. The entity row stays locked until tx ends.
 func (s *Store) Admit(ctx context.Context, tx pgx.Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencecheck.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	tag, err := tx.Exec(ctx, s.sqlAdmit, scope, id, t.Era, t.Epoch, seq)
@@ -459,7 +459,7 @@ func (s *Store) Admit(ctx context.Context, tx pgx.Tx, scope, id string, t fence.
 	if err := tx.QueryRow(ctx, s.sqlLoadKeyed, scope, id).Scan(&stored.Era, &stored.Epoch, &storedSeq); err != nil {
 		return 0, fmt.Errorf("pgfence: admit %s/%s: read refused fence: %w", scope, id, err)
 	}
-	v := fencestore.CheckAdmit(stored, storedSeq, true, t, seq)
+	v := fencecheck.CheckAdmit(stored, storedSeq, true, t, seq)
 	if v == fence.Admitted {
 		return 0, fmt.Errorf("pgfence: admit %s/%s: refused though stored %s/%d admits %s/%d", scope, id, stored, storedSeq, t, seq)
 	}

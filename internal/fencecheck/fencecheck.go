@@ -1,4 +1,4 @@
-package fencestore
+package fencecheck
 
 import (
 	"errors"
