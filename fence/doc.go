@@ -59,7 +59,7 @@
 // # Topic identities
 //
 // A fence's position is an offset of one incarnation of its topic, and a key's partition
-// depends on the topic's partition count. A [Topics] sink (memfence, pgfence and sqlitefence
+// depends on the topic's partition count. A [Topics] sink (pgfence and sqlitefence
 // are) stores, per (group, topic), the Kafka topic ID (KIP-516) and the acknowledged partition
 // count, appended as [TopicRecord]s: the first claim that sees a topic adopts it (fences from
 // before the upgrade adopt the incarnation present then), and only [Topics.ResetTopic], an
@@ -81,6 +81,6 @@
 // The rules themselves are written once, in this module's internal/fencecheck, and every store
 // here applies them; fence/fencetest is the conformance suite each store runs, and an author
 // of another store runs it too. Users of a store need neither. Stores: fence/pgfence
-// (PostgreSQL), fence/sqlitefence (SQLite), fence/memfence (in memory, not durable; for tests
-// and examples). This package imports only the standard library.
+// (PostgreSQL) and fence/sqlitefence (SQLite; a file in a test's temporary directory serves
+// tests). This package imports only the standard library.
 package fence

@@ -40,7 +40,7 @@ type TopicRecord struct {
 }
 
 // Topics is implemented by sinks that store each source topic's identity with the fences
-// (memfence, pgfence and sqlitefence do). The consumer checks it after every claim: a
+// (pgfence and sqlitefence do). The consumer checks it after every claim: a
 // partition of a topic recreated under the same name, or of partitions added by growing the
 // topic, is not processed until an operator resets the stored identity.
 type Topics interface {

@@ -23,7 +23,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
 	"github.com/batonhq/baton/fence/lease/k8slease"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

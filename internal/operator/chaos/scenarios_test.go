@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/operator/redislock"
 	"github.com/batonhq/baton/internal/testkit/testenv"
