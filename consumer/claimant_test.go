@@ -4,13 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // The claimant's identity: what makes an equal-token refusal a handover (claimant.go).
 func TestClaimantIdentity(t *testing.T) {
-	long := strings.Repeat("x", 2*fence.MaxIdentifierLen)
+	long := strings.Repeat("x", 2*fencecheck.MaxIdentifierLen)
 	cases := []struct {
 		name, instance, member string
 		identity               string // "" to skip the exact check

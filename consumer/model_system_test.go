@@ -49,7 +49,7 @@ type omsg struct {
 type tok8 struct{ era, epoch int8 }
 
 func (t tok8) token() fence.Token { return fence.Token{Era: int64(t.era), Epoch: int64(t.epoch)} }
-func (t tok8) less(u tok8) bool   { return t.token().Less(u.token()) }
+func (t tok8) less(u tok8) bool   { return t.token().Compare(u.token()) < 0 }
 func (t tok8) String() string     { return t.token().String() }
 func tok8of(t fence.Token) tok8   { return tok8{era: int8(t.Era), epoch: int8(t.Epoch)} }
 

@@ -63,8 +63,8 @@
 // are) stores, per (group, topic), the Kafka topic ID (KIP-516) and the acknowledged partition
 // count, appended as [TopicRecord]s: the first claim that sees a topic adopts it (fences from
 // before the upgrade adopt the incarnation present then), and only [Topics.ResetTopic], an
-// operator's recorded compare-and-set, changes it. The consumer compares it after every claim
-// (fencecheck.CheckTopic): a topic with another ID ([ErrTopicRecreated]) or more partitions
+// operator's recorded compare-and-set, changes it. The consumer compares it after every claim:
+// a topic with another ID ([ErrTopicRecreated]) or more partitions
 // ([ErrTopicGrown]) is held, as a [*TopicError], until the reset. Resetting a recreated topic
 // moves every fence of the topic, in the same transaction, to a new era with no claimant and
 // no position, each recorded as a [Recovery]: the new incarnation is read from its beginning,

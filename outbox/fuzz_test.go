@@ -82,7 +82,7 @@ func FuzzParseEnvelope(f *testing.F) {
 			}
 			return
 		}
-		if env.Seq < 1 || env.Token.Validate() != nil || env.Source.Validate() != nil {
+		if env.Seq < 1 || fencecheck.ValidateToken(env.Token) != nil || fencecheck.ValidateKey(env.Source) != nil {
 			t.Fatalf("ParseEnvelope accepted an invalid envelope %+v", env)
 		}
 		tok, _ := env.Token.MarshalText()

@@ -74,7 +74,7 @@ func TestAdmissionScope(t *testing.T) {
 		t.Fatalf("admissionScope = %q, want %q", got, want)
 	}
 	seen := map[string]bool{}
-	long := fence.Key{Group: strings.Repeat("g", fence.MaxIdentifierLen), Topic: "orders", Partition: 3}
+	long := fence.Key{Group: strings.Repeat("g", fencecheck.MaxIdentifierLen), Topic: "orders", Partition: 3}
 	for _, s := range []string{
 		admissionScope("billing", src, "invoices", 7),
 		admissionScope("billing", src, "invoices", 8),

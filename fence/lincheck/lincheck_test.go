@@ -504,7 +504,7 @@ func checkData(t *testing.T, h *history, keys []fence.Key, rows func(part int32)
 			if d.first <= last {
 				t.Fatalf("%s: batch %d..%d under %s overlaps the batch ending at %d: records applied twice", k, d.first, d.last, d.tok, last)
 			}
-			if d.tok.Less(tok) {
+			if d.tok.Compare(tok) < 0 {
 				t.Fatalf("%s: batch %d..%d committed under %s after a batch under %s", k, d.first, d.last, d.tok, tok)
 			}
 			last, tok = d.last, d.tok

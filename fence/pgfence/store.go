@@ -236,7 +236,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant 
 
 // Load returns the stored state of k, the zero token and fence.NoPosition if never claimed.
 func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return fence.State{}, err
 	}
 	st, err := s.load(ctx, s.db, k)
@@ -422,7 +422,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 
 // Recoveries lists the recoveries recorded for k, oldest first.
 func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.Query(ctx, s.sqlRecoveries, k.Group, k.Topic, k.Partition)

@@ -160,7 +160,7 @@ func (s *Store) resetTopic(ctx context.Context, tx pgx.Tx, group, topic string, 
 
 // TopicHistory implements [fence.Topics.TopicHistory].
 func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.TopicRecord, error) {
-	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(fence.Key{Group: group, Topic: topic}); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.Query(ctx, s.sqlTopicHistory, group, topic)

@@ -10,8 +10,8 @@
 // transaction as the caller's writes, so a write under a lower token can never commit after a
 // higher one was accepted, and the data never gets ahead of or behind its fence. When the
 // conditional write matches no row, the store reads the row inside the same transaction and
-// classifies the refusal with the shared rules ([fencecheck.CheckClaim],
-// [fencecheck.CheckAdvance], [fencecheck.CheckAdmit]), so SQLite agrees with every other sink
+// classifies the refusal with the rules every store of this module shares
+// (internal/fencecheck), so SQLite agrees with every other sink
 // about what is stale, unclaimed, duplicate, overlapping or invalid. [Store.Migrate] adds the
 // claimant column to a fence table created before it existed. [Store.Recover] is a compare-and-set recorded in
 // a recoveries table in the same transaction.

@@ -66,7 +66,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Toke
 // Load implements [fence.Sink]: it returns the stored state, the zero token and
 // [fence.NoPosition] for a key never claimed.
 func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return fence.State{}, err
 	}
 	st, err := s.loadTx(ctx, s.db, k)
@@ -192,7 +192,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 
 // Recoveries implements [fence.Sink]: the recorded recoveries of k, oldest first.
 func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.recoveries, k.Group, k.Topic, k.Partition)

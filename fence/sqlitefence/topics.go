@@ -115,7 +115,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 
 // TopicHistory implements [fence.Topics.TopicHistory].
 func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.TopicRecord, error) {
-	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(fence.Key{Group: group, Topic: topic}); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.topicHistory, group, topic)

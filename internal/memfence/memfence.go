@@ -171,7 +171,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant 
 
 // Load implements [fence.Sink.Load]. It does not wait: it reads the committed state.
 func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return fence.State{}, err
 	}
 	s.mu.Lock()
@@ -252,7 +252,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 
 // Recoveries implements [fence.Sink.Recoveries].
 func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -489,7 +489,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 
 // TopicHistory implements [fence.Topics.TopicHistory].
 func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.TopicRecord, error) {
-	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(fence.Key{Group: group, Topic: topic}); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
