@@ -31,7 +31,7 @@
 // Stores that cannot run a case leave its hook nil and the case is skipped with a reason.
 //
 // A broken store fails the suite quickly instead of hanging it: every call the suite makes
-// runs under a deadline ([Timeout]), and every transaction it begins with [Env.Begin] is
+// runs under a 10-second deadline, and every transaction it begins with [Env.Begin] is
 // rolled back in t.Cleanup if a failed case left it open (a pgxpool's Close, run by the
 // store's own cleanup, would otherwise wait for that connection for ever).
 //

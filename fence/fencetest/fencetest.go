@@ -97,13 +97,13 @@ type suite[Tx any] struct {
 
 var errRollback = errors.New("fencetest: deliberate rollback")
 
-// Timeout bounds each call the suite makes: a store that blocks (a lock never released, a
+// callTimeout bounds each call the suite makes: a store that blocks (a lock never released, a
 // transaction left open) fails the case with a deadline error instead of hanging the binary.
-const Timeout = 10 * time.Second
+const callTimeout = 10 * time.Second
 
-// deadline returns a context that ends with t or after [Timeout], whichever comes first.
+// deadline returns a context that ends with t or after [callTimeout], whichever comes first.
 func deadline(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+	ctx, cancel := context.WithTimeout(t.Context(), callTimeout)
 	t.Cleanup(cancel)
 	return ctx
 }
