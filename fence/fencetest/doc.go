@@ -4,7 +4,7 @@
 // A store's test calls [Run] with a function that opens a fresh, empty store per case:
 //
 //	func TestConformance(t *testing.T) {
-//		fencetest.Run(t, func(t *testing.T) fencetest.Env[*memfence.Tx] { ... })
+//		fencetest.Run(t, func(t *testing.T) fencetest.Env[*sql.Tx] { ... })
 //	}
 //
 // Cases run in parallel (t.Parallel), so open must give every case its own storage.

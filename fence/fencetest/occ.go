@@ -151,12 +151,9 @@ func wantNoRecord[Tx any](t *testing.T, env OCCEnv[Tx], id string) {
 // wantConflict checks that err is a *VersionConflictError for (table, id) with the versions.
 func wantConflict[Tx any](t *testing.T, env OCCEnv[Tx], err error, id string, expected, found int64) {
 	t.Helper()
-	if !errors.Is(err, fence.ErrVersionConflict) {
-		t.Fatalf("error = %v, want ErrVersionConflict (expected %d, found %d)", err, expected, found)
-	}
 	var ce *fence.VersionConflictError
 	if !errors.As(err, &ce) {
-		t.Fatalf("error %v is not a *fence.VersionConflictError", err)
+		t.Fatalf("error %v is not a *fence.VersionConflictError (expected %d, found %d)", err, expected, found)
 	}
 	if ce.Table != env.Table || fmt.Sprint(ce.ID) != id || ce.Expected != expected || ce.Found != found {
 		t.Fatalf("VersionConflictError = {Table %q, ID %v, Expected %d, Found %d}, want {%q, %s, %d, %d}",

@@ -92,6 +92,6 @@
 //
 // # Versioned writes
 //
-// NewVersioned(table, ...) gives the single-record optimistic write (fence.Versioned) over a
-// table of yours: a version column compared and incremented in one statement; see Versioned.
+// [NewVersioned](table, key, version) gives the single-record optimistic write (fence.Versioned)
+// over a table of yours: a version column compared and incremented in one statement.
 package pgfence

@@ -27,9 +27,8 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Default table names.
 const (
-	DefaultTable      = "baton_fences"
+	defaultTable      = "baton_fences"
 	recoveriesSuffix  = "_recoveries"
 	keyedSuffix       = "_keyed"
 	topicsSuffix      = "_topics"
@@ -37,27 +36,18 @@ const (
 )
 
 type config struct {
-	table, recoveries, keyed string
+	table string
 }
 
 // Option configures a [Store]. Invalid values make [New] fail.
 type Option func(*config) error
 
 // Table sets the fence table, "name" or "schema.name" (default "baton_fences", resolved through
-// the connection's search_path). The recoveries and keyed tables default to this name with
-// "_recoveries" and "_keyed" appended. Names must match [A-Za-z_][A-Za-z0-9_]* per part, at
-// most 63 bytes; they are always quoted, so they are case-sensitive.
+// the connection's search_path). The store's other tables are named after it: name+"_recoveries"
+// (the Recover audit trail), name+"_keyed" (the per-entity fences of Admit) and name+"_topics"
+// (the topic identities). Names must match [A-Za-z_][A-Za-z0-9_]* per part, at most 63 bytes
+// with the suffixes; they are always quoted, so they are case-sensitive.
 func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
-
-// RecoveriesTable sets the table recording recoveries (default: the fence table's name
-// followed by "_recoveries").
-func RecoveriesTable(name string) Option {
-	return func(c *config) error { c.recoveries = name; return nil }
-}
-
-// KeyedTable sets the table of per-entity fences used by Admit (default: the fence table's
-// name followed by "_keyed").
-func KeyedTable(name string) Option { return func(c *config) error { c.keyed = name; return nil } }
 
 // Store is a fenced sink in PostgreSQL: a fence table next to the caller's data, checked and
 // advanced in the caller's transaction. It is safe for concurrent use when its DB is.
@@ -89,7 +79,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		errs = append(errs, fmt.Errorf("%w: pgfence: nil DB", fence.ErrInvalid))
 	}
-	c := config{table: DefaultTable}
+	c := config{table: defaultTable}
 	for i, o := range opts {
 		if o == nil {
 			errs = append(errs, fmt.Errorf("%w: pgfence: option %d is nil", fence.ErrInvalid, i))
@@ -99,31 +89,21 @@ func New(db DB, opts ...Option) (*Store, error) {
 			errs = append(errs, err)
 		}
 	}
-	if c.recoveries == "" {
-		c.recoveries = c.table + recoveriesSuffix
-	}
-	if c.keyed == "" {
-		c.keyed = c.table + keyedSuffix
-	}
-	topics := c.table + topicsSuffix
+	recoveries, keyed, topics := c.table+recoveriesSuffix, c.table+keyedSuffix, c.table+topicsSuffix
 	for _, n := range []struct{ what, name string }{
-		{"table", c.table}, {"recoveries table", c.recoveries}, {"keyed table", c.keyed}, {"topics table", topics},
+		{"table", c.table}, {"recoveries table", recoveries}, {"keyed table", keyed}, {"topics table", topics},
 	} {
 		if err := sqlident.Validate(n.name); err != nil {
 			errs = append(errs, fmt.Errorf("%w: pgfence: %s: %w", fence.ErrInvalid, n.what, err))
 		}
 	}
-	if c.table == c.recoveries || c.table == c.keyed || c.recoveries == c.keyed || topics == c.recoveries || topics == c.keyed {
-		errs = append(errs, fmt.Errorf("%w: pgfence: the fence, recoveries and keyed tables must differ (%q, %q, %q)",
-			fence.ErrInvalid, c.table, c.recoveries, c.keyed))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	f, r, k, tp := sqlident.Quote(c.table), sqlident.Quote(c.recoveries), sqlident.Quote(c.keyed), sqlident.Quote(topics)
+	f, r, k, tp := sqlident.Quote(c.table), sqlident.Quote(recoveries), sqlident.Quote(keyed), sqlident.Quote(topics)
 	s := &Store{
 		db:     db,
-		tables: [4]string{c.table, c.recoveries, c.keyed, topics},
+		tables: [4]string{c.table, recoveries, keyed, topics},
 		schema: strings.NewReplacer("{{fences}}", f, "{{recoveries}}", r, "{{keyed}}", k, "{{topics}}", tp).Replace(schemaSQL),
 	}
 	s.prepareSQL(f, r, k)
