@@ -27,7 +27,7 @@ func (id ID) String() string {
 }
 
 // Validate returns an error wrapping [ErrInvalid] if the topic is empty, too long, not UTF-8
-// or contains NUL (the rules of [fencecheck.ValidateIdentifier]), or the partition is negative.
+// or contains NUL (the rules of a [fence.Key]'s names), or the partition is negative.
 func (id ID) Validate() error {
 	if err := fencecheck.ValidateIdentifier("topic", id.Topic); err != nil {
 		return err
