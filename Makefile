@@ -12,15 +12,21 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test test-lane-a test-lane-b gotest-main gotest-chaos test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
 
-# test is the README's test command and what .ci/run runs: lint, every test, the bench's smoke
-# run (every design's fold checked) and the outside-module check, against one set of services.
+# test is the README's test command and what .ci/run runs: lint, every test, the safety-critical
+# mutants, the bench's smoke run (every design's fold checked), the KIP-848 run and the
+# outside-module check. It runs in two lanes at once, each against its own services
+# (deploy/local/lanes.sh): lane B the wait-bound packages (the chaos runs, which restart their
+# broker and database) and the mutants, lane A everything else.
 test:
-	deploy/local/with-services.sh $(MAKE) --no-print-directory check bench-smoke test-kip848 outside
+	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b
+
+test-lane-a: lint gotest-main fuzz bench-smoke outside
+test-lane-b: gotest-chaos mutants-safety test-kip848
 
 # ci is an alias of test.
 ci: test
@@ -36,9 +42,17 @@ lint:
 	@echo "== history words (internal/testkit/historycheck.sh)"; internal/testkit/historycheck.sh
 	@echo "== deploy/local install logic (dry run)"; deploy/local/install-test.sh
 
-gotest:
-	@echo "== go test ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
-	$(GO) test $(GOTESTFLAGS) ./...
+# gotest is every test: gotest-chaos runs the wait-bound packages, gotest-main the rest.
+CHAOS_PKGS := ./internal/operator/chaos ./examples/saga
+gotest: gotest-main gotest-chaos
+
+gotest-chaos:
+	@echo "== go test $(CHAOS_PKGS) ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
+	$(GO) test $(GOTESTFLAGS) $(CHAOS_PKGS)
+
+gotest-main:
+	@echo "== go test ./... but $(CHAOS_PKGS) ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
+	$(GO) test $(GOTESTFLAGS) $$($(GO) list ./... | grep -v -x -F $(foreach p,$(CHAOS_PKGS),-e github.com/batonhq/baton/$(patsubst ./%,%,$(p))))
 	@echo "== go test fence/lease/k8slease (its own module: client-go stays out of Baton's graph)"
 	cd fence/lease/k8slease && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
 	@echo "== go test internal/deploytest (its own module: the Kubernetes and compose libraries stay out of Baton's graph)"
@@ -79,7 +93,7 @@ test-kip848:
 # fuzz runs every fuzzer for FUZZTIME (bounded; the seed corpora also run in every go test).
 FUZZTIME ?= 3s
 FUZZERS := ./fence:FuzzParseToken ./outbox:FuzzParseEnvelope \
-	./outbox:FuzzInboxAdmit ./outbox/outboxstore:FuzzUnmarshalHeaders ./consumer:FuzzDeadLetterHeaders
+	./outbox:FuzzInboxAdmit ./outbox/internal/outboxstore:FuzzUnmarshalHeaders ./consumer:FuzzDeadLetterHeaders
 # outside proves the examples and the public chaos API work from outside this module: each
 # example builds in a scratch module of its own, and a program with its own workload on
 # consumer/chaos gets PASS fenced and FAIL unfenced on the exported services (embedded kfake

@@ -108,10 +108,6 @@
 // call with an idempotency key) and must not depend on what the handler writes; an effect that
 // must happen once is appended to the outbox by the handler.
 //
-// Inside one handler call, work can also be spread over lanes with lanes.Lanes (package
-// partition/lanes), whose Run returns the committable offset (the lowest contiguous completed
-// one) if a lane fails; the writes then go into the transaction from the handler's goroutine.
-//
 // # Guarantees
 //
 // With a sink that honours the fence.Sink contract: every record of an owned partition is

@@ -36,7 +36,9 @@ var (
 // Permanent marks err as permanent: the batch is rolled back, the records before the failing
 // one are applied, the failing record is dead-lettered and the partition goes on. Wrap the
 // result in a *partition.RecordError (or use [Batch.Fail]) to name the failing record;
-// otherwise the consumer finds it by applying the batch one record at a time.
+// otherwise the consumer finds it by applying the batch one record at a time. An error whose
+// tree holds an error with a method Permanent() bool that returns true is permanent too:
+// that is how packages the consumer builds on (pgbulk, sqlitebulk) mark theirs.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
@@ -51,5 +53,12 @@ func (e *permanentError) Unwrap() []error {
 	return []error{errPermanent, e.err}
 }
 
-// IsPermanent reports whether err was marked with [Permanent].
-func IsPermanent(err error) bool { return errors.Is(err, errPermanent) }
+// IsPermanent reports whether err was marked with [Permanent], or holds an error whose
+// Permanent method reports true.
+func IsPermanent(err error) bool {
+	if errors.Is(err, errPermanent) {
+		return true
+	}
+	var p interface{ Permanent() bool }
+	return errors.As(err, &p) && p.Permanent()
+}

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/partition/lanes"
+	"github.com/batonhq/baton/internal/lanes"
 )
 
 // preparer is the prepare stage of one partition under one token: [Lanes]' function bound to

@@ -23,6 +23,11 @@ type meters struct {
 	lag                                                         metric.Int64Gauge
 }
 
+// applyBounds are the apply-duration histogram's bucket bounds, in seconds as its unit: from a
+// millisecond batch on a local database to a minute-long one stalled on retries. (The SDK's
+// default bounds, 0, 5, 10 ... 10000, are meant for milliseconds.)
+var applyBounds = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
+
 func newMeters(p metric.MeterProvider) (*meters, error) {
 	m := p.Meter(instrumentation)
 	var (
@@ -53,7 +58,8 @@ func newMeters(p metric.MeterProvider) (*meters, error) {
 		return nil, err
 	}
 	if ms.applyLatency, err = m.Float64Histogram("baton.consumer.apply.duration", metric.WithUnit("s"),
-		metric.WithDescription("time to apply one batch in one fenced transaction")); err != nil {
+		metric.WithDescription("time to apply one batch in one fenced transaction"),
+		metric.WithExplicitBucketBoundaries(applyBounds...)); err != nil {
 		return nil, err
 	}
 	if ms.lag, err = m.Int64Gauge("baton.consumer.lag", metric.WithDescription("records behind the partition's high watermark at the last fetch")); err != nil {

@@ -66,7 +66,7 @@ func newRelayEnv(t *testing.T, kopts []kfake.Opt, copts []kgo.Opt, opts ...outbo
 		t.Fatal(err)
 	}
 	t.Cleanup(e.client.Close)
-	if e.relay, err = outbox.NewRelay(e.client, e.box, append([]outbox.RelayOption{outbox.MeterProvider(mp)}, opts...)...); err != nil {
+	if e.relay, err = outbox.NewRelay(e.client, e.box, append([]outbox.RelayOption{outbox.Telemetry(mp, nil)}, opts...)...); err != nil {
 		t.Fatal(err)
 	}
 	return e
@@ -174,8 +174,8 @@ func TestRelayDeadLettersARowTheTopicRefusesAndGoesOn(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(dl) != 1 || dl[0].Seq != 2 || !bytes.Equal(dl[0].Value, big) || dl[0].By != e.tok ||
-		!strings.HasPrefix(dl[0].Reason, outbox.ReasonMessageTooLarge+": ") {
-		t.Fatalf("dead letters = %+v, want seq 2 with reason %s", dl, outbox.ReasonMessageTooLarge)
+		!strings.HasPrefix(dl[0].Reason, "message_too_large"+": ") {
+		t.Fatalf("dead letters = %+v, want seq 2 with reason %s", dl, "message_too_large")
 	}
 	if got := e.consume(t, "small", 1); len(got) != 1 || got[0] != "c" {
 		t.Fatalf("topic small holds %q, want [c]", got)
@@ -184,8 +184,8 @@ func TestRelayDeadLettersARowTheTopicRefusesAndGoesOn(t *testing.T) {
 		t.Fatalf("topic dest holds %q, want a, then d (maybe twice)", got)
 	}
 	dead, oldest := e.metrics(t)
-	if dead[outbox.ReasonMessageTooLarge] != 1 || len(dead) != 1 {
-		t.Errorf("dead_lettered = %v, want 1 %s", dead, outbox.ReasonMessageTooLarge)
+	if dead["message_too_large"] != 1 || len(dead) != 1 {
+		t.Errorf("dead_lettered = %v, want 1 %s", dead, "message_too_large")
 	}
 	if oldest != 0 {
 		t.Errorf("oldest_pending_age = %v after everything was delivered or dead-lettered, want 0", oldest)
@@ -242,16 +242,16 @@ func TestRelayMissingTopicIsBoundedThenDeadLettered(t *testing.T) {
 		t.Fatalf("dead-lettered after %d flushes and %v, want at least 3 and %v", flushes, elapsed, giveUp)
 	}
 	dl, err := e.box.DeadLetters(e.ctx, e.src, 10)
-	if err != nil || len(dl) != 1 || dl[0].Seq != 1 || !strings.HasPrefix(dl[0].Reason, outbox.ReasonUnknownTopic+": ") {
-		t.Fatalf("dead letters = %+v, %v; want seq 1, %s", dl, err, outbox.ReasonUnknownTopic)
+	if err != nil || len(dl) != 1 || dl[0].Seq != 1 || !strings.HasPrefix(dl[0].Reason, "unknown_topic"+": ") {
+		t.Fatalf("dead letters = %+v, %v; want seq 1, %s", dl, err, "unknown_topic")
 	}
 	// b shared the first flush's batch with the stuck row, so it was published then, and
 	// again after the row was dead-lettered; the flushes in between tried the stuck row alone.
 	if got := e.consume(t, "dest", 2); len(got) != 2 || got[0] != "b" || got[1] != "b" {
 		t.Fatalf("dest holds %q, want b published twice (the first batch, then after the dead letter)", got)
 	}
-	if dead, oldest := e.metrics(t); dead[outbox.ReasonUnknownTopic] != 1 || oldest != 0 {
-		t.Fatalf("dead_lettered %v, oldest_pending_age %v; want 1 %s and 0", dead, oldest, outbox.ReasonUnknownTopic)
+	if dead, oldest := e.metrics(t); dead["unknown_topic"] != 1 || oldest != 0 {
+		t.Fatalf("dead_lettered %v, oldest_pending_age %v; want 1 %s and 0", dead, oldest, "unknown_topic")
 	}
 }
 
@@ -344,8 +344,8 @@ func TestRelayTopicAuthorizationIsGivenUpAfterGiveUpAfter(t *testing.T) {
 		t.Fatalf("given up after %v and %d flushes, want at least %v and 3", elapsed, flushes, giveUp)
 	}
 	dl, err := e.box.DeadLetters(ctx, e.src, 10)
-	if err != nil || len(dl) != 1 || dl[0].Seq != 1 || !strings.HasPrefix(dl[0].Reason, outbox.ReasonTopicAuthorization+": ") {
-		t.Fatalf("dead letters = %+v, %v; want seq 1 %s", dl, err, outbox.ReasonTopicAuthorization)
+	if err != nil || len(dl) != 1 || dl[0].Seq != 1 || !strings.HasPrefix(dl[0].Reason, "topic_authorization_failed"+": ") {
+		t.Fatalf("dead letters = %+v, %v; want seq 1 %s", dl, err, "topic_authorization_failed")
 	}
 	if got := e.consume(t, "dest", 1); len(got) < 1 || got[0] != "y" {
 		t.Fatalf("dest holds %q, want y", got)

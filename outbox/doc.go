@@ -31,13 +31,12 @@
 // caller that forgot Advance is therefore still fenced. The sequence comes from a per-partition
 // cursor row updated in the same transaction; its row lock orders appenders, so sequences are
 // gap-free in commit order, and since the cursor is kept apart from the rows, deleting
-// delivered rows never lets a sequence be reused. Bad input ([ErrNoTopic], [ErrTooLarge],
-// [ErrInvalidHeader], [ErrInvalid]) is refused before any statement: a row the broker would
-// refuse for ever would block its partition's relay.
+// delivered rows never lets a sequence be reused. Bad input ([ErrTooLarge], [ErrInvalid]: no
+// topic, a reserved or malformed header, ...) is refused before any statement: a row the
+// broker would refuse for ever would block its partition's relay.
 //
-// Authors of a store: outbox/outboxstore holds the checks and encodings every store shares
-// (ValidateAppend, MarshalHeaders, UnmarshalHeaders, TraceContext), and outbox/outboxtest is
-// the conformance suite that proves the rules above.
+// Authors of a store: outbox/outboxtest is the conformance suite that proves the rules above;
+// pgoutbox and sqliteoutbox share their checks and encodings in an internal package.
 //
 // # Relaying
 //
@@ -150,6 +149,15 @@
 // [Message.IdempotencyKey]); whether a retried call is deduplicated is up to the third party.
 // Receivers that consume without the inbox see every record at least once.
 //
+// # Record headers
+//
+// Go receivers read a record's stamps with [ParseEnvelope]. Receivers in other languages read
+// the headers the relay sets on every record: baton-token (the appending owner's fence token,
+// "era.epoch"), baton-seq (the per-source-partition sequence, decimal), baton-source (the
+// source fence key, "group/topic/partition"), baton-idempotency-key, with SigningKeys
+// baton-signature (see below), and the W3C traceparent and tracestate of the appending
+// transaction when it had a span.
+//
 // # Admission scope
 //
 // Sequences rise per source partition across every destination topic, but Kafka orders records
@@ -202,5 +210,6 @@
 // acknowledgement, relay clock), baton.inbox.admitted and baton.inbox.drops{reason=duplicate|stale}. Append captures the W3C
 // trace context of its ctx; the relay starts a producer span as a child of it and injects that
 // into the record; Inbox.Admit starts a consumer span as a child of the record's. Both come from
-// the [TracerProvider] given to [NewRelay] or [NewInbox] (default the global).
+// the tracer provider given to [NewRelay] or [NewInbox] with [Telemetry] (default the
+// global).
 package outbox

@@ -3,20 +3,16 @@ package outbox
 import "errors"
 
 var (
-	// ErrNoTopic means a [Message] has no destination topic. Append refuses it before writing.
-	ErrNoTopic = errors.New("outbox: message has no topic")
-
 	// ErrTooLarge means a [Message]'s key, value and headers together exceed the store's
 	// MaxMessageBytes. Append refuses it: a row the broker would reject would block its source
 	// partition's relay for ever.
 	ErrTooLarge = errors.New("outbox: message too large")
 
-	// ErrInvalidHeader means a header key is empty, not valid UTF-8, or reserved: the "baton-"
-	// prefix and the W3C "traceparent"/"tracestate" names belong to the relay.
-	ErrInvalidHeader = errors.New("outbox: invalid header")
-
-	// ErrInvalid means other bad input: an invalid topic name, source key, token, idempotency
-	// key, table name, option or a nil argument.
+	// ErrInvalid means bad input: a message without a topic or with an invalid topic name, a
+	// header key that is empty, not UTF-8 or reserved (the "baton-" prefix and the W3C
+	// "traceparent"/"tracestate" names belong to the relay), an invalid source key, token,
+	// idempotency key, table name or option, a nil argument, or a relay client that does not
+	// produce idempotently.
 	ErrInvalid = errors.New("outbox: invalid argument")
 
 	// ErrUnfenced means the fence for the source partition does not store the presented token
@@ -35,8 +31,4 @@ var (
 	// ErrFlushTimeout means a [Relay.Flush] ran out of its [FlushTimeout]: the rows not yet
 	// acknowledged stay pending for the next Flush.
 	ErrFlushTimeout = errors.New("outbox: flush timeout; the rest stays pending")
-
-	// ErrNotIdempotent means the relay's client was built with kgo.DisableIdempotentWrite:
-	// without the idempotent producer a retried batch may be reordered.
-	ErrNotIdempotent = errors.New("outbox: the relay's kafka client must produce idempotently")
 )

@@ -19,9 +19,9 @@ import (
 func relayed(topic string, partition int32, src fence.Key, tok fence.Token, seq int64, key string) *kgo.Record {
 	return &kgo.Record{Topic: topic, Partition: partition, Key: []byte(key), Value: []byte(strconv.FormatInt(seq, 10)),
 		Headers: []kgo.RecordHeader{
-			{Key: outbox.HeaderToken, Value: []byte(tok.String())},
-			{Key: outbox.HeaderSeq, Value: []byte(strconv.FormatInt(seq, 10))},
-			{Key: outbox.HeaderSource, Value: []byte(src.String())},
+			{Key: "baton-token", Value: []byte(tok.String())},
+			{Key: "baton-seq", Value: []byte(strconv.FormatInt(seq, 10))},
+			{Key: "baton-source", Value: []byte(src.String())},
 		}}
 }
 

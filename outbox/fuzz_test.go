@@ -87,8 +87,8 @@ func FuzzParseEnvelope(f *testing.F) {
 		}
 		tok, _ := env.Token.MarshalText()
 		again, err := ParseEnvelope(&kgo.Record{Headers: []kgo.RecordHeader{
-			{Key: HeaderToken, Value: tok}, {Key: HeaderSeq, Value: []byte(itoa(env.Seq))},
-			{Key: HeaderSource, Value: []byte(env.Source.String())}, {Key: HeaderIdempotencyKey, Value: []byte(env.IdempotencyKey)},
+			{Key: headerToken, Value: tok}, {Key: headerSeq, Value: []byte(itoa(env.Seq))},
+			{Key: headerSource, Value: []byte(env.Source.String())}, {Key: headerIdempotencyKey, Value: []byte(env.IdempotencyKey)},
 		}})
 		if err != nil || again != env {
 			t.Fatalf("canonical form of %+v parsed to %+v, %v", env, again, err)
@@ -107,7 +107,7 @@ func itoa(n int64) string {
 	return string(b)
 }
 
-var fuzzKey = []byte(strings.Repeat("k", MinSigningKeyLen))
+var fuzzKey = []byte(strings.Repeat("k", minSigningKeyLen))
 
 // FuzzInboxAdmit: a record with any headers, forged or malformed baton-* ones included,
 // neither panics the inbox nor gets past it unless well-formed; an inbox with SigningKeys
@@ -141,10 +141,10 @@ func FuzzInboxAdmit(f *testing.F) {
 		}
 		// The genuine record of the same key, from a relay holding the key, is admitted.
 		genuine := &kgo.Record{Topic: "t", Key: key, Value: []byte("v"), Headers: []kgo.RecordHeader{
-			{Key: HeaderToken, Value: []byte("0.1")}, {Key: HeaderSeq, Value: []byte("1")},
-			{Key: HeaderSource, Value: []byte("g/t/0")},
+			{Key: headerToken, Value: []byte("0.1")}, {Key: headerSeq, Value: []byte("1")},
+			{Key: headerSource, Value: []byte("g/t/0")},
 		}}
-		genuine.Headers = append(genuine.Headers, kgo.RecordHeader{Key: HeaderSignature, Value: []byte(signature(fuzzKey, genuine))})
+		genuine.Headers = append(genuine.Headers, kgo.RecordHeader{Key: headerSignature, Value: []byte(signature(fuzzKey, genuine))})
 		if v, err := signed.Admit(ctx, struct{}{}, genuine); err != nil || v != fence.Admitted {
 			t.Fatalf("the genuine record after a forged one: %v, %v", v, err)
 		}

@@ -63,23 +63,23 @@ type Envelope struct {
 // or malformed.
 func ParseEnvelope(rec *kgo.Record) (Envelope, error) {
 	var e Envelope
-	tv, ok1 := header(rec, HeaderToken)
-	sv, ok2 := header(rec, HeaderSeq)
-	src, ok3 := header(rec, HeaderSource)
+	tv, ok1 := header(rec, headerToken)
+	sv, ok2 := header(rec, headerSeq)
+	src, ok3 := header(rec, headerSource)
 	if !ok1 || !ok2 || !ok3 {
-		return e, fmt.Errorf("%w: %s, %s and %s are required", ErrNotBaton, HeaderToken, HeaderSeq, HeaderSource)
+		return e, fmt.Errorf("%w: %s, %s and %s are required", ErrNotBaton, headerToken, headerSeq, headerSource)
 	}
 	var err error
 	if e.Token, err = fence.ParseToken(string(tv)); err != nil {
-		return e, fmt.Errorf("%w: %s: %w", ErrNotBaton, HeaderToken, err)
+		return e, fmt.Errorf("%w: %s: %w", ErrNotBaton, headerToken, err)
 	}
 	if e.Seq, err = strconv.ParseInt(string(sv), 10, 64); err != nil || e.Seq < 1 {
-		return e, fmt.Errorf("%w: %s %q", ErrNotBaton, HeaderSeq, sv)
+		return e, fmt.Errorf("%w: %s %q", ErrNotBaton, headerSeq, sv)
 	}
 	if e.Source, err = parseSource(string(src)); err != nil {
 		return e, err
 	}
-	if ik, ok := header(rec, HeaderIdempotencyKey); ok {
+	if ik, ok := header(rec, headerIdempotencyKey); ok {
 		e.IdempotencyKey = string(ik)
 	}
 	return e, nil
@@ -123,10 +123,10 @@ func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.V
 		return 0, fmt.Errorf("%w: record has no topic or partition (topic %q, partition %d): the inbox scopes admissions by where a record was read", ErrInvalid, rec.Topic, rec.Partition)
 	}
 	carrier := propagation.MapCarrier{}
-	if tp, ok := header(rec, HeaderTraceParent); ok {
-		carrier[HeaderTraceParent] = string(tp)
-		if ts, ok := header(rec, HeaderTraceState); ok {
-			carrier[HeaderTraceState] = string(ts)
+	if tp, ok := header(rec, headerTraceParent); ok {
+		carrier[headerTraceParent] = string(tp)
+		if ts, ok := header(rec, headerTraceState); ok {
+			carrier[headerTraceState] = string(ts)
 		}
 	}
 	ctx, span := in.tel.tracer.Start(in.tel.prop.Extract(ctx, carrier), "inbox admit "+rec.Topic,

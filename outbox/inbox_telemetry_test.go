@@ -14,13 +14,13 @@ import (
 
 // An inbox starts a span for every admission ("inbox admit <topic>") from the tracer provider
 // given to NewInbox, as a relay's publish spans come from the one given to NewRelay.
-func TestInboxTakesTracerProvider(t *testing.T) {
+func TestInboxTakesItsTracerProvider(t *testing.T) {
 	store, err := memfence.New()
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := tracetest.NewSpanRecorder()
-	in, err := outbox.NewInbox[*memfence.Tx]("receiver", store, outbox.TracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))))
+	in, err := outbox.NewInbox[*memfence.Tx]("receiver", store, outbox.Telemetry(nil, sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,27 +12,17 @@ import (
 	"github.com/batonhq/baton/internal/fencecheck"
 )
 
-// Header names the relay sets on every published record. Message headers may not use the
-// "baton-" prefix or the W3C trace-context names.
+// Header names the relay sets on every published record (the package doc lists them for
+// receivers in other languages). Message headers may not use the "baton-" prefix or the W3C
+// trace-context names.
 const (
-	HeaderToken          = "baton-token"           // the appending owner's fence.Token, text form "era.epoch"
-	HeaderSeq            = "baton-seq"             // the per-source-partition sequence, decimal
-	HeaderIdempotencyKey = "baton-idempotency-key" // Row.IdempotencyKey
-	HeaderSource         = "baton-source"          // the source fence.Key, "group/topic/partition"
-	HeaderTraceParent    = "traceparent"           // W3C trace context of the appending transaction
-	HeaderTraceState     = "tracestate"
+	headerToken          = "baton-token"           // the appending owner's fence.Token, text form "era.epoch"
+	headerSeq            = "baton-seq"             // the per-source-partition sequence, decimal
+	headerIdempotencyKey = "baton-idempotency-key" // Row.IdempotencyKey
+	headerSource         = "baton-source"          // the source fence.Key, "group/topic/partition"
+	headerTraceParent    = "traceparent"           // W3C trace context of the appending transaction
+	headerTraceState     = "tracestate"
 )
-
-// DefaultMaxMessageBytes is the default bound on a message's key+value+headers: just under
-// Kafka's default message.max.bytes (1048588) less batch overhead, so that a row accepted at
-// Append is a row the broker accepts.
-const DefaultMaxMessageBytes = 1_000_000
-
-// MaxIdempotencyKeyLen bounds a caller-given idempotency key.
-const MaxIdempotencyKeyLen = 1024
-
-// MaxReasonLen bounds the reason stored with a dead-lettered row ([Store.DeadLetter]).
-const MaxReasonLen = 1024
 
 // Message is one record to publish, appended to the outbox in the transaction of the state
 // change that caused it.
@@ -41,8 +31,9 @@ type Message struct {
 	Key     []byte // record key; the inbox deduplicates per key, so give one if receivers use it
 	Value   []byte
 	Headers []kgo.RecordHeader
-	// IdempotencyKey, if set, is published instead of the derived "group/topic/partition/seq".
-	// Use it when a third party already knows the operation under a key of yours.
+	// IdempotencyKey, if set, is published instead of the derived "group/topic/partition/seq"
+	// (the source key and the row's sequence). Use it when a third party already knows the
+	// operation under a key of yours. At most 1024 bytes of UTF-8.
 	IdempotencyKey string
 }
 
@@ -60,18 +51,16 @@ type Row struct {
 }
 
 // DeadRow is an outbox row the relay gave up on ([Store.DeadLetter]), as the store keeps it
-// for an operator: the row, why, and which owner dead-lettered it when.
+// for an operator: the row, why, and which owner dead-lettered it when. Reason starts with one
+// of the labels of the baton.outbox.dead_lettered metric: message_too_large,
+// record_list_too_large and invalid_record (the broker refused the record produced alone: kerr.MessageTooLarge,
+// RecordListTooLarge, InvalidRecord), unknown_topic and topic_authorization_failed (the topic
+// stayed missing, or unauthorized, for GiveUpAfter).
 type DeadRow struct {
 	Row
-	Reason string      // the reason label (e.g. "message_too_large") and the broker's error
+	Reason string      // the reason label (listed above) and the broker's error
 	By     fence.Token // the token of the owner whose relay dead-lettered it
 	At     time.Time   // when (the store's clock)
-}
-
-// IdempotencyKey is the key derived for the row of src with sequence seq: "group/topic/partition/seq".
-// It is unique for ever: sequences are never reused for a source partition.
-func IdempotencyKey(src fence.Key, seq int64) string {
-	return src.String() + "/" + strconv.FormatInt(seq, 10)
 }
 
 // parseSource parses the "group/topic/partition" form of [fence.Key.String]. It splits from the

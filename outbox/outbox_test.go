@@ -50,8 +50,8 @@ func TestNewRelayRefusesNonIdempotentClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	if _, err := NewRelay(cl, nopStore{}); !errors.Is(err, ErrNotIdempotent) {
-		t.Fatalf("NewRelay = %v, want ErrNotIdempotent", err)
+	if _, err := NewRelay(cl, nopStore{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "idempotently") {
+		t.Fatalf("NewRelay = %v, want ErrInvalid naming the idempotent producer", err)
 	}
 	good, err := kgo.NewClient(kgo.SeedBrokers("127.0.0.1:1"))
 	if err != nil {
@@ -106,10 +106,10 @@ func TestRelayOptions(t *testing.T) {
 	}
 	// The relay's own options are not an inbox's: NewInbox("r", keyed, FlushTimeout(d)) does
 	// not compile. The shared ones serve both.
-	if _, err := NewRelay(cl, nopStore{}, MeterProvider(noop.NewMeterProvider()), FlushTimeout(time.Second)); err != nil {
+	if _, err := NewRelay(cl, nopStore{}, Telemetry(noop.NewMeterProvider(), nil), FlushTimeout(time.Second)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewInbox[int]("r", nopKeyed{}, MeterProvider(noop.NewMeterProvider()), nil); !errors.Is(err, ErrInvalid) {
+	if _, err := NewInbox[int]("r", nopKeyed{}, Telemetry(noop.NewMeterProvider(), nil), nil); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("NewInbox with a nil option = %v, want ErrInvalid", err)
 	}
 }

@@ -37,7 +37,7 @@ type Store interface {
 	MarkDelivered(ctx context.Context, src fence.Key, tok fence.Token, through int64) (backlog int64, err error)
 
 	// DeadLetter records that row seq of src will never be delivered, with reason (1 to
-	// [MaxReasonLen] bytes of UTF-8), and moves past it, in one conditional write under src's
+	// 1024 bytes of UTF-8), and moves past it, in one conditional write under src's
 	// fence like MarkDelivered: it fails, and changes nothing, unless the fence stores exactly
 	// tok when the write commits (a *fence.StaleError or ErrUnfenced, as for Pending) and seq is
 	// the first pending row (ErrInvalid otherwise: earlier rows must be delivered or
@@ -47,24 +47,24 @@ type Store interface {
 	DeadLetter(ctx context.Context, src fence.Key, tok fence.Token, seq int64, reason string) (backlog int64, err error)
 }
 
-// DefaultBatchSize is the default number of rows a relay publishes before marking them.
-const DefaultBatchSize = 1000
+// defaultBatchSize is the default number of rows a relay publishes before marking them.
+const defaultBatchSize = 1000
 
-// DefaultFlushTimeout is the default bound on one [Relay.Flush] (see [FlushTimeout]).
-const DefaultFlushTimeout = 5 * time.Second
+// defaultFlushTimeout is the default bound on one [Relay.Flush] (see [FlushTimeout]).
+const defaultFlushTimeout = 5 * time.Second
 
-// DefaultGiveUpAfter is the default time a row must stay undeliverable for a missing topic or a
+// defaultGiveUpAfter is the default time a row must stay undeliverable for a missing topic or a
 // missing authorization before the relay dead-letters it (see [GiveUpAfter]).
-const DefaultGiveUpAfter = 10 * time.Minute
+const defaultGiveUpAfter = 10 * time.Minute
 
 // Dead-letter reasons: the label of baton.outbox.dead_lettered and the first word of the
-// reason stored with the row.
+// reason stored with the row (DeadRow.Reason lists them).
 const (
-	ReasonMessageTooLarge    = "message_too_large"          // kerr.MessageTooLarge: the record alone exceeds the topic's max.message.bytes (or the client's ProducerBatchMaxBytes)
-	ReasonRecordListTooLarge = "record_list_too_large"      // kerr.RecordListTooLarge, the record produced alone
-	ReasonInvalidRecord      = "invalid_record"             // kerr.InvalidRecord (e.g. a keyless record to a compacted topic), the record produced alone
-	ReasonUnknownTopic       = "unknown_topic"              // the topic stayed missing in metadata for GiveUpAfter
-	ReasonTopicAuthorization = "topic_authorization_failed" // kerr.TopicAuthorizationFailed for GiveUpAfter
+	reasonMessageTooLarge    = "message_too_large"          // kerr.MessageTooLarge: the record alone exceeds the topic's max.message.bytes (or the client's ProducerBatchMaxBytes)
+	reasonRecordListTooLarge = "record_list_too_large"      // kerr.RecordListTooLarge, the record produced alone
+	reasonInvalidRecord      = "invalid_record"             // kerr.InvalidRecord (e.g. a keyless record to a compacted topic), the record produced alone
+	reasonUnknownTopic       = "unknown_topic"              // the topic stayed missing in metadata for GiveUpAfter
+	reasonTopicAuthorization = "topic_authorization_failed" // kerr.TopicAuthorizationFailed for GiveUpAfter
 	minConfirmations         = 3                            // flushes that must see a missing topic or ACL before a row is given up
 	metadataReserve          = time.Second                  // the part of a flush kept for the metadata check
 	maxReasonDetail          = 512
@@ -104,8 +104,8 @@ type config struct {
 	keys        [][]byte // SigningKeys
 }
 
-// Option configures a relay ([NewRelay]) or an inbox ([NewInbox]): [MeterProvider],
-// [TracerProvider] and [SigningKeys] apply to both.
+// Option configures a relay ([NewRelay]) or an inbox ([NewInbox]): [Telemetry] and
+// [SigningKeys] apply to both.
 type Option func(*config) error
 
 // RelayOption configures a relay: an [Option], or one of the relay's own ([BatchSize],
@@ -122,7 +122,7 @@ type relayOnly func(*config) error
 func (o relayOnly) relay(c *config) error { return o(c) }
 
 // BatchSize sets how many rows a relay publishes, waits for and marks at a time (default
-// [DefaultBatchSize]). A larger batch amortizes the marking write; a crash re-publishes at
+// 1000). A larger batch amortizes the marking write; a crash re-publishes at
 // most one batch.
 func BatchSize(n int) RelayOption {
 	return relayOnly(func(c *config) error {
@@ -134,7 +134,7 @@ func BatchSize(n int) RelayOption {
 	})
 }
 
-// FlushTimeout bounds each [Relay.Flush] (default [DefaultFlushTimeout]), and so how long the
+// FlushTimeout bounds each [Relay.Flush] (default 5s), and so how long the
 // relay holds up a consumer's partition after each batch ([Relay.AfterCommit]): when it
 // passes, Flush returns [ErrFlushTimeout], the rows not yet acknowledged stay pending, and the
 // next Flush (after the next batch, or the idle interval) goes on from the first of them.
@@ -151,7 +151,7 @@ func FlushTimeout(d time.Duration) RelayOption {
 }
 
 // GiveUpAfter sets how long a row must keep failing for a reason that an operator may still
-// fix before the relay dead-letters it (default [DefaultGiveUpAfter]): its destination topic
+// fix before the relay dead-letters it (default 10 minutes): its destination topic
 // missing (confirmed by a metadata request at each of at least 3 flushes over that time, so a
 // topic being created is not given up on), or kerr.TopicAuthorizationFailed (an ACL not yet
 // granted). The time is counted by this relay from the first failure it saw, so a restart
@@ -167,31 +167,23 @@ func GiveUpAfter(d time.Duration) RelayOption {
 	})
 }
 
-// MeterProvider sets where the relay's or inbox's metrics go (default otel.GetMeterProvider()).
-func MeterProvider(p metric.MeterProvider) Option {
+// Telemetry sets where the relay's or inbox's OpenTelemetry signals go: its metrics (meters),
+// and the relay's publish spans and the inbox's admit spans (tracers). A nil argument keeps its
+// default: the OpenTelemetry globals (otel.GetMeterProvider(), otel.GetTracerProvider()).
+func Telemetry(meters metric.MeterProvider, tracers trace.TracerProvider) Option {
 	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil meter provider", ErrInvalid)
+		if meters != nil {
+			c.meters = meters
 		}
-		c.meters = p
-		return nil
-	}
-}
-
-// TracerProvider sets where the relay's publish spans and the inbox's admit spans go (default
-// otel.GetTracerProvider()).
-func TracerProvider(p trace.TracerProvider) Option {
-	return func(c *config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil tracer provider", ErrInvalid)
+		if tracers != nil {
+			c.tracers = tracers
 		}
-		c.tracers = p
 		return nil
 	}
 }
 
 // NewRelay returns a relay publishing store's rows with client. The client must keep
-// franz-go's default idempotent producer (NewRelay fails with [ErrNotIdempotent] if it was
+// franz-go's default idempotent producer (NewRelay fails with [ErrInvalid] if it was
 // disabled): it keeps each destination partition in produce order across retries, and fails
 // every buffered record of a partition after one fails, so a batch is delivered as a prefix.
 // The client may be shared (the consumer's own client works); the relay never closes it.
@@ -200,7 +192,7 @@ func NewRelay(client *kgo.Client, store Store, opts ...RelayOption) (*Relay, err
 		return nil, fmt.Errorf("%w: nil client or store", ErrInvalid)
 	}
 	if v, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); v {
-		return nil, ErrNotIdempotent
+		return nil, fmt.Errorf("%w: the relay's kafka client must produce idempotently (kgo.DisableIdempotentWrite is set)", ErrInvalid)
 	}
 	c, err := newConfig(opts, RelayOption.relay)
 	if err != nil {
@@ -346,13 +338,13 @@ func (r *Relay) flushErr(parent, produceCtx context.Context, err error) error {
 func (r *Relay) permanent(ctx, produceCtx context.Context, src fence.Key, row *Row, perr error) (reason string, delivered bool) {
 	switch {
 	case errors.Is(perr, kerr.MessageTooLarge):
-		reason = ReasonMessageTooLarge
+		reason = reasonMessageTooLarge
 	case errors.Is(perr, kerr.RecordListTooLarge):
-		reason = ReasonRecordListTooLarge
+		reason = reasonRecordListTooLarge
 	case errors.Is(perr, kerr.InvalidRecord):
-		reason = ReasonInvalidRecord
+		reason = reasonInvalidRecord
 	case errors.Is(perr, kerr.TopicAuthorizationFailed):
-		return r.persists(src, row.Seq, ReasonTopicAuthorization), false
+		return r.persists(src, row.Seq, reasonTopicAuthorization), false
 	case errors.Is(perr, kerr.UnknownTopicOrPartition), errors.Is(perr, kerr.UnknownTopicID),
 		errors.Is(perr, context.DeadlineExceeded) && errors.Is(context.Cause(produceCtx), ErrFlushTimeout):
 		// franz-go waits for a missing topic to appear for longer than a flush lasts, so a
@@ -362,7 +354,7 @@ func (r *Relay) permanent(ctx, produceCtx context.Context, src fence.Key, row *R
 			r.clearStuck(src)
 			return "", false // not confirmed: transient
 		}
-		return r.persists(src, row.Seq, ReasonUnknownTopic), false
+		return r.persists(src, row.Seq, reasonUnknownTopic), false
 	default:
 		r.clearStuck(src)
 		return "", false
@@ -378,9 +370,9 @@ func (r *Relay) permanent(ctx, produceCtx context.Context, src fence.Key, row *R
 	switch {
 	case err == nil:
 		return "", true
-	case reason == ReasonMessageTooLarge && errors.Is(err, kerr.MessageTooLarge),
-		reason == ReasonRecordListTooLarge && errors.Is(err, kerr.RecordListTooLarge),
-		reason == ReasonInvalidRecord && errors.Is(err, kerr.InvalidRecord):
+	case reason == reasonMessageTooLarge && errors.Is(err, kerr.MessageTooLarge),
+		reason == reasonRecordListTooLarge && errors.Is(err, kerr.RecordListTooLarge),
+		reason == reasonInvalidRecord && errors.Is(err, kerr.InvalidRecord):
 		return reason, false
 	}
 	return "", false
@@ -489,7 +481,7 @@ func (r *Relay) publish(ctx context.Context, rows []Row) []error {
 		row := &rows[i]
 		parent := ctx
 		if row.TraceParent != "" {
-			parent = r.tel.prop.Extract(ctx, propagation.MapCarrier{HeaderTraceParent: row.TraceParent, HeaderTraceState: row.TraceState})
+			parent = r.tel.prop.Extract(ctx, propagation.MapCarrier{headerTraceParent: row.TraceParent, headerTraceState: row.TraceState})
 		}
 		pctx, span := r.tel.tracer.Start(parent, "outbox publish "+row.Topic,
 			trace.WithSpanKind(trace.SpanKindProducer),
@@ -534,22 +526,22 @@ func (r *Relay) record(ctx context.Context, row *Row) *kgo.Record {
 	hs = append(hs, row.Headers...)
 	tok, _ := row.Token.MarshalText() // validated when stored
 	hs = append(hs,
-		kgo.RecordHeader{Key: HeaderToken, Value: tok},
-		kgo.RecordHeader{Key: HeaderSeq, Value: strconv.AppendInt(nil, row.Seq, 10)},
-		kgo.RecordHeader{Key: HeaderIdempotencyKey, Value: []byte(row.IdempotencyKey)},
-		kgo.RecordHeader{Key: HeaderSource, Value: []byte(row.Source.String())},
+		kgo.RecordHeader{Key: headerToken, Value: tok},
+		kgo.RecordHeader{Key: headerSeq, Value: strconv.AppendInt(nil, row.Seq, 10)},
+		kgo.RecordHeader{Key: headerIdempotencyKey, Value: []byte(row.IdempotencyKey)},
+		kgo.RecordHeader{Key: headerSource, Value: []byte(row.Source.String())},
 	)
 	rec := &kgo.Record{Topic: row.Topic, Key: row.Key, Value: row.Value}
 	if r.sign != nil {
 		rec.Headers = hs
-		hs = append(hs, kgo.RecordHeader{Key: HeaderSignature, Value: []byte(signature(r.sign, rec))})
+		hs = append(hs, kgo.RecordHeader{Key: headerSignature, Value: []byte(signature(r.sign, rec))})
 	}
 	c := propagation.MapCarrier{}
 	r.tel.prop.Inject(ctx, c)
-	if tp := c[HeaderTraceParent]; tp != "" {
-		hs = append(hs, kgo.RecordHeader{Key: HeaderTraceParent, Value: []byte(tp)})
-		if ts := c[HeaderTraceState]; ts != "" {
-			hs = append(hs, kgo.RecordHeader{Key: HeaderTraceState, Value: []byte(ts)})
+	if tp := c[headerTraceParent]; tp != "" {
+		hs = append(hs, kgo.RecordHeader{Key: headerTraceParent, Value: []byte(tp)})
+		if ts := c[headerTraceState]; ts != "" {
+			hs = append(hs, kgo.RecordHeader{Key: headerTraceState, Value: []byte(ts)})
 		}
 	}
 	rec.Headers = hs
@@ -568,7 +560,7 @@ func header(rec *kgo.Record, key string) ([]byte, bool) {
 
 // newConfig applies opts (a relay's or an inbox's) with apply.
 func newConfig[O any](opts []O, apply func(O, *config) error) (config, error) {
-	c := config{batch: DefaultBatchSize, timeout: DefaultFlushTimeout, giveUpAfter: DefaultGiveUpAfter}
+	c := config{batch: defaultBatchSize, timeout: defaultFlushTimeout, giveUpAfter: defaultGiveUpAfter}
 	var errs []error
 	for i, o := range opts {
 		if isNilOption(o) {

@@ -12,12 +12,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// HeaderSignature carries the relay's HMAC-SHA256 of a record when the relay has
+// headerSignature carries the relay's HMAC-SHA256 of a record when the relay has
 // [SigningKeys]; an inbox with SigningKeys admits only records whose signature verifies.
-const HeaderSignature = "baton-signature"
+const headerSignature = "baton-signature"
 
-// MinSigningKeyLen is the shortest signing key accepted, in bytes.
-const MinSigningKeyLen = 32
+// minSigningKeyLen is the shortest signing key accepted, in bytes.
+const minSigningKeyLen = 32
 
 // ErrBadSignature means an inbox with [SigningKeys] got a record whose baton-signature is
 // missing or does not verify: it was not published by a relay holding one of the keys (a
@@ -32,7 +32,7 @@ var ErrBadSignature = errors.New("outbox: baton-signature missing or invalid")
 // verifies under one of the keys (list the new key first and keep the old one while rotating),
 // and refuses any other with [ErrBadSignature] before it touches the keyed fence, so a forged
 // token cannot shadow the genuine records of its key. Keys are secrets of at least
-// [MinSigningKeyLen] bytes; they appear in no error, log or metric.
+// 32 bytes; they appear in no error, log or metric.
 //
 // Without SigningKeys the inbox trusts the topic: it admits any record with well-formed baton
 // headers, so only the relay's principal may have WRITE on the topics an inbox reads
@@ -44,8 +44,8 @@ func SigningKeys(keys ...[]byte) Option {
 		}
 		var errs []error
 		for i, k := range keys {
-			if len(k) < MinSigningKeyLen {
-				errs = append(errs, fmt.Errorf("%w: signing key %d is %d bytes, want at least %d", ErrInvalid, i, len(k), MinSigningKeyLen))
+			if len(k) < minSigningKeyLen {
+				errs = append(errs, fmt.Errorf("%w: signing key %d is %d bytes, want at least %d", ErrInvalid, i, len(k), minSigningKeyLen))
 			}
 		}
 		if err := errors.Join(errs...); err != nil {
@@ -75,7 +75,7 @@ func signature(key []byte, rec *kgo.Record) string {
 	field(m, rec.Key)
 	field(m, rec.Value)
 	for _, h := range rec.Headers {
-		if h.Key == HeaderSignature || h.Key == HeaderTraceParent || h.Key == HeaderTraceState {
+		if h.Key == headerSignature || h.Key == headerTraceParent || h.Key == headerTraceState {
 			continue
 		}
 		field(m, []byte(h.Key))
@@ -89,12 +89,12 @@ func verify(keys [][]byte, rec *kgo.Record) error {
 	var got []byte
 	n := 0
 	for _, h := range rec.Headers {
-		if h.Key == HeaderSignature {
+		if h.Key == headerSignature {
 			got, n = h.Value, n+1
 		}
 	}
 	if n != 1 {
-		return fmt.Errorf("%w: %w: %d %s headers", ErrNotBaton, ErrBadSignature, n, HeaderSignature)
+		return fmt.Errorf("%w: %w: %d %s headers", ErrNotBaton, ErrBadSignature, n, headerSignature)
 	}
 	for _, k := range keys {
 		if hmac.Equal(got, []byte(signature(k, rec))) {

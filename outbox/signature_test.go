@@ -53,7 +53,7 @@ func TestSignedRecords(t *testing.T) {
 		"key":   func(r *kgo.Record) { r.Key = []byte("dev-2") },
 		"topic": func(r *kgo.Record) { r.Topic = "other" },
 		"token": func(r *kgo.Record) {
-			r.Headers = append(r.Headers, kgo.RecordHeader{Key: HeaderToken, Value: []byte("5.0")})
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: headerToken, Value: []byte("5.0")})
 		},
 		"user header":  func(r *kgo.Record) { r.Headers[0].Value = []byte("y") },
 		"no signature": func(r *kgo.Record) { r.Headers = r.Headers[:len(r.Headers)-1] },
@@ -63,7 +63,7 @@ func TestSignedRecords(t *testing.T) {
 		if name == "no signature" {
 			// The signature is the last header unless a trace context follows it.
 			for i, h := range c.Headers {
-				if h.Key == HeaderSignature {
+				if h.Key == headerSignature {
 					c.Headers = append(c.Headers[:i], c.Headers[i+1:]...)
 					break
 				}

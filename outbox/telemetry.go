@@ -32,6 +32,11 @@ type telemetryConfig struct {
 	tracers trace.TracerProvider
 }
 
+// commitToAckBounds are the commit-to-acknowledgement histogram's bucket bounds, in seconds as
+// its unit: from a relay flushing right after the commit to one that waited out an outage.
+// (The SDK's default bounds, 0, 5, 10 ... 10000, are meant for milliseconds.)
+var commitToAckBounds = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
 func (c telemetryConfig) build() (*telemetry, error) {
 	mp, tp := c.meters, c.tracers
 	if mp == nil {
@@ -65,7 +70,7 @@ func (c telemetryConfig) build() (*telemetry, error) {
 	}
 	if t.latency, err = m.Float64Histogram("baton.outbox.commit_to_ack",
 		metric.WithDescription("Time from a row's append (store clock) to the broker's acknowledgement (relay clock)."),
-		metric.WithUnit("s")); err != nil {
+		metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(commitToAckBounds...)); err != nil {
 		return nil, err
 	}
 	if t.admitted, err = m.Int64Counter("baton.inbox.admitted",

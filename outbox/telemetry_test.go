@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	relay, err := outbox.NewRelay(cl, box, outbox.MeterProvider(mp))
+	relay, err := outbox.NewRelay(cl, box, outbox.Telemetry(mp, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestMetrics(t *testing.T) {
 	}
 
 	// Consume what the relay published and admit it twice, plus a stale copy.
-	in, err := outbox.NewInbox[*sql.Tx]("gateway", fences, outbox.MeterProvider(mp))
+	in, err := outbox.NewInbox[*sql.Tx]("gateway", fences, outbox.Telemetry(mp, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestMetrics(t *testing.T) {
 	}
 	stale := &kgo.Record{Topic: "cmds", Key: recs[0].Key, Value: recs[0].Value}
 	for _, h := range recs[0].Headers {
-		if h.Key == outbox.HeaderToken {
+		if h.Key == "baton-token" {
 			h.Value = []byte("0.0") // an older owner's record
 		}
 		stale.Headers = append(stale.Headers, h)
@@ -151,6 +152,21 @@ func TestMetrics(t *testing.T) {
 				if m.Name == "baton.outbox.commit_to_ack" {
 					for _, p := range d.DataPoints {
 						latencies += p.Count
+						// The unit is seconds: the bounds must be seconds too (the SDK's
+						// default, 0, 5, 10 ... 10000, is meant for milliseconds), and an
+						// append acknowledged within this test lands below ten seconds.
+						if !slices.Contains(p.Bounds, 0.005) || !slices.Contains(p.Bounds, 1) {
+							t.Errorf("commit_to_ack bounds %v are not seconds", p.Bounds)
+						}
+						var below uint64
+						for i, b := range p.Bounds {
+							if b <= 10 {
+								below += p.BucketCounts[i]
+							}
+						}
+						if below != p.Count {
+							t.Errorf("commit_to_ack: %d of %d at or below 10 s (bounds %v, counts %v)", below, p.Count, p.Bounds, p.BucketCounts)
+						}
 					}
 				}
 			}

@@ -3,13 +3,12 @@
 //   - [ID] names a partition ("orders/3"); [Of] reads it from a *kgo.Record; [ParseID] reads
 //     the text form back; [ID.Key] turns it into the fence.Key of a consumer group.
 //   - [RecordError] names one failed record of a partition by ID and offset and wraps the
-//     cause: returned by lanes.Lanes.Run, and by a consumer handler (consumer.Batch.Fail) to
-//     name a poison record.
-//   - [ErrInvalid] is fence.ErrInvalid, shared by the subpackages.
+//     cause: a consumer handler returns it (consumer.Batch.Fail) to name a poison record.
+//   - Bad input (an invalid ID, an option out of range) fails with errors wrapping
+//     fence.ErrInvalid, here and in partition/ring.
 //
-// Routing lives in the subpackages: partition/lanes spreads one partition's batch over a few
-// goroutines by key, and partition/ring is a kgo.Partitioner that hashes keys onto a
-// consistent ring of partitions.
+// Routing lives in partition/ring, a kgo.Partitioner that hashes keys onto a consistent ring of
+// partitions.
 //
 // # Routing never decides who may write
 //

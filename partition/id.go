@@ -26,14 +26,14 @@ func (id ID) String() string {
 	return id.Topic + "/" + strconv.FormatInt(int64(id.Partition), 10)
 }
 
-// Validate returns an error wrapping [ErrInvalid] if the topic is empty, too long, not UTF-8
+// Validate returns an error wrapping [fence.ErrInvalid] if the topic is empty, too long, not UTF-8
 // or contains NUL (the rules of a [fence.Key]'s names), or the partition is negative.
 func (id ID) Validate() error {
 	if err := fencecheck.ValidateIdentifier("topic", id.Topic); err != nil {
 		return err
 	}
 	if id.Partition < 0 {
-		return fmt.Errorf("%w: %s: partition %d is negative", ErrInvalid, id.Topic, id.Partition)
+		return fmt.Errorf("%w: %s: partition %d is negative", fence.ErrInvalid, id.Topic, id.Partition)
 	}
 	return nil
 }
@@ -49,15 +49,15 @@ func (id ID) Key(group string) fence.Key {
 func ParseID(s string) (ID, error) {
 	i := strings.LastIndexByte(s, '/')
 	if i < 0 {
-		return ID{}, fmt.Errorf("%w: partition id %q is not topic/partition", ErrInvalid, s)
+		return ID{}, fmt.Errorf("%w: partition id %q is not topic/partition", fence.ErrInvalid, s)
 	}
 	topic, num := s[:i], s[i+1:]
 	if num == "" || (len(num) > 1 && num[0] == '0') || num[0] == '+' || num[0] == '-' {
-		return ID{}, fmt.Errorf("%w: partition id %q: partition is not a canonical number", ErrInvalid, s)
+		return ID{}, fmt.Errorf("%w: partition id %q: partition is not a canonical number", fence.ErrInvalid, s)
 	}
 	p, err := strconv.ParseInt(num, 10, 32)
 	if err != nil {
-		return ID{}, fmt.Errorf("%w: partition id %q: %v", ErrInvalid, s, err)
+		return ID{}, fmt.Errorf("%w: partition id %q: %v", fence.ErrInvalid, s, err)
 	}
 	id := ID{Topic: topic, Partition: int32(p)}
 	if err := id.Validate(); err != nil {

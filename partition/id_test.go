@@ -40,8 +40,8 @@ func TestIDValidate(t *testing.T) {
 		if tc.ok && err != nil {
 			t.Errorf("%q: %v", tc.id, err)
 		}
-		if !tc.ok && !errors.Is(err, ErrInvalid) {
-			t.Errorf("%q: err %v, want ErrInvalid", tc.id, err)
+		if !tc.ok && !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%q: err %v, want fence.ErrInvalid", tc.id, err)
 		}
 	}
 }
@@ -69,8 +69,8 @@ func TestParseID(t *testing.T) {
 		if tc.ok && (err != nil || got != tc.want) {
 			t.Errorf("ParseID(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
 		}
-		if !tc.ok && !errors.Is(err, ErrInvalid) {
-			t.Errorf("ParseID(%q) = %v, %v; want ErrInvalid", tc.in, got, err)
+		if !tc.ok && !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("ParseID(%q) = %v, %v; want fence.ErrInvalid", tc.in, got, err)
 		}
 	}
 }
@@ -82,8 +82,8 @@ func FuzzParseID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		id, err := ParseID(s)
 		if err != nil {
-			if !errors.Is(err, ErrInvalid) {
-				t.Fatalf("ParseID(%q): %v does not wrap ErrInvalid", s, err)
+			if !errors.Is(err, fence.ErrInvalid) {
+				t.Fatalf("ParseID(%q): %v does not wrap fence.ErrInvalid", s, err)
 			}
 			return
 		}

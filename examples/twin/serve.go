@@ -67,7 +67,7 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	defer producer.Close()
-	relay, err := outbox.NewRelay(producer, st.outbox, outbox.MeterProvider(mp), outbox.TracerProvider(tp))
+	relay, err := outbox.NewRelay(producer, st.outbox, outbox.Telemetry(mp, tp))
 	if err != nil {
 		return err
 	}

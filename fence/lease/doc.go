@@ -47,6 +47,7 @@
 //   - Position is the caller's: [Apply] needs a position higher than the stored one, like
 //     [fence.Sink.Apply]; a lease writer usually counts its writes from the claimed position.
 //
-// leasetest is the real-service suite each source runs: a holder frozen with SIGSTOP past its
-// lease, and a lease lost while a write is in flight, in separate processes.
+// Every source runs the same real-service suite (internal/testkit/leasetest): a holder frozen
+// with SIGSTOP past its lease, and a lease lost while a write is in flight, in separate
+// processes.
 package lease

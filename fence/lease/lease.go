@@ -19,10 +19,6 @@ type Source interface {
 	Acquire(ctx context.Context, resource string) (*Lease, error)
 }
 
-// GroupPrefix starts the [fence.Key] group of every lease: a source's default group is
-// GroupPrefix + its name ("lease:etcd", "lease:zookeeper", "lease:postgres").
-const GroupPrefix = "lease:"
-
 // Key is the fence key of a resource: Group is the source's group (by default
 // "lease:<source>"), Topic is the resource name, Partition is 0. Tokens of different sources
 // (an etcd revision, a ZooKeeper zxid, a PostgreSQL counter) are not comparable, so each source
@@ -101,15 +97,13 @@ func (l *Lease) ID() string { return l.id }
 
 // Context returns a context that ends when ownership ends: lost (its cause wraps [ErrLost])
 // or released (cause [ErrReleased]). Run the owner's work under it, as with the etcd
-// concurrency package's Session.Ctx.
+// concurrency package's Session.Ctx. Its Done channel is closed when ownership ends, and
+// context.Cause(l.Context()) is nil while the lease is held, then why it ended.
 func (l *Lease) Context() context.Context { return l.ctx }
 
-// Done returns a channel that is closed when ownership ends.
-func (l *Lease) Done() <-chan struct{} { return l.ctx.Done() }
-
-// Err returns nil while the lease is held, and then why it ended: an error wrapping
+// err returns nil while the lease is held, and then why it ended: an error wrapping
 // [ErrLost] or [ErrReleased].
-func (l *Lease) Err() error {
+func (l *Lease) err() error {
 	if l.ctx.Err() == nil {
 		return nil
 	}
@@ -140,7 +134,7 @@ func (l *Lease) Release(ctx context.Context) error {
 func Claim[Tx any](ctx context.Context, s fence.Sink[Tx], l *Lease) (fence.State, error) {
 	ctx, stop := l.bind(ctx)
 	defer stop()
-	if err := l.Err(); err != nil {
+	if err := l.err(); err != nil {
 		return fence.State{}, err
 	}
 	st, err := s.Claim(ctx, l.key, l.token, l.claimant())
@@ -161,7 +155,7 @@ func Claim[Tx any](ctx context.Context, s fence.Sink[Tx], l *Lease) (fence.State
 func Apply[Tx any](ctx context.Context, s fence.Sink[Tx], l *Lease, position int64, fn func(ctx context.Context, tx Tx) error) error {
 	ctx, stop := l.bind(ctx)
 	defer stop()
-	if err := l.Err(); err != nil {
+	if err := l.err(); err != nil {
 		return err
 	}
 	guarded := func(ctx context.Context, tx Tx) error {
@@ -201,7 +195,7 @@ func (l *Lease) bind(ctx context.Context) (context.Context, func()) {
 
 // annotate adds the lease's end to a failed write's error, keeping both in the chain.
 func (l *Lease) annotate(err error) error {
-	cause := l.Err()
+	cause := l.err()
 	if cause == nil || errors.Is(err, cause) {
 		return err
 	}

@@ -137,23 +137,23 @@ func TestReleaseEndsContextOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Err() != nil {
-		t.Fatalf("fresh lease Err = %v", l.Err())
+	if context.Cause(l.Context()) != nil {
+		t.Fatalf("fresh lease cause = %v", context.Cause(l.Context()))
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_ = l.Release(ctx)
-	<-l.Done()
-	if !errors.Is(l.Err(), lease.ErrReleased) || !errors.Is(context.Cause(l.Context()), lease.ErrReleased) {
-		t.Fatalf("after Release: Err = %v", l.Err())
+	<-l.Context().Done()
+	if !errors.Is(context.Cause(l.Context()), lease.ErrReleased) {
+		t.Fatalf("after Release: cause = %v", context.Cause(l.Context()))
 	}
 	if len(src.released) != 1 {
 		t.Fatalf("release ran %d times, want 1", len(src.released))
 	}
 	src.expire(l, errors.New("late")) // a loss reported after Release changes nothing
-	if errors.Is(l.Err(), lease.ErrLost) {
-		t.Fatalf("Err after late loss = %v, want still ErrReleased", l.Err())
+	if errors.Is(context.Cause(l.Context()), lease.ErrLost) {
+		t.Fatalf("Err after late loss = %v, want still ErrReleased", context.Cause(l.Context()))
 	}
 }
 
@@ -208,8 +208,8 @@ func zombieRefused[Tx any](t *testing.T, e sinkEnv[Tx]) {
 	}
 	mustWrite(t, e, b, 2, "b2")
 
-	if a.Err() != nil {
-		t.Fatalf("A must not know yet: %v", a.Err())
+	if context.Cause(a.Context()) != nil {
+		t.Fatalf("A must not know yet: %v", context.Cause(a.Context()))
 	}
 	ran := false
 	err := lease.Apply(ctx, e.sink, a, 3, func(ctx context.Context, tx Tx) error { ran = true; return e.write(ctx, tx, "a3") })

@@ -71,7 +71,7 @@ var layers = []struct {
 }{
 	{what: "the contract: the token and the fenced sink, standard library only", patterns: []string{"fence"}},
 	{what: "helpers the library imports, and test plumbing", patterns: []string{"internal/..."}},
-	{what: "the fence stores and token sources", patterns: []string{"fence/..."}},
+	{what: "the fence stores and token sources, and the token sources' test suite", patterns: []string{"fence/...", "internal/testkit/leasetest"}},
 	{what: "partitions: identity, lanes, routing", patterns: []string{"partition/..."}},
 	{what: "the outbox, relay, inbox and their stores: effects under a fence key and token", patterns: []string{"outbox/..."}},
 	{what: "the consumer: owns partitions, may call the outbox through AfterCommit", patterns: []string{"consumer/..."}},
@@ -153,7 +153,7 @@ func TestLayerRules(t *testing.T) {
 		{"outbox", "consumer", false},
 		{"outbox/pgoutbox", "consumer", false},
 		{"outbox/sqliteoutbox", "consumer", false},
-		{"outbox/outboxstore", "consumer", false},
+		{"outbox/internal/outboxstore", "consumer", false},
 		{"outbox/outboxtest", "consumer", false},
 		{"outbox", "outbox/outboxconsumer", false},
 		{"consumer", "outbox/outboxconsumer", false},
@@ -162,8 +162,9 @@ func TestLayerRules(t *testing.T) {
 		{"consumer", "outbox", true},
 		{"consumer", "partition", true},
 		{"partition", "consumer", false},
-		{"partition/lanes", "partition", true},
-		{"partition/ring", "partition/lanes", true}, // same layer
+		{"partition/ring", "partition", true},
+		{"consumer", "internal/lanes", true},
+		{"internal/lanes", "partition", false},
 		{"fence", "fence/pgfence", false},
 		{"fence/pgfence", "fence", true},
 		{"fence/pgfence", "internal/pgmigrate", true},
@@ -205,6 +206,9 @@ func TestLayerRules(t *testing.T) {
 		{"consumer", "internal/testkit/netfreeze", false},
 		{"cmd/baton", "internal/testkit/testenv", false},
 		{"examples/saga", "internal/testkit", false},
+		{"internal/testkit/leasetest", "fence/pgfence", true},
+		{"internal/testkit/leasetest", "outbox", false},
+		{"fence/lease/etcdlease", "internal/testkit/leasetest", false},
 	} {
 		why := checkImport(c.from, c.to)
 		if got := why == ""; got != c.ok {

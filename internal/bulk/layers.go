@@ -1,10 +1,16 @@
 // Package bulk holds what the fence stores' set-based write paths (fence/pgfence/pgbulk and
 // fence/sqlitefence/sqlitebulk) share: their options, the validation of an upsert, its ON
 // CONFLICT clause, and splitting a batch's rows so that no statement names a key twice.
+//
+// Rows are grouped by their keys' canonical values ([Canonical], then the dialect's
+// normalisation of its column types), so that Go values the database holds as one key (7 as
+// an int and as an int64) are one key here too. Equalities Go cannot know (a collation,
+// numeric text) are not guessed: the packages report a statement that wrote one key twice.
 package bulk
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -17,12 +23,61 @@ const MaxKeyColumns = 4
 
 type keyOf [MaxKeyColumns]any
 
-func keyOfRow(key []int, row []any) keyOf {
+// blob is a []byte key value, comparable and apart from a string of the same bytes.
+type blob string
+
+// Canonical returns the value that stands for v in a key: an integer of any width as an
+// int64 (a uint64 beyond its range stays as it is), a []byte as a comparable copy of its
+// bytes; anything else unchanged.
+func Canonical(v any) any {
+	switch x := v.(type) {
+	case int:
+		return int64(x)
+	case int8:
+		return int64(x)
+	case int16:
+		return int64(x)
+	case int32:
+		return int64(x)
+	case uint:
+		if uint64(x) <= math.MaxInt64 {
+			return int64(x)
+		}
+	case uint8:
+		return int64(x)
+	case uint16:
+		return int64(x)
+	case uint32:
+		return int64(x)
+	case uint64:
+		if x <= math.MaxInt64 {
+			return int64(x)
+		}
+	case []byte:
+		return blob(x)
+	}
+	return v
+}
+
+// BytesAsString returns the canonical value of a []byte as a string of its bytes, for a
+// dialect that stores both as one value; v otherwise.
+func BytesAsString(v any) any {
+	if b, ok := v.(blob); ok {
+		return string(b)
+	}
+	return v
+}
+
+// A Norm maps a key column's canonical value to the value that stands for it in the
+// dialect, given the column's declared type; nil keeps the canonical value.
+type Norm func(v any) any
+
+func keyOfRow(key []int, norm []Norm, row []any) keyOf {
 	var k keyOf
 	for j, i := range key {
-		v := row[i]
-		if bs, ok := v.([]byte); ok { // not comparable
-			v = string(bs)
+		v := Canonical(row[i])
+		if j < len(norm) && norm[j] != nil {
+			v = norm[j](v)
 		}
 		k[j] = v
 	}
@@ -30,10 +85,11 @@ func keyOfRow(key []int, row []any) keyOf {
 }
 
 // Layers returns groups of rows in which no key (the columns at the indexes key, at most
-// MaxKeyColumns) appears twice, to be written in order: with merge, one group in which each
-// key's rows are folded into a copy of its first row by merge(into, row) in order; without,
-// the n-th rows of every key in the n-th group.
-func Layers(rows [][]any, key []int, merge func(into, row []any)) [][][]any {
+// MaxKeyColumns, compared by their canonical values normalised by norm, one per key column)
+// appears twice, to be written in order: with merge, one group in which each key's rows are
+// folded into a copy of its first row by merge(into, row) in order; without, the n-th rows
+// of every key in the n-th group.
+func Layers(rows [][]any, key []int, norm []Norm, merge func(into, row []any)) [][][]any {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -41,7 +97,7 @@ func Layers(rows [][]any, key []int, merge func(into, row []any)) [][][]any {
 		at := make(map[keyOf]int, len(rows))
 		merged := make([][]any, 0, len(rows))
 		for _, r := range rows {
-			k := keyOfRow(key, r)
+			k := keyOfRow(key, norm, r)
 			if i, ok := at[k]; ok {
 				merge(merged[i], r)
 				continue
@@ -54,7 +110,7 @@ func Layers(rows [][]any, key []int, merge func(into, row []any)) [][][]any {
 	seen := make(map[keyOf]int, len(rows))
 	var layers [][][]any
 	for _, r := range rows {
-		k := keyOfRow(key, r)
+		k := keyOfRow(key, norm, r)
 		n := seen[k]
 		seen[k] = n + 1
 		if n == len(layers) {
@@ -150,14 +206,16 @@ func Columns[C ~struct{ Name, Type string }](cols []C) []Column {
 // Spec is a validated upsert.
 type Spec struct {
 	Key   []int    // indexes of the key columns
+	Norm  []Norm   // per key column, the dialect's normalisation of its values
 	Cfg   Config   // the options applied over the defaults
 	Names []string // the column names, quoted
 }
 
 // New validates an upsert of cols into table with conflict target key and applies opts over
 // rows per statement, naming pkg in every error: what [Check] checks, each column's type
-// (required unless untyped is allowed) and the options. It returns every problem found.
-func New[O ~func(*Config) error](pkg, table string, key []string, cols []Column, untyped bool, rows int, opts []O) (Spec, []error) {
+// (required unless untyped is allowed) and the options. norm gives each key column's
+// normalisation from its declaration (nil: none). It returns every problem found.
+func New[O ~func(*Config) error](pkg, table string, key []string, cols []Column, untyped bool, rows int, norm func(Column) Norm, opts []O) (Spec, []error) {
 	names := make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = c.Name
@@ -168,6 +226,11 @@ func New[O ~func(*Config) error](pkg, table string, key []string, cols []Column,
 	}
 	var errs []error
 	s.Key, errs = Check(pkg, table, names, key)
+	if norm != nil {
+		for _, i := range s.Key {
+			s.Norm = append(s.Norm, norm(cols[i]))
+		}
+	}
 	for _, c := range cols {
 		if (c.Type != "" || !untyped) && !typePattern.MatchString(c.Type) {
 			errs = append(errs, fmt.Errorf("%s: column %q: invalid type %q", pkg, c.Name, c.Type))
@@ -217,5 +280,5 @@ func (s Spec) Layers(pkg string, rows [][]any, n int) ([][][]any, error) {
 			return nil, fmt.Errorf("%s: row %d has %d values, want %d", pkg, i, len(r), n)
 		}
 	}
-	return Layers(rows, s.Key, s.Cfg.Merge), nil
+	return Layers(rows, s.Key, s.Norm, s.Cfg.Merge), nil
 }

@@ -114,8 +114,7 @@ func deadLetterCopy[Tx any](box outbox.Appender[Tx]) func(context.Context, Tx, *
 			}
 		}
 		err := box.Append(ctx, tx, b.Key, b.Token, m)
-		if errors.Is(err, outbox.ErrTooLarge) || errors.Is(err, outbox.ErrNoTopic) || errors.Is(err, outbox.ErrInvalidHeader) ||
-			(errors.Is(err, outbox.ErrInvalid) && !errors.Is(err, outbox.ErrUnfenced)) {
+		if errors.Is(err, outbox.ErrTooLarge) || (errors.Is(err, outbox.ErrInvalid) && !errors.Is(err, outbox.ErrUnfenced)) {
 			return consumer.Permanent(err)
 		}
 		return err
@@ -126,5 +125,5 @@ func deadLetterCopy[Tx any](box outbox.Appender[Tx]) func(context.Context, Tx, *
 func rowHeader(k string) bool {
 	l := strings.ToLower(k)
 	return k != "" && utf8.ValidString(k) && !strings.HasPrefix(l, "baton-") &&
-		l != outbox.HeaderTraceParent && l != outbox.HeaderTraceState
+		l != "traceparent" && l != "tracestate"
 }

@@ -38,9 +38,9 @@ func (s seqKeyed) Admit(_ context.Context, _ int, _, _ string, _ fence.Token, se
 func envelopeRecord(offset, seq int64) *kgo.Record {
 	return &kgo.Record{Topic: "in", Partition: 0, Offset: offset, Key: []byte("k"), Value: []byte(strconv.FormatInt(seq, 10)),
 		Headers: []kgo.RecordHeader{
-			{Key: outbox.HeaderToken, Value: []byte("1.1")},
-			{Key: outbox.HeaderSeq, Value: []byte(strconv.FormatInt(seq, 10))},
-			{Key: outbox.HeaderSource, Value: []byte("g/src/0")},
+			{Key: "baton-token", Value: []byte("1.1")},
+			{Key: "baton-seq", Value: []byte(strconv.FormatInt(seq, 10))},
+			{Key: "baton-source", Value: []byte("g/src/0")},
 		}}
 }
 

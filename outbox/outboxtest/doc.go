@@ -14,7 +14,7 @@
 //   - Fenced relay: Pending and MarkDelivered of a deposed owner fail with a
 //     *fence.StaleError and mark nothing; of an unclaimed source, or under a token the fence
 //     does not store, with outbox.ErrUnfenced.
-//   - Bad input (outbox.ErrNoTopic, ErrTooLarge, ErrInvalidHeader, ErrInvalid) is refused
+//   - Bad input (outbox.ErrTooLarge, ErrInvalid) is refused
 //     before any statement is sent, and nothing is written.
 //   - Cleanup deletes delivered rows only, and never lets a sequence or idempotency key be
 //     handed out again.

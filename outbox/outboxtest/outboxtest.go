@@ -15,6 +15,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/internal/outboxstore"
 )
 
 // Store is what the suite needs of an outbox store: the relay's [outbox.Store] plus the
@@ -24,8 +25,8 @@ type Store[Tx any] interface {
 	outbox.Store
 	// Append adds msgs to src's outbox inside tx. It must write nothing and fail with a
 	// *fence.StaleError if src's fence stores a higher token than tok, with
-	// outbox.ErrUnfenced if it stores another token or none, and with outbox.ErrNoTopic,
-	// ErrTooLarge, ErrInvalidHeader or ErrInvalid for bad input, before any statement.
+	// outbox.ErrUnfenced if it stores another token or none, and with outbox.ErrInvalid,
+	// ErrTooLarge or ErrInvalid for bad input, before any statement.
 	Append(ctx context.Context, tx Tx, src fence.Key, tok fence.Token, msgs ...outbox.Message) error
 	// Backlog returns how many rows of src are appended and not yet delivered.
 	Backlog(ctx context.Context, src fence.Key) (int64, error)
@@ -46,13 +47,13 @@ type Env[Tx any] struct {
 	// it back. Rollback after commit must be harmless, and rollback must not depend on ctx:
 	// the suite rolls back in t.Cleanup, after the case's context has ended.
 	Begin func(ctx context.Context) (tx Tx, commit func() error, rollback func() error, err error)
-	// MaxMessageBytes is the store's configured bound (0: outbox.DefaultMaxMessageBytes).
+	// MaxMessageBytes is the store's configured bound (0: outboxstore.DefaultMaxMessageBytes).
 	MaxMessageBytes int
 }
 
-// Timeout bounds every case: a store that blocks (a lock never released, a transaction left
+// timeout bounds every case: a store that blocks (a lock never released, a transaction left
 // open) fails the case with a deadline error instead of hanging the test binary.
-const Timeout = 10 * time.Second
+const timeout = 10 * time.Second
 
 // Run runs the conformance suite. open is called once per case and must return a fresh, empty
 // store (its own schema or file) that it cleans up when t ends. Cases run in parallel.
@@ -76,7 +77,7 @@ func Run[Tx any](t *testing.T, open func(t *testing.T) Env[Tx]) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			ctx, cancel := context.WithTimeout(t.Context(), Timeout)
+			ctx, cancel := context.WithTimeout(t.Context(), timeout)
 			defer cancel()
 			c.run(t, env[Tx]{Env: open(t), ctx: ctx})
 		})
@@ -454,7 +455,7 @@ func badInput[Tx any](t *testing.T, e env[Tx]) {
 	e.claim(t, k, tok(0, 1))
 	limit := e.MaxMessageBytes
 	if limit == 0 {
-		limit = outbox.DefaultMaxMessageBytes
+		limit = outboxstore.DefaultMaxMessageBytes
 	}
 	ok := msg("ok")
 	cases := []struct {
@@ -464,13 +465,13 @@ func badInput[Tx any](t *testing.T, e env[Tx]) {
 		m    outbox.Message
 		want error
 	}{
-		{"no topic", k, tok(0, 1), outbox.Message{Value: []byte("v")}, outbox.ErrNoTopic},
+		{"no topic", k, tok(0, 1), outbox.Message{Value: []byte("v")}, outbox.ErrInvalid},
 		{"too large", k, tok(0, 1), outbox.Message{Topic: "dest", Value: make([]byte, limit+1)}, outbox.ErrTooLarge},
 		{"too large with headers", k, tok(0, 1), outbox.Message{Topic: "dest", Value: make([]byte, limit),
 			Headers: []kgo.RecordHeader{{Key: "h", Value: []byte("v")}}}, outbox.ErrTooLarge},
-		{"reserved header", k, tok(0, 1), outbox.Message{Topic: "dest", Headers: []kgo.RecordHeader{{Key: "baton-token"}}}, outbox.ErrInvalidHeader},
-		{"traceparent header", k, tok(0, 1), outbox.Message{Topic: "dest", Headers: []kgo.RecordHeader{{Key: "TraceParent"}}}, outbox.ErrInvalidHeader},
-		{"empty header key", k, tok(0, 1), outbox.Message{Topic: "dest", Headers: []kgo.RecordHeader{{Value: []byte("v")}}}, outbox.ErrInvalidHeader},
+		{"reserved header", k, tok(0, 1), outbox.Message{Topic: "dest", Headers: []kgo.RecordHeader{{Key: "baton-token"}}}, outbox.ErrInvalid},
+		{"traceparent header", k, tok(0, 1), outbox.Message{Topic: "dest", Headers: []kgo.RecordHeader{{Key: "TraceParent"}}}, outbox.ErrInvalid},
+		{"empty header key", k, tok(0, 1), outbox.Message{Topic: "dest", Headers: []kgo.RecordHeader{{Value: []byte("v")}}}, outbox.ErrInvalid},
 		{"illegal topic", k, tok(0, 1), outbox.Message{Topic: "a topic"}, outbox.ErrInvalid},
 		{"bad idempotency key", k, tok(0, 1), outbox.Message{Topic: "dest", IdempotencyKey: "\xff"}, outbox.ErrInvalid},
 		{"bad source", fence.Key{Topic: "t"}, tok(0, 1), ok, outbox.ErrInvalid},
@@ -587,7 +588,7 @@ func deadLetterFenced[Tx any](t *testing.T, e env[Tx]) {
 	wantIs(t, "DeadLetter of a row that is not the first pending one", err, outbox.ErrInvalid)
 	_, err = e.Store.DeadLetter(e.ctx, k, tok(0, 1), 4, "reason")
 	wantIs(t, "DeadLetter of a sequence never allocated", err, outbox.ErrInvalid)
-	for _, bad := range []string{"", "nul\x00", "\xff", strings.Repeat("r", outbox.MaxReasonLen+1)} {
+	for _, bad := range []string{"", "nul\x00", "\xff", strings.Repeat("r", outboxstore.MaxReasonLen+1)} {
 		_, err = e.Store.DeadLetter(e.ctx, k, tok(0, 1), 1, bad)
 		wantIs(t, fmt.Sprintf("DeadLetter with reason %q", bad), err, outbox.ErrInvalid)
 	}

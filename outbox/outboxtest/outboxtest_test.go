@@ -148,7 +148,7 @@ type mutant struct {
 	deadStale, deadUnfenced, deadAnyRow, deadPending, deadReuses bool
 }
 
-const cursors = sqliteoutbox.DefaultTable + "_cursors"
+const cursors = "baton_outbox_cursors" // the default table's cursors
 
 func (m *mutant) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence.Token, msgs ...outbox.Message) error {
 	err := m.Store.Append(ctx, tx, src, tok, msgs...)
@@ -193,7 +193,7 @@ func (m *mutant) MarkDelivered(ctx context.Context, src fence.Key, tok fence.Tok
 
 func (m *mutant) Cleanup(ctx context.Context, olderThan time.Duration) (int64, error) {
 	if m.cleanupAll && olderThan >= 0 {
-		res, err := m.db.ExecContext(ctx, `DELETE FROM `+sqliteoutbox.DefaultTable)
+		res, err := m.db.ExecContext(ctx, `DELETE FROM baton_outbox`)
 		if err != nil {
 			return 0, err
 		}
@@ -224,7 +224,7 @@ func (m *mutant) DeadLetter(ctx context.Context, src fence.Key, tok fence.Token,
 			src.Group, src.Topic, src.Partition)
 		return n + 1, err
 	case m.deadReuses && err == nil:
-		if _, err := m.db.ExecContext(ctx, `DELETE FROM `+sqliteoutbox.DefaultTable+` WHERE grp = ? AND topic = ? AND partition = ? AND seq = ?`,
+		if _, err := m.db.ExecContext(ctx, `DELETE FROM baton_outbox WHERE grp = ? AND topic = ? AND partition = ? AND seq = ?`,
 			src.Group, src.Topic, src.Partition, seq); err != nil {
 			return 0, err
 		}

@@ -239,9 +239,9 @@ func (h *ackHook) OnProduceRecordUnbuffered(rec *kgo.Record, err error) {
 	var seq int64 = -1
 	for _, hd := range rec.Headers {
 		switch hd.Key {
-		case outbox.HeaderSource:
+		case "baton-source":
 			src = string(hd.Value)
-		case outbox.HeaderSeq:
+		case "baton-seq":
 			seq, _ = strconv.ParseInt(string(hd.Value), 10, 64)
 		}
 	}

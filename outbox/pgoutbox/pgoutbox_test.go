@@ -199,20 +199,20 @@ func TestAppendAndFlushDeliverInSequenceOrderWithHeaders(t *testing.T) {
 			switch {
 			case string(rec.Value) != strconv.Itoa(i):
 				t.Fatalf("record %d has value %q: out of order", i, rec.Value)
-			case hdr(rec, outbox.HeaderSeq) != strconv.FormatInt(seq, 10):
-				t.Fatalf("record %d: seq header %q", i, hdr(rec, outbox.HeaderSeq))
-			case hdr(rec, outbox.HeaderToken) != "0.4":
-				t.Fatalf("record %d: token header %q", i, hdr(rec, outbox.HeaderToken))
-			case hdr(rec, outbox.HeaderSource) != "g/orders/3":
-				t.Fatalf("record %d: source header %q", i, hdr(rec, outbox.HeaderSource))
-			case hdr(rec, outbox.HeaderIdempotencyKey) != wantIK:
-				t.Fatalf("record %d: idempotency key %q, want %q", i, hdr(rec, outbox.HeaderIdempotencyKey), wantIK)
+			case hdr(rec, "baton-seq") != strconv.FormatInt(seq, 10):
+				t.Fatalf("record %d: seq header %q", i, hdr(rec, "baton-seq"))
+			case hdr(rec, "baton-token") != "0.4":
+				t.Fatalf("record %d: token header %q", i, hdr(rec, "baton-token"))
+			case hdr(rec, "baton-source") != "g/orders/3":
+				t.Fatalf("record %d: source header %q", i, hdr(rec, "baton-source"))
+			case hdr(rec, "baton-idempotency-key") != wantIK:
+				t.Fatalf("record %d: idempotency key %q, want %q", i, hdr(rec, "baton-idempotency-key"), wantIK)
 			case hdr(rec, "app") != "v"+strconv.Itoa(i):
 				t.Fatalf("record %d: app header %q", i, hdr(rec, "app"))
 			case string(rec.Key) != "k"+strconv.Itoa(i%3):
 				t.Fatalf("record %d: key %q", i, rec.Key)
-			case !strings.HasPrefix(hdr(rec, outbox.HeaderTraceParent), "00-"+traceID.String()+"-"):
-				t.Fatalf("record %d: traceparent %q does not continue trace %s", i, hdr(rec, outbox.HeaderTraceParent), traceID)
+			case !strings.HasPrefix(hdr(rec, "traceparent"), "00-"+traceID.String()+"-"):
+				t.Fatalf("record %d: traceparent %q does not continue trace %s", i, hdr(rec, "traceparent"), traceID)
 			}
 		}
 	})
@@ -320,8 +320,8 @@ func TestZombieRelayCannotMarkAfterTakeover(t *testing.T) {
 	}
 	admitted := 0
 	for _, rec := range recs {
-		if hdr(rec, outbox.HeaderToken) != "0.1" {
-			t.Fatalf("re-published row carries token %q, want the original 0.1", hdr(rec, outbox.HeaderToken))
+		if hdr(rec, "baton-token") != "0.1" {
+			t.Fatalf("re-published row carries token %q, want the original 0.1", hdr(rec, "baton-token"))
 		}
 		v := admit(t, e, in, rec)
 		if v == fence.Admitted {
@@ -453,9 +453,9 @@ func TestInboxVerdictsAreAtomicWithTheReceiversWrite(t *testing.T) {
 	}
 	rec := func(tok string, seq int, key string) *kgo.Record {
 		return &kgo.Record{Topic: "invoices", Key: []byte(key), Value: []byte(tok + "/" + strconv.Itoa(seq)), Headers: []kgo.RecordHeader{
-			{Key: outbox.HeaderToken, Value: []byte(tok)},
-			{Key: outbox.HeaderSeq, Value: []byte(strconv.Itoa(seq))},
-			{Key: outbox.HeaderSource, Value: []byte("g/orders/3")},
+			{Key: "baton-token", Value: []byte(tok)},
+			{Key: "baton-seq", Value: []byte(strconv.Itoa(seq))},
+			{Key: "baton-source", Value: []byte("g/orders/3")},
 		}}
 	}
 	// receive admits and applies the effect in one transaction; fail rolls both back.
@@ -549,12 +549,12 @@ func TestBadInputIsRefusedBeforeAnythingIsWritten(t *testing.T) {
 		m    outbox.Message
 		want error
 	}{
-		{"no topic", outbox.Message{Value: []byte("x")}, outbox.ErrNoTopic},
+		{"no topic", outbox.Message{Value: []byte("x")}, outbox.ErrInvalid},
 		{"too large", outbox.Message{Topic: "d", Key: make([]byte, 50), Value: make([]byte, 51)}, outbox.ErrTooLarge},
 		{"large header", outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "h", Value: make([]byte, 100)}}}, outbox.ErrTooLarge},
-		{"empty header key", outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: ""}}}, outbox.ErrInvalidHeader},
-		{"reserved header", outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "Baton-Seq"}}}, outbox.ErrInvalidHeader},
-		{"traceparent header", outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "traceparent"}}}, outbox.ErrInvalidHeader},
+		{"empty header key", outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: ""}}}, outbox.ErrInvalid},
+		{"reserved header", outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "Baton-Seq"}}}, outbox.ErrInvalid},
+		{"traceparent header", outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "traceparent"}}}, outbox.ErrInvalid},
 		{"bad topic", outbox.Message{Topic: "a/b"}, outbox.ErrInvalid},
 	}
 	for _, c := range cases {
@@ -577,7 +577,7 @@ func TestBadInputIsRefusedBeforeAnythingIsWritten(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(context.Background()) // a failed check must not leave the connection held
-	if err := s.Append(e.ctx, tx, e.src, tok, outbox.Message{}); !errors.Is(err, outbox.ErrNoTopic) {
+	if err := s.Append(e.ctx, tx, e.src, tok, outbox.Message{}); !errors.Is(err, outbox.ErrInvalid) {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(e.ctx); err != nil {

@@ -48,7 +48,7 @@ func TestQueueAppendInFencedBatch(t *testing.T) {
 		t.Fatalf("the new owner's last seq is %d, want 4 (gap-free after the refused batch)", n)
 	}
 	b := &pgx.Batch{}
-	if err := e.store.QueueAppend(e.ctx, b, e.src, cur, outbox.Message{}); !errors.Is(err, outbox.ErrNoTopic) || b.Len() != 0 {
-		t.Fatalf("bad input: %v with %d queued, want ErrNoTopic and nothing queued", err, b.Len())
+	if err := e.store.QueueAppend(e.ctx, b, e.src, cur, outbox.Message{}); !errors.Is(err, outbox.ErrInvalid) || b.Len() != 0 {
+		t.Fatalf("bad input: %v with %d queued, want ErrInvalid and nothing queued", err, b.Len())
 	}
 }

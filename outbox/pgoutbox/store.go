@@ -17,7 +17,7 @@ import (
 	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/internal/outboxsql"
-	"github.com/batonhq/baton/outbox/outboxstore"
+	"github.com/batonhq/baton/outbox/internal/outboxstore"
 )
 
 // DB is what a Store needs outside the caller's transactions: *pgxpool.Pool fits.
@@ -28,25 +28,22 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// DefaultTable is the default outbox table name.
-const DefaultTable = "baton_outbox"
+// defaultTable is the default outbox table name.
+const defaultTable = "baton_outbox"
 
 type config = outboxsql.Config
 
 // Option configures [New].
 type Option func(*config) error
 
-// Table sets the outbox table name (default [DefaultTable]); the store also uses
+// Table sets the outbox table name (default "baton_outbox"); the store also uses
 // name+"_cursors" and name+"_dead_letters". "table" or "schema.table", validated by internal/sqlident.
 func Table(name string) Option { return outboxsql.Table(name) }
 
-// MaxMessageBytes bounds each message's key+value+headers at Append (default
-// outbox.DefaultMaxMessageBytes). Keep it at or below the destination topics' max.message.bytes.
+// MaxMessageBytes bounds each message's key+value+headers at Append (default 1000000: just
+// under Kafka's default message.max.bytes less batch overhead). Keep it at or below the
+// destination topics' max.message.bytes.
 func MaxMessageBytes(n int) Option { return outboxsql.MaxMessageBytes(n) }
-
-// Propagator sets how Append captures the trace context from its ctx (default
-// propagation.TraceContext{}: W3C traceparent/tracestate, which the relay and inbox read).
-func Propagator(p propagation.TextMapPropagator) Option { return outboxsql.Propagator(p) }
 
 // Store is a transactional outbox in PostgreSQL next to a pgfence fence table. It implements
 // [outbox.Store] for the relay. Safe for concurrent use.
@@ -79,7 +76,7 @@ func New(db DB, fences *pgfence.Store, opts ...Option) (*Store, error) {
 	} else {
 		table = fences.Table()
 	}
-	c, err := outboxsql.Configure("pgoutbox", db == nil, DefaultTable, table, opts)
+	c, err := outboxsql.Configure("pgoutbox", db == nil, defaultTable, table, opts)
 	if err := errors.Join(noFences, err); err != nil {
 		return nil, err
 	}
@@ -188,9 +185,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 // Append checks the fence itself, in the same statement: unless src's fence row stores exactly
 // tok it writes nothing and fails with a *fence.StaleError (a higher token is stored: the
 // caller is a zombie) or [outbox.ErrUnfenced]. It keeps the fence row share-locked until tx
-// ends, so no takeover commits in between. Bad input fails with [outbox.ErrNoTopic],
-// [outbox.ErrTooLarge], [outbox.ErrInvalidHeader] or [outbox.ErrInvalid] before any statement
-// is sent. On any error roll tx back.
+// ends, so no takeover commits in between. Bad input fails with [outbox.ErrTooLarge] or
+// [outbox.ErrInvalid] before any statement is sent. On any error roll tx back.
 func (s *Store) Append(ctx context.Context, tx pgx.Tx, src fence.Key, tok fence.Token, msgs ...outbox.Message) error {
 	if tx == nil {
 		return fmt.Errorf("%w: nil transaction", outbox.ErrInvalid)

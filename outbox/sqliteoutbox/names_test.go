@@ -13,15 +13,11 @@ import (
 
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/outbox/pgoutbox"
-	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
 
 // TestDefaultTableNamesAgree: a deployment's tables are named alike in PostgreSQL and SQLite,
 // companion tables included.
 func TestDefaultTableNamesAgree(t *testing.T) {
-	if sqliteoutbox.DefaultTable != pgoutbox.DefaultTable {
-		t.Fatalf("default outbox tables differ: sqlite %q, postgres %q", sqliteoutbox.DefaultTable, pgoutbox.DefaultTable)
-	}
 	_, fences, _ := open(t)
 	rows, err := fences.DB().Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name`)
 	if err != nil {

@@ -10,11 +10,11 @@ import (
 
 // TestNewJoinsOptionErrors: New reports every problem at once, not only the first.
 func TestNewJoinsOptionErrors(t *testing.T) {
-	_, err := New(nil, nil, Table("bad name"), MaxMessageBytes(0), Propagator(nil))
+	_, err := New(nil, nil, Table("bad name"), MaxMessageBytes(0))
 	if !errors.Is(err, outbox.ErrInvalid) {
 		t.Fatalf("New = %v, want outbox.ErrInvalid", err)
 	}
-	for _, want := range []string{"nil fence store", "option 0 is nil", "table name", "MaxMessageBytes", "nil propagator"} {
+	for _, want := range []string{"nil fence store", "option 0 is nil", "table name", "MaxMessageBytes"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("New = %q, want it to mention %q", err, want)
 		}

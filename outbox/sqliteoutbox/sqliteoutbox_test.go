@@ -125,7 +125,7 @@ func TestSQLiteBadInputWritesNothing(t *testing.T) {
 	err := fences.Apply(ctx, src, tok, 0, 0, func(ctx context.Context, tx *sql.Tx) error {
 		return store.Append(ctx, tx, src, tok, outbox.Message{Topic: "d"}, outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "baton-x"}}})
 	})
-	if !errors.Is(err, outbox.ErrInvalidHeader) {
+	if !errors.Is(err, outbox.ErrInvalid) {
 		t.Fatalf("Append = %v", err)
 	}
 	if b, err := store.Backlog(ctx, src); err != nil || b != 0 {
@@ -137,7 +137,7 @@ func TestSQLiteBadInputWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &kgo.Record{Topic: "dest", Key: []byte{0, 1}, Headers: []kgo.RecordHeader{
-		{Key: outbox.HeaderToken, Value: []byte("0.1")}, {Key: outbox.HeaderSeq, Value: []byte("1")}, {Key: outbox.HeaderSource, Value: []byte("g/orders/1")},
+		{Key: "baton-token", Value: []byte("0.1")}, {Key: "baton-seq", Value: []byte("1")}, {Key: "baton-source", Value: []byte("g/orders/1")},
 	}}
 	for _, want := range []fence.Verdict{fence.Admitted, fence.Duplicate} {
 		tx, err := fences.DB().BeginTx(ctx, nil)

@@ -14,26 +14,25 @@ import (
 	"github.com/batonhq/baton/fence/sqlitefence"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/internal/outboxsql"
-	"github.com/batonhq/baton/outbox/outboxstore"
+	"github.com/batonhq/baton/outbox/internal/outboxstore"
 )
 
-// DefaultTable is the default outbox table name.
-const DefaultTable = "baton_outbox"
+// defaultTable is the default outbox table name.
+const defaultTable = "baton_outbox"
 
 type config = outboxsql.Config
 
 // Option configures [New].
 type Option func(*config) error
 
-// Table sets the outbox table name (default [DefaultTable]); the store also uses name+"_cursors"
+// Table sets the outbox table name (default "baton_outbox"); the store also uses name+"_cursors"
 // and name+"_dead_letters".
 func Table(name string) Option { return outboxsql.Table(name) }
 
-// MaxMessageBytes bounds each message's key+value+headers (default outbox.DefaultMaxMessageBytes).
+// MaxMessageBytes bounds each message's key+value+headers at Append (default 1000000: just
+// under Kafka's default message.max.bytes less batch overhead). Keep it at or below the
+// destination topics' max.message.bytes.
 func MaxMessageBytes(n int) Option { return outboxsql.MaxMessageBytes(n) }
-
-// Propagator sets how Append captures the trace context (default propagation.TraceContext{}).
-func Propagator(p propagation.TextMapPropagator) Option { return outboxsql.Propagator(p) }
 
 // Store is a transactional outbox in SQLite. It implements [outbox.Store]. Safe for concurrent use.
 type Store struct {
@@ -65,7 +64,7 @@ func New(fences *sqlitefence.Store, opts ...Option) (*Store, error) {
 	} else {
 		db, table = fences.DB(), fences.Table()
 	}
-	c, err := outboxsql.Configure("sqliteoutbox", false, DefaultTable, table, opts)
+	c, err := outboxsql.Configure("sqliteoutbox", false, defaultTable, table, opts)
 	if err := errors.Join(noFences, err); err != nil {
 		return nil, err
 	}
@@ -173,7 +172,7 @@ func (s *Store) Append(ctx context.Context, tx *sql.Tx, src fence.Key, tok fence
 		seq := first + int64(i)
 		ik := m.IdempotencyKey
 		if ik == "" {
-			ik = outbox.IdempotencyKey(src, seq)
+			ik = outboxstore.IdempotencyKey(src, seq)
 		}
 		if _, err := stmt.ExecContext(ctx, src.Group, src.Topic, src.Partition, seq, tok.Era, tok.Epoch,
 			m.Topic, m.Key, m.Value, outboxstore.MarshalHeaders(m.Headers), ik, tp, ts, now); err != nil {

@@ -1,6 +1,5 @@
 // Package ring routes keys with consistent hashing: [Partitioner] is a kgo.Partitioner that
-// hashes keys onto a consistent ring of partitions, and [Table] and [Slot] are the ring itself,
-// shared with partition/lanes.
+// hashes keys onto a consistent ring of partitions.
 //
 // Growing a topic from N to M partitions moves about (M-N)/M of the keys (24% from 12 to 16,
 // where Kafka's murmur2 % n moves 75%). Keys that move still break per-key order across the
@@ -11,5 +10,5 @@
 //
 // Routing never decides who may write: that is the consumer group's assignment and the fence's
 // token. Options are [Option] values (func(*config) error); [NewPartitioner] reports every
-// invalid or nil option at once, each wrapping partition.ErrInvalid.
+// invalid or nil option at once, each wrapping fence.ErrInvalid.
 package ring

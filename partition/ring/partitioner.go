@@ -7,22 +7,22 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/fence"
 )
 
-// DefaultSlots is the number of slots [NewPartitioner] hashes keys into unless [Slots]
+// defaultSlots is the number of slots [NewPartitioner] hashes keys into unless [Slots]
 // says otherwise. It is prime (the consistent module's advice).
-const DefaultSlots = 16381
+const defaultSlots = 16381
 
-// MaxPartitions is the largest partition count routed by the consistent-hash ring; larger
+// maxPartitions is the largest partition count routed by the consistent-hash ring; larger
 // topics are routed by jump consistent hashing. The consistent module builds its ring in time
 // quadratic in the member count (it re-sorts the ring for every member added): about 10 ms for
 // 16 partitions, 25 ms for 64 and 0.2 s for 256 on a loaded 2-core machine, 5 s for 1000; the
 // build runs once per partition count, on the first record produced to a topic of that count.
-const MaxPartitions = 256
+const maxPartitions = 256
 
-// MaxSlots bounds [Slots].
-const MaxSlots = 1 << 16
+// maxSlots bounds [Slots].
+const maxSlots = 1 << 16
 
 // Partitioner is a kgo.Partitioner that routes keyed records by consistent hashing, so that
 // growing a topic from N to M partitions moves about (M-N)/M of the keys to another partition
@@ -43,7 +43,7 @@ const MaxSlots = 1 << 16
 // it the fewest. Routing never decides who may write: that is the consumer group's assignment
 // and the fence's token.
 //
-// Partition counts above [MaxPartitions] (or above the slot count, since each partition
+// Partition counts above 256 (or above the slot count, since each partition
 // needs a slot) are routed by jump consistent hashing (Lamping and Veach) over the same 64-bit
 // hash instead, also deterministic and minimal-movement; a topic that grows across that limit is
 // re-routed wholesale.
@@ -69,13 +69,13 @@ type config struct{ slots int }
 
 // Slots sets the number of slots keys are hashed into: the granularity at which keys move
 // between partitions, and the largest partition count the consistent ring serves. Default
-// [DefaultSlots]; between 1 and [MaxSlots]. More slots per partition move fewer keys than
-// the ideal (M-N)/M when the bounded loads cascade, at 4 bytes per slot per cached partition
-// count. Changing it re-routes keys.
+// 16381 (a prime, as the consistent module advises); between 1 and 65536 (1<<16). More slots
+// per partition move fewer keys than the ideal (M-N)/M when the bounded loads cascade, at 4
+// bytes per slot per cached partition count. Changing it re-routes keys.
 func Slots(n int) Option {
 	return func(c *config) error {
-		if n < 1 || n > MaxSlots {
-			return fmt.Errorf("%w: slots %d, want 1..%d", partition.ErrInvalid, n, MaxSlots)
+		if n < 1 || n > maxSlots {
+			return fmt.Errorf("%w: slots %d, want 1..%d", fence.ErrInvalid, n, maxSlots)
 		}
 		c.slots = n
 		return nil
@@ -83,14 +83,14 @@ func Slots(n int) Option {
 }
 
 // NewPartitioner returns a [Partitioner] configured by opts; use it with
-// kgo.RecordPartitioner. It fails with partition.ErrInvalid if an option is nil or out of
+// kgo.RecordPartitioner. It fails with fence.ErrInvalid if an option is nil or out of
 // range, reporting every such option (errors.Join).
 func NewPartitioner(opts ...Option) (*Partitioner, error) {
-	cfg := config{slots: DefaultSlots}
+	cfg := config{slots: defaultSlots}
 	var errs []error
 	for i, o := range opts {
 		if o == nil {
-			errs = append(errs, fmt.Errorf("%w: option %d is nil", partition.ErrInvalid, i))
+			errs = append(errs, fmt.Errorf("%w: option %d is nil", fence.ErrInvalid, i))
 			continue
 		}
 		if err := o(&cfg); err != nil {
@@ -130,7 +130,7 @@ func route(key []byte, n, slots int, table []int32) int {
 // table returns the cached slot table for n partitions, building it on first use; nil if n is
 // routed by the jump hash instead.
 func (p *Partitioner) table(n int) []int32 {
-	if n > p.slots || n > MaxPartitions {
+	if n > p.slots || n > maxPartitions {
 		return nil
 	}
 	p.mu.Lock()
@@ -138,8 +138,8 @@ func (p *Partitioner) table(n int) []int32 {
 	t, ok := p.tables[n]
 	if !ok {
 		var err error
-		if t, err = Table(n, p.slots); err != nil {
-			// 1 <= n <= slots was checked; a failure here is a bug in Table's
+		if t, err = buildTable(n, p.slots); err != nil {
+			// 1 <= n <= slots was checked; a failure here is a bug in buildTable
 			// preconditions. Fall back to the jump hash rather than fail the record.
 			return nil
 		}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/testkit/testenv"
-	"github.com/batonhq/baton/partition"
 	"github.com/buraksezer/consistent"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -83,7 +83,7 @@ func TestGrowthMovesFewKeys(t *testing.T) {
 }
 
 // TestGrowthSweep reports movement and balance for other growth steps, including the jump-hash
-// range above MaxPartitions; it asserts only that movement stays near the ideal.
+// range above maxPartitions; it asserts only that movement stays near the ideal.
 func TestGrowthSweep(t *testing.T) {
 	keys := randomKeys(100000, 2)
 	p := newPartitioner(t)
@@ -101,7 +101,7 @@ func TestGrowthSweep(t *testing.T) {
 		}
 		got, ideal := float64(m)/float64(len(keys)), float64(to-from)/float64(to)
 		t.Logf("%4d->%4d moved %5.1f%% (ideal %5.1f%%)  at %d: max/avg %.3f min/avg %.3f", from, to, 100*got, 100*ideal, to, float64(hi)/avg, float64(lo)/avg)
-		if from != MaxPartitions && got > ideal+0.07 {
+		if from != maxPartitions && got > ideal+0.07 {
 			t.Errorf("%d->%d moved %.1f%%, ideal %.1f%%", from, to, 100*got, 100*ideal)
 		}
 	}
@@ -115,7 +115,7 @@ func TestPartitionerIsTheRing(t *testing.T) {
 	for i := range ms {
 		ms[i] = member(i)
 	}
-	ring := consistent.New(ms, consistent.Config{Hasher: hasher{}, PartitionCount: DefaultSlots, ReplicationFactor: replicas, Load: load})
+	ring := consistent.New(ms, consistent.Config{Hasher: hasher{}, PartitionCount: defaultSlots, ReplicationFactor: replicas, Load: load})
 	p := newPartitioner(t)
 	for _, k := range randomKeys(20000, 4) {
 		want := int(ring.LocateKey(k).(member))
@@ -129,7 +129,7 @@ func TestPartitionerIsTheRing(t *testing.T) {
 // without a separator member "1" replica 10 and member "11" replica 0 would share a point.
 func TestMemberNamesDoNotCollide(t *testing.T) {
 	seen := map[string]string{}
-	for m := range MaxPartitions {
+	for m := range maxPartitions {
 		for r := range replicas {
 			point := member(m).String() + strconv.Itoa(r)
 			if prev, ok := seen[point]; ok {
@@ -194,17 +194,17 @@ func TestTopicPartitioner(t *testing.T) {
 }
 
 func TestPartitionerOptions(t *testing.T) {
-	for _, n := range []int{0, -1, MaxSlots + 1} {
-		if _, err := NewPartitioner(Slots(n)); !errors.Is(err, partition.ErrInvalid) {
+	for _, n := range []int{0, -1, maxSlots + 1} {
+		if _, err := NewPartitioner(Slots(n)); !errors.Is(err, fence.ErrInvalid) {
 			t.Errorf("Slots(%d): %v, want ErrInvalid", n, err)
 		}
 	}
 	// Every problem is reported, not just the first.
-	_, err := NewPartitioner(Slots(0), nil, Slots(MaxSlots+1))
-	if !errors.Is(err, partition.ErrInvalid) {
+	_, err := NewPartitioner(Slots(0), nil, Slots(maxSlots+1))
+	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("bad options: %v, want ErrInvalid", err)
 	}
-	for _, want := range []string{"slots 0", "option 1 is nil", fmt.Sprintf("slots %d", MaxSlots+1)} {
+	for _, want := range []string{"slots 0", "option 1 is nil", fmt.Sprintf("slots %d", maxSlots+1)} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("bad options: %q does not mention %q", err, want)
 		}
@@ -320,7 +320,7 @@ func BenchmarkBuildTable(b *testing.B) {
 	for _, n := range []int{16, 64, 256} {
 		b.Run(fmt.Sprint("n=", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := Table(n, DefaultSlots); err != nil {
+				if _, err := buildTable(n, defaultSlots); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -7,7 +7,7 @@ import (
 	"github.com/buraksezer/consistent"
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/batonhq/baton/partition"
+	"github.com/batonhq/baton/fence"
 )
 
 // The ring's shape. Every value here is part of the routing function: changing any of them (or
@@ -31,7 +31,7 @@ type hasher struct{}
 
 func (hasher) Sum64(b []byte) uint64 { return xxhash.Sum64(b) }
 
-// member is a ring member: a partition index (partitioner) or a lane index (package lanes).
+// member is a ring member: a partition index.
 type member int
 
 // String is what the ring hashes to place the member's points: consistent hashes
@@ -39,14 +39,14 @@ type member int
 // member "11" replica 0 would both be "110" and collide on the ring.
 func (m member) String() string { return strconv.Itoa(int(m)) + ":" }
 
-// Table returns slot -> member for members 0..n-1 over the given number of slots, computed by
+// buildTable returns slot -> member for members 0..n-1 over the given number of slots, computed by
 // consistent hashing with bounded loads (50 ring points per member, no member owning more than
 // 1.1x the average share of slots). The result depends only on n and slots. It fails with
-// partition.ErrInvalid unless 1 <= n <= slots (the consistent module panics when a member's
-// bounded share rounds to zero slots). Building costs time quadratic in n (see [MaxPartitions]).
-func Table(n, slots int) ([]int32, error) {
+// fence.ErrInvalid unless 1 <= n <= slots (the consistent module panics when a member's
+// bounded share rounds to zero slots). Building costs time quadratic in n (see maxPartitions).
+func buildTable(n, slots int) ([]int32, error) {
 	if n < 1 || n > slots {
-		return nil, fmt.Errorf("%w: %d members over %d slots (need 1 <= members <= slots)", partition.ErrInvalid, n, slots)
+		return nil, fmt.Errorf("%w: %d members over %d slots (need 1 <= members <= slots)", fence.ErrInvalid, n, slots)
 	}
 	ms := make([]consistent.Member, n)
 	for i := range ms {
@@ -64,7 +64,3 @@ func Table(n, slots int) ([]int32, error) {
 	}
 	return table, nil
 }
-
-// Slot returns the slot, in [0, slots), that key hashes to: xxhash64(key) % slots, as
-// consistent.FindPartitionID computes it, without the ring's lock. slots must be positive.
-func Slot(key []byte, slots int) int { return int(xxhash.Sum64(key) % uint64(slots)) }

@@ -30,7 +30,7 @@ var _ lease.Source = (*Source)(nil)
 // A nil client, a nil option or an invalid option value fails with errors wrapping
 // [fence.ErrInvalid], all of them joined.
 func New(cl *clientv3.Client, opts ...Option) (*Source, error) {
-	cfg := config{ttl: DefaultTTL, prefix: DefaultPrefix, group: DefaultGroup}
+	cfg := config{ttl: defaultTTL, prefix: defaultPrefix, group: defaultGroup}
 	var errs []error
 	if cl == nil {
 		errs = append(errs, fmt.Errorf("%w: etcdlease: nil client", fence.ErrInvalid))

@@ -19,7 +19,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
 	"github.com/batonhq/baton/fence/lease/etcdlease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 )
 
 func TestNewRejectsAllProblems(t *testing.T) {
@@ -49,7 +49,7 @@ func TestAcquireReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Key() != lease.Key(etcdlease.DefaultGroup, res) || a.Token().Epoch <= 0 {
+	if a.Key() != lease.Key("lease:etcd", res) || a.Token().Epoch <= 0 {
 		t.Fatalf("lease key %v token %s", a.Key(), a.Token())
 	}
 	got := make(chan *lease.Lease, 1)
@@ -68,8 +68,8 @@ func TestAcquireReleaseOrder(t *testing.T) {
 	if err := a.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if !errors.Is(a.Err(), lease.ErrReleased) {
-		t.Fatalf("released lease Err = %v", a.Err())
+	if !errors.Is(context.Cause(a.Context()), lease.ErrReleased) {
+		t.Fatalf("released lease Err = %v", context.Cause(a.Context()))
 	}
 	var b *lease.Lease
 	select {
@@ -102,12 +102,12 @@ func TestLostWhenRevoked(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("lease context still alive after its etcd lease was revoked")
 	}
-	if !errors.Is(l.Err(), lease.ErrLost) {
-		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	if !errors.Is(context.Cause(l.Context()), lease.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", context.Cause(l.Context()))
 	}
 }
 
@@ -125,11 +125,11 @@ func revoke(cl *clientv3.Client) func(ctx context.Context, id string) error {
 
 func TestZombie(t *testing.T) {
 	endpoints(t)
-	leasetest.Zombie(t, etcdlease.DefaultGroup)
+	leasetest.Zombie(t, "lease:etcd")
 }
 
 func TestInFlight(t *testing.T) {
-	leasetest.InFlight(t, etcdlease.DefaultGroup, revoke(client(t, endpoints(t))))
+	leasetest.InFlight(t, "lease:etcd", revoke(client(t, endpoints(t))))
 }
 
 // TestRestart stops and restarts a private etcd (deploy/local/etcd.sh with its own directory
@@ -171,8 +171,8 @@ func TestRestart(t *testing.T) {
 	}
 	t.Logf("while down: %v", err)
 	select {
-	case <-first.Done():
-		t.Logf("held lease ended: %v", first.Err())
+	case <-first.Context().Done():
+		t.Logf("held lease ended: %v", context.Cause(first.Context()))
 	case <-time.After(3 * testTTL):
 		t.Fatal("the held lease's context did not end while etcd was down")
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/batonhq/baton/fence/lease"
 	"github.com/batonhq/baton/fence/lease/etcdlease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 )
 
 // envEtcd names the etcd the tests use; deploy/local/etcd.sh env prints it.

@@ -10,11 +10,11 @@ import (
 	"github.com/batonhq/baton/internal/fencecheck"
 )
 
-// Defaults of the options.
+// Defaults of the options (each option's doc states its own).
 const (
-	DefaultTTL    = 10 * time.Second
-	DefaultPrefix = "/baton/lease/"
-	DefaultGroup  = lease.GroupPrefix + "etcd"
+	defaultTTL    = 10 * time.Second
+	defaultPrefix = "/baton/lease/"
+	defaultGroup  = "lease:etcd"
 )
 
 type config struct {

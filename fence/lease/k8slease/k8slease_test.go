@@ -184,7 +184,7 @@ func TestZombie(t *testing.T) {
 		t.Fatalf("value %q, want b2", v)
 	}
 	select {
-	case <-a.Done():
+	case <-a.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("A never learned it lost the Lease")
 	}

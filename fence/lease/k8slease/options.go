@@ -13,7 +13,7 @@ import (
 const (
 	DefaultDuration = 15 * time.Second
 	DefaultRetry    = time.Second
-	DefaultGroup    = lease.GroupPrefix + "kubernetes"
+	DefaultGroup    = "lease:kubernetes"
 )
 
 type config struct {

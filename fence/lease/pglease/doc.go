@@ -4,9 +4,11 @@
 // # How it works
 //
 // Each Acquire opens its own session, sets idle_session_timeout to the [TTL] (PostgreSQL 14 or
-// later), waits for pg_advisory_lock([LockKey](group, resource)), and then, holding the lock,
-// increments the resource's row in the counter table (INSERT ... ON CONFLICT DO UPDATE SET
-// counter = counter + 1 RETURNING counter, in autocommit): the committed value is the token.
+// later), waits for pg_advisory_lock(key), and then, holding the lock, increments the
+// resource's row in the counter table (INSERT ... ON CONFLICT DO UPDATE SET counter = counter +
+// 1 RETURNING counter, in autocommit): the committed value is the token. The lock key is the
+// 64-bit FNV-1a hash of "baton/pglease/" + group + "\x00" + resource, as a bigint: operators
+// find the holder in pg_locks (objid is its low 32 bits, classid its high 32 bits).
 // The session then pings every TTL/3. A holder that stops pinging (paused, cut off) has its
 // session terminated by the server after the TTL, which frees the lock: idle_session_timeout
 // is what turns a session lock into a lease. The lease's context ends when a ping fails (the

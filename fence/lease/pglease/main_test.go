@@ -10,8 +10,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/fence/lease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
 	"github.com/batonhq/baton/fence/lease/pglease"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 

@@ -10,11 +10,11 @@ import (
 	"github.com/batonhq/baton/internal/fencecheck"
 )
 
-// Defaults of the options.
+// Defaults of the options (each option's doc states its own).
 const (
-	DefaultTTL   = 10 * time.Second
-	DefaultTable = "baton_lease_counters"
-	DefaultGroup = lease.GroupPrefix + "postgres"
+	defaultTTL   = 10 * time.Second
+	defaultTable = "baton_lease_counters"
+	defaultGroup = "lease:postgres"
 )
 
 type config struct {

@@ -33,7 +33,7 @@ var _ lease.Source = (*Source)(nil)
 // with errors wrapping [fence.ErrInvalid], all of them joined. Call [Source.Migrate] once
 // before the first Acquire.
 func New(connConfig *pgx.ConnConfig, opts ...Option) (*Source, error) {
-	cfg := config{ttl: DefaultTTL, table: DefaultTable, group: DefaultGroup}
+	cfg := config{ttl: defaultTTL, table: defaultTable, group: defaultGroup}
 	var errs []error
 	if connConfig == nil {
 		errs = append(errs, fmt.Errorf("%w: pglease: nil connection config", fence.ErrInvalid))
@@ -74,9 +74,8 @@ func (s *Source) Migrate(ctx context.Context) error {
 	return pgmigrate.Run(ctx, c, "baton/pglease/migrate", s.sql.schema, "pglease: migrate")
 }
 
-// LockKey is the advisory lock key of a resource in a group (FNV-1a over both): operators can
-// find the holder in pg_locks (objid is its low 32 bits, classid its high 32 bits).
-func LockKey(group, resource string) int64 {
+// lockKey is the advisory lock key of a resource in a group (see the package doc).
+func lockKey(group, resource string) int64 {
 	return pgmigrate.LockID("baton/pglease/" + group + "\x00" + resource)
 }
 
@@ -108,7 +107,7 @@ func (s *Source) Acquire(ctx context.Context, resource string) (*lease.Lease, er
 	if _, err := c.Exec(ctx, "SELECT set_config('idle_session_timeout', $1, false)", ttl); err != nil {
 		return abort("set idle_session_timeout (PostgreSQL 14 or later)", err)
 	}
-	if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", LockKey(s.cfg.group, resource)); err != nil {
+	if _, err := c.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey(s.cfg.group, resource)); err != nil {
 		return abort("wait for the advisory lock", err)
 	}
 	var n int64

@@ -18,8 +18,8 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
 	"github.com/batonhq/baton/fence/lease/pglease"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
@@ -46,7 +46,7 @@ func TestAcquireReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Key() != lease.Key(pglease.DefaultGroup, res) || a.Token().Epoch != 1 {
+	if a.Key() != lease.Key("lease:postgres", res) || a.Token().Epoch != 1 {
 		t.Fatalf("lease key %v token %s, want the first counter value 1", a.Key(), a.Token())
 	}
 	got := make(chan *lease.Lease, 1)
@@ -112,22 +112,22 @@ func TestLostWhenTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("lease context still alive after its session was terminated")
 	}
-	if !errors.Is(l.Err(), lease.ErrLost) {
-		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	if !errors.Is(context.Cause(l.Context()), lease.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", context.Cause(l.Context()))
 	}
 }
 
 func TestZombie(t *testing.T) {
 	testenv.PostgresURL(t)
-	leasetest.Zombie(t, pglease.DefaultGroup)
+	leasetest.Zombie(t, "lease:postgres")
 }
 
 func TestInFlight(t *testing.T) {
-	leasetest.InFlight(t, pglease.DefaultGroup, terminate(testenv.PostgresURL(t)))
+	leasetest.InFlight(t, "lease:postgres", terminate(testenv.PostgresURL(t)))
 }
 
 // TestRestart stops and restarts a private PostgreSQL (deploy/local/postgres.sh with its own
@@ -174,8 +174,8 @@ func TestRestart(t *testing.T) {
 	}
 	t.Logf("while down: %v", err)
 	select {
-	case <-first.Done():
-		t.Logf("held lease ended: %v", first.Err())
+	case <-first.Context().Done():
+		t.Logf("held lease ended: %v", context.Cause(first.Context()))
 	case <-time.After(3 * testTTL):
 		t.Fatal("the held lease's context did not end while PostgreSQL was down")
 	}
@@ -237,8 +237,8 @@ func TestHeldPastTTL(t *testing.T) {
 	}
 	defer l.Release(ctx)
 	select {
-	case <-l.Done():
-		t.Fatalf("lease ended while its holder was alive: %v", l.Err())
+	case <-l.Context().Done():
+		t.Fatalf("lease ended while its holder was alive: %v", context.Cause(l.Context()))
 	case <-time.After(testTTL * 5 / 2):
 	}
 	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)

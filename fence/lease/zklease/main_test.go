@@ -11,8 +11,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/fence/lease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
 	"github.com/batonhq/baton/fence/lease/zklease"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 )
 
 // envZooKeeper names the ZooKeeper the tests use; deploy/local/zookeeper.sh env prints it.

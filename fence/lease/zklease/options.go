@@ -12,11 +12,11 @@ import (
 	"github.com/batonhq/baton/internal/fencecheck"
 )
 
-// Defaults of the options.
+// Defaults of the options (each option's doc states its own).
 const (
-	DefaultSessionTimeout = 10 * time.Second
-	DefaultRoot           = "/baton/lease"
-	DefaultGroup          = lease.GroupPrefix + "zookeeper"
+	defaultSessionTimeout = 10 * time.Second
+	defaultRoot           = "/baton/lease"
+	defaultGroup          = "lease:zookeeper"
 )
 
 type config struct {

@@ -35,9 +35,9 @@ var _ lease.Source = (*Source)(nil)
 // all of them joined. New does not connect; each Acquire does.
 func New(servers []string, opts ...Option) (*Source, error) {
 	cfg := config{
-		sessionTimeout: DefaultSessionTimeout,
-		root:           DefaultRoot,
-		group:          DefaultGroup,
+		sessionTimeout: defaultSessionTimeout,
+		root:           defaultRoot,
+		group:          defaultGroup,
 		acl:            zk.WorldACL(zk.PermAll),
 	}
 	var errs []error

@@ -18,8 +18,8 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
 	"github.com/batonhq/baton/fence/lease/zklease"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 )
 
 func TestNewRejectsAllProblems(t *testing.T) {
@@ -54,7 +54,7 @@ func TestAcquireReleaseOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Key() != lease.Key(zklease.DefaultGroup, res) || a.Token().Epoch <= 0 {
+	if a.Key() != lease.Key("lease:zookeeper", res) || a.Token().Epoch <= 0 {
 		t.Fatalf("lease key %v token %s", a.Key(), a.Token())
 	}
 	got := make(chan *lease.Lease, 1)
@@ -106,22 +106,22 @@ func TestLostWhenNodeDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	select {
-	case <-l.Done():
+	case <-l.Context().Done():
 	case <-ctx.Done():
 		t.Fatal("lease context still alive after its node was deleted")
 	}
-	if !errors.Is(l.Err(), lease.ErrLost) {
-		t.Fatalf("Err = %v, want ErrLost", l.Err())
+	if !errors.Is(context.Cause(l.Context()), lease.ErrLost) {
+		t.Fatalf("Err = %v, want ErrLost", context.Cause(l.Context()))
 	}
 }
 
 func TestZombie(t *testing.T) {
 	servers(t)
-	leasetest.Zombie(t, zklease.DefaultGroup)
+	leasetest.Zombie(t, "lease:zookeeper")
 }
 
 func TestInFlight(t *testing.T) {
-	leasetest.InFlight(t, zklease.DefaultGroup, deleteNode(conn(t, servers(t))))
+	leasetest.InFlight(t, "lease:zookeeper", deleteNode(conn(t, servers(t))))
 }
 
 // TestRestart stops and restarts a private ZooKeeper (deploy/local/zookeeper.sh with its own
@@ -160,8 +160,8 @@ func TestRestart(t *testing.T) {
 	}
 	t.Logf("while down: %v", err)
 	select {
-	case <-first.Done():
-		t.Logf("held lease ended: %v", first.Err())
+	case <-first.Context().Done():
+		t.Logf("held lease ended: %v", context.Cause(first.Context()))
 	case <-time.After(3 * testTimeout):
 		t.Fatal("the held lease's context did not end while ZooKeeper was down")
 	}

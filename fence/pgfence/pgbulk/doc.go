@@ -34,8 +34,9 @@
 //	c, err := consumer.New(group, topics, sink, handler)  // the handler calls up.Exec(ctx, tx, rows)
 //
 // A Sink is a fence.Sink like the store (it passes the fencetest conformance suite); only the
-// moment the fence statement is sent differs. Outside a consumer, [Upsert.Queue] puts the
-// statements in the pgx.Batch of pgfence's ApplyBatch or AdvanceBatch directly.
+// moment the fence statement is sent differs. Outside a consumer, call the Sink's Apply with
+// a function that calls [Upsert.Exec]: begin, one batch holding the fence statement and the
+// upserts, commit, the round trips of pgfence's ApplyBatch.
 //
 // # The same key twice
 //
@@ -51,7 +52,25 @@
 //     sees the previous one's result: correct for any SET clause, but a key repeated k times
 //     costs k statements.
 //
-// Values of a column are sent as one typed array when they all have the same Go type
-// (string, []byte, int64, int32, int, float64, bool, time.Time); otherwise as []any, which
-// pgx encodes element by element.
+// # One Go value per database key
+//
+// Rows are one key when their keys are one value in the database, and Go cannot always tell.
+// Upsert compares keys as PostgreSQL stores them where Go can know it: an integer of any
+// width as an int64 (int(7), int32(7) and int64(7) are one key), a []byte and a string of
+// the same bytes as one value, a time.Time as pgx encodes it for the key column's declared
+// type (timestamptz: the instant, to the microsecond, whatever its zone; timestamp: the wall
+// clock, its zone dropped; date: the day). Nothing else is guessed: equality under a
+// collation (citext, a nondeterministic collation), of numeric text ("1" and "1.0") or of a
+// float and an integer is the database's. Keys must be canonical, one Go value per database
+// key (a citext key lower-cased, numbers formatted one way): two keys equal only in the
+// database reach one statement, which PostgreSQL refuses ("ON CONFLICT DO UPDATE command
+// cannot affect row a second time", SQLSTATE 21000). [Upsert.Exec] then fails with an error
+// that names the table and the likely keys, wraps PostgreSQL's, and is permanent for the
+// consumer (consumer.IsPermanent): it applies the batch one record at a time, and
+// dead-letters, with that reason, a record whose own rows still clash, instead of retrying
+// the batch for ever.
+//
+// Values of a column are sent as one typed array when they all have one Go type: string,
+// []byte, int64, int32, int, float64, bool or time.Time; otherwise as []any, which pgx
+// encodes element by element.
 package pgbulk

@@ -25,7 +25,8 @@ import (
 //     and roll back with the transaction if it refuses. The results of the queued statements
 //     reach the callbacks set with QueuedQuery.Exec, Query or QueryRow; the returned
 //     pgx.BatchResults reports only the batch's first error, from Close (its Exec, Query and
-//     QueryRow fail with [ErrPipelinedResults]).
+//     QueryRow fail with the error "pgbulk: the results of a batch pipelined with the fence
+//     reach QueuedQuery callbacks only").
 //   - anything else (Exec, Query, QueryRow, CopyFrom, Prepare, Begin, LargeObjects): the
 //     fence is advanced on its own first (one round trip, as pgfence's Apply does), then the
 //     call runs.
@@ -43,9 +44,9 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// ErrPipelinedResults is returned by the Exec, Query and QueryRow of the pgx.BatchResults of
+// errPipelinedResults is returned by the Exec, Query and QueryRow of the pgx.BatchResults of
 // a batch that carried the fence statement: read results through QueuedQuery callbacks.
-var ErrPipelinedResults = errors.New("pgbulk: the results of a batch pipelined with the fence reach QueuedQuery callbacks only")
+var errPipelinedResults = errors.New("pgbulk: the results of a batch pipelined with the fence reach QueuedQuery callbacks only")
 
 // NewSink returns s with Apply pipelining the fence into the handler's first batch; db
 // must be the database s was created on.
@@ -187,7 +188,7 @@ func (r errResults) errOr() error {
 	if r.err != nil {
 		return r.err
 	}
-	return ErrPipelinedResults
+	return errPipelinedResults
 }
 
 type errRow struct{ err error }

@@ -11,12 +11,12 @@ import (
 	"github.com/batonhq/baton/internal/bulk"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// DefaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
-// says otherwise: large enough to amortize a statement's overhead, small enough to keep
-// arrays and plans cheap.
-const DefaultRowsPerStatement = 1000
+// defaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
+// says otherwise.
+const defaultRowsPerStatement = 1000
 
 // Column is one column written by an [Upsert]: its name and its PostgreSQL type, as written
 // in a cast ("text", "bigint", "timestamptz", "numeric(12,2)").
@@ -36,15 +36,18 @@ type config = bulk.Config
 // stay as they are. Without Merge, repeated keys are written in layers (see the package doc).
 func Merge(merge func(into, row []any)) Option { return bulk.MergeOption("pgbulk", merge) }
 
-// RowsPerStatement bounds the rows of one statement (default [DefaultRowsPerStatement]).
+// RowsPerStatement bounds the rows of one statement (default 1000: large enough to amortize
+// a statement's overhead, small enough to keep arrays and plans cheap).
 func RowsPerStatement(n int) Option { return bulk.RowsOption("pgbulk", n) }
 
 // Upsert writes rows into one table with set-based INSERT ... ON CONFLICT statements. It is
 // immutable and safe for concurrent use.
 type Upsert struct {
-	cols []Column
-	spec bulk.Spec
-	sql  string
+	cols  []Column
+	spec  bulk.Spec
+	sql   string
+	table string
+	key   []string
 }
 
 // NewUpsert returns the upsert of cols into table with the conflict target key (column
@@ -54,9 +57,9 @@ type Upsert struct {
 // none). table may be schema-qualified. NewUpsert validates everything and reports every
 // problem at once; it does no I/O.
 func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
-	u := &Upsert{cols: slices.Clone(cols)}
+	u := &Upsert{cols: slices.Clone(cols), table: table, key: slices.Clone(key)}
 	var errs []error
-	u.spec, errs = bulk.New("pgbulk", table, key, bulk.Columns(cols), false, DefaultRowsPerStatement, opts)
+	u.spec, errs = bulk.New("pgbulk", table, key, bulk.Columns(cols), false, defaultRowsPerStatement, keyNorm, opts)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -73,20 +76,24 @@ func (u *Upsert) statement(table string, key []string, set string) string {
 		sqlident.Quote(table), strings.Join(u.spec.Names, ", "), strings.Join(arrays, ", "), u.spec.OnConflict(key, set))
 }
 
-// SQL returns the statement, with one array parameter per column.
-func (u *Upsert) SQL() string { return u.sql }
-
 // BatchSender is what [Upsert.Exec] writes through: a pgx.Tx, a *pgx.Conn or a *pgxpool.Pool.
 type BatchSender interface {
 	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
 }
 
 // Exec writes rows (each one value per column, in the order of the columns) in one round
-// trip: the statements [Upsert.Queue] would queue, sent as one batch. Run it inside a
-// transaction (the one a consumer handler gets), so that the rows land all or none.
+// trip: rows merged per key (with [Merge]) or split into layers of distinct keys (without),
+// in statements of at most [RowsPerStatement] rows, sent as one batch. Run it inside a
+// transaction (the one a consumer handler gets), so that the rows land all or none. It
+// fails, sending nothing, if a row has the wrong number of values. Rows are not modified
+// (Merge works on copies). Keys are compared by their values in the database where Go can
+// know them (see the package doc); two keys equal only under the database's equality (a
+// collation, numeric text) reach one statement, which PostgreSQL refuses: Exec then fails
+// with a permanent error (consumer.IsPermanent) that names the table and the likely keys
+// and wraps PostgreSQL's.
 func (u *Upsert) Exec(ctx context.Context, tx BatchSender, rows [][]any) error {
 	var b pgx.Batch
-	if err := u.Queue(&b, rows); err != nil {
+	if err := u.queue(&b, rows); err != nil {
 		return err
 	}
 	if b.Len() == 0 {
@@ -95,11 +102,11 @@ func (u *Upsert) Exec(ctx context.Context, tx BatchSender, rows [][]any) error {
 	return tx.SendBatch(ctx, &b).Close()
 }
 
-// Queue queues the statements that write rows to b: rows merged per key (with [Merge]) or
-// split into layers of distinct keys (without), in statements of at most
-// [RowsPerStatement] rows. It fails, queueing nothing, if a row has the wrong number of
-// values. Rows are not modified (Merge works on copies).
-func (u *Upsert) Queue(b *pgx.Batch, rows [][]any) error {
+// queue queues the statements that write rows to b, each with a callback that turns
+// PostgreSQL's refusal of one key written twice into the permanent error Exec documents. It
+// fails, queueing nothing, if a row has the wrong number of values. Rows are not modified
+// (Merge works on copies).
+func (u *Upsert) queue(b *pgx.Batch, rows [][]any) error {
 	layers, err := u.spec.Layers("pgbulk", rows, len(u.cols))
 	if err != nil {
 		return err
@@ -107,11 +114,65 @@ func (u *Upsert) Queue(b *pgx.Batch, rows [][]any) error {
 	for _, layer := range layers {
 		for len(layer) > 0 {
 			n := min(len(layer), u.spec.Cfg.Rows)
-			b.Queue(u.sql, u.arrays(layer[:n])...)
+			stmt := layer[:n]
+			b.Queue(u.sql, u.arrays(stmt)...).Fn = func(br pgx.BatchResults) error {
+				_, err := br.Exec()
+				return u.keyError(stmt, err)
+			}
 			layer = layer[n:]
 		}
 	}
 	return nil
+}
+
+// keyError returns err, or the *bulk.KeyError for it if it is PostgreSQL's refusal of a
+// statement that affected one row twice.
+func (u *Upsert) keyError(rows [][]any, err error) error {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "21000" ||
+		(pe.Routine != "" && pe.Routine != "ExecOnConflictUpdate") { // not a subquery of the SET clause
+		return err // 21000: cardinality_violation
+	}
+	return &bulk.KeyError{Pkg: "pgbulk", Table: u.table, Cols: u.key, Likely: bulk.LikelyPair(rows, u.spec.Key),
+		Rows: len(rows), Err: err}
+}
+
+// keyNorm is the normalisation of a key column's values by its declared type: the bytes of
+// a []byte and of a string are one value whatever the type (pgx sends both as they are);
+// time.Time as pgx encodes it, to the microsecond, by type: an instant for timestamptz, the
+// wall clock (its zone dropped) for timestamp, the calendar day for date.
+func keyNorm(c bulk.Column) bulk.Norm {
+	var t func(time.Time) time.Time
+	switch baseType(c.Type) {
+	case "timestamptz", "timestamp with time zone":
+		t = func(v time.Time) time.Time { return v.UTC().Truncate(time.Microsecond) }
+	case "timestamp", "timestamp without time zone":
+		t = func(v time.Time) time.Time {
+			return time.Date(v.Year(), v.Month(), v.Day(), v.Hour(), v.Minute(), v.Second(), v.Nanosecond(), time.UTC).Truncate(time.Microsecond)
+		}
+	case "date":
+		t = func(v time.Time) time.Time { return time.Date(v.Year(), v.Month(), v.Day(), 0, 0, 0, 0, time.UTC) }
+	}
+	return func(v any) any {
+		if x, ok := v.(time.Time); ok && t != nil {
+			return t(x)
+		}
+		return bulk.BytesAsString(v)
+	}
+}
+
+// baseType is a declared type without its modifiers, lower case: "timestamptz(3)" is
+// "timestamptz".
+func baseType(typ string) string {
+	for {
+		open := strings.IndexByte(typ, '(')
+		end := strings.IndexByte(typ, ')')
+		if open < 0 || end < open {
+			break
+		}
+		typ = typ[:open] + typ[end+1:]
+	}
+	return strings.ToLower(strings.Join(strings.Fields(typ), " "))
 }
 
 // arrays returns one array argument per column.

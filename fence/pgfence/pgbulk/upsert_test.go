@@ -59,15 +59,15 @@ func TestSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `INSERT INTO "app"."kv" AS t ("k", "v") SELECT * FROM unnest($1::text[], $2::numeric(12,2)[]) ON CONFLICT ("k") DO UPDATE SET "v" = excluded."v"`
-	if got := up.SQL(); got != want {
+	if got := pgbulk.SQL(up); got != want {
 		t.Errorf("SQL:\n got %s\nwant %s", got, want)
 	}
 	only, err := pgbulk.NewUpsert("kv", []string{"k"}, []pgbulk.Column{{Name: "k", Type: "text"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(only.SQL(), "DO NOTHING") {
-		t.Errorf("key-only upsert: %s", only.SQL())
+	if !strings.HasSuffix(pgbulk.SQL(only), "DO NOTHING") {
+		t.Errorf("key-only upsert: %s", pgbulk.SQL(only))
 	}
 }
 
@@ -92,7 +92,7 @@ func TestQueueSplitsStatements(t *testing.T) {
 		want int
 	}{{"layered", layered, 5}, {"merged", merged, 3}} {
 		var b pgx.Batch
-		if err := tc.up.Queue(&b, rows); err != nil {
+		if err := pgbulk.Queue(tc.up, &b, rows); err != nil {
 			t.Fatal(err)
 		}
 		if b.Len() != tc.want {
@@ -103,7 +103,7 @@ func TestQueueSplitsStatements(t *testing.T) {
 		t.Errorf("Merge modified the caller's row: %v", rows[0])
 	}
 	var b pgx.Batch
-	if err := merged.Queue(&b, [][]any{foldRow("a", 1), {"short"}}); err == nil || b.Len() != 0 {
+	if err := pgbulk.Queue(merged, &b, [][]any{foldRow("a", 1), {"short"}}); err == nil || b.Len() != 0 {
 		t.Errorf("a short row: err %v, %d statements queued", err, b.Len())
 	}
 }
@@ -210,7 +210,7 @@ func TestQueueBesideTheFence(t *testing.T) {
 	}
 	write := func(tok fence.Token, pos int64, v int64) error {
 		return s.ApplyBatch(ctx, k, tok, pos, pos, func(b *pgx.Batch) error {
-			return up.Queue(b, [][]any{foldRow("a", v), foldRow("a", v+1)})
+			return pgbulk.Queue(up, b, [][]any{foldRow("a", v), foldRow("a", v+1)})
 		})
 	}
 	if err := write(cur, 10, 1); err != nil {

@@ -47,10 +47,29 @@
 //     order, but it does not document the order in which a multi-row VALUES is inserted;
 //     layers depend on nothing undocumented.)
 //
+// # One Go value per database key
+//
+// Rows are one key when their keys are one value in the database, and Go cannot always tell.
+// Upsert compares keys where Go can know SQLite's answer: an integer of any width as an
+// int64 (int(7), int32(7) and int64(7) are one key); a []byte and a string of the same bytes
+// as one value in a column with a Type (the cast reads a BLOB as text), as two without (a
+// BLOB is not a TEXT). Nothing else is guessed: how the driver stores a time.Time depends on
+// its connection's settings (modernc.org/sqlite's _time_format and _timezone), and whether 7
+// and 7.0, "7" and 7, or "a" and "A" are one key depends on the column's affinity and
+// collation. Keys must be canonical, one Go value per database key. Each statement of an
+// upsert that updates (DO UPDATE) returns the key of every row it wrote, and [Upsert.Exec]
+// fails, naming the table and the key as stored, if one is there twice: SQLite would have
+// applied both rows in an order it does not document. The error is permanent for the
+// consumer (consumer.IsPermanent): it applies the batch one record at a
+// time, and dead-letters, with that reason, a record whose own rows still clash. An upsert
+// of key columns only (DO NOTHING) returns nothing: of two such rows, one is inserted.
+//
 // # Limits
 //
-// A statement binds at most [MaxVariables] values: the default rows per statement is lowered
-// for wide tables, and an explicit [RowsPerStatement] beyond it is refused by [NewUpsert].
+// A statement binds at most 32766 values (SQLite's SQLITE_MAX_VARIABLE_NUMBER default since
+// 3.32, which modernc.org/sqlite keeps; r rows of c columns bind r*c): the default of 1000
+// rows per statement is lowered for wide tables, and an explicit [RowsPerStatement] beyond it
+// is refused by [NewUpsert].
 // Statement texts are cached per row count (the full size and the remainders), so SQLite
 // parses them again per call but Go builds them once.
 package sqlitebulk

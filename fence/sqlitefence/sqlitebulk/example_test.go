@@ -51,8 +51,7 @@ func Example() {
 		for i, key := range batch {
 			rows[i] = []any{key, int64(1)}
 		}
-		fmt.Println("statements:", up.Statements(rows))
-		return up.Exec(ctx, tx, rows) // after the fence's check and advance, in its transaction
+		return up.Exec(ctx, tx, rows) // one statement, after the fence's check and advance, in its transaction
 	})
 	if err != nil {
 		panic(err)
@@ -71,7 +70,6 @@ func Example() {
 		fmt.Println(key, n)
 	}
 	// Output:
-	// statements: 1
 	// a 3
 	// b 1
 }

@@ -13,14 +13,14 @@ import (
 	"github.com/batonhq/baton/internal/sqlident"
 )
 
-// DefaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
-// says otherwise (and fewer when the columns are many: see [MaxVariables]).
-const DefaultRowsPerStatement = 1000
+// defaultRowsPerStatement is how many rows one statement carries unless [RowsPerStatement]
+// says otherwise (and fewer when the columns are many: see maxVariables).
+const defaultRowsPerStatement = 1000
 
-// MaxVariables is the most bound parameters one statement may carry: SQLite's
+// maxVariables is the most bound parameters one statement may carry: SQLite's
 // SQLITE_MAX_VARIABLE_NUMBER default since 3.32 (modernc.org/sqlite keeps it). A statement
 // of r rows over c columns binds r*c.
-const MaxVariables = 32766
+const maxVariables = 32766
 
 // Column is one column written by an [Upsert]: its name and, optionally, a type the bound
 // value is cast to (CAST(? AS type), as in "INTEGER", "REAL", "TEXT"); empty: the value as
@@ -41,8 +41,8 @@ type config = bulk.Config
 // stay as they are. Without Merge, repeated keys are written in layers (see the package doc).
 func Merge(merge func(into, row []any)) Option { return bulk.MergeOption("sqlitebulk", merge) }
 
-// RowsPerStatement bounds the rows of one statement (default [DefaultRowsPerStatement],
-// lowered so that a statement binds at most [MaxVariables] values).
+// RowsPerStatement bounds the rows of one statement (default 1000, lowered so that a
+// statement binds at most 32766 values, SQLite's default limit: 819 rows of 40 columns).
 func RowsPerStatement(n int) Option { return bulk.RowsOption("sqlitebulk", n) }
 
 // Upsert writes rows into one table with multi-row INSERT ... ON CONFLICT statements. It is
@@ -51,8 +51,11 @@ type Upsert struct {
 	cols   []Column
 	spec   bulk.Spec
 	head   string // INSERT INTO ... VALUES
-	tail   string // ON CONFLICT ...
+	tail   string // ON CONFLICT ... [RETURNING the key]
 	tuple  string // (?, ?, ...)
+	table  string
+	key    []string
+	keys   bool // the statement returns the key of each row it wrote
 	mu     sync.Mutex
 	byRows map[int]string // statement text by row count
 	db     *sql.DB        // set by Prepare
@@ -66,26 +69,26 @@ type Upsert struct {
 // none). table may be schema-qualified. NewUpsert validates everything and reports every
 // problem at once; it does no I/O.
 func NewUpsert(table string, key []string, cols []Column, set string, opts ...Option) (*Upsert, error) {
-	u := &Upsert{cols: slices.Clone(cols), byRows: map[int]string{}}
+	u := &Upsert{cols: slices.Clone(cols), byRows: map[int]string{}, table: table, key: slices.Clone(key)}
 	var errs []error
-	u.spec, errs = bulk.New("sqlitebulk", table, key, bulk.Columns(cols), true, DefaultRowsPerStatement, opts)
+	u.spec, errs = bulk.New("sqlitebulk", table, key, bulk.Columns(cols), true, defaultRowsPerStatement, keyNorm, opts)
 	cfg := &u.spec.Cfg
-	if len(cols) > 0 && cfg.Rows*len(cols) > MaxVariables {
+	if len(cols) > 0 && cfg.Rows*len(cols) > maxVariables {
 		if cfg.RowsSet {
 			errs = append(errs, fmt.Errorf("sqlitebulk: RowsPerStatement(%d) over %d columns binds %d values, more than %d",
-				cfg.Rows, len(cols), cfg.Rows*len(cols), MaxVariables))
+				cfg.Rows, len(cols), cfg.Rows*len(cols), maxVariables))
 		} else {
-			cfg.Rows = MaxVariables / len(cols)
+			cfg.Rows = maxVariables / len(cols)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	u.statement(table, key, set)
+	u.build(table, key, set)
 	return u, nil
 }
 
-func (u *Upsert) statement(table string, key []string, set string) {
+func (u *Upsert) build(table string, key []string, set string) {
 	marks := make([]string, len(u.cols))
 	for i, c := range u.cols {
 		marks[i] = "?"
@@ -96,10 +99,36 @@ func (u *Upsert) statement(table string, key []string, set string) {
 	u.head = fmt.Sprintf("INSERT INTO %s AS t (%s) VALUES ", sqlident.Quote(table), strings.Join(u.spec.Names, ", "))
 	u.tuple = "(" + strings.Join(marks, ", ") + ")"
 	u.tail = " " + u.spec.OnConflict(key, set)
+	// DO UPDATE: each row the statement wrote returns its key as stored, quoted as an SQL
+	// literal (so that equal values of different storage classes stay apart), NULL for a key
+	// with a NULL (which conflicts with nothing).
+	if u.keys = set != "" || len(u.cols) > len(key); u.keys {
+		quoted := make([]string, len(key))
+		isNull := make([]string, len(key))
+		for i, k := range key {
+			quoted[i] = "quote(" + sqlident.Quote(k) + ")"
+			isNull[i] = sqlident.Quote(k) + " IS NULL"
+		}
+		u.tail += fmt.Sprintf(" RETURNING CASE WHEN %s THEN NULL ELSE %s END",
+			strings.Join(isNull, " OR "), strings.Join(quoted, " || ', ' || "))
+	}
 }
 
-// SQL returns the statement for n rows (n tuples of one placeholder per column).
-func (u *Upsert) SQL(n int) string {
+// keyNorm is the normalisation of a key column's values by its declaration: with a type,
+// the value is cast (CAST(? AS type) reads a BLOB as the text of its bytes), so a []byte and
+// a string of the same bytes are one value; without, they are two (a BLOB and a TEXT).
+// Nothing else: how the driver stores a time.Time depends on its connection's settings, and
+// whether 7 and 7.0, or 'a' and 'A', are one key depends on the column's affinity and
+// collation, which Exec finds out from the statement itself.
+func keyNorm(c bulk.Column) bulk.Norm {
+	if c.Type == "" {
+		return nil
+	}
+	return bulk.BytesAsString
+}
+
+// statement returns the statement for n rows (n tuples of one placeholder per column).
+func (u *Upsert) statement(n int) string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if s, ok := u.byRows[n]; ok {
@@ -126,6 +155,7 @@ func (u *Upsert) SQL(n int) string {
 // from sqlitefence's Apply), a *sql.Conn or a *sql.DB.
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }
 
 // Prepare prepares the statements on db, so that Exec through a transaction of db (or db
@@ -142,7 +172,7 @@ func (u *Upsert) Prepare(ctx context.Context, db *sql.DB) error {
 	}
 	stmts := map[int]*sql.Stmt{}
 	for _, n := range u.sizes() {
-		st, err := db.PrepareContext(ctx, u.SQL(n))
+		st, err := db.PrepareContext(ctx, u.statement(n))
 		if err != nil {
 			for _, st := range stmts {
 				st.Close()
@@ -211,7 +241,10 @@ func (u *Upsert) chunks(n int, prepared bool) []int {
 // one sqlitefence's Apply hands a handler, after the fence's check and advance), so that the
 // rows land all or none with the fence. It fails, writing nothing, if a row has the wrong
 // number of values; it returns the first statement's error otherwise (the caller rolls back).
-// Rows are not modified (Merge works on copies).
+// A statement that wrote one database key twice (keys Go holds apart that are equal under
+// the column's collation or affinity, see the package doc) fails, after SQLite wrote it (roll
+// back), with an error that names the table and the key as stored and is permanent for the
+// consumer (consumer.IsPermanent). Rows are not modified (Merge works on copies).
 func (u *Upsert) Exec(ctx context.Context, tx Execer, rows [][]any) error {
 	layers, err := u.spec.Layers("sqlitebulk", rows, len(u.cols))
 	if err != nil {
@@ -232,15 +265,21 @@ func (u *Upsert) Exec(ctx context.Context, tx Execer, rows [][]any) error {
 			}
 			var err error
 			switch {
-			case prepared && isTx:
+			case !u.keys && prepared && isTx:
 				_, err = sqlTx.StmtContext(ctx, stmts[n]).ExecContext(ctx, args...)
-			case prepared:
+			case !u.keys && prepared:
 				_, err = stmts[n].ExecContext(ctx, args...)
+			case !u.keys:
+				_, err = tx.ExecContext(ctx, u.statement(n), args...)
+			case prepared && isTx:
+				err = u.written(n)(sqlTx.StmtContext(ctx, stmts[n]).QueryContext(ctx, args...))
+			case prepared:
+				err = u.written(n)(stmts[n].QueryContext(ctx, args...))
 			default:
-				_, err = tx.ExecContext(ctx, u.SQL(n), args...)
+				err = u.written(n)(tx.QueryContext(ctx, u.statement(n), args...))
 			}
 			if err != nil {
-				return fmt.Errorf("sqlitebulk: upsert %d rows: %w", n, err)
+				return err
 			}
 			layer = layer[n:]
 		}
@@ -248,14 +287,44 @@ func (u *Upsert) Exec(ctx context.Context, tx Execer, rows [][]any) error {
 	return nil
 }
 
-// Statements returns how many statements Exec would run for rows: per layer, the full
+// written reads the keys a statement of n rows returns, and fails if one is there twice.
+func (u *Upsert) written(n int) func(*sql.Rows, error) error {
+	return func(rows *sql.Rows, err error) error {
+		if err != nil {
+			return fmt.Errorf("sqlitebulk: upsert %d rows: %w", n, err)
+		}
+		defer rows.Close()
+		seen := make(map[string]struct{}, n)
+		var dup string
+		for rows.Next() {
+			var k sql.NullString
+			if err := rows.Scan(&k); err != nil {
+				return fmt.Errorf("sqlitebulk: upsert %d rows: %w", n, err)
+			}
+			if _, ok := seen[k.String]; ok && k.Valid && dup == "" {
+				dup = k.String
+			}
+			seen[k.String] = struct{}{}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("sqlitebulk: upsert %d rows: %w", n, err)
+		}
+		if dup != "" {
+			return &bulk.KeyError{Pkg: "sqlitebulk", Table: u.table, Cols: u.key, Stored: "(" + dup + ")",
+				Rows: n}
+		}
+		return rows.Close()
+	}
+}
+
+// statements returns how many statements Exec would run for rows: per layer, the full
 // statements and the remainder (after [Upsert.Prepare], one statement per set bit of it).
-func (u *Upsert) Statements(rows [][]any) int {
+func (u *Upsert) statements(rows [][]any) int {
 	u.mu.Lock()
 	prepared := u.stmts != nil
 	u.mu.Unlock()
 	n := 0
-	for _, layer := range bulk.Layers(rows, u.spec.Key, u.spec.Cfg.Merge) {
+	for _, layer := range bulk.Layers(rows, u.spec.Key, u.spec.Norm, u.spec.Cfg.Merge) {
 		n += len(u.chunks(len(layer), prepared))
 	}
 	return n

@@ -76,7 +76,7 @@ func TestNewUpsertReportsEveryProblem(t *testing.T) {
 		rows[i] = make([]any, 40)
 		rows[i][0] = i
 	}
-	if n := up.Statements(rows); n != 2 { // 819 rows of 40 columns fit 32766 variables
+	if n := sqlitebulk.Statements(up, rows); n != 2 { // 819 rows of 40 columns fit 32766 variables
 		t.Errorf("1000 rows of 40 columns by default: %d statements, want 2", n)
 	}
 }
@@ -86,16 +86,17 @@ func TestSQL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `INSERT INTO "app"."kv" AS t ("k", "v") VALUES (CAST(? AS TEXT), ?), (CAST(? AS TEXT), ?) ON CONFLICT ("k") DO UPDATE SET "v" = excluded."v"`
-	if got := up.SQL(2); got != want {
+	want := `INSERT INTO "app"."kv" AS t ("k", "v") VALUES (CAST(? AS TEXT), ?), (CAST(? AS TEXT), ?) ON CONFLICT ("k") DO UPDATE SET "v" = excluded."v"` +
+		` RETURNING CASE WHEN "k" IS NULL THEN NULL ELSE quote("k") END`
+	if got := sqlitebulk.SQL(up, 2); got != want {
 		t.Errorf("SQL:\n got %s\nwant %s", got, want)
 	}
 	only, err := sqlitebulk.NewUpsert("kv", []string{"k"}, []sqlitebulk.Column{{Name: "k"}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(only.SQL(1), "DO NOTHING") {
-		t.Errorf("key-only upsert: %s", only.SQL(1))
+	if !strings.HasSuffix(sqlitebulk.SQL(only, 1), "DO NOTHING") {
+		t.Errorf("key-only upsert: %s", sqlitebulk.SQL(only, 1))
 	}
 }
 
@@ -114,10 +115,10 @@ func TestStatements(t *testing.T) {
 	for i, k := range []string{"a", "a", "a", "b", "c", "d", "e"} {
 		rows = append(rows, foldRow(k, int64(i)))
 	}
-	if n := layered.Statements(rows); n != 5 {
+	if n := sqlitebulk.Statements(layered, rows); n != 5 {
 		t.Errorf("layered: %d statements, want 5", n)
 	}
-	if n := merged.Statements(rows); n != 3 {
+	if n := sqlitebulk.Statements(merged, rows); n != 3 {
 		t.Errorf("merged: %d statements, want 3", n)
 	}
 	// Prepared, a remainder is written as one statement per set bit: 5 rows of at most 4 a
@@ -137,11 +138,11 @@ func TestStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer by4.Close()
-	if n := by4.Statements(rows[2:]); n != 2 {
+	if n := sqlitebulk.Statements(by4, rows[2:]); n != 2 {
 		t.Errorf("5 distinct keys, prepared by 4: %d statements, want 2", n)
 	}
 	seven := [][]any{foldRow("a", 1), foldRow("b", 1), foldRow("c", 1), foldRow("d", 1), foldRow("e", 1), foldRow("f", 1), foldRow("g", 1)}
-	if n := by4.Statements(seven); n != 3 {
+	if n := sqlitebulk.Statements(by4, seven); n != 3 {
 		t.Errorf("7 distinct keys, prepared by 4: %d statements, want 3", n)
 	}
 	if err := by4.Exec(t.Context(), s.DB(), seven); err != nil {
@@ -256,7 +257,7 @@ func TestSameKeyTwiceInABatch(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := up.Statements(batch); (name == "merged") != (n == 1) {
+		if n := sqlitebulk.Statements(up, batch); (name == "merged") != (n == 1) {
 			t.Errorf("%s: %d statements", name, n)
 		}
 		if err := up.Exec(ctx, s.DB(), batch); err != nil {

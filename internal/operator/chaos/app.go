@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -127,7 +128,7 @@ func (b *AppBatch) IdempotencyKey(r *kgo.Record) string {
 	if e.IdempotencyKey != "" {
 		return e.IdempotencyKey
 	}
-	return outbox.IdempotencyKey(e.Source, e.Seq)
+	return e.Source.String() + "/" + strconv.FormatInt(e.Seq, 10) // the derived key (outbox.Message)
 }
 
 // Fenced reports whether the batch runs under Baton's fence.

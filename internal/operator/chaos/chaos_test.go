@@ -78,8 +78,12 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 		sep = "&"
 	}
 	var progress bytes.Buffer
+	logDir := t.TempDir()
+	if d := os.Getenv("BATON_CHAOS_LOGS"); d != "" {
+		logDir = d // kept after the run, to read a failure's worker logs
+	}
 	cfg := chaos.Config{
-		Mode: mode, Workers: 3, Partitions: 12,
+		Mode: mode, Workers: 3, Partitions: 12, LogDir: logDir,
 		Workload: chaos.Workload{Keys: 120, PerKey: 20, CommandEvery: 4}, Rate: 600,
 		Faults: faults, NumFaults: n, Seed: 42,
 		Brokers: brokers, PostgresURL: url + sep + "search_path=" + schema,

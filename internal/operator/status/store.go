@@ -44,7 +44,7 @@ func (t Tables) withDefaults() Tables {
 		t.Fence = "baton_fences" // the fence stores' default table
 	}
 	if t.Outbox == "" {
-		t.Outbox = pgoutbox.DefaultTable
+		t.Outbox = "baton_outbox" // pgoutbox's and sqliteoutbox's default (their Table option)
 	}
 	return t
 }

@@ -169,7 +169,18 @@ func count(doc string) int {
 	// block is the kind of the open top-level block: "const" or "var" for a grouped
 	// declaration, "type" for a struct or interface body, "" outside.
 	block := ""
+	// The package's doc comment comes first; a line of it may wrap to look like a
+	// declaration ("type (...)"): counting starts at the first section heading.
+	inDecls := false
 	for _, line := range strings.Split(doc, "\n") {
+		switch line {
+		case "CONSTANTS", "VARIABLES", "FUNCTIONS", "TYPES":
+			inDecls = true
+			continue
+		}
+		if !inDecls {
+			continue
+		}
 		if block != "" {
 			if line == ")" || line == "}" {
 				block = ""

@@ -37,7 +37,7 @@ import (
 	"strings"
 )
 
-//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch
+//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch outbox/*/*/*.patch internal/*/*.patch
 var patches embed.FS
 
 // A Mutant is one patch and the tests that must catch it.
@@ -141,7 +141,7 @@ var All = []Mutant{
 		Bug: "a flush holds up the partition past FlushTimeout", Liveness: true},
 	{Name: "AfterCommitHidesStaleRefusal", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `want a \*fence.StaleError`,
 		Bug: "AfterCommit swallows a stale refusal: the consumer never re-claims", Safety: true},
-	{Name: "AppendMessagesNotValidated", Package: "outbox/outboxstore", Guards: []string{"TestValidateAppend"}, Want: `<nil>, want outbox:`,
+	{Name: "AppendMessagesNotValidated", Package: "outbox/internal/outboxstore", Guards: []string{"TestValidateAppend"}, Want: `<nil>, want outbox:`,
 		Bug: "outboxstore.ValidateAppend passes every message", Safety: true},
 	{Name: "DeadLettersBypassTheOutbox", Package: "outbox/outboxconsumer", Guards: []string{"TestZombieDeadLetterThroughTheOutbox"}, Want: `dead letter of X .* reached the topic`,
 		Bug: "outboxconsumer.DeadLetters leaves the copy to the consumer's direct produce", Safety: true},
@@ -149,6 +149,10 @@ var All = []Mutant{
 		Bug: "outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared", Safety: true},
 	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"}, Want: `want a \*fence.TopicError`,
 		Bug: "outboxconsumer.PrepareShards accepts a shard count other than the acknowledged one: entities move between shards unheld", Safety: true},
+
+	// The fast write paths' shared core.
+	{Name: "KeyIntegerWidthsApart", Package: "internal/bulk", Guards: []string{"TestLayersKeysByCanonicalValue"}, Want: `held as different keys`,
+		Bug: "bulk upserts group keys by Go value: int(7) and int64(7) reach one statement, which the database refuses (PostgreSQL: SQLSTATE 21000)"},
 }
 
 func init() {

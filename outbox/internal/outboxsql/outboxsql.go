@@ -18,7 +18,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/sqlident"
 	"github.com/batonhq/baton/outbox"
-	"github.com/batonhq/baton/outbox/outboxstore"
+	"github.com/batonhq/baton/outbox/internal/outboxstore"
 )
 
 const (
@@ -49,17 +49,6 @@ func MaxMessageBytes(n int) func(*Config) error {
 	}
 }
 
-// Propagator sets how Append captures the trace context.
-func Propagator(p propagation.TextMapPropagator) func(*Config) error {
-	return func(c *Config) error {
-		if p == nil {
-			return fmt.Errorf("%w: nil propagator", outbox.ErrInvalid)
-		}
-		c.prop = p
-		return nil
-	}
-}
-
 // Setup is a store's validated configuration.
 type Setup struct {
 	// Outbox, Cursors, Dead and Fences are the table names as configured.
@@ -79,7 +68,7 @@ func Configure[O ~func(*Config) error](what string, noDB bool, table, fences str
 	if noDB {
 		errs = append(errs, fmt.Errorf("%w: %s: nil DB", outbox.ErrInvalid, what))
 	}
-	c := Config{table: table, fences: fences, maxBytes: outbox.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
+	c := Config{table: table, fences: fences, maxBytes: outboxstore.DefaultMaxMessageBytes, prop: propagation.TraceContext{}}
 	for i, o := range opts {
 		if o == nil {
 			errs = append(errs, fmt.Errorf("%w: %s: option %d is nil", outbox.ErrInvalid, what, i))
@@ -186,7 +175,7 @@ func row(r *outbox.Row, hs []byte) error {
 		return err
 	}
 	if r.IdempotencyKey == "" {
-		r.IdempotencyKey = outbox.IdempotencyKey(r.Source, r.Seq)
+		r.IdempotencyKey = outboxstore.IdempotencyKey(r.Source, r.Seq)
 	}
 	return nil
 }

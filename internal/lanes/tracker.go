@@ -5,7 +5,6 @@ import (
 	"sort"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/partition"
 )
 
 // Tracker finds the committable position of a partition whose records complete out of order:
@@ -14,7 +13,7 @@ import (
 //
 // The zero Tracker is ready to use. A Tracker is not safe for concurrent use: it belongs to the
 // goroutine that owns the partition, and completions reach that goroutine over a channel
-// (see [Lanes.Run]).
+// (the consumer's lanes).
 type Tracker struct {
 	pending     []pendingOffset // started and not yet below the committable position, ascending
 	head        int             // pending[:head] are consumed
@@ -31,10 +30,10 @@ type pendingOffset struct {
 
 // Start registers offset as in flight. Offsets must be started in increasing order (gaps are
 // fine): an offset at or below one already started fails with [ErrOffsetOrder], a negative one
-// with partition.ErrInvalid.
+// with fence.ErrInvalid.
 func (t *Tracker) Start(offset int64) error {
 	if offset < 0 {
-		return fmt.Errorf("%w: offset %d is negative", partition.ErrInvalid, offset)
+		return fmt.Errorf("%w: offset %d is negative", fence.ErrInvalid, offset)
 	}
 	if t.started && offset <= t.last {
 		return fmt.Errorf("%w: %d started after %d", ErrOffsetOrder, offset, t.last)

@@ -66,11 +66,11 @@ func TestValidateAppend(t *testing.T) {
 		m    outbox.Message
 		want error
 	}{
-		{src, fence.Token{}, outbox.Message{}, outbox.ErrNoTopic},
+		{src, fence.Token{}, outbox.Message{}, ErrNoTopic},
 		{src, fence.Token{}, outbox.Message{Topic: "d", Value: make([]byte, 11)}, outbox.ErrTooLarge},
-		{src, fence.Token{}, outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "BATON-token"}}}, outbox.ErrInvalidHeader},
-		{src, fence.Token{}, outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "TraceState"}}}, outbox.ErrInvalidHeader},
-		{src, fence.Token{}, outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "\xff"}}}, outbox.ErrInvalidHeader},
+		{src, fence.Token{}, outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "BATON-token"}}}, ErrInvalidHeader},
+		{src, fence.Token{}, outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "TraceState"}}}, ErrInvalidHeader},
+		{src, fence.Token{}, outbox.Message{Topic: "d", Headers: []kgo.RecordHeader{{Key: "\xff"}}}, ErrInvalidHeader},
 		{src, fence.Token{}, outbox.Message{Topic: "d e"}, outbox.ErrInvalid},
 		{src, fence.Token{}, outbox.Message{Topic: ".."}, outbox.ErrInvalid},
 		{src, fence.Token{}, outbox.Message{Topic: "d", IdempotencyKey: "\xff"}, outbox.ErrInvalid},

@@ -18,7 +18,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
-	"github.com/batonhq/baton/fence/lease/leasetest"
+	"github.com/batonhq/baton/internal/testkit/leasetest"
 )
 
 // The suite's own tests run it against fileSource, a small lease service in a directory

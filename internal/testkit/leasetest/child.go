@@ -121,8 +121,8 @@ func runChild(cfg Config, in io.Reader, out io.Writer) error {
 			reply("%s", describe(l, err))
 		case "waitlost": // waitlost -> ok CAUSE once the lease's context has ended
 			select {
-			case <-l.Done():
-				reply("ok %v", l.Err())
+			case <-l.Context().Done():
+				reply("ok %v", context.Cause(l.Context()))
 			case <-cctx.Done():
 				reply("err other lease still held after %s", opTimeout)
 			}

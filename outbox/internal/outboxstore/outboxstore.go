@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -14,6 +15,37 @@ import (
 	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/batonhq/baton/outbox"
 )
+
+// DefaultMaxMessageBytes is the default bound on a message's key+value+headers: just under
+// Kafka's default message.max.bytes (1048588) less batch overhead, so that a row accepted at
+// Append is a row the broker accepts.
+const DefaultMaxMessageBytes = 1_000_000
+
+// MaxReasonLen bounds the reason stored with a dead-lettered row (outbox.Store.DeadLetter).
+const MaxReasonLen = 1024
+
+// maxIdempotencyKeyLen bounds a caller-given idempotency key (outbox.Message.IdempotencyKey).
+const maxIdempotencyKeyLen = 1024
+
+// The W3C trace-context header names, reserved for the relay.
+const (
+	traceParent = "traceparent"
+	traceState  = "tracestate"
+)
+
+// Bad input ValidateAppend names by its own sentinel; both wrap outbox.ErrInvalid, which is
+// what callers test.
+var (
+	ErrNoTopic       = fmt.Errorf("%w: message has no topic", outbox.ErrInvalid)
+	ErrInvalidHeader = fmt.Errorf("%w: invalid header", outbox.ErrInvalid)
+)
+
+// IdempotencyKey is the key derived for the row of src with sequence seq:
+// "group/topic/partition/seq". It is unique for ever: sequences are never reused for a source
+// partition.
+func IdempotencyKey(src fence.Key, seq int64) string {
+	return src.String() + "/" + strconv.FormatInt(seq, 10)
+}
 
 // ValidateAppend checks Append's arguments before anything is written: the source key, the
 // token and every message. maxBytes bounds key+value+headers of each message. Store
@@ -35,7 +67,7 @@ func ValidateAppend(src fence.Key, tok fence.Token, msgs []outbox.Message, maxBy
 
 // ValidateDeadLetter checks DeadLetter's arguments before any statement: the source key, the
 // token, a sequence of at least 1 and a reason that is non-empty, valid UTF-8 without NUL
-// bytes and at most outbox.MaxReasonLen bytes.
+// bytes and at most MaxReasonLen bytes.
 func ValidateDeadLetter(src fence.Key, tok fence.Token, seq int64, reason string) error {
 	if err := fencecheck.ValidateKey(src); err != nil {
 		return fmt.Errorf("%w: source: %w", outbox.ErrInvalid, err)
@@ -46,15 +78,15 @@ func ValidateDeadLetter(src fence.Key, tok fence.Token, seq int64, reason string
 	if seq < 1 {
 		return fmt.Errorf("%w: seq %d", outbox.ErrInvalid, seq)
 	}
-	if reason == "" || len(reason) > outbox.MaxReasonLen || !utf8.ValidString(reason) || strings.IndexByte(reason, 0) >= 0 {
-		return fmt.Errorf("%w: dead-letter reason must be 1 to %d bytes of UTF-8 without NUL", outbox.ErrInvalid, outbox.MaxReasonLen)
+	if reason == "" || len(reason) > MaxReasonLen || !utf8.ValidString(reason) || strings.IndexByte(reason, 0) >= 0 {
+		return fmt.Errorf("%w: dead-letter reason must be 1 to %d bytes of UTF-8 without NUL", outbox.ErrInvalid, MaxReasonLen)
 	}
 	return nil
 }
 
 func validateMessage(m *outbox.Message, maxBytes int) error {
 	if m.Topic == "" {
-		return outbox.ErrNoTopic
+		return ErrNoTopic
 	}
 	if err := validateTopic(m.Topic); err != nil {
 		return err
@@ -70,8 +102,8 @@ func validateMessage(m *outbox.Message, maxBytes int) error {
 		return fmt.Errorf("%w: %d bytes, limit %d", outbox.ErrTooLarge, size, maxBytes)
 	}
 	if m.IdempotencyKey != "" {
-		if len(m.IdempotencyKey) > outbox.MaxIdempotencyKeyLen || !utf8.ValidString(m.IdempotencyKey) {
-			return fmt.Errorf("%w: idempotency key is longer than %d bytes or not UTF-8", outbox.ErrInvalid, outbox.MaxIdempotencyKeyLen)
+		if len(m.IdempotencyKey) > maxIdempotencyKeyLen || !utf8.ValidString(m.IdempotencyKey) {
+			return fmt.Errorf("%w: idempotency key is longer than %d bytes or not UTF-8", outbox.ErrInvalid, maxIdempotencyKeyLen)
 		}
 	}
 	return nil
@@ -96,12 +128,12 @@ func validateTopic(t string) error {
 func validateHeaderKey(k string) error {
 	switch {
 	case k == "":
-		return fmt.Errorf("%w: empty key", outbox.ErrInvalidHeader)
+		return fmt.Errorf("%w: empty key", ErrInvalidHeader)
 	case !utf8.ValidString(k):
-		return fmt.Errorf("%w: key %q is not UTF-8", outbox.ErrInvalidHeader, k)
+		return fmt.Errorf("%w: key %q is not UTF-8", ErrInvalidHeader, k)
 	case len(k) >= 6 && strings.EqualFold(k[:6], "baton-"),
-		strings.EqualFold(k, outbox.HeaderTraceParent), strings.EqualFold(k, outbox.HeaderTraceState):
-		return fmt.Errorf("%w: key %q is reserved for the relay", outbox.ErrInvalidHeader, k)
+		strings.EqualFold(k, traceParent), strings.EqualFold(k, traceState):
+		return fmt.Errorf("%w: key %q is reserved for the relay", ErrInvalidHeader, k)
 	}
 	return nil
 }
@@ -112,7 +144,7 @@ func validateHeaderKey(k string) error {
 func TraceContext(ctx context.Context, p propagation.TextMapPropagator) (traceparent, tracestate string) {
 	c := propagation.MapCarrier{}
 	p.Inject(ctx, c)
-	return c[outbox.HeaderTraceParent], c[outbox.HeaderTraceState]
+	return c[traceParent], c[traceState]
 }
 
 // MarshalHeaders encodes message headers for storage: a uvarint count, then per header a

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/partition"
 )
 
 func TestTrackerOutOfOrder(t *testing.T) {
@@ -55,7 +54,7 @@ func TestTrackerOutOfOrder(t *testing.T) {
 
 func TestTrackerErrors(t *testing.T) {
 	var tr Tracker
-	if err := tr.Start(-1); !errors.Is(err, partition.ErrInvalid) {
+	if err := tr.Start(-1); !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("Start(-1) = %v, want ErrInvalid", err)
 	}
 	if err := tr.Done(0); !errors.Is(err, ErrUnknownOffset) {

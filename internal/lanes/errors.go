@@ -2,9 +2,7 @@ package lanes
 
 import "errors"
 
-// Bad input (an option out of range, a nil callback, a batch mixing partitions or whose offsets
-// do not increase, a negative offset) is partition.ErrInvalid, the same sentinel as
-// fence.ErrInvalid.
+// A negative offset is fence.ErrInvalid.
 var (
 	// ErrOffsetOrder means [Tracker.Start] was given an offset that is not above every offset
 	// started before: a partition's records must be started in log order.
