@@ -92,7 +92,7 @@ test-kip848:
 
 # fuzz runs every fuzzer for FUZZTIME (bounded; the seed corpora also run in every go test).
 FUZZTIME ?= 3s
-FUZZERS := ./fence:FuzzParseToken ./fence:FuzzUnmarshalBinary ./outbox:FuzzParseEnvelope \
+FUZZERS := ./fence:FuzzParseToken ./outbox:FuzzParseEnvelope \
 	./outbox:FuzzInboxAdmit ./outbox/internal/outboxstore:FuzzUnmarshalHeaders ./consumer:FuzzDeadLetterHeaders
 # outside proves the examples and the public chaos API work from outside this module: each
 # example builds in a scratch module of its own, and a program with its own workload on

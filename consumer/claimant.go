@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"strings"
 
-	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -31,7 +31,7 @@ import (
 // are recovered only after the coordinator's proof. Identities are escaped to
 // [A-Za-z0-9._-] and %XX, so an identity never contains "/" or ":" ("static:" cannot be
 // forged by a member id) and the claimant is a valid fence identifier (ASCII, no NUL, at most
-// fence.MaxIdentifierLen bytes: an identity escaping to more than maxIdentity bytes is
+// fencecheck.MaxIdentifierLen bytes: an identity escaping to more than maxIdentity bytes is
 // replaced by "~" and a SHA-256 prefix, the member id is cut to fit).
 
 const (
@@ -70,7 +70,7 @@ func newClaimant(identity, member string) string {
 	c := identity + "/" + hex.EncodeToString(b[:])
 	if strings.HasPrefix(identity, staticPrefix) && member != "" {
 		m := escapeIdentity(member)
-		if room := fence.MaxIdentifierLen - len(c) - 1; len(m) > room {
+		if room := fencecheck.MaxIdentifierLen - len(c) - 1; len(m) > room {
 			m = m[:max(room, 0)]
 		}
 		if m != "" {

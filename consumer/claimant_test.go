@@ -4,13 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // The claimant's identity: what makes an equal-token refusal a handover (claimant.go).
 func TestClaimantIdentity(t *testing.T) {
-	long := strings.Repeat("x", 2*fence.MaxIdentifierLen)
+	long := strings.Repeat("x", 2*fencecheck.MaxIdentifierLen)
 	cases := []struct {
 		name, instance, member string
 		identity               string // "" to skip the exact check
@@ -35,7 +34,7 @@ func TestClaimantIdentity(t *testing.T) {
 				t.Errorf("two claimants of one identity are equal: %q", a)
 			}
 			for _, cl := range []string{a, b} {
-				if err := fencestore.ValidateIdentifier("claimant", cl); err != nil {
+				if err := fencecheck.ValidateIdentifier("claimant", cl); err != nil {
 					t.Errorf("claimant %q: %v", cl, err)
 				}
 			}

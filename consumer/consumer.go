@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -81,7 +82,7 @@ type Consumer[Tx any] struct {
 func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Handler[Tx], opts ...Option) (*Consumer[Tx], error) {
 	var errs []error
 	// The group's rules are the fence key's: it is stored with every fence.
-	if err := (fence.Key{Group: group, Topic: probeTopic}).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(fence.Key{Group: group, Topic: probeTopic}); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", errNoGroup, err))
 	}
 	if len(topics) == 0 {

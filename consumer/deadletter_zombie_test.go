@@ -17,7 +17,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 	"github.com/batonhq/baton/internal/testkit/netfreeze"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -113,7 +113,7 @@ func (f *folder) factory(ctx context.Context, k fence.Key, t fence.Token) (consu
 			if err != nil {
 				return err
 			}
-			if b.Token.Less(prev) {
+			if b.Token.Compare(prev) < 0 {
 				f.violate("partition %s: token %s after %s", b.Key, b.Token, prev)
 			}
 		}

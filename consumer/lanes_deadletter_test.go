@@ -13,7 +13,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 )
 
 // dlPrepHandler is a two-stage handler that also takes dead letters: Handle refuses the record

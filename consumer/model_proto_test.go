@@ -5,11 +5,11 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // The worker side of the model: what one partition worker does in one atomic step. Each sink
-// step calls the real fencestore rule on the model's sink state, and every claim step's
+// step calls the real fencecheck rule on the model's sink state, and every claim step's
 // outcome goes through the consumer's real claim decision (decideClaim), which says what the
 // worker does next. The coordinator's answer to the proof of ownership is the model's
 // abstraction of ClassicGeneration.VerifyCurrent (see proof).
@@ -112,10 +112,10 @@ func (w *wstate) decide(in claimInput) {
 func (p protocol) claimRule(s mstate, t tok8, claimant, inst int8) error {
 	st := s.sinkState()
 	c := claimantOf(claimant, inst)
-	err := fencestore.CheckClaim(modelKey, st, t.token(), c)
+	err := fencecheck.CheckClaim(modelKey, st, t.token(), c)
 	var se *fence.StaleError
 	if p.mut[mutEqualTokenTakeover] && errors.As(err, &se) && se.Stored == t.token() && st.Claimant != "" {
-		return fencestore.CheckClaim(modelKey, st, t.token(), st.Claimant)
+		return fencecheck.CheckClaim(modelKey, st, t.token(), st.Claimant)
 	}
 	return err
 }
@@ -236,7 +236,7 @@ func (p protocol) step(s mstate, i int, canFault bool) []wstep {
 			n := s
 			nw := &n.w[i]
 			first := w.pos + 1
-			err := fencestore.CheckAdvance(modelKey, s.sinkState(), w.tok.token(), int64(first), int64(last))
+			err := fencecheck.CheckAdvance(modelKey, s.sinkState(), w.tok.token(), int64(first), int64(last))
 			what := sayf("apply %d..%d under %s: ", first, last, w.tok)
 			var se *fence.StaleError
 			switch {

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // The model. One partition P of a log of logLen records, a consumer group with a coordinator,
@@ -26,7 +26,7 @@ import (
 // delivered to a worker after an arbitrary delay (a non-fault step), so a paused former
 // owner keeps running its protocol: a zombie.
 //
-// The sink steps call the real fencestore rules; the worker steps call the consumer's real
+// The sink steps call the real fencecheck rules; the worker steps call the consumer's real
 // claim decision (see model_proto_test.go).
 
 const (
@@ -49,7 +49,7 @@ type omsg struct {
 type tok8 struct{ era, epoch int8 }
 
 func (t tok8) token() fence.Token { return fence.Token{Era: int64(t.era), Epoch: int64(t.epoch)} }
-func (t tok8) less(u tok8) bool   { return t.token().Less(u.token()) }
+func (t tok8) less(u tok8) bool   { return t.token().Compare(u.token()) < 0 }
 func (t tok8) String() string     { return t.token().String() }
 func tok8of(t fence.Token) tok8   { return tok8{era: int8(t.Era), epoch: int8(t.Epoch)} }
 
@@ -758,7 +758,7 @@ func (s mstate) admit() (mstate, string, string) {
 	copy(s.msgs[:], s.msgs[1:])
 	s.nmsgs--
 	s.msgs[s.nmsgs] = omsg{}
-	v := fencestore.CheckAdmit(s.inTok.token(), int64(s.inSeq), s.inSeq > 0, m.tok.token(), int64(m.seq))
+	v := fencecheck.CheckAdmit(s.inTok.token(), int64(s.inSeq), s.inSeq > 0, m.tok.token(), int64(m.seq))
 	what := sayf("admit (%s, seq %d): %s", m.tok, m.seq, v)
 	var bad string
 	if v == fence.Admitted {
@@ -796,7 +796,7 @@ func (s *mstate) topicCheck(p int32) claimEvent {
 	seen := fence.Topic{ID: topicIDs[s.tinc], Partitions: int32(s.parts)}
 	k := modelKey
 	k.Partition = p
-	adopt, err := fencestore.CheckTopic(k, stored, found, seen)
+	adopt, err := fencecheck.CheckTopic(k, stored, found, seen)
 	if adopt != nil {
 		s.sTopic, s.sPart = s.tinc, int8(adopt.Partitions)
 	}
@@ -820,7 +820,7 @@ func (s mstate) operator() (mstate, string, bool) {
 	switch {
 	case s.sTopic != 0 && s.sTopic != s.tinc:
 		s.sTopic = s.tinc
-		s.sTok, s.sClaimant, s.sInst, s.sPos, s.sPosInc = tok8of(fencestore.ResetToken(s.sTok.token())), 0, 0, int8(fence.NoPosition), 0
+		s.sTok, s.sClaimant, s.sInst, s.sPos, s.sPosInc = tok8of(fencecheck.ResetToken(s.sTok.token())), 0, 0, int8(fence.NoPosition), 0
 		s.ownerClaimed = false
 		return s, sayf("operator: topic reset to incarnation %d; fence to %s, no position", s.tinc, s.sTok), true
 	case s.sTopic == s.tinc && s.sPart < s.parts:

@@ -4,7 +4,7 @@ package consumer
 // of an abstract model of Baton's ownership protocol: model_engine_test.go is the explorer,
 // model_system_test.go the model (group, coordinator, sink, outbox, faults, invariants),
 // model_proto_test.go the worker's steps and model_mutants_test.go the broken variants the
-// model must catch and the narrow explorations that catch a broken claim rule fast. The model calls the real rules: the fence rules of fence/fencestore for
+// model must catch and the narrow explorations that catch a broken claim rule fast. The model calls the real rules: the fence rules of internal/fencecheck for
 // every sink step, and the consumer's claim decision (decideClaim) for every worker step, so
 // a change to either is model-checked.
 //

@@ -12,7 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // A topic's identity. The fences are keyed by topic name, but
@@ -87,7 +87,7 @@ func (w *worker[Tx]) topicStep() claimInput {
 	}
 	w.topicID.Store(&raw)
 	w.seenParts.Store(seen.Partitions)
-	_, err = fencestore.CheckTopic(w.key, stored, true, seen)
+	_, err = fencecheck.CheckTopic(w.key, stored, true, seen)
 	var te *fence.TopicError
 	switch {
 	case err == nil:

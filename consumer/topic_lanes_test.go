@@ -12,7 +12,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 )
 
 // poisonLanes is a handler with a first stage: Prepare refuses a record whose value is

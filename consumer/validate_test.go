@@ -12,8 +12,8 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/internal/memfence"
 )
 
 func pgFactory(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {

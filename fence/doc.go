@@ -59,12 +59,12 @@
 // # Topic identities
 //
 // A fence's position is an offset of one incarnation of its topic, and a key's partition
-// depends on the topic's partition count. A [Topics] sink (memfence, pgfence, sqlitefence and
-// redisfence are) stores, per (group, topic), the Kafka topic ID (KIP-516) and the acknowledged partition
+// depends on the topic's partition count. A [Topics] sink (pgfence, sqlitefence and redisfence
+// are) stores, per (group, topic), the Kafka topic ID (KIP-516) and the acknowledged partition
 // count, appended as [TopicRecord]s: the first claim that sees a topic adopts it (fences from
 // before the upgrade adopt the incarnation present then), and only [Topics.ResetTopic], an
-// operator's recorded compare-and-set, changes it. The consumer compares it after every claim
-// (fencestore.CheckTopic): a topic with another ID ([ErrTopicRecreated]) or more partitions
+// operator's recorded compare-and-set, changes it. The consumer compares it after every claim:
+// a topic with another ID ([ErrTopicRecreated]) or more partitions
 // ([ErrTopicGrown]) is held, as a [*TopicError], until the reset. Resetting a recreated topic
 // moves every fence of the topic, in the same transaction, to a new era with no claimant and
 // no position, each recorded as a [Recovery]: the new incarnation is read from its beginning,
@@ -78,10 +78,9 @@
 // sequence not higher) and [Stale] (lower token) mean drop it. A higher token admits any
 // sequence, since a new owner numbers its messages afresh.
 //
-// The rules themselves are written once, in fence/fencestore (CheckClaim, CheckAdvance,
-// CheckAdmit and the Validate functions: the helpers for authors of a Sink), and every store
-// applies them; fence/fencetest is the conformance suite each store runs. Users of a store need
-// neither. Stores: fence/pgfence (PostgreSQL), fence/sqlitefence (SQLite), fence/redisfence
-// (Redis), fence/memfence (in memory, not durable; for tests and examples). This package
-// imports only the standard library.
+// The rules themselves are written once, in this module's internal/fencecheck, and every store
+// here applies them; fence/fencetest is the conformance suite each store runs, and an author
+// of another store runs it too. Users of a store need neither. Stores: fence/pgfence
+// (PostgreSQL), fence/sqlitefence (SQLite; a file in a test's temporary directory serves
+// tests), fence/redisfence (Redis). This package imports only the standard library.
 package fence

@@ -26,12 +26,6 @@ var (
 	// applies only the records after the stored position.
 	ErrOverlap = errors.New("fence: batch overlaps the applied position")
 
-	// ErrRegression means the epoch source went backwards: a writer that proved it is the
-	// current owner presented a token lower than the stored one (the consumer group was
-	// deleted or expired and recreated). Errors returned for it are *RegressionError.
-	// Recovery goes only through [Sink.Recover].
-	ErrRegression = errors.New("fence: epoch regression")
-
 	// ErrConflict means a [Sink.Recover] compare-and-set lost: the stored token was not the
 	// expected one.
 	ErrConflict = errors.New("fence: recover conflict")
@@ -59,8 +53,10 @@ func (e *StaleError) Error() string {
 // Unwrap returns [ErrStale].
 func (e *StaleError) Unwrap() error { return ErrStale }
 
-// RegressionError reports an epoch regression for a key: the current owner (verified with the
-// group coordinator) holds Presented, yet the sink stores the higher Stored.
+// RegressionError reports an epoch regression for a key: the epoch source went backwards (the
+// consumer group was deleted or expired and recreated), so the current owner (verified with the
+// group coordinator) holds Presented, yet the sink stores the higher Stored. Find it with
+// errors.As. Recovery goes only through [Sink.Recover].
 type RegressionError struct {
 	Key       Key
 	Stored    Token
@@ -70,6 +66,3 @@ type RegressionError struct {
 func (e *RegressionError) Error() string {
 	return fmt.Sprintf("fence: epoch regression for %s: current owner presents %s, sink stores %s", e.Key, e.Presented, e.Stored)
 }
-
-// Unwrap returns [ErrRegression].
-func (e *RegressionError) Unwrap() error { return ErrRegression }

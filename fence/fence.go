@@ -2,19 +2,17 @@ package fence
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
-	"unicode/utf8"
 )
 
 // NoPosition is the position of a fence that has applied nothing yet. Kafka offsets start at 0.
 const NoPosition int64 = -1
 
-// MaxIdentifierLen bounds the length of the strings in a [Key] and of keyed-fence scopes and ids.
-const MaxIdentifierLen = 1024
-
-// Key names one fence: a partition of a topic as consumed by one consumer group.
+// Key names one fence: a partition of a topic as consumed by one consumer group. A sink refuses,
+// with [ErrInvalid], a key whose Group or Topic is empty, longer than 1024 bytes, not UTF-8 or
+// holds a NUL byte (PostgreSQL text cannot), or whose Partition is negative; claimants and
+// keyed-fence scopes and ids obey the same rule.
 type Key struct {
 	Group     string
 	Topic     string
@@ -26,51 +24,12 @@ func (k Key) String() string {
 	return k.Group + "/" + k.Topic + "/" + strconv.FormatInt(int64(k.Partition), 10)
 }
 
-// Validate returns an error wrapping [ErrInvalid] if a name is empty, too long or not UTF-8,
-// or the partition is negative.
-func (k Key) Validate() error {
-	if err := validateIdentifier("group", k.Group); err != nil {
-		return err
-	}
-	if err := validateIdentifier("topic", k.Topic); err != nil {
-		return err
-	}
-	if k.Partition < 0 {
-		return fmt.Errorf("%w: partition %d is negative", ErrInvalid, k.Partition)
-	}
-	return nil
-}
-
-// validateIdentifier checks a name used as (part of) a fence key: non-empty, at most
-// [MaxIdentifierLen] bytes, valid UTF-8 without NUL bytes (PostgreSQL text cannot hold them).
-// fencestore.ValidateIdentifier applies the same rule for stores; a test keeps them equal.
-func validateIdentifier(what, s string) error {
-	switch {
-	case s == "":
-		return fmt.Errorf("%w: empty %s", ErrInvalid, what)
-	case len(s) > MaxIdentifierLen:
-		return fmt.Errorf("%w: %s is %d bytes, more than %d", ErrInvalid, what, len(s), MaxIdentifierLen)
-	case !utf8.ValidString(s):
-		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return fmt.Errorf("%w: %s contains a NUL byte", ErrInvalid, what)
-		}
-	}
-	return nil
-}
-
 // State is what a sink stores for one fence.
 type State struct {
 	Token    Token  // the highest token accepted
 	Position int64  // the last applied position (offset), NoPosition if none
 	Claimant string // who holds Token: the claimant of the last Claim or Recover; "" for nobody
 }
-
-// Applied reports whether position is at or below the stored position: a record there was
-// already applied and must be skipped.
-func (s State) Applied(position int64) bool { return position <= s.Position }
 
 // Recovery records one explicit era advance made by [Sink.Recover].
 type Recovery struct {
@@ -95,7 +54,7 @@ type Sink[Tx any] interface {
 	// does (the zero token of a fence never claimed). So at most one claimant ever holds a
 	// given token. A lower stored token, or an equal one held by another claimant, fails
 	// with a *StaleError (errors.Is ErrStale) and changes nothing. claimant must be a valid
-	// identifier (non-empty, at most MaxIdentifierLen bytes of UTF-8 without NUL).
+	// identifier (non-empty, at most 1024 bytes of UTF-8 without NUL).
 	Claim(ctx context.Context, k Key, t Token, claimant string) (State, error)
 	// Load returns the stored state; a key never claimed has the zero token, NoPosition and
 	// no claimant.

@@ -2,19 +2,14 @@ package fence
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
-// ErrVersionConflict means an optimistic write lost: the record's stored version was not the
-// version the writer read (another writer wrote it since), the record to update does not
-// exist, or the record to create exists already. Nothing was written. Errors returned for it
-// are *[VersionConflictError]. Retrying the same write cannot succeed: reread the record and
-// decide again, or give up.
-var ErrVersionConflict = errors.New("fence: version conflict")
-
-// VersionConflictError reports a refused [Versioned] write with the version the writer
-// expected and the version the store found.
+// VersionConflictError means an optimistic [Versioned] write lost: the record's stored version
+// was not the version the writer read (another writer wrote it since), the record to update
+// does not exist, or the record to create exists already. Nothing was written. It carries the
+// version the writer expected and the version the store found; find it with errors.As.
+// Retrying the same write cannot succeed: reread the record and decide again, or give up.
 type VersionConflictError struct {
 	Table    string // the versioned table, as configured
 	ID       any    // the record's key, as passed to Write
@@ -32,9 +27,6 @@ func (e *VersionConflictError) Error() string {
 	return fmt.Sprintf("fence: version conflict on %s %v: expected version %d, found %d", e.Table, e.ID, e.Expected, e.Found)
 }
 
-// Unwrap returns [ErrVersionConflict].
-func (e *VersionConflictError) Unwrap() error { return ErrVersionConflict }
-
 // Column is one column a [Versioned] write sets: its name and its new value, passed to the
 // driver as a bound parameter.
 type Column struct {
@@ -48,8 +40,8 @@ type Column struct {
 // fencing token that the record itself carries: a paused writer wakes up with the version it
 // read, the record has moved on, and its write matches nothing. No lock, lease or clock is
 // involved, and none is needed when the critical section is one read-modify-write of one
-// record. pgfence and sqlitefence implement it over the caller's own table; Tx is the
-// store's query handle (a transaction, a pool or a connection).
+// record. pgfence.NewVersioned and sqlitefence.NewVersioned return it over the caller's own table;
+// Tx is the store's transaction type (pgx.Tx, *sql.Tx).
 //
 // The write runs in the caller's transaction, so it composes with a fenced [Sink.Apply] (both
 // checks hold) or with the caller's other writes; a rollback discards it.

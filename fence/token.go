@@ -1,7 +1,6 @@
 package fence
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strconv"
 	"strings"
@@ -16,14 +15,12 @@ import (
 // recreated, a group id changed, a counter wrapped). Tokens order lexicographically by
 // (Era, Epoch), so every token of a later era outranks every token of an earlier one.
 //
-// The zero Token is "no owner yet" and is lower than every token a real owner presents.
+// The zero Token is "no owner yet" and is lower than every token a real owner presents. Neither
+// field may be negative: a sink refuses such a token with [ErrInvalid].
 type Token struct {
 	Era   int64
 	Epoch int64
 }
-
-// TokenSize is the length of a token's binary encoding.
-const TokenSize = 16
 
 // Compare returns -1, 0 or +1 as t is lower than, equal to or higher than u.
 func (t Token) Compare(u Token) int {
@@ -40,14 +37,12 @@ func (t Token) Compare(u Token) int {
 	return 0
 }
 
-// Less reports whether t is lower than u.
-func (t Token) Less(u Token) bool { return t.Compare(u) < 0 }
-
 // IsZero reports whether t is the zero token.
 func (t Token) IsZero() bool { return t == Token{} }
 
-// Validate returns an error wrapping [ErrInvalid] if either field is negative.
-func (t Token) Validate() error {
+// validate returns an error wrapping [ErrInvalid] if either field is negative: a sink refuses
+// such a token.
+func (t Token) validate() error {
 	if t.Era < 0 || t.Epoch < 0 {
 		return fmt.Errorf("%w: token %d.%d has a negative field", ErrInvalid, t.Era, t.Epoch)
 	}
@@ -95,7 +90,7 @@ func parseCanonical(s string) (int64, error) {
 
 // MarshalText implements encoding.TextMarshaler with the [Token.String] form.
 func (t Token) MarshalText() ([]byte, error) {
-	if err := t.Validate(); err != nil {
+	if err := t.validate(); err != nil {
 		return nil, err
 	}
 	return []byte(t.String()), nil
@@ -105,33 +100,6 @@ func (t Token) MarshalText() ([]byte, error) {
 func (t *Token) UnmarshalText(b []byte) error {
 	v, err := ParseToken(string(b))
 	if err != nil {
-		return err
-	}
-	*t = v
-	return nil
-}
-
-// AppendBinary appends the 16-byte big-endian encoding of t (era, then epoch) to b. Encoded
-// tokens of valid (non-negative) tokens sort bytewise in token order.
-func (t Token) AppendBinary(b []byte) ([]byte, error) {
-	if err := t.Validate(); err != nil {
-		return nil, err
-	}
-	b = binary.BigEndian.AppendUint64(b, uint64(t.Era))
-	return binary.BigEndian.AppendUint64(b, uint64(t.Epoch)), nil
-}
-
-// MarshalBinary implements encoding.BinaryMarshaler.
-func (t Token) MarshalBinary() ([]byte, error) { return t.AppendBinary(make([]byte, 0, TokenSize)) }
-
-// UnmarshalBinary implements encoding.BinaryUnmarshaler. It accepts exactly [TokenSize] bytes
-// encoding a valid token.
-func (t *Token) UnmarshalBinary(b []byte) error {
-	if len(b) != TokenSize {
-		return fmt.Errorf("%w: binary token is %d bytes, want %d", ErrInvalid, len(b), TokenSize)
-	}
-	v := Token{Era: int64(binary.BigEndian.Uint64(b)), Epoch: int64(binary.BigEndian.Uint64(b[8:]))}
-	if err := v.Validate(); err != nil {
 		return err
 	}
 	*t = v

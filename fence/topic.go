@@ -40,9 +40,9 @@ type TopicRecord struct {
 }
 
 // Topics is implemented by sinks that store each source topic's identity with the fences
-// (memfence, pgfence, sqlitefence and redisfence do). The consumer checks it after every
-// claim: a partition of a topic recreated under the same name, or of partitions added by
-// growing the topic, is not processed until an operator resets the stored identity.
+// (pgfence, sqlitefence and redisfence do). The consumer checks it after every claim: a
+// partition of a topic recreated under the same name, or of partitions added by growing the
+// topic, is not processed until an operator resets the stored identity.
 type Topics interface {
 	// SeeTopic returns the identity stored for (group, topic). If none is stored, or it has
 	// no ID and seen has one, seen is stored and recorded with reason (the first claim that

@@ -11,7 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // mapKeyed is an in-memory fence.KeyedSink with the shared admission rule, so the fuzzers
@@ -25,7 +25,7 @@ type mapKeyed struct {
 }
 
 func (k *mapKeyed) Admit(_ context.Context, _ struct{}, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencecheck.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	k.mu.Lock()
@@ -37,7 +37,7 @@ func (k *mapKeyed) Admit(_ context.Context, _ struct{}, scope, id string, t fenc
 		}{}
 	}
 	s, found := k.m[scope+"\x00"+id]
-	v := fencestore.CheckAdmit(s.t, s.seq, found, t, seq)
+	v := fencecheck.CheckAdmit(s.t, s.seq, found, t, seq)
 	if v == fence.Admitted {
 		s.t, s.seq = t, seq
 		k.m[scope+"\x00"+id] = s
@@ -82,7 +82,7 @@ func FuzzParseEnvelope(f *testing.F) {
 			}
 			return
 		}
-		if env.Seq < 1 || env.Token.Validate() != nil || env.Source.Validate() != nil {
+		if env.Seq < 1 || fencecheck.ValidateToken(env.Token) != nil || fencecheck.ValidateKey(env.Source) != nil {
 			t.Fatalf("ParseEnvelope accepted an invalid envelope %+v", env)
 		}
 		tok, _ := env.Token.MarshalText()

@@ -16,7 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Inbox deduplicates relayed records at a receiver, atomically with the receiver's own write:
@@ -34,7 +34,7 @@ type Inbox[Tx any] struct {
 // NewInbox returns an inbox named name (the receiver: one name per logical consumer of the
 // records, stable across restarts) over keyed.
 func NewInbox[Tx any](name string, keyed fence.KeyedSink[Tx], opts ...Option) (*Inbox[Tx], error) {
-	if err := fencestore.ValidateIdentifier("inbox name", name); err != nil {
+	if err := fencecheck.ValidateIdentifier("inbox name", name); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	if keyed == nil {
@@ -155,11 +155,11 @@ func (in *Inbox[Tx]) Admit(ctx context.Context, tx Tx, rec *kgo.Record) (fence.V
 
 // admissionScope is the keyed-fence scope of the records of src read from (topic, partition)
 // by the inbox named name: "name|group/topic/partition|topic/partition". A scope longer than
-// fence.MaxIdentifierLen (long group and topic names) is replaced by "h:" and its SHA-256; the
+// fencecheck.MaxIdentifierLen (long group and topic names) is replaced by "h:" and its SHA-256; the
 // readable form always contains "|", the hashed one never, so the two cannot collide.
 func admissionScope(name string, src fence.Key, topic string, partition int32) string {
 	s := name + "|" + src.String() + "|" + topic + "/" + strconv.FormatInt(int64(partition), 10)
-	if len(s) > fence.MaxIdentifierLen || !utf8.ValidString(s) {
+	if len(s) > fencecheck.MaxIdentifierLen || !utf8.ValidString(s) {
 		sum := sha256.Sum256([]byte(s))
 		return "h:" + hex.EncodeToString(sum[:])
 	}
@@ -167,7 +167,7 @@ func admissionScope(name string, src fence.Key, topic string, partition int32) s
 }
 
 // entityID maps a record key to a keyed-fence id, which must be UTF-8 without NUL and at most
-// fence.MaxIdentifierLen bytes. The prefixes keep the three forms from colliding.
+// fencecheck.MaxIdentifierLen bytes. The prefixes keep the three forms from colliding.
 func entityID(key []byte) string {
 	switch {
 	case len(key) > 512:

@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Header names the relay sets on every published record (the package doc lists them for
@@ -79,7 +80,7 @@ func parseSource(s string) (fence.Key, error) {
 		return fence.Key{}, fmt.Errorf("%w: source %q", ErrNotBaton, s)
 	}
 	k := fence.Key{Group: s[:j], Topic: s[j+1 : i], Partition: int32(p)}
-	if err := k.Validate(); err != nil || k.String() != s {
+	if err := fencecheck.ValidateKey(k); err != nil || k.String() != s {
 		return fence.Key{}, fmt.Errorf("%w: source %q is not group/topic/partition", ErrNotBaton, s)
 	}
 	return k, nil

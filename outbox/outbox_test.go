@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,7 +37,7 @@ func TestEntityIDsDoNotCollide(t *testing.T) {
 	seen := map[string]bool{}
 	for _, k := range keys {
 		id := entityID(k)
-		if seen[id] || fencestore.ValidateIdentifier("id", id) != nil {
+		if seen[id] || fencecheck.ValidateIdentifier("id", id) != nil {
 			t.Fatalf("entityID(%q) = %q collides or is invalid", k, id)
 		}
 		seen[id] = true
@@ -74,7 +74,7 @@ func TestAdmissionScope(t *testing.T) {
 		t.Fatalf("admissionScope = %q, want %q", got, want)
 	}
 	seen := map[string]bool{}
-	long := fence.Key{Group: strings.Repeat("g", fence.MaxIdentifierLen), Topic: "orders", Partition: 3}
+	long := fence.Key{Group: strings.Repeat("g", fencecheck.MaxIdentifierLen), Topic: "orders", Partition: 3}
 	for _, s := range []string{
 		admissionScope("billing", src, "invoices", 7),
 		admissionScope("billing", src, "invoices", 8),
@@ -82,7 +82,7 @@ func TestAdmissionScope(t *testing.T) {
 		admissionScope("billing", long, "invoices", 7),
 		admissionScope("billing", long, "invoices", 8),
 	} {
-		if seen[s] || fencestore.ValidateIdentifier("scope", s) != nil {
+		if seen[s] || fencecheck.ValidateIdentifier("scope", s) != nil {
 			t.Fatalf("scope %q collides or is invalid", s)
 		}
 		seen[s] = true

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Store is what the relay needs from an outbox store (pgoutbox.Store, sqliteoutbox.Store).
@@ -228,7 +229,7 @@ func NewRelay(client *kgo.Client, store Store, opts ...RelayOption) (*Relay, err
 // next Flush re-publishes them, so nothing is lost or reordered; receivers drop the copies
 // already delivered through the inbox.
 func (r *Relay) Flush(ctx context.Context, src fence.Key, tok fence.Token) (int, error) {
-	if err := src.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(src); err != nil {
 		return 0, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
 	parent := ctx

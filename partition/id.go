@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -27,9 +27,9 @@ func (id ID) String() string {
 }
 
 // Validate returns an error wrapping [fence.ErrInvalid] if the topic is empty, too long, not UTF-8
-// or contains NUL (the rules of [fencestore.ValidateIdentifier]), or the partition is negative.
+// or contains NUL (the rules of a [fence.Key]'s names), or the partition is negative.
 func (id ID) Validate() error {
-	if err := fencestore.ValidateIdentifier("topic", id.Topic); err != nil {
+	if err := fencecheck.ValidateIdentifier("topic", id.Topic); err != nil {
 		return err
 	}
 	if id.Partition < 0 {

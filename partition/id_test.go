@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -33,7 +34,7 @@ func TestIDValidate(t *testing.T) {
 		{ID{"orders", -1}, false},
 		{ID{"bad\x00topic", 0}, false},
 		{ID{"\xff", 0}, false},
-		{ID{strings.Repeat("t", fence.MaxIdentifierLen+1), 0}, false},
+		{ID{strings.Repeat("t", fencecheck.MaxIdentifierLen+1), 0}, false},
 	} {
 		err := tc.id.Validate()
 		if tc.ok && err != nil {

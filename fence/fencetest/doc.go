@@ -4,7 +4,7 @@
 // A store's test calls [Run] with a function that opens a fresh, empty store per case:
 //
 //	func TestConformance(t *testing.T) {
-//		fencetest.Run(t, func(t *testing.T) fencetest.Env[*memfence.Tx] { ... })
+//		fencetest.Run(t, func(t *testing.T) fencetest.Env[*sql.Tx] { ... })
 //	}
 //
 // Cases run in parallel (t.Parallel), so open must give every case its own storage.
@@ -31,7 +31,7 @@
 // Stores that cannot run a case leave its hook nil and the case is skipped with a reason.
 //
 // A broken store fails the suite quickly instead of hanging it: every call the suite makes
-// runs under a deadline ([Timeout]), and every transaction it begins with [Env.Begin] is
+// runs under a 10-second deadline, and every transaction it begins with [Env.Begin] is
 // rolled back in t.Cleanup if a failed case left it open (a pgxpool's Close, run by the
 // store's own cleanup, would otherwise wait for that connection for ever).
 //

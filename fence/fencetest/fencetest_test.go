@@ -15,7 +15,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencetest"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -220,7 +220,7 @@ func (m *mutant) Load(ctx context.Context, k fence.Key) (fence.State, error) {
 
 func (m *mutant) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos int64, fn func(context.Context, *memfence.Tx) error) error {
 	if m.applyIgnoresToken {
-		if st, err := m.Store.Load(ctx, k); err == nil && t.Less(st.Token) {
+		if st, err := m.Store.Load(ctx, k); err == nil && t.Compare(st.Token) < 0 {
 			t = st.Token // writes as if it held the stored token
 		}
 	}
@@ -236,7 +236,7 @@ func (m *mutant) Apply(ctx context.Context, k fence.Key, t fence.Token, first, p
 		return m.Store.Apply(ctx, fence.Key{Group: "side", Topic: "side", Partition: 0}, fence.Token{}, first, pos, fn)
 	}
 	if m.writeTakesFence {
-		if st, err := m.Store.Load(ctx, k); err == nil && st.Token.Less(t) && t.Era == st.Token.Era {
+		if st, err := m.Store.Load(ctx, k); err == nil && st.Token.Compare(t) < 0 && t.Era == st.Token.Era {
 			_, _ = m.Store.Claim(ctx, k, t, "mutant")
 		}
 	}

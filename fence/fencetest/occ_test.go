@@ -285,8 +285,9 @@ func TestOCCConflictError(t *testing.T) {
 		{fence.VersionConflictError{Table: "work_order", ID: 4711, Found: 3}, "create refused, the record exists at version 3"},
 	} {
 		err := fmt.Errorf("wrapped: %w", &c.e)
-		if !errors.Is(err, fence.ErrVersionConflict) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "work_order 4711") {
-			t.Errorf("%v: want ErrVersionConflict and %q", err, c.want)
+		var ce *fence.VersionConflictError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "work_order 4711") {
+			t.Errorf("%v: want a *fence.VersionConflictError and %q", err, c.want)
 		}
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // The cases of fence.Topics, run when the store implements it.
@@ -58,12 +58,12 @@ func (s suite[Tx]) topicAdopt(t *testing.T) {
 	}
 	wantTopic(t, ts, "adopt", a, 1)
 	k := fence.Key{Group: topicGroup, Topic: "adopt", Partition: 2}
-	if _, err := fencestore.CheckTopic(k, got, true, b); !errors.Is(err, fence.ErrTopicRecreated) {
+	if _, err := fencecheck.CheckTopic(k, got, true, b); !errors.Is(err, fence.ErrTopicRecreated) {
 		t.Fatalf("CheckTopic(%s against %s) = %v, want ErrTopicRecreated", b, got, err)
 	}
 	for _, p := range []int32{1, 7} { // every partition of a grown topic, old and new
 		k.Partition = p
-		if _, err := fencestore.CheckTopic(k, got, true, fence.Topic{ID: "idA", Partitions: 9}); !errors.Is(err, fence.ErrTopicGrown) {
+		if _, err := fencecheck.CheckTopic(k, got, true, fence.Topic{ID: "idA", Partitions: 9}); !errors.Is(err, fence.ErrTopicGrown) {
 			t.Fatalf("CheckTopic(partition %d of %s seen with 9) = %v, want ErrTopicGrown", p, got, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Source grants ownership of named resources: etcdlease, zklease and pglease implement it.
@@ -14,7 +15,7 @@ type Source interface {
 	// Acquire blocks until the caller owns resource, then returns the [Lease]. It fails with
 	// ctx's error if ctx ends first, and with the cause if the service cannot be reached; it
 	// never returns a lease the service has not granted. A resource must be a valid
-	// [fence.Key] topic: non-empty, at most [fence.MaxIdentifierLen] bytes, UTF-8 without NUL.
+	// [fence.Key] topic: non-empty, at most 1024 bytes, UTF-8 without NUL.
 	Acquire(ctx context.Context, resource string) (*Lease, error)
 }
 
@@ -57,10 +58,10 @@ type Lease struct {
 // all of them joined.
 func Grant(k fence.Key, t fence.Token, id string, release func(context.Context) error) (*Lease, func(cause error), error) {
 	var errs []error
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		errs = append(errs, err)
 	}
-	if err := t.Validate(); err != nil {
+	if err := fencecheck.ValidateToken(t); err != nil {
 		errs = append(errs, err)
 	}
 	if t.IsZero() {

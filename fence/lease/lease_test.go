@@ -14,8 +14,8 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
-	"github.com/batonhq/baton/fence/memfence"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/memfence"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

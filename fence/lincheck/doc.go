@@ -11,7 +11,7 @@
 // and the Redis server is killed (SIGKILL) and restarted over its append-only file. Each
 // history is checked with porcupine (github.com/anishathalye/porcupine, the checker of etcd's
 // robustness tests) against a sequential model of one fence whose steps are the rule
-// functions of fence/fencestore: the stores must behave as if every call took effect
+// functions of internal/fencecheck: the stores must behave as if every call took effect
 // atomically at one instant between its call and its return. A call whose outcome the client
 // cannot know (its connection was killed while the statement or the commit was in flight) is
 // recorded with an unknown outcome: it may have taken effect at any instant after its call,

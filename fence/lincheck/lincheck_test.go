@@ -111,7 +111,7 @@ type mstate = fence.State
 func initialState() mstate { return mstate{Position: fence.NoPosition} }
 
 // step is the sequential specification of one fence: the states a call can leave behind
-// when it returned out in state s, by the fencestore rules; none if out is impossible.
+// when it returned out in state s, by the fencecheck rules; none if out is impossible.
 func step(s mstate, in input, out output) []mstate {
 	want, next := expect(s, in)
 	switch out.out {
@@ -137,7 +137,7 @@ func step(s mstate, in input, out output) []mstate {
 	return []mstate{next}
 }
 
-// expect computes the result of in in state s and the state afterwards, with the fencestore
+// expect computes the result of in in state s and the state afterwards, with the fencecheck
 // rules.
 func expect(s mstate, in input) (output, mstate) {
 	switch in.op {
@@ -504,7 +504,7 @@ func checkData(t *testing.T, h *history, keys []fence.Key, rows func(part int32)
 			if d.first <= last {
 				t.Fatalf("%s: batch %d..%d under %s overlaps the batch ending at %d: records applied twice", k, d.first, d.last, d.tok, last)
 			}
-			if d.tok.Less(tok) {
+			if d.tok.Compare(tok) < 0 {
 				t.Fatalf("%s: batch %d..%d committed under %s after a batch under %s", k, d.first, d.last, d.tok, tok)
 			}
 			last, tok = d.last, d.tok

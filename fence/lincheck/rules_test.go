@@ -2,10 +2,10 @@ package lincheck
 
 import (
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
-// The fence rules of the sequential model: fencestore's, called, not copied.
+// The fence rules of the sequential model: fencecheck's, called, not copied.
 
 var (
 	errOverlap    = fence.ErrOverlap
@@ -13,11 +13,11 @@ var (
 )
 
 func checkClaim(k fence.Key, s mstate, t fence.Token, claimant string) error {
-	return fencestore.CheckClaim(k, s, t, claimant)
+	return fencecheck.CheckClaim(k, s, t, claimant)
 }
 
 func checkAdvance(k fence.Key, s mstate, t fence.Token, first, last int64) error {
-	return fencestore.CheckAdvance(k, s, t, first, last)
+	return fencecheck.CheckAdvance(k, s, t, first, last)
 }
 
 // claimed is the state after an accepted Claim: t held by claimant, the position kept.

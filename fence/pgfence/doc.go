@@ -28,7 +28,7 @@
 // held by the same claimant; to write: exactly the stored token and a batch starting after
 // the stored position); a refusal affects zero rows, and the stored row is then read to
 // report a *fence.StaleError, fence.ErrNotClaimed, fence.ErrDuplicate, fence.ErrOverlap or
-// fence.ErrInvalid exactly as fencestore.CheckClaim and CheckAdvance would. Because the
+// fence.ErrInvalid exactly as the rules every store of this module shares (internal/fencecheck) would. Because the
 // claimant is compared in the claiming statement, two claimants of the same token cannot
 // both win, whatever they read before. Migrate adds the claimant column to fence tables
 // created before it existed (ALTER TABLE ... ADD COLUMN IF NOT EXISTS); their rows hold
@@ -92,6 +92,6 @@
 //
 // # Versioned writes
 //
-// NewVersioned(table, ...) gives the single-record optimistic write (fence.Versioned) over a
-// table of yours: a version column compared and incremented in one statement; see Versioned.
+// [NewVersioned](table, key, version) gives the single-record optimistic write (fence.Versioned)
+// over a table of yours: a version column compared and incremented in one statement.
 package pgfence

@@ -17,20 +17,20 @@ import (
 // TestOCCConformance runs the fence suite's OCC cases against a real PostgreSQL, each case in
 // its own schema, with names that need quoting (mixed case, a reserved word).
 func TestOCCConformance(t *testing.T) {
-	fencetest.RunOCC(t, func(t *testing.T) fencetest.OCCEnv[RowQuerier] {
+	fencetest.RunOCC(t, func(t *testing.T) fencetest.OCCEnv[pgx.Tx] {
 		pool, _ := testenv.Postgres(t)
 		ctx := testenv.Context(t, time.Minute)
 		const table, key, version = "Orders", "order", "Rev"
 		if _, err := pool.Exec(ctx, `CREATE TABLE "Orders" ("order" text PRIMARY KEY, value text, "Rev" bigint NOT NULL)`); err != nil {
 			t.Fatal(err)
 		}
-		v, err := NewVersioned(table, KeyColumn(key), VersionColumn(version))
+		v, err := NewVersioned(table, key, version)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return fencetest.OCCEnv[RowQuerier]{
+		return fencetest.OCCEnv[pgx.Tx]{
 			Versioned: v, Table: table, Key: key, Version: version,
-			Begin: func(ctx context.Context) (RowQuerier, func() error, func() error, error) {
+			Begin: func(ctx context.Context) (pgx.Tx, func() error, func() error, error) {
 				tx, err := pool.Begin(ctx)
 				if err != nil {
 					return nil, nil, nil, err
@@ -52,7 +52,7 @@ func TestOCCConformance(t *testing.T) {
 				return val, ver, err == nil, err
 			},
 			Names: func(table, key, version string) error {
-				_, err := NewVersioned(table, KeyColumn(key), VersionColumn(version))
+				_, err := NewVersioned(table, key, version)
 				return err
 			},
 		}
@@ -60,39 +60,46 @@ func TestOCCConformance(t *testing.T) {
 }
 
 func TestNewVersionedReportsEveryProblem(t *testing.T) {
-	_, err := NewVersioned(`t"x`, KeyColumn(""), nil, VersionColumn("a.b"))
+	_, err := NewVersioned(`t"x`, "", "a.b")
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("NewVersioned = %v, want ErrInvalid", err)
 	}
-	for _, want := range []string{"versioned table", "key column", "option 1 is nil", "version column"} {
+	for _, want := range []string{"versioned table", "key column", "version column"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
 }
 
-// TestVersionedOnPool: a write on the pool (no transaction) commits on its own, and a nil
-// querier fails before any I/O.
-func TestVersionedOnPool(t *testing.T) {
+// TestVersionedInTransaction: a write belongs to the caller's pgx.Tx (here through
+// pgx.BeginFunc on the pool), and a nil tx fails before any I/O.
+func TestVersionedInTransaction(t *testing.T) {
 	pool, _ := testenv.Postgres(t)
 	ctx := testenv.Context(t, 30*time.Second)
 	if _, err := pool.Exec(ctx, `CREATE TABLE work_order (id bigint PRIMARY KEY, status text NOT NULL, version bigint NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	v, err := NewVersioned("work_order")
+	v, err := NewVersioned("work_order", "id", "version")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.Write(ctx, nil, 4711, 0, fence.Column{Name: "status", Value: "CREATED"}); !errors.Is(err, fence.ErrInvalid) {
-		t.Fatalf("nil querier: %v, want ErrInvalid", err)
+		t.Fatalf("nil tx: %v, want ErrInvalid", err)
 	}
-	if n, err := v.Write(ctx, pool, int64(4711), 0, fence.Column{Name: "status", Value: "CREATED"}); err != nil || n != 1 {
+	write := func(expected int64, status string) (n int64, err error) {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			n, err = v.Write(ctx, tx, int64(4711), expected, fence.Column{Name: "status", Value: status})
+			return err
+		})
+		return n, err
+	}
+	if n, err := write(0, "CREATED"); err != nil || n != 1 {
 		t.Fatalf("create = %d, %v", n, err)
 	}
-	if n, err := v.Write(ctx, pool, int64(4711), 1, fence.Column{Name: "status", Value: "RELEASED"}); err != nil || n != 2 {
+	if n, err := write(1, "RELEASED"); err != nil || n != 2 {
 		t.Fatalf("update = %d, %v", n, err)
 	}
-	_, err = v.Write(ctx, pool, int64(4711), 1, fence.Column{Name: "status", Value: "CANCELLED"})
+	_, err = write(1, "CANCELLED")
 	var ce *fence.VersionConflictError
 	if !errors.As(err, &ce) || ce.Expected != 1 || ce.Found != 2 {
 		t.Fatalf("stale write = %v, want a conflict expected 1 found 2", err)

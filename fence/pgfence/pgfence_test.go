@@ -87,14 +87,8 @@ func TestNewRefusesInvalidNames(t *testing.T) {
 		Table(""), Table(`x"; DROP TABLE kv; --`), Table("kv; DROP TABLE kv"), Table("a.b.c"),
 		Table("1abc"), Table(`"quoted"`), Table("t\x00"), Table(strings.Repeat("t", 64)),
 		Table(strings.Repeat("t", 60)), // its derived "_recoveries" table is too long
-		RecoveriesTable("r-1"), KeyedTable("k k"),
-		Table("same"), // combined below with RecoveriesTable("same")
 	} {
-		opts := []Option{o}
-		if c := (config{}); func() bool { o(&c); return c.table == "same" }() {
-			opts = append(opts, RecoveriesTable("same"))
-		}
-		if _, err := New(db, opts...); !errors.Is(err, fence.ErrInvalid) {
+		if _, err := New(db, o); !errors.Is(err, fence.ErrInvalid) {
 			var c config
 			o(&c)
 			t.Errorf("New(%+v) = %v, want ErrInvalid", c, err)
@@ -103,7 +97,7 @@ func TestNewRefusesInvalidNames(t *testing.T) {
 	if _, err := New(nil); !errors.Is(err, fence.ErrInvalid) {
 		t.Errorf("New(nil) = %v, want ErrInvalid", err)
 	}
-	for _, o := range []Option{Table("f"), Table("Fences"), Table("s.f"), Table("select"), KeyedTable("inbox")} {
+	for _, o := range []Option{Table("f"), Table("Fences"), Table("s.f"), Table("select")} {
 		if _, err := New(db, o); err != nil {
 			t.Errorf("New: %v", err)
 		}

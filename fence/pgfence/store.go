@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/batonhq/baton/internal/pgmigrate"
 	"github.com/batonhq/baton/internal/pgtx"
 	"github.com/batonhq/baton/internal/sqlident"
@@ -27,9 +27,8 @@ type DB interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Default table names.
 const (
-	DefaultTable      = "baton_fences"
+	defaultTable      = "baton_fences"
 	recoveriesSuffix  = "_recoveries"
 	keyedSuffix       = "_keyed"
 	topicsSuffix      = "_topics"
@@ -37,27 +36,18 @@ const (
 )
 
 type config struct {
-	table, recoveries, keyed string
+	table string
 }
 
 // Option configures a [Store]. Invalid values make [New] fail.
 type Option func(*config) error
 
 // Table sets the fence table, "name" or "schema.name" (default "baton_fences", resolved through
-// the connection's search_path). The recoveries and keyed tables default to this name with
-// "_recoveries" and "_keyed" appended. Names must match [A-Za-z_][A-Za-z0-9_]* per part, at
-// most 63 bytes; they are always quoted, so they are case-sensitive.
+// the connection's search_path). The store's other tables are named after it: name+"_recoveries"
+// (the Recover audit trail), name+"_keyed" (the per-entity fences of Admit) and name+"_topics"
+// (the topic identities). Names must match [A-Za-z_][A-Za-z0-9_]* per part, at most 63 bytes
+// with the suffixes; they are always quoted, so they are case-sensitive.
 func Table(name string) Option { return func(c *config) error { c.table = name; return nil } }
-
-// RecoveriesTable sets the table recording recoveries (default: the fence table's name
-// followed by "_recoveries").
-func RecoveriesTable(name string) Option {
-	return func(c *config) error { c.recoveries = name; return nil }
-}
-
-// KeyedTable sets the table of per-entity fences used by Admit (default: the fence table's
-// name followed by "_keyed").
-func KeyedTable(name string) Option { return func(c *config) error { c.keyed = name; return nil } }
 
 // Store is a fenced sink in PostgreSQL: a fence table next to the caller's data, checked and
 // advanced in the caller's transaction. It is safe for concurrent use when its DB is.
@@ -89,7 +79,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		errs = append(errs, fmt.Errorf("%w: pgfence: nil DB", fence.ErrInvalid))
 	}
-	c := config{table: DefaultTable}
+	c := config{table: defaultTable}
 	for i, o := range opts {
 		if o == nil {
 			errs = append(errs, fmt.Errorf("%w: pgfence: option %d is nil", fence.ErrInvalid, i))
@@ -99,31 +89,21 @@ func New(db DB, opts ...Option) (*Store, error) {
 			errs = append(errs, err)
 		}
 	}
-	if c.recoveries == "" {
-		c.recoveries = c.table + recoveriesSuffix
-	}
-	if c.keyed == "" {
-		c.keyed = c.table + keyedSuffix
-	}
-	topics := c.table + topicsSuffix
+	recoveries, keyed, topics := c.table+recoveriesSuffix, c.table+keyedSuffix, c.table+topicsSuffix
 	for _, n := range []struct{ what, name string }{
-		{"table", c.table}, {"recoveries table", c.recoveries}, {"keyed table", c.keyed}, {"topics table", topics},
+		{"table", c.table}, {"recoveries table", recoveries}, {"keyed table", keyed}, {"topics table", topics},
 	} {
 		if err := sqlident.Validate(n.name); err != nil {
 			errs = append(errs, fmt.Errorf("%w: pgfence: %s: %w", fence.ErrInvalid, n.what, err))
 		}
 	}
-	if c.table == c.recoveries || c.table == c.keyed || c.recoveries == c.keyed || topics == c.recoveries || topics == c.keyed {
-		errs = append(errs, fmt.Errorf("%w: pgfence: the fence, recoveries and keyed tables must differ (%q, %q, %q)",
-			fence.ErrInvalid, c.table, c.recoveries, c.keyed))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	f, r, k, tp := sqlident.Quote(c.table), sqlident.Quote(c.recoveries), sqlident.Quote(c.keyed), sqlident.Quote(topics)
+	f, r, k, tp := sqlident.Quote(c.table), sqlident.Quote(recoveries), sqlident.Quote(keyed), sqlident.Quote(topics)
 	s := &Store{
 		db:     db,
-		tables: [4]string{c.table, c.recoveries, c.keyed, topics},
+		tables: [4]string{c.table, recoveries, keyed, topics},
 		schema: strings.NewReplacer("{{fences}}", f, "{{recoveries}}", r, "{{keyed}}", k, "{{topics}}", tp).Replace(schemaSQL),
 	}
 	s.prepareSQL(f, r, k)
@@ -210,7 +190,7 @@ const maxAttempts = 3
 // Claim raises the fence to t if the stored token is not higher and of the same era, and
 // returns the state afterwards. See fence.Sink.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
-	if err := fencestore.ValidateClaim(k, t, claimant); err != nil {
+	if err := fencecheck.ValidateClaim(k, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	for range maxAttempts {
@@ -227,7 +207,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant 
 		if err != nil {
 			return fence.State{}, fmt.Errorf("pgfence: claim %s: %w", k, err)
 		}
-		if err := fencestore.CheckClaim(k, stored, t, claimant); err != nil {
+		if err := fencecheck.CheckClaim(k, stored, t, claimant); err != nil {
 			return fence.State{}, err
 		}
 	}
@@ -236,7 +216,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant 
 
 // Load returns the stored state of k, the zero token and fence.NoPosition if never claimed.
 func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return fence.State{}, err
 	}
 	st, err := s.load(ctx, s.db, k)
@@ -270,7 +250,7 @@ func (s *Store) advanceArgs(k fence.Key, t fence.Token, first, last int64) []any
 // fence.ErrInvalid if t is of an era the fence never reached. On success the fence row stays locked until tx ends, so no other writer of k
 // can commit in between; on any error the caller must roll tx back.
 func (s *Store) Advance(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, first, last int64) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	args := s.advanceArgs(k, t, first, last)
@@ -300,7 +280,7 @@ func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.
 	if err != nil {
 		return fmt.Errorf("pgfence: advance %s: read refused fence: %w", k, err)
 	}
-	if err := fencestore.CheckAdvance(k, stored, t, first, last); err != nil {
+	if err := fencecheck.CheckAdvance(k, stored, t, first, last); err != nil {
 		return err
 	}
 	return errAdmits
@@ -310,7 +290,7 @@ func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.
 // fence.Sink. A commit whose outcome is unknown fails with [ErrCommitUnknown]. For batches of
 // statements prefer [Store.ApplyBatch], which saves the fence's round trip.
 func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	tx, err := s.db.Begin(ctx)
@@ -338,7 +318,7 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, la
 // The errors are those of Advance, or the first error of the caller's statements; on any error
 // the caller must roll back.
 func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Token, first, last int64, fn func(b *pgx.Batch) error) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	b := &pgx.Batch{}
@@ -375,7 +355,7 @@ func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fenc
 // the fence statement and the statements fn queues, commit. It costs the same round trips as
 // the same batch without a fence.
 func (s *Store) ApplyBatch(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(b *pgx.Batch) error) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	tx, err := s.db.Begin(ctx)
@@ -399,7 +379,7 @@ func commit(ctx context.Context, tx pgx.Tx, k fence.Key) error {
 // the recovery, in one statement. It fails with fence.ErrConflict if the stored token is not
 // expected (a fence never claimed stores the zero token). See fence.Sink.
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
-	if err := fencestore.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
+	if err := fencecheck.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == 1<<63-1 {
@@ -422,7 +402,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 
 // Recoveries lists the recoveries recorded for k, oldest first.
 func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.Query(ctx, s.sqlRecoveries, k.Group, k.Topic, k.Partition)
@@ -443,7 +423,7 @@ func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, 
 // Admit compares (t, seq) with what is stored for (scope, id) inside tx, with one statement,
 // and stores it if higher. See fence.KeyedSink. The entity row stays locked until tx ends.
 func (s *Store) Admit(ctx context.Context, tx pgx.Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencecheck.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	tag, err := tx.Exec(ctx, s.sqlAdmit, scope, id, t.Era, t.Epoch, seq)
@@ -459,7 +439,7 @@ func (s *Store) Admit(ctx context.Context, tx pgx.Tx, scope, id string, t fence.
 	if err := tx.QueryRow(ctx, s.sqlLoadKeyed, scope, id).Scan(&stored.Era, &stored.Epoch, &storedSeq); err != nil {
 		return 0, fmt.Errorf("pgfence: admit %s/%s: read refused fence: %w", scope, id, err)
 	}
-	v := fencestore.CheckAdmit(stored, storedSeq, true, t, seq)
+	v := fencecheck.CheckAdmit(stored, storedSeq, true, t, seq)
 	if v == fence.Admitted {
 		return 0, fmt.Errorf("pgfence: admit %s/%s: refused though stored %s/%d admits %s/%d", scope, id, stored, storedSeq, t, seq)
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 var _ fence.Topics = (*Store)(nil)
@@ -56,7 +56,7 @@ func (s *Store) loadTopic(ctx context.Context, q interface {
 // SeeTopic implements [fence.Topics.SeeTopic]: a read and, to adopt, an append that loses to
 // any concurrent one (then the winner's record is read and returned).
 func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.Topic, reason string) (fence.Topic, bool, error) {
-	if err := fencestore.ValidateTopic(group, topic, seen); err != nil {
+	if err := fencecheck.ValidateTopic(group, topic, seen); err != nil {
 		return fence.Topic{}, false, err
 	}
 	if reason == "" {
@@ -71,7 +71,7 @@ func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.To
 			return fence.Topic{}, false, fmt.Errorf("pgfence: see topic %s/%s: %w", group, topic, notMigrated(err))
 		}
 		// The key only names the topic here; the partition rule does not apply to an adoption.
-		adopt, _ := fencestore.CheckTopic(fence.Key{Group: group, Topic: topic}, cur, found, seen)
+		adopt, _ := fencecheck.CheckTopic(fence.Key{Group: group, Topic: topic}, cur, found, seen)
 		if adopt == nil {
 			return cur, false, nil
 		}
@@ -92,7 +92,7 @@ func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.To
 // with a recovery row: a first claim racing the reset conflicts with the upsert and is judged
 // after it.
 func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
-	if err := fencestore.ValidateReset(group, topic, expected, to, reason); err != nil {
+	if err := fencecheck.ValidateReset(group, topic, expected, to, reason); err != nil {
 		return err
 	}
 	if err := validText("reason", reason); err != nil {
@@ -117,7 +117,7 @@ func (s *Store) resetTopic(ctx context.Context, tx pgx.Tx, group, topic string, 
 	if err != nil {
 		return err
 	}
-	recreated, err := fencestore.CheckTopicReset(group, topic, cur, found, expected, to)
+	recreated, err := fencecheck.CheckTopicReset(group, topic, cur, found, expected, to)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (s *Store) resetTopic(ctx context.Context, tx pgx.Tx, group, topic string, 
 		}
 	}
 	for p, f := range from {
-		next := fencestore.ResetToken(f)
+		next := fencecheck.ResetToken(f)
 		if err := tx.QueryRow(ctx, s.sqlTopicReset, group, topic, p, next.Era).Scan(&next.Era); err != nil {
 			return err
 		}
@@ -160,7 +160,7 @@ func (s *Store) resetTopic(ctx context.Context, tx pgx.Tx, group, topic string, 
 
 // TopicHistory implements [fence.Topics.TopicHistory].
 func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.TopicRecord, error) {
-	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(fence.Key{Group: group, Topic: topic}); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.Query(ctx, s.sqlTopicHistory, group, topic)

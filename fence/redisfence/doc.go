@@ -18,10 +18,11 @@
 //
 // A [Tx] is a list of write commands (HSET, HINCRBY, XADD, SET, DEL, PEXPIRE); nothing is sent
 // until the commit, which is one script: it first checks each fence (exactly the stored token
-// and a batch starting after the stored position: fencestore.CheckAdvance's rule, as in the
+// and a batch starting after the stored position: fencecheck.CheckAdvance's rule, as in the
 // SQL stores' conditional UPDATE) and refuses, writing nothing, a lower token, a token not
 // claimed, a batch already applied or one overlapping the stored position; the stored state it
-// returns is classified in Go by fencestore's functions, so the errors are the other stores'.
+// returns is classified in Go by the rule functions the other stores use (this module's
+// internal/fencecheck), so the errors are the other stores'.
 // Claims, recoveries and topic identities are single scripts too, with the claim rule in the
 // script and the arithmetic (the next era, the next record) in Go. Redis runs one script at a
 // time, so a script is atomic and serialized with every other command.

@@ -46,7 +46,7 @@ local function fenceof(k)
 end
 `
 
-// claimScript is fencestore.CheckClaim as a conditional write, the rule pgfence's and
+// claimScript is fencecheck.CheckClaim as a conditional write, the rule pgfence's and
 // sqlitefence's claiming statements apply: the same era, and a higher epoch, or the same epoch
 // already held by this claimant or by nobody on a fence never claimed (a missing fence is the
 // zero token, no position, no claimant). A refusal returns the stored state, which Go
@@ -94,7 +94,7 @@ return {'ok'}
 // commitScript is a transaction: its fence advances, its keyed-fence admissions and its
 // commands, all or nothing. The first pass reads and decides, writing nothing: each advance
 // must present exactly the stored token and a batch starting after the stored position
-// (fencestore.CheckAdvance's rule, as in the SQL stores' conditional UPDATE; a refusal returns
+// (fencecheck.CheckAdvance's rule, as in the SQL stores' conditional UPDATE; a refusal returns
 // the stored state for Go to classify), each admission must find the keyed fence as the
 // transaction observed it when it decided the verdict, and each command must be one that
 // cannot fail on the keys as the earlier commands leave them (types, integer fields). The
@@ -255,7 +255,7 @@ return {'ok'}
 
 // topicScript stores a topic identity if the record Go decided on is still the next one
 // (the stored sequence is the expected one), and, for a recreated topic, moves every fence of
-// the topic to the era Go computed (fencestore.ResetToken) with no claimant and no position,
+// the topic to the era Go computed (fencecheck.ResetToken) with no claimant and no position,
 // each recorded as a recovery, provided every fence is as Go read it and no other one exists.
 // Otherwise it answers "retry" (or "held") and changes nothing.
 //

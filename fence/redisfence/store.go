@@ -14,7 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 var (
@@ -213,7 +213,7 @@ func parseState(r []string) (fence.State, error) {
 // stored token is higher (or equal and held by another claimant), and with [fence.ErrInvalid]
 // if t is of a later era than the stored token. It waits while a transaction holds the fence.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
-	if err := fencestore.ValidateClaim(k, t, claimant); err != nil {
+	if err := fencecheck.ValidateClaim(k, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	if err := s.ready(ctx); err != nil {
@@ -236,7 +236,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant 
 	if err != nil {
 		return fence.State{}, err
 	}
-	if err := fencestore.CheckClaim(k, cur, t, claimant); err != nil {
+	if err := fencecheck.CheckClaim(k, cur, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	return fence.State{}, fmt.Errorf("%w: claim %s with %s, stored %s", errBroken, k, t, cur.Token)
@@ -245,7 +245,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant 
 // Load implements [fence.Sink]: the stored state, the zero token and [fence.NoPosition] for
 // a key never claimed.
 func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return fence.State{}, err
 	}
 	if err := s.ready(ctx); err != nil {
@@ -271,7 +271,7 @@ func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
 // command), [ErrCommand], [ErrCrossSlot] or fn's error; in each case nothing was written. fn
 // runs once; while another transaction holds the fence the script waits for it.
 func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx *Tx) error) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -295,7 +295,7 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, la
 // and reports a refusal now, judged on the stored state, as Apply would: the caller then
 // rolls back. The commit checks again and refuses a write the state no longer admits.
 func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token, first, last int64) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	if tx == nil || tx.s != s {
@@ -322,7 +322,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 	if last, ok := tx.advanced[fk]; ok {
 		st.Position = last
 	}
-	if err := fencestore.CheckAdvance(k, st, t, first, last); err != nil {
+	if err := fencecheck.CheckAdvance(k, st, t, first, last); err != nil {
 		return err
 	}
 	tx.advance(k, t, first, last)
@@ -333,7 +333,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 // Token{Era: expected.Era+1, Epoch: epoch} held by claimant, keeps the position and records a
 // [fence.Recovery], in one script; otherwise it fails with [fence.ErrConflict].
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
-	if err := fencestore.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
+	if err := fencecheck.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -358,7 +358,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 // Recoveries implements [fence.Sink]: the recorded recoveries of k, oldest first. At is the
 // server's clock, to the millisecond.
 func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, err
 	}
 	if err := s.ready(ctx); err != nil {

@@ -8,7 +8,7 @@ import (
 	"strconv"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // topicAttempts bounds the reads and compare-and-sets of SeeTopic and ResetTopic when other
@@ -16,10 +16,10 @@ import (
 const topicAttempts = 20
 
 // SeeTopic implements [fence.Topics.SeeTopic]: it reads the stored identity, decides with
-// fencestore.CheckTopic, and stores an adopted identity by a compare-and-set on the record
+// fencecheck.CheckTopic, and stores an adopted identity by a compare-and-set on the record
 // sequence (read again and decided again if another writer got there first).
 func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.Topic, reason string) (fence.Topic, bool, error) {
-	if err := fencestore.ValidateTopic(group, topic, seen); err != nil {
+	if err := fencecheck.ValidateTopic(group, topic, seen); err != nil {
 		return fence.Topic{}, false, err
 	}
 	if reason == "" {
@@ -34,7 +34,7 @@ func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.To
 			return fence.Topic{}, false, err
 		}
 		// The key only names the topic here; the partition rule does not apply to an adoption.
-		adopt, _ := fencestore.CheckTopic(fence.Key{Group: group, Topic: topic}, cur, found, seen)
+		adopt, _ := fencecheck.CheckTopic(fence.Key{Group: group, Topic: topic}, cur, found, seen)
 		if adopt == nil {
 			return cur, false, nil
 		}
@@ -72,11 +72,11 @@ func (s *Store) loadTopic(ctx context.Context, group, topic string) (t fence.Top
 
 // ResetTopic implements [fence.Topics.ResetTopic] in one script: the identity's
 // compare-and-set and, for a recreated topic, every fence of the topic (those that exist and
-// every partition below the larger partition count) moved to fencestore.ResetToken with no
+// every partition below the larger partition count) moved to fencecheck.ResetToken with no
 // claimant and no position, each recorded as a recovery. It waits while a transaction holds
 // one of the fences.
 func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
-	if err := fencestore.ValidateReset(group, topic, expected, to, reason); err != nil {
+	if err := fencecheck.ValidateReset(group, topic, expected, to, reason); err != nil {
 		return err
 	}
 	if err := s.ready(ctx); err != nil {
@@ -87,7 +87,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 		if err != nil {
 			return err
 		}
-		recreated, err := fencestore.CheckTopicReset(group, topic, cur, found, expected, to)
+		recreated, err := fencecheck.CheckTopicReset(group, topic, cur, found, expected, to)
 		if err != nil {
 			return err
 		}
@@ -117,7 +117,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 				if err != nil {
 					return err
 				}
-				next := fencestore.ResetToken(st.Token)
+				next := fencecheck.ResetToken(st.Token)
 				fk := s.k.fence(k)
 				keys = append(keys, fk, hold(fk), s.k.recovery(k))
 				parts = append(parts, i64(int64(p)), i64(st.Token.Era), i64(st.Token.Epoch), i64(next.Era))
@@ -138,7 +138,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 // TopicHistory implements [fence.Topics.TopicHistory]. At is the server's clock, to the
 // millisecond.
 func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.TopicRecord, error) {
-	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(fence.Key{Group: group, Topic: topic}); err != nil {
 		return nil, err
 	}
 	if err := s.ready(ctx); err != nil {

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // maxPairs bounds the field-value pairs of one HSet or XAdd (Lua's unpack has a stack limit).
@@ -177,11 +177,11 @@ func (tx *Tx) advance(k fence.Key, t fence.Token, first, last int64) {
 
 // Admit implements [fence.KeyedSink] in tx: it holds the keyed fence of (scope, id) for tx
 // (other admissions of it wait until tx ends, or for at most ten seconds), judges (t, seq)
-// against what it stores with fencestore.CheckAdmit, and, if [fence.Admitted], queues storing
+// against what it stores with fencecheck.CheckAdmit, and, if [fence.Admitted], queues storing
 // it for the commit, which refuses the whole transaction (fence.ErrConflict) should the keyed
 // fence have changed meanwhile.
 func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencecheck.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	if tx == nil || tx.s != s || tx.done {
@@ -211,7 +211,7 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 		tx.admits[ek] = a
 		tx.ops = append(tx.ops, op{code: "adm", keys: []string{ek, hold(ek)}})
 	}
-	v := fencestore.CheckAdmit(a.next, a.nextSeq, a.found || a.write, t, seq)
+	v := fencecheck.CheckAdmit(a.next, a.nextSeq, a.found || a.write, t, seq)
 	if v == fence.Admitted {
 		a.next, a.nextSeq, a.write = t, seq, true
 	}
@@ -296,7 +296,7 @@ func (tx *Tx) commit(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := fencestore.CheckAdvance(o.k, st, o.t, o.first, o.to); err != nil {
+			if err := fencecheck.CheckAdvance(o.k, st, o.t, o.first, o.to); err != nil {
 				return err
 			}
 			return fmt.Errorf("%w: advance %s under %s over %d..%d, stored %s at %d", errBroken, o.k, o.t, o.first, o.to, st.Token, st.Position)

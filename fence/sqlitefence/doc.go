@@ -10,8 +10,8 @@
 // transaction as the caller's writes, so a write under a lower token can never commit after a
 // higher one was accepted, and the data never gets ahead of or behind its fence. When the
 // conditional write matches no row, the store reads the row inside the same transaction and
-// classifies the refusal with the shared rules ([fencestore.CheckClaim],
-// [fencestore.CheckAdvance], [fencestore.CheckAdmit]), so SQLite agrees with every other sink
+// classifies the refusal with the rules every store of this module shares
+// (internal/fencecheck), so SQLite agrees with every other sink
 // about what is stale, unclaimed, duplicate, overlapping or invalid. [Store.Migrate] adds the
 // claimant column to a fence table created before it existed. [Store.Recover] is a compare-and-set recorded in
 // a recoveries table in the same transaction.
@@ -50,7 +50,7 @@
 //
 // [Open] uses journal_mode=WAL with synchronous=FULL by default: each commit fsyncs the
 // write-ahead log before it returns, so a committed fence and its data survive a process crash,
-// an OS crash and a power loss. [Sync]([SyncNormal]) skips that fsync (the WAL is synced at
+// an OS crash and a power loss. [SyncNormal] skips that fsync (the WAL is synced at
 // checkpoints): commits still survive a process crash, but a power loss or OS crash can roll
 // back the last commits. The database stays consistent, and because fence and data are
 // committed together they are rolled back together: the stored position falls back with the
@@ -86,6 +86,6 @@
 //
 // # Versioned writes
 //
-// NewVersioned(table, ...) gives the single-record optimistic write (fence.Versioned) over a
-// table of yours: a version column compared and incremented in one statement; see Versioned.
+// [NewVersioned](table, key, version) gives the single-record optimistic write (fence.Versioned)
+// over a table of yours: a version column compared and incremented in one statement.
 package sqlitefence

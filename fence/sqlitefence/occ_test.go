@@ -14,19 +14,19 @@ import (
 
 // occEnv builds the OCC suite's Env over db, with names that need quoting (mixed case, a
 // reserved word).
-func occEnv(t *testing.T, db *sql.DB) fencetest.OCCEnv[RowQuerier] {
+func occEnv(t *testing.T, db *sql.DB) fencetest.OCCEnv[*sql.Tx] {
 	t.Helper()
 	const table, key, version = "Orders", "order", "Rev"
 	if _, err := db.Exec(`CREATE TABLE "Orders" ("order" TEXT PRIMARY KEY, value TEXT, "Rev" INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	v, err := NewVersioned(table, KeyColumn(key), VersionColumn(version))
+	v, err := NewVersioned(table, key, version)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return fencetest.OCCEnv[RowQuerier]{
+	return fencetest.OCCEnv[*sql.Tx]{
 		Versioned: v, Table: table, Key: key, Version: version,
-		Begin: func(ctx context.Context) (RowQuerier, func() error, func() error, error) {
+		Begin: func(ctx context.Context) (*sql.Tx, func() error, func() error, error) {
 			tx, err := db.BeginTx(ctx, nil)
 			if err != nil {
 				return nil, nil, nil, err
@@ -43,7 +43,7 @@ func occEnv(t *testing.T, db *sql.DB) fencetest.OCCEnv[RowQuerier] {
 			return val, ver, err == nil, err
 		},
 		Names: func(table, key, version string) error {
-			_, err := NewVersioned(table, KeyColumn(key), VersionColumn(version))
+			_, err := NewVersioned(table, key, version)
 			return err
 		},
 	}
@@ -51,7 +51,7 @@ func occEnv(t *testing.T, db *sql.DB) fencetest.OCCEnv[RowQuerier] {
 
 // TestOCCConformance runs the fence suite's OCC cases over Open's database (BEGIN IMMEDIATE).
 func TestOCCConformance(t *testing.T) {
-	fencetest.RunOCC(t, func(t *testing.T) fencetest.OCCEnv[RowQuerier] {
+	fencetest.RunOCC(t, func(t *testing.T) fencetest.OCCEnv[*sql.Tx] {
 		return occEnv(t, openT(t, filepath.Join(t.TempDir(), "occ.db")).DB())
 	})
 }
@@ -59,45 +59,57 @@ func TestOCCConformance(t *testing.T) {
 // TestOCCConformanceDeferred runs them over a caller-owned database without _txlock: every
 // transaction is DEFERRED and takes the write lock at its first write.
 func TestOCCConformanceDeferred(t *testing.T) {
-	fencetest.RunOCC(t, func(t *testing.T) fencetest.OCCEnv[RowQuerier] {
+	fencetest.RunOCC(t, func(t *testing.T) fencetest.OCCEnv[*sql.Tx] {
 		return occEnv(t, openPlainDB(t, filepath.Join(t.TempDir(), "occ.db"), "_busy_timeout=5000"))
 	})
 }
 
 func TestNewVersionedReportsEveryProblem(t *testing.T) {
-	_, err := NewVersioned(`t"x`, KeyColumn(""), nil, VersionColumn("a.b"))
+	_, err := NewVersioned(`t"x`, "", "a.b")
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("NewVersioned = %v, want ErrInvalid", err)
 	}
-	for _, want := range []string{"versioned table", "key column", "option 1 is nil", "version column"} {
+	for _, want := range []string{"versioned table", "key column", "version column"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not mention %q", err, want)
 		}
 	}
 }
 
-// TestVersionedOnDB: a write on the *sql.DB (no transaction) commits on its own, with an
-// integer key as in the seeds' work_order example.
-func TestVersionedOnDB(t *testing.T) {
+// TestVersionedInTransaction: a write belongs to the caller's *sql.Tx, with an integer key as
+// in the seeds' work_order example, and a nil tx fails before any I/O.
+func TestVersionedInTransaction(t *testing.T) {
 	db := openT(t, filepath.Join(t.TempDir(), "occ.db")).DB()
 	ctx := t.Context()
 	if _, err := db.Exec(`CREATE TABLE work_order (id INTEGER PRIMARY KEY, status TEXT NOT NULL, version INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	v, err := NewVersioned("work_order")
+	v, err := NewVersioned("work_order", "id", "version")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := v.Write(ctx, nil, 4711, 0, fence.Column{Name: "status", Value: "CREATED"}); !errors.Is(err, fence.ErrInvalid) {
-		t.Fatalf("nil querier: %v, want ErrInvalid", err)
+		t.Fatalf("nil tx: %v, want ErrInvalid", err)
 	}
-	if n, err := v.Write(ctx, db, 4711, 0, fence.Column{Name: "status", Value: "CREATED"}); err != nil || n != 1 {
+	write := func(expected int64, status string) (int64, error) {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := v.Write(ctx, tx, 4711, expected, fence.Column{Name: "status", Value: status})
+		if err != nil {
+			_ = tx.Rollback()
+			return n, err
+		}
+		return n, tx.Commit()
+	}
+	if n, err := write(0, "CREATED"); err != nil || n != 1 {
 		t.Fatalf("create = %d, %v", n, err)
 	}
-	if n, err := v.Write(ctx, db, 4711, 1, fence.Column{Name: "status", Value: "RELEASED"}); err != nil || n != 2 {
+	if n, err := write(1, "RELEASED"); err != nil || n != 2 {
 		t.Fatalf("update = %d, %v", n, err)
 	}
-	_, err = v.Write(ctx, db, 4711, 1, fence.Column{Name: "status", Value: "CANCELLED"})
+	_, err = write(1, "CANCELLED")
 	var ce *fence.VersionConflictError
 	if !errors.As(err, &ce) || ce.Expected != 1 || ce.Found != 2 {
 		t.Fatalf("stale write = %v, want a conflict expected 1 found 2", err)

@@ -8,52 +8,24 @@ import (
 	"github.com/batonhq/baton/fence"
 )
 
-// DefaultTable is the table name used when no [Table] option is given: the same as
-// pgfence.DefaultTable, so that a deployment's tables are named alike in either store.
-const DefaultTable = "baton_fences"
-
-// DefaultBusyTimeout is the busy timeout used when no [BusyTimeout] option is given.
-const DefaultBusyTimeout = 5 * time.Second
-
-// Synchronous is SQLite's PRAGMA synchronous setting, chosen with [Sync] for [Open]. In WAL mode:
-//
-//   - SyncFull (the default): every commit fsyncs the write-ahead log before it returns. A
-//     commit that returned survives a process crash and a power loss or OS crash.
-//   - SyncNormal: commits are written to the WAL but fsynced only at checkpoints. A commit that
-//     returned survives a process crash (the data is in the OS page cache), but the last
-//     commits may be rolled back by a power loss or OS crash. The database is never corrupted
-//     and the fence never goes backwards relative to the data it guards (both live in the same
-//     transactions), but a position already reported to Kafka as committed may be lost: the
-//     records after it are then re-applied from Kafka, which is safe only because the fence
-//     position was lost with them.
-type Synchronous int
-
+// The defaults: the table's name is the same as pgfence's, so that a deployment's tables are
+// named alike in either store.
 const (
-	SyncFull   Synchronous = 2
-	SyncNormal Synchronous = 1
+	defaultTable       = "baton_fences"
+	defaultBusyTimeout = 5 * time.Second
 )
-
-func (s Synchronous) String() string {
-	switch s {
-	case SyncFull:
-		return "FULL"
-	case SyncNormal:
-		return "NORMAL"
-	}
-	return fmt.Sprintf("Synchronous(%d)", int(s))
-}
 
 type config struct {
 	table       string
 	busyTimeout time.Duration
-	sync        Synchronous
+	sync        string // PRAGMA synchronous: "FULL" or "NORMAL"
 	syncSet     bool
 }
 
 // Option configures [Open] and [New].
 type Option func(*config) error
 
-// Table sets the name of the fence table (default [DefaultTable]). The store also creates
+// Table sets the name of the fence table (default "baton_fences"). The store also creates
 // name+"_recoveries" (the Recover audit trail), name+"_recoveries_idx" (its index) and name+"_keyed"
 // (keyed fences). The name is "table" or "schema.table" (schema being an attached database,
 // such as "main"), each part matching [A-Za-z_][A-Za-z0-9_]* and, with the suffixes, at most
@@ -69,7 +41,7 @@ func Table(name string) Option {
 }
 
 // BusyTimeout bounds how long one store operation waits for SQLite's write lock (default
-// [DefaultBusyTimeout]). [Open] sets it as the connections' busy_timeout; the store's own
+// 5s). [Open] sets it as the connections' busy_timeout; the store's own
 // transactions additionally retry SQLITE_BUSY until it has elapsed since the call began, then
 // fail with [ErrBusy]. Zero means do not wait: fail at once with ErrBusy.
 func BusyTimeout(d time.Duration) Option {
@@ -82,21 +54,25 @@ func BusyTimeout(d time.Duration) Option {
 	}
 }
 
-// Sync sets PRAGMA synchronous for [Open] (default [SyncFull]); see [Synchronous] for what each
-// setting guarantees. [New] rejects it with [fence.ErrInvalid]: the caller owns that database's
-// settings.
-func Sync(s Synchronous) Option {
+// SyncNormal makes [Open] set PRAGMA synchronous=NORMAL instead of FULL, the default. In WAL
+// mode, with FULL every commit fsyncs the write-ahead log before it returns: a commit that
+// returned survives a process crash and a power loss or OS crash. With NORMAL commits are
+// written to the WAL but fsynced only at checkpoints: a commit that returned survives a process
+// crash (the data is in the OS page cache), but the last commits may be rolled back by a power
+// loss or OS crash. The database is never corrupted and the fence never goes backwards relative
+// to the data it guards (both live in the same transactions), but a position already reported
+// to Kafka as committed may be lost: the records after it are then re-applied from Kafka, which
+// is safe only because the fence position was lost with them. [New] rejects it with
+// [fence.ErrInvalid]: the caller owns that database's settings.
+func SyncNormal() Option {
 	return func(c *config) error {
-		if s != SyncFull && s != SyncNormal {
-			return fmt.Errorf("%w: synchronous %s; use SyncFull or SyncNormal", fence.ErrInvalid, s)
-		}
-		c.sync, c.syncSet = s, true
+		c.sync, c.syncSet = "NORMAL", true
 		return nil
 	}
 }
 
 func newConfig(opts []Option) (config, error) {
-	c := config{table: DefaultTable, busyTimeout: DefaultBusyTimeout, sync: SyncFull}
+	c := config{table: defaultTable, busyTimeout: defaultBusyTimeout, sync: "FULL"}
 	var errs []error
 	for i, o := range opts {
 		if o == nil {

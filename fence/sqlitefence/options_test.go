@@ -10,11 +10,11 @@ import (
 
 // TestNewJoinsOptionErrors: New and Open report every problem at once, not only the first.
 func TestNewJoinsOptionErrors(t *testing.T) {
-	_, err := New(nil, nil, Table("bad name"), BusyTimeout(-1), Sync(SyncNormal))
+	_, err := New(nil, nil, Table("bad name"), BusyTimeout(-1), SyncNormal())
 	if !errors.Is(err, fence.ErrInvalid) {
 		t.Fatalf("New = %v, want fence.ErrInvalid", err)
 	}
-	for _, want := range []string{"nil *sql.DB", "option 0 is nil", "table name", "busy timeout", "Sync option"} {
+	for _, want := range []string{"nil *sql.DB", "option 0 is nil", "table name", "busy timeout", "SyncNormal option"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("New = %q, want it to mention %q", err, want)
 		}

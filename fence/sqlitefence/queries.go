@@ -7,7 +7,7 @@ import "strings"
 type queries struct {
 	schema string
 
-	// Fences: fencestore.CheckClaim and CheckAdvance in SQL. A claim may move the fence only
+	// Fences: fencecheck.CheckClaim and CheckAdvance in SQL. A claim may move the fence only
 	// within the stored era (eras advance only through Recover), to a higher epoch or to the
 	// same epoch already held by this claimant (or by nobody: the zero token of a fence never
 	// claimed). A write needs exactly the stored token and a batch starting after the stored
@@ -69,7 +69,7 @@ func newQueries(n names) queries {
 		recoveries: `SELECT from_era, from_epoch, to_era, to_epoch, reason, at_unix_ns FROM ` + n.recovery +
 			key + ` ORDER BY seq`,
 
-		// (era, epoch, seq) compared as a row value is exactly fencestore.CheckAdmit: a higher token
+		// (era, epoch, seq) compared as a row value is exactly fencecheck.CheckAdmit: a higher token
 		// with any sequence, or the same token with a higher sequence.
 		admit: `INSERT INTO ` + n.keyed + ` (scope, id, era, epoch, seq) VALUES (?1, ?2, ?3, ?4, ?5)` +
 			` ON CONFLICT (scope, id) DO UPDATE SET era = ?3, epoch = ?4, seq = ?5` +

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // errBroken reports a fence row that changed between a failed conditional write and the read
@@ -21,7 +21,7 @@ var errBroken = errors.New("sqlitefence: conditional write affected no row, yet 
 // higher, with [fence.ErrInvalid] if t is of a later era than the stored token, and with
 // [ErrBusy] if the write lock stayed busy past the busy timeout.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
-	if err := fencestore.ValidateClaim(k, t, claimant); err != nil {
+	if err := fencecheck.ValidateClaim(k, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	var st fence.State
@@ -57,7 +57,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Toke
 	if err != nil {
 		return fence.State{}, err
 	}
-	if err := fencestore.CheckClaim(k, cur, t, claimant); err != nil {
+	if err := fencecheck.CheckClaim(k, cur, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	return fence.State{}, fmt.Errorf("%w: claim %s with %s, stored %s", errBroken, k, t, cur.Token)
@@ -66,7 +66,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Toke
 // Load implements [fence.Sink]: it returns the stored state, the zero token and
 // [fence.NoPosition] for a key never claimed.
 func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return fence.State{}, err
 	}
 	st, err := s.loadTx(ctx, s.db, k)
@@ -93,7 +93,7 @@ func (s *Store) loadTx(ctx context.Context, q querier, k fence.Key) (fence.State
 // with fn's error, or with [ErrBusy]; in each case nothing is committed. SQLITE_BUSY before fn
 // runs is retried within the busy timeout; fn is never run twice by one Apply.
 func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	if fn == nil {
@@ -116,7 +116,7 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, la
 // busy_timeout, or a DEFERRED tx that had already read could not upgrade) is wrapped in
 // [ErrBusy] and cannot be retried inside tx.
 func (s *Store) Advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.Token, first, last int64) error {
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	if tx == nil {
@@ -143,7 +143,7 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 	if err != nil {
 		return err
 	}
-	if err := fencestore.CheckAdvance(k, cur, t, first, last); err != nil {
+	if err := fencecheck.CheckAdvance(k, cur, t, first, last); err != nil {
 		return err
 	}
 	return fmt.Errorf("%w: advance %s under %s over %d..%d, stored %s at %d", errBroken, k, t, first, last, cur.Token, cur.Position)
@@ -154,7 +154,7 @@ func (s *Store) advance(ctx context.Context, tx *sql.Tx, k fence.Key, t fence.To
 // [fence.Recovery] in the same transaction and returns the new token. Otherwise it fails with
 // [fence.ErrConflict] and changes nothing.
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
-	if err := fencestore.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
+	if err := fencecheck.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -192,7 +192,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 
 // Recoveries implements [fence.Sink]: the recorded recoveries of k, oldest first.
 func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.recoveries, k.Group, k.Topic, k.Partition)
@@ -218,7 +218,7 @@ func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, 
 // what is stored and returns [fence.Admitted]; otherwise it stores nothing and returns
 // [fence.Stale] (lower token) or [fence.Duplicate] (same token, sequence not higher).
 func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencecheck.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	if tx == nil {
@@ -239,7 +239,7 @@ func (s *Store) Admit(ctx context.Context, tx *sql.Tx, scope, id string, t fence
 	if err != nil {
 		return 0, wrapBusy(err)
 	}
-	v := fencestore.CheckAdmit(stored, storedSeq, true, t, seq)
+	v := fencecheck.CheckAdmit(stored, storedSeq, true, t, seq)
 	if v == fence.Admitted {
 		return 0, fmt.Errorf("%w: admit %s/%s at %s/%d, stored %s/%d", errBroken, scope, id, t, seq, stored, storedSeq)
 	}

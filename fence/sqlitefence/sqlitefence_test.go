@@ -44,7 +44,7 @@ func TestOpenSettings(t *testing.T) {
 		busy string
 	}{
 		{"defaults", nil, "2", "5000"},
-		{"normal", []Option{Sync(SyncNormal), BusyTimeout(250 * time.Millisecond)}, "1", "250"},
+		{"normal", []Option{SyncNormal(), BusyTimeout(250 * time.Millisecond)}, "1", "250"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openT(t, tempPath(t), tc.opts...)
@@ -97,11 +97,10 @@ func TestBadArguments(t *testing.T) {
 		"open empty":       func() error { _, err := Open(""); return err },
 		"open memory":      func() error { _, err := Open(":memory:"); return err },
 		"negative busy":    func() error { _, err := Open(tempPath(t), BusyTimeout(-time.Second)); return err },
-		"bad sync":         func() error { _, err := Open(tempPath(t), Sync(0)); return err },
 		"nil option":       func() error { _, err := Open(tempPath(t), nil); return err },
 		"new nil db":       func() error { _, err := New(nil); return err },
 		"new other driver": func() error { _, err := New(other); return err },
-		"new sync":         func() error { _, err := New(plain, Sync(SyncNormal)); return err },
+		"new sync":         func() error { _, err := New(plain, SyncNormal()); return err },
 		"advance nil tx":   func() error { return openT(t, tempPath(t)).Advance(t.Context(), nil, key1, tok(0, 1), 0, 0) },
 		"apply nil fn":     func() error { return openT(t, tempPath(t)).Apply(t.Context(), key1, tok(0, 1), 0, 0, nil) },
 		"recover max era": func() error {

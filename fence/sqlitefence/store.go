@@ -55,7 +55,7 @@ var (
 // [New], Open does I/O: it checks the journal mode and runs [Store.Migrate], so the store is
 // ready to use.
 //
-// Every connection is set up with journal_mode=WAL, synchronous=FULL (see [Sync]),
+// Every connection is set up with journal_mode=WAL, synchronous=FULL (see [SyncNormal]),
 // foreign_keys=ON, busy_timeout=[BusyTimeout], and begins its read-write transactions with
 // BEGIN IMMEDIATE, so a transaction holds the write lock from its start: no two writers
 // interleave a fence check and advance, and no transaction fails late upgrading a read lock.
@@ -114,7 +114,7 @@ func dsn(abs string, cfg config) string {
 	q.Set("_txlock", "immediate")
 	q.Set("_busy_timeout", strconv.FormatInt(cfg.busyTimeout.Milliseconds(), 10))
 	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", cfg.sync.String())
+	q.Set("_synchronous", cfg.sync)
 	q.Set("_foreign_keys", "1")
 	b.WriteByte('?')
 	b.WriteString(q.Encode())
@@ -144,7 +144,7 @@ func New(db *sql.DB, opts ...Option) (*Store, error) {
 	cfg, err := newConfig(opts)
 	errs = append(errs, err)
 	if cfg.syncSet {
-		errs = append(errs, fmt.Errorf("%w: the Sync option applies to Open only; New leaves the caller's settings alone", fence.ErrInvalid))
+		errs = append(errs, fmt.Errorf("%w: the SyncNormal option applies to Open only; New leaves the caller's settings alone", fence.ErrInvalid))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err

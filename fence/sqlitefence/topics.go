@@ -8,14 +8,14 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 var _ fence.Topics = (*Store)(nil)
 
 // SeeTopic implements [fence.Topics.SeeTopic] in one write transaction.
 func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.Topic, reason string) (fence.Topic, bool, error) {
-	if err := fencestore.ValidateTopic(group, topic, seen); err != nil {
+	if err := fencecheck.ValidateTopic(group, topic, seen); err != nil {
 		return fence.Topic{}, false, err
 	}
 	if reason == "" {
@@ -29,7 +29,7 @@ func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.To
 			return err
 		}
 		// The key only names the topic here; the partition rule does not apply to an adoption.
-		adopt, _ := fencestore.CheckTopic(fence.Key{Group: group, Topic: topic}, cur, found, seen)
+		adopt, _ := fencecheck.CheckTopic(fence.Key{Group: group, Topic: topic}, cur, found, seen)
 		stored, adopted = cur, adopt != nil
 		if adopt == nil {
 			return nil
@@ -57,7 +57,7 @@ func (s *Store) loadTopic(ctx context.Context, tx *sql.Tx, group, topic string) 
 // every other fence row of the topic), so a claim of the old incarnation judged after it is
 // refused whether or not its fence existed before.
 func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
-	if err := fencestore.ValidateReset(group, topic, expected, to, reason); err != nil {
+	if err := fencecheck.ValidateReset(group, topic, expected, to, reason); err != nil {
 		return err
 	}
 	err := s.writeTx(ctx, func(ctx context.Context, tx *sql.Tx, _ func()) error {
@@ -65,7 +65,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 		if err != nil {
 			return err
 		}
-		recreated, err := fencestore.CheckTopicReset(group, topic, cur, found, expected, to)
+		recreated, err := fencecheck.CheckTopicReset(group, topic, cur, found, expected, to)
 		if err != nil {
 			return err
 		}
@@ -94,7 +94,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 				}
 			}
 			for p, from := range stored {
-				next := fencestore.ResetToken(from)
+				next := fencecheck.ResetToken(from)
 				if _, err := tx.ExecContext(ctx, s.q.topicReset, group, topic, p, next.Era); err != nil {
 					return err
 				}
@@ -115,7 +115,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 
 // TopicHistory implements [fence.Topics.TopicHistory].
 func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.TopicRecord, error) {
-	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(fence.Key{Group: group, Topic: topic}); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.QueryContext(ctx, s.q.topicHistory, group, topic)

@@ -10,31 +10,12 @@ import (
 	"github.com/batonhq/baton/internal/sqlident"
 )
 
-// Defaults of the key and version columns.
-const (
-	DefaultKey     = "id"
-	DefaultVersion = "version"
-)
-
 // Dialect is what differs between the stores' drivers.
 type Dialect struct {
 	What        string           // the store's name, prefixing errors
 	Placeholder func(int) string // the placeholder of argument i (1-based)
 	NoRows      error            // the driver's error for a query that returned no row
 	Wrap        func(error) error
-}
-
-// Config is what a store's versioned options set: the key and version columns.
-type Config struct{ key, version string }
-
-// KeyColumn sets the key column.
-func KeyColumn(name string) func(*Config) error {
-	return func(c *Config) error { c.key = name; return nil }
-}
-
-// VersionColumn sets the version column.
-func VersionColumn(name string) func(*Config) error {
-	return func(c *Config) error { c.version = name; return nil }
 }
 
 // Table is a validated versioned table: its names as configured and as quoted for SQL.
@@ -44,22 +25,10 @@ type Table struct {
 	qName, qKey, qVersion string
 }
 
-// Open applies opts over the default columns and validates the table with [New]. A nil
-// option and every invalid value are reported, joined, each wrapping fence.ErrInvalid.
-func Open[O ~func(*Config) error](d Dialect, table string, opts []O) (Table, error) {
-	c := Config{key: DefaultKey, version: DefaultVersion}
-	var errs []error
-	for i, o := range opts {
-		if o == nil {
-			errs = append(errs, fmt.Errorf("%w: %s: versioned option %d is nil", fence.ErrInvalid, d.What, i))
-			continue
-		}
-		if err := o(&c); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	t, err := New(d.What, table, c.key, c.version)
-	if err := errors.Join(append(errs, err)...); err != nil {
+// Open validates the table and its columns with [New] and returns it for the store's dialect.
+func Open(d Dialect, table, key, version string) (Table, error) {
+	t, err := New(d.What, table, key, version)
+	if err != nil {
 		return Table{}, err
 	}
 	t.d = d

@@ -17,8 +17,8 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/internal/memfence"
 	"github.com/batonhq/baton/internal/testkit/netfreeze"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox"

@@ -8,6 +8,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/batonhq/baton/outbox"
 )
 
@@ -40,7 +41,7 @@ func NewStandaloneRelay[Tx any](group, coordTopic string, sink fence.Sink[Tx], r
 	if relay == nil {
 		return nil, fmt.Errorf("%w: nil relay", outbox.ErrInvalid)
 	}
-	if err := ShardKey(group, coordTopic, 0).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(ShardKey(group, coordTopic, 0)); err != nil {
 		return nil, fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
 	}
 	noop := func(context.Context, Tx, *consumer.Batch) error { return nil }
@@ -71,7 +72,7 @@ func PrepareShards[Tx any](ctx context.Context, sink fence.Sink[Tx], group, coor
 	if shards < 1 {
 		return fmt.Errorf("%w: %d shards", outbox.ErrInvalid, shards)
 	}
-	if err := ShardKey(group, coordTopic, shards-1).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(ShardKey(group, coordTopic, shards-1)); err != nil {
 		return fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
 	}
 	if err := checkShardCount(ctx, sink, group, coordTopic, shards); err != nil {

@@ -366,7 +366,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !victimTok.Token.Less(st0.Token) || !survivor.spy.holds(0, st0.Token) {
+	if victimTok.Token.Compare(st0.Token) >= 0 || !survivor.spy.holds(0, st0.Token) {
 		t.Fatalf("shard 0 is fenced at %s (victim's token %s); the survivor did not take it over", st0.Token, victimTok.Token)
 	}
 	if survivor.spy.rowsRead(0) == survivorRead {
@@ -449,7 +449,7 @@ func testStandaloneTakeover[Tx any](t *testing.T, ctx context.Context, app appSi
 			if seq <= 10 && !tok.IsZero() {
 				t.Fatalf("%s seq %d, appended before any relay, has token %s, want the zero token", src, seq, tok)
 			}
-			if tok.Less(prev) {
+			if tok.Compare(prev) < 0 {
 				t.Fatalf("%s seq %d has token %s, lower than an earlier row's %s", src, seq, tok, prev)
 			}
 			prev = tok

@@ -70,7 +70,7 @@ var schemaSQL string
 // database. Call [Store.Migrate] once to create its tables. A nil db or fences, or invalid
 // names, fail with [outbox.ErrInvalid], every problem joined with errors.Join.
 func New(db DB, fences *pgfence.Store, opts ...Option) (*Store, error) {
-	table, noFences := pgfence.DefaultTable, error(nil)
+	table, noFences := "baton_fences", error(nil)
 	if fences == nil {
 		noFences = fmt.Errorf("%w: pgoutbox: nil fence store", outbox.ErrInvalid)
 	} else {

@@ -44,6 +44,9 @@ func TestDefaultTableNamesAgree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fences.Table() != pf.Table() {
+		t.Errorf("default fence tables differ: sqlite %q, postgres %q", fences.Table(), pf.Table())
+	}
 	po, err := pgoutbox.New(nopDB{}, pf)
 	if err != nil {
 		t.Fatal(err)

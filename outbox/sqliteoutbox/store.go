@@ -58,7 +58,7 @@ var schemaSQL string
 // reported, joined with errors.Join.
 func New(fences *sqlitefence.Store, opts ...Option) (*Store, error) {
 	var db *sql.DB
-	table, noFences := sqlitefence.DefaultTable, error(nil)
+	table, noFences := "baton_fences", error(nil)
 	if fences == nil {
 		noFences = fmt.Errorf("%w: sqliteoutbox: nil fence store", outbox.ErrInvalid)
 	} else {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Source grants leases on etcd: one etcd lease and one lock key per [Source.Acquire], with the
@@ -56,7 +57,7 @@ func New(cl *clientv3.Client, opts ...Option) (*Source, error) {
 // TTL), was revoked, or the client was closed. Release revokes it.
 func (s *Source) Acquire(ctx context.Context, resource string) (*lease.Lease, error) {
 	k := lease.Key(s.cfg.group, resource)
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, fmt.Errorf("etcdlease: resource: %w", err)
 	}
 	ttl := int64((s.cfg.ttl + 999_999_999) / 1_000_000_000)

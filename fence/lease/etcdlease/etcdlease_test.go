@@ -81,7 +81,7 @@ func TestAcquireReleaseOrder(t *testing.T) {
 		t.FailNow()
 	}
 	defer b.Release(ctx)
-	if !a.Token().Less(b.Token()) {
+	if a.Token().Compare(b.Token()) >= 0 {
 		t.Fatalf("second token %s not above first %s", b.Token(), a.Token())
 	}
 }
@@ -189,7 +189,7 @@ func TestRestart(t *testing.T) {
 		}
 	}
 	defer again.Release(ctx)
-	if !first.Token().Less(again.Token()) {
+	if first.Token().Compare(again.Token()) >= 0 {
 		t.Fatalf("token after restart %s not above %s", again.Token(), first.Token())
 	}
 }

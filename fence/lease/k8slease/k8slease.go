@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Source grants Kubernetes Leases (coordination.k8s.io/v1) in one namespace: the resource is
@@ -71,7 +72,7 @@ func New(leases typedv1.LeaseInterface, identity string, opts ...Option) (*Sourc
 // Release clears holderIdentity.
 func (s *Source) Acquire(ctx context.Context, resource string) (*lease.Lease, error) {
 	k := lease.Key(s.cfg.group, resource)
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, fmt.Errorf("k8slease: resource: %w", err)
 	}
 	if msgs := validation.IsDNS1123Subdomain(resource); len(msgs) > 0 {

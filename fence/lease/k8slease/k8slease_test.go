@@ -23,7 +23,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
 	"github.com/batonhq/baton/fence/lease/k8slease"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -166,7 +166,7 @@ func TestZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Release(ctx)
-	if !a.Token().Less(b.Token()) {
+	if a.Token().Compare(b.Token()) >= 0 {
 		t.Fatalf("B's token %s not above A's %s", b.Token(), a.Token())
 	}
 	if _, err := lease.Claim(ctx, sink, b); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Defaults of the options.
@@ -67,7 +68,7 @@ func RetryEvery(d time.Duration) Option {
 // Give each cluster its own group if one sink fences Leases of several.
 func Group(name string) Option {
 	return func(c *config) error {
-		if err := lease.Key(name, "x").Validate(); err != nil {
+		if err := fencecheck.ValidateKey(lease.Key(name, "x")); err != nil {
 			return fmt.Errorf("k8slease: group: %w", err)
 		}
 		c.group = name

@@ -7,6 +7,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Defaults of the options (each option's doc states its own).
@@ -59,7 +60,7 @@ func Table(name string) Option {
 // Give each database its own group if one sink fences resources of several.
 func Group(name string) Option {
 	return func(c *config) error {
-		if err := lease.Key(name, "x").Validate(); err != nil {
+		if err := fencecheck.ValidateKey(lease.Key(name, "x")); err != nil {
 			return fmt.Errorf("pglease: group: %w", err)
 		}
 		c.group = name

@@ -12,6 +12,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/batonhq/baton/internal/pgmigrate"
 )
 
@@ -86,7 +87,7 @@ func lockKey(group, resource string) int64 {
 // broke. Release closes the session, which frees the lock.
 func (s *Source) Acquire(ctx context.Context, resource string) (*lease.Lease, error) {
 	k := lease.Key(s.cfg.group, resource)
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, fmt.Errorf("pglease: resource: %w", err)
 	}
 	fail := func(what string, err error) (*lease.Lease, error) {

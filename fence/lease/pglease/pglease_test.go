@@ -186,7 +186,7 @@ func TestRestart(t *testing.T) {
 		t.Fatalf("Acquire after the restart: %v", err)
 	}
 	defer again.Release(ctx)
-	if !first.Token().Less(again.Token()) {
+	if first.Token().Compare(again.Token()) >= 0 {
 		t.Fatalf("token after restart %s not above %s", again.Token(), first.Token())
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Defaults of the options (each option's doc states its own).
@@ -69,7 +70,7 @@ func Root(path string) Option {
 // comparable.
 func Group(name string) Option {
 	return func(c *config) error {
-		if err := lease.Key(name, "x").Validate(); err != nil {
+		if err := fencecheck.ValidateKey(lease.Key(name, "x")); err != nil {
 			return fmt.Errorf("zklease: group: %w", err)
 		}
 		c.group = name

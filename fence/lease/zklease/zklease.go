@@ -16,6 +16,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 // Source grants leases on ZooKeeper with the lock recipe: each [Source.Acquire] opens its own
@@ -65,7 +66,7 @@ func New(servers []string, opts ...Option) (*Source, error) {
 // deleted. Release closes the session, which deletes the node.
 func (s *Source) Acquire(ctx context.Context, resource string) (*lease.Lease, error) {
 	k := lease.Key(s.cfg.group, resource)
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, fmt.Errorf("zklease: resource: %w", err)
 	}
 	fail := func(what string, err error) (*lease.Lease, error) {

@@ -39,7 +39,7 @@ func mergeFold(into, row []any) {
 
 func open(t *testing.T) *sqlitefence.Store {
 	t.Helper()
-	s, err := sqlitefence.Open(filepath.Join(t.TempDir(), "bulk.db"), sqlitefence.Sync(sqlitefence.SyncNormal))
+	s, err := sqlitefence.Open(filepath.Join(t.TempDir(), "bulk.db"), sqlitefence.SyncNormal())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -274,13 +274,13 @@ func checkLog(ctx context.Context, db DB, v *Verdict) error {
 				v.SameTokenWriters++
 				writers[b.tok] = "" // count each token once
 			}
-			if b.tok.Less(maxTok) {
+			if b.tok.Compare(maxTok) < 0 {
 				v.StaleCommits++
 			}
 			if b.first <= maxOff[inc] {
 				v.OverlapBatches++
 			}
-			if maxTok.Less(b.tok) {
+			if maxTok.Compare(b.tok) < 0 {
 				maxTok = b.tok
 			}
 			if b.last > maxOff[inc] {

@@ -29,7 +29,7 @@ func TestCauseOf(t *testing.T) {
 		{fmt.Errorf("apply: %w", sqlitefence.ErrBusy), CauseSQLiteBusy},
 		{fmt.Errorf("commit: %w", &pgconn.PgError{Code: "25P03", Message: "terminating connection due to idle-in-transaction timeout"}), "postgres 25P03"},
 		{fmt.Errorf("apply: %w", &net.OpError{Op: "read", Net: "tcp", Err: errors.New("connection reset by peer")}), CauseNetwork},
-		{fmt.Errorf("claim: %w", fence.ErrRegression), CauseRegression},
+		{fmt.Errorf("claim: %w", &fence.RegressionError{}), CauseRegression},
 		{fmt.Errorf("recover: %w", fence.ErrConflict), CauseConflict},
 		{fmt.Errorf("%w: empty topic", fence.ErrInvalid), CauseInvalid},
 		{fmt.Errorf("%w: offset 7", errBadRecord), CauseBadRecord},

@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/operator/status"
 )
 
@@ -439,7 +438,7 @@ func (h *harness) recordChange(ctx context.Context, topic string, kind FaultKind
 // recoveries the reset recorded with its reason): the new incarnation's offsets start at 0 in
 // it, for the checker and for caughtUp.
 func (h *harness) recordIncarnation(ctx context.Context, topic, reason string) (map[int32]int64, error) {
-	rows, err := h.db.Query(ctx, `SELECT partition, to_era FROM `+pgfence.DefaultTable+`_recoveries WHERE group_id = $1 AND topic = $2 AND reason = $3`,
+	rows, err := h.db.Query(ctx, `SELECT partition, to_era FROM baton_fences_recoveries WHERE group_id = $1 AND topic = $2 AND reason = $3`,
 		h.cfg.Group, topic, reason+" (by "+claimant+")")
 	if err != nil {
 		return nil, err

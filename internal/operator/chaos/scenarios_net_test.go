@@ -674,7 +674,7 @@ func TestScenario4SessionExpiryDuringPartition(t *testing.T) {
 		takeover = c
 		return ok
 	})
-	if !held.Token.Less(takeover.Token) || takeover.Position != before.Position {
+	if held.Token.Compare(takeover.Token) >= 0 || takeover.Position != before.Position {
 		t.Fatalf("B claimed %s at %s resuming @%d; want a token above A's %s, resuming at A's last commit @%d",
 			keyA, takeover.Token, takeover.Position, held.Token, before.Position)
 	}
@@ -986,7 +986,7 @@ func TestScenario5DatabaseFailover(t *testing.T) {
 		}
 		// The rule a reconciliation applies: a write on the promoted side under a token below
 		// the highest the lost primary accepted is a zombie's.
-		if zombie := got[1].row; !zombie.Token.Less(d.lost) {
+		if zombie := got[1].row; zombie.Token.Compare(d.lost) >= 0 {
 			t.Fatalf("the promoted copy's divergent write %s is not below the lost primary's fence %s", zombie, d.lost)
 		}
 		t.Logf("reconciliation: the promoted copy holds %s, written under %s, below the %s the lost primary had accepted (its write %s is missing from the copy)",

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/operator/redislock"
 	"github.com/batonhq/baton/internal/testkit/testenv"
@@ -76,7 +76,7 @@ func freezesBit(res *chaos.Result) int {
 func TestScenario2ClockJump(t *testing.T) {
 	t.Run("rules-read-no-clock", func(t *testing.T) {
 		fset := token.NewFileSet()
-		f, err := parser.ParseFile(fset, filepath.Join("..", "..", "..", "fence", "fencestore", "fencestore.go"), nil, 0)
+		f, err := parser.ParseFile(fset, filepath.Join("..", "..", "fencecheck", "fencecheck.go"), nil, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +101,7 @@ func TestScenario2ClockJump(t *testing.T) {
 		}
 		for name, found := range rules {
 			if !found {
-				t.Errorf("rule %s not found in fence/fencestore/fencestore.go", name)
+				t.Errorf("rule %s not found in internal/fencecheck/fencecheck.go", name)
 			}
 		}
 	})

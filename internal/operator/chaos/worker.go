@@ -290,6 +290,7 @@ const (
 func causeOf(err error) string {
 	var pgErr *pgconn.PgError
 	var netErr net.Error
+	var regErr *fence.RegressionError
 	switch {
 	case errors.Is(err, context.Canceled):
 		return CauseCanceled
@@ -299,7 +300,7 @@ func causeOf(err error) string {
 		return CauseSQLiteBusy
 	case errors.As(err, &pgErr):
 		return CausePostgres + " " + pgErr.Code
-	case errors.Is(err, fence.ErrRegression):
+	case errors.As(err, &regErr):
 		return CauseRegression
 	case errors.Is(err, fence.ErrConflict):
 		return CauseConflict

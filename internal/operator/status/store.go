@@ -41,7 +41,7 @@ type Tables struct {
 
 func (t Tables) withDefaults() Tables {
 	if t.Fence == "" {
-		t.Fence = pgfence.DefaultTable
+		t.Fence = "baton_fences" // the fence stores' default table
 	}
 	if t.Outbox == "" {
 		t.Outbox = "baton_outbox" // pgoutbox's and sqliteoutbox's default (their Table option)

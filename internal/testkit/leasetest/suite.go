@@ -256,7 +256,7 @@ func Zombie(t *testing.T, group string) {
 	start := time.Now()
 	tokB, _ := b.acquire(res) // only once the service has expired A's grant
 	t.Logf("B acquired %s after A was frozen for %s", tokB, time.Since(start).Round(time.Millisecond))
-	if !tokA.Less(tokB) {
+	if tokA.Compare(tokB) >= 0 {
 		t.Fatalf("B's token %s is not above A's %s", tokB, tokA)
 	}
 	if got := b.ok("claim"); got[0] != "1" {
@@ -307,7 +307,7 @@ func InFlight(t *testing.T, group string, kill func(ctx context.Context, id stri
 	}
 	checkState(t, tg, k, res, "a1", tokA, 1)
 	tokB, _ := b.acquire(res)
-	if !tokA.Less(tokB) {
+	if tokA.Compare(tokB) >= 0 {
 		t.Fatalf("B's token %s is not above A's %s", tokB, tokA)
 	}
 	b.ok("claim")

@@ -144,7 +144,7 @@ func (c *Core[R, RS]) Check(ctx context.Context, q func(context.Context, string,
 		return fmt.Errorf("%w: %s has no fence row; claim it first", outbox.ErrUnfenced, src)
 	case err != nil:
 		return fmt.Errorf("%s: reading the fence of %s: %w", c.What, src, err)
-	case tok.Less(stored):
+	case tok.Compare(stored) < 0:
 		return &fence.StaleError{Key: src, Stored: stored, Presented: tok}
 	case tok == stored:
 		return nil

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/fencecheck"
 	"github.com/batonhq/baton/outbox"
 )
 
@@ -50,10 +51,10 @@ func IdempotencyKey(src fence.Key, seq int64) string {
 // token and every message. maxBytes bounds key+value+headers of each message. Store
 // implementations call it first.
 func ValidateAppend(src fence.Key, tok fence.Token, msgs []outbox.Message, maxBytes int) error {
-	if err := src.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(src); err != nil {
 		return fmt.Errorf("%w: source: %w", outbox.ErrInvalid, err)
 	}
-	if err := tok.Validate(); err != nil {
+	if err := fencecheck.ValidateToken(tok); err != nil {
 		return fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
 	}
 	for i := range msgs {
@@ -68,10 +69,10 @@ func ValidateAppend(src fence.Key, tok fence.Token, msgs []outbox.Message, maxBy
 // token, a sequence of at least 1 and a reason that is non-empty, valid UTF-8 without NUL
 // bytes and at most MaxReasonLen bytes.
 func ValidateDeadLetter(src fence.Key, tok fence.Token, seq int64, reason string) error {
-	if err := src.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(src); err != nil {
 		return fmt.Errorf("%w: source: %w", outbox.ErrInvalid, err)
 	}
-	if err := tok.Validate(); err != nil {
+	if err := fencecheck.ValidateToken(tok); err != nil {
 		return fmt.Errorf("%w: %w", outbox.ErrInvalid, err)
 	}
 	if seq < 1 {

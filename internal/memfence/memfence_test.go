@@ -10,7 +10,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/fencetest"
-	"github.com/batonhq/baton/fence/memfence"
+	"github.com/batonhq/baton/internal/memfence"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -1,7 +1,7 @@
-// Package memfence is an in-memory [fence.Sink] and [fence.KeyedSink] for tests, examples and
-// demos. It is NOT durable: everything it holds, the fences included, is lost when the process
-// ends, so it cannot protect real data from a zombie writer that outlives it. Use
-// fence/pgfence or fence/sqlitefence for that.
+// Package memfence is an in-memory [fence.Sink] and [fence.KeyedSink] for this module's fast
+// tests. It is NOT durable: everything it holds, the fences included, is lost when the process
+// ends, so it cannot protect real data from a zombie writer that outlives it. A user's own
+// tests use fence/sqlitefence on a file in a temporary directory.
 //
 // Within a process it keeps the same guarantees as the durable stores, and runs the same
 // conformance suite (fence/fencetest):

@@ -1,9 +1,10 @@
-package fencestore
+package fencecheck
 
 import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/batonhq/baton/fence"
 )
@@ -138,7 +139,7 @@ func TestValidate(t *testing.T) {
 		"ValidateAdmit empty scope":      ValidateAdmit("", "id", ok, 0),
 		"ValidateAdmit empty id":         ValidateAdmit("s", "", ok, 0),
 		"ValidateAdmit NUL":              ValidateAdmit("s", "i\x00", ok, 0),
-		"ValidateAdmit long id":          ValidateAdmit("s", strings.Repeat("i", fence.MaxIdentifierLen+1), ok, 0),
+		"ValidateAdmit long id":          ValidateAdmit("s", strings.Repeat("i", MaxIdentifierLen+1), ok, 0),
 		"ValidateAdmit bad token":        ValidateAdmit("s", "id", tok(-1, 0), 0),
 		"ValidateAdmit negative seq":     ValidateAdmit("s", "id", ok, -1),
 		"ValidateRecover bad key":        ValidateRecover(bad, ok, 1, "c", "r"),
@@ -159,7 +160,7 @@ func TestValidate(t *testing.T) {
 		"ValidateWrite batch":  ValidateWrite(tk, ok, 3, 9),
 		"ValidateAdmit":        ValidateAdmit("s", "id", fence.Token{}, 0),
 		"ValidateRecover":      ValidateRecover(tk, fence.Token{}, 0, "c", "group recreated"),
-		"ValidateIdentifier":   ValidateIdentifier("x", strings.Repeat("x", fence.MaxIdentifierLen)),
+		"ValidateIdentifier":   ValidateIdentifier("x", strings.Repeat("x", MaxIdentifierLen)),
 		"ValidateIdentifier ü": ValidateIdentifier("x", "ü"),
 	}
 	for name, err := range valid {
@@ -169,19 +170,60 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// FuzzValidateIdentifier: the store rule and fence.Key.Validate accept the same names.
+// FuzzValidateIdentifier: a name is accepted exactly when it is non-empty, at most
+// MaxIdentifierLen bytes of UTF-8 without NUL; a refusal wraps fence.ErrInvalid, and ValidateKey
+// applies the same rule to a key's group.
 func FuzzValidateIdentifier(f *testing.F) {
-	for _, s := range []string{"", "g", "a\x00b", "\xc3", "ü", strings.Repeat("x", fence.MaxIdentifierLen), strings.Repeat("x", fence.MaxIdentifierLen+1)} {
+	for _, s := range []string{"", "g", "a\x00b", "\xc3", "ü", strings.Repeat("x", MaxIdentifierLen), strings.Repeat("x", MaxIdentifierLen+1)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		store := ValidateIdentifier("group", s)
-		key := fence.Key{Group: s, Topic: "t"}.Validate()
-		if (store == nil) != (key == nil) {
-			t.Fatalf("ValidateIdentifier(%q) = %v, Key.Validate = %v", s, store, key)
+		err := ValidateIdentifier("group", s)
+		valid := s != "" && len(s) <= MaxIdentifierLen && utf8.ValidString(s) && !strings.Contains(s, "\x00")
+		if (err == nil) != valid {
+			t.Fatalf("ValidateIdentifier(%q) = %v, want valid=%v", s, err, valid)
 		}
-		if store != nil && !errors.Is(store, fence.ErrInvalid) {
-			t.Fatalf("ValidateIdentifier(%q) = %v, want fence.ErrInvalid", s, store)
+		if err != nil && !errors.Is(err, fence.ErrInvalid) {
+			t.Fatalf("ValidateIdentifier(%q) = %v, want fence.ErrInvalid", s, err)
+		}
+		if key := ValidateKey(fence.Key{Group: s, Topic: "t"}); (key == nil) != valid {
+			t.Fatalf("ValidateKey(group %q) = %v, want valid=%v", s, key, valid)
 		}
 	})
+}
+
+func TestValidateKey(t *testing.T) {
+	long := strings.Repeat("x", MaxIdentifierLen)
+	for _, k := range []fence.Key{tk, {Group: long, Topic: long, Partition: 0}, {Group: "gruppe-ü", Topic: "a b/c", Partition: 1<<31 - 1}} {
+		if err := ValidateKey(k); err != nil {
+			t.Errorf("ValidateKey(%q): %v", k, err)
+		}
+	}
+	for name, k := range map[string]fence.Key{
+		"empty group":        {Group: "", Topic: "t"},
+		"empty topic":        {Group: "g", Topic: ""},
+		"negative partition": {Group: "g", Topic: "t", Partition: -1},
+		"long group":         {Group: long + "x", Topic: "t"},
+		"long topic":         {Group: "g", Topic: long + "x"},
+		"NUL":                {Group: "g\x00", Topic: "t"},
+		"NUL in the middle":  {Group: "g", Topic: "a\x00b"},
+		"bad UTF-8":          {Group: "g", Topic: "\xc3"},
+	} {
+		if err := ValidateKey(k); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("%s: ValidateKey = %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func TestValidateToken(t *testing.T) {
+	for _, tok := range []fence.Token{{}, {Epoch: 1}, {Era: 3}} {
+		if err := ValidateToken(tok); err != nil {
+			t.Errorf("ValidateToken(%s): %v", tok, err)
+		}
+	}
+	for _, tok := range []fence.Token{{Era: -1}, {Epoch: -1}} {
+		if err := ValidateToken(tok); !errors.Is(err, fence.ErrInvalid) {
+			t.Errorf("ValidateToken(%d.%d) = %v, want ErrInvalid", tok.Era, tok.Epoch, err)
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package fencestore
+package fencecheck
 
 import (
 	"errors"
@@ -8,16 +8,42 @@ import (
 	"github.com/batonhq/baton/fence"
 )
 
+// MaxIdentifierLen bounds the length of the strings in a fence.Key, of claimants and of
+// keyed-fence scopes and ids (package fence documents it as 1024 bytes).
+const MaxIdentifierLen = 1024
+
+// ValidateKey returns an error wrapping fence.ErrInvalid if a name of k is not a valid
+// identifier ([ValidateIdentifier]) or its partition is negative.
+func ValidateKey(k fence.Key) error {
+	if err := ValidateIdentifier("group", k.Group); err != nil {
+		return err
+	}
+	if err := ValidateIdentifier("topic", k.Topic); err != nil {
+		return err
+	}
+	if k.Partition < 0 {
+		return fmt.Errorf("%w: partition %d is negative", fence.ErrInvalid, k.Partition)
+	}
+	return nil
+}
+
+// ValidateToken returns an error wrapping fence.ErrInvalid if either field of t is negative.
+func ValidateToken(t fence.Token) error {
+	if t.Era < 0 || t.Epoch < 0 {
+		return fmt.Errorf("%w: token %d.%d has a negative field", fence.ErrInvalid, t.Era, t.Epoch)
+	}
+	return nil
+}
+
 // ValidateIdentifier checks a name used as (part of) a fence key, or as a keyed fence's scope
-// or id: non-empty, at most [fence.MaxIdentifierLen] bytes, valid UTF-8 without NUL bytes
-// (PostgreSQL text cannot hold them). It is the rule fence.Key.Validate applies to the group
-// and topic.
+// or id: non-empty, at most [MaxIdentifierLen] bytes, valid UTF-8 without NUL bytes
+// (PostgreSQL text cannot hold them).
 func ValidateIdentifier(what, s string) error {
 	switch {
 	case s == "":
 		return fmt.Errorf("%w: empty %s", fence.ErrInvalid, what)
-	case len(s) > fence.MaxIdentifierLen:
-		return fmt.Errorf("%w: %s is %d bytes, more than %d", fence.ErrInvalid, what, len(s), fence.MaxIdentifierLen)
+	case len(s) > MaxIdentifierLen:
+		return fmt.Errorf("%w: %s is %d bytes, more than %d", fence.ErrInvalid, what, len(s), MaxIdentifierLen)
 	case !utf8.ValidString(s):
 		return fmt.Errorf("%w: %s is not valid UTF-8", fence.ErrInvalid, what)
 	}
@@ -39,7 +65,7 @@ func ValidateIdentifier(what, s string) error {
 // have gaps (Kafka transaction markers, compaction), so the rule is "first > stored", not
 // "first == stored+1". Stale wins over duplicate and overlap: a zombie must stop, not skip.
 func CheckAdvance(k fence.Key, s fence.State, t fence.Token, first, last int64) error {
-	if t.Less(s.Token) {
+	if t.Compare(s.Token) < 0 {
 		return &fence.StaleError{Key: k, Stored: s.Token, Presented: t}
 	}
 	if t.Era > s.Token.Era {
@@ -65,7 +91,7 @@ func CheckAdvance(k fence.Key, s fence.State, t fence.Token, first, last int64) 
 // fence.ErrInvalid (eras advance only through Recover). So at most one claimant ever holds a
 // given token.
 func CheckClaim(k fence.Key, s fence.State, t fence.Token, claimant string) error {
-	if t.Less(s.Token) {
+	if t.Compare(s.Token) < 0 {
 		return &fence.StaleError{Key: k, Stored: s.Token, Presented: t}
 	}
 	if t.Era > s.Token.Era {
@@ -93,22 +119,22 @@ func CheckAdmit(storedToken fence.Token, storedSeq int64, found bool, t fence.To
 
 // ValidateClaim checks the arguments of Claim.
 func ValidateClaim(k fence.Key, t fence.Token, claimant string) error {
-	if err := k.Validate(); err != nil {
+	if err := ValidateKey(k); err != nil {
 		return err
 	}
 	if err := ValidateIdentifier("claimant", claimant); err != nil {
 		return err
 	}
-	return t.Validate()
+	return ValidateToken(t)
 }
 
 // ValidateWrite checks the arguments of Apply and Advance: a batch of positions first..last,
 // 0 <= first <= last.
 func ValidateWrite(k fence.Key, t fence.Token, first, last int64) error {
-	if err := k.Validate(); err != nil {
+	if err := ValidateKey(k); err != nil {
 		return err
 	}
-	if err := t.Validate(); err != nil {
+	if err := ValidateToken(t); err != nil {
 		return err
 	}
 	if first < 0 {
@@ -128,7 +154,7 @@ func ValidateAdmit(scope, id string, t fence.Token, seq int64) error {
 	if err := ValidateIdentifier("id", id); err != nil {
 		return err
 	}
-	if err := t.Validate(); err != nil {
+	if err := ValidateToken(t); err != nil {
 		return err
 	}
 	if seq < 0 {
@@ -139,13 +165,13 @@ func ValidateAdmit(scope, id string, t fence.Token, seq int64) error {
 
 // ValidateRecover checks the arguments of Sink.Recover.
 func ValidateRecover(k fence.Key, expected fence.Token, epoch int64, claimant, reason string) error {
-	if err := k.Validate(); err != nil {
+	if err := ValidateKey(k); err != nil {
 		return err
 	}
 	if err := ValidateIdentifier("claimant", claimant); err != nil {
 		return err
 	}
-	if err := expected.Validate(); err != nil {
+	if err := ValidateToken(expected); err != nil {
 		return err
 	}
 	if epoch < 0 {
@@ -158,10 +184,10 @@ func ValidateRecover(k fence.Key, expected fence.Token, epoch int64, claimant, r
 }
 
 // ValidateTopic checks the arguments of Topics.SeeTopic and the identities of
-// Topics.ResetTopic: valid group and topic names, an ID of at most [fence.MaxIdentifierLen]
+// Topics.ResetTopic: valid group and topic names, an ID of at most [MaxIdentifierLen]
 // bytes of UTF-8 ("" for unknown), at least one partition.
 func ValidateTopic(group, topic string, t fence.Topic) error {
-	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+	if err := ValidateKey(fence.Key{Group: group, Topic: topic}); err != nil {
 		return err
 	}
 	if t.ID != "" {

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/fence/fencestore"
+	"github.com/batonhq/baton/internal/fencecheck"
 )
 
 var (
@@ -150,13 +150,13 @@ func (s *Store) withKey(ctx context.Context, k fence.Key, fn func() error) error
 
 // Claim implements [fence.Sink.Claim]. It waits for a transaction that holds k.
 func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
-	if err := fencestore.ValidateClaim(k, t, claimant); err != nil {
+	if err := fencecheck.ValidateClaim(k, t, claimant); err != nil {
 		return fence.State{}, err
 	}
 	var st fence.State
 	err := s.withKey(ctx, k, func() error {
 		st = s.state(k)
-		if err := fencestore.CheckClaim(k, st, t, claimant); err != nil {
+		if err := fencecheck.CheckClaim(k, st, t, claimant); err != nil {
 			return err
 		}
 		st.Token, st.Claimant = t, claimant
@@ -171,7 +171,7 @@ func (s *Store) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant 
 
 // Load implements [fence.Sink.Load]. It does not wait: it reads the committed state.
 func (s *Store) Load(ctx context.Context, k fence.Key) (fence.State, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return fence.State{}, err
 	}
 	s.mu.Lock()
@@ -205,7 +205,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 	if err := s.checkTx(tx); err != nil {
 		return err
 	}
-	if err := fencestore.ValidateWrite(k, t, first, last); err != nil {
+	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
 	}
 	if err := tx.lock(ctx, k); err != nil {
@@ -217,7 +217,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 		st = s.state(k)
 		s.mu.Unlock()
 	}
-	if err := fencestore.CheckAdvance(k, st, t, first, last); err != nil {
+	if err := fencecheck.CheckAdvance(k, st, t, first, last); err != nil {
 		return err
 	}
 	st.Position = last
@@ -227,7 +227,7 @@ func (s *Store) Advance(ctx context.Context, tx *Tx, k fence.Key, t fence.Token,
 
 // Recover implements [fence.Sink.Recover].
 func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, epoch int64, claimant, reason string) (fence.Token, error) {
-	if err := fencestore.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
+	if err := fencecheck.ValidateRecover(k, expected, epoch, claimant, reason); err != nil {
 		return fence.Token{}, err
 	}
 	if expected.Era == math.MaxInt64 {
@@ -252,7 +252,7 @@ func (s *Store) Recover(ctx context.Context, k fence.Key, expected fence.Token, 
 
 // Recoveries implements [fence.Sink.Recoveries].
 func (s *Store) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recovery, error) {
-	if err := k.Validate(); err != nil {
+	if err := fencecheck.ValidateKey(k); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -266,7 +266,7 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 	if err := s.checkTx(tx); err != nil {
 		return 0, err
 	}
-	if err := fencestore.ValidateAdmit(scope, id, t, seq); err != nil {
+	if err := fencecheck.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
 	e := entity{scope, id}
@@ -279,7 +279,7 @@ func (s *Store) Admit(ctx context.Context, tx *Tx, scope, id string, t fence.Tok
 		a, found = s.entities[e]
 		s.mu.Unlock()
 	}
-	v := fencestore.CheckAdmit(a.token, a.seq, found, t, seq)
+	v := fencecheck.CheckAdmit(a.token, a.seq, found, t, seq)
 	if v == fence.Admitted {
 		tx.admits[e] = admission{token: t, seq: seq}
 	}
@@ -406,7 +406,7 @@ var _ fence.Topics = (*Store)(nil)
 
 // SeeTopic implements [fence.Topics.SeeTopic].
 func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.Topic, reason string) (fence.Topic, bool, error) {
-	if err := fencestore.ValidateTopic(group, topic, seen); err != nil {
+	if err := fencecheck.ValidateTopic(group, topic, seen); err != nil {
 		return fence.Topic{}, false, err
 	}
 	if reason == "" {
@@ -417,7 +417,7 @@ func (s *Store) SeeTopic(ctx context.Context, group, topic string, seen fence.To
 	n := topicName{group, topic}
 	stored, found := s.topic(n)
 	// The key only names the topic here; the partition rule does not apply to an adoption.
-	adopt, _ := fencestore.CheckTopic(fence.Key{Group: group, Topic: topic, Partition: 0}, stored, found, seen)
+	adopt, _ := fencecheck.CheckTopic(fence.Key{Group: group, Topic: topic, Partition: 0}, stored, found, seen)
 	if adopt == nil {
 		return stored, false, nil
 	}
@@ -439,13 +439,13 @@ func (s *Store) topic(n topicName) (fence.Topic, bool) {
 // transactions holding any of its fences, and covers partitions 0..max(partitions)-1 whether
 // or not they have a fence yet, so that a claim racing the reset is judged after it.
 func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
-	if err := fencestore.ValidateReset(group, topic, expected, to, reason); err != nil {
+	if err := fencecheck.ValidateReset(group, topic, expected, to, reason); err != nil {
 		return err
 	}
 	n := topicName{group, topic}
 	s.mu.Lock()
 	stored, found := s.topic(n)
-	recreated, err := fencestore.CheckTopicReset(group, topic, stored, found, expected, to)
+	recreated, err := fencecheck.CheckTopicReset(group, topic, stored, found, expected, to)
 	var keys []fence.Key
 	if err == nil && recreated {
 		for p := range max(stored.Partitions, to.Partitions) {
@@ -472,13 +472,13 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	stored, found = s.topic(n)
-	if _, err := fencestore.CheckTopicReset(group, topic, stored, found, expected, to); err != nil {
+	if _, err := fencecheck.CheckTopicReset(group, topic, stored, found, expected, to); err != nil {
 		return err
 	}
 	now := s.now()
 	for _, k := range keys {
 		st := s.state(k)
-		next := fencestore.ResetToken(st.Token)
+		next := fencecheck.ResetToken(st.Token)
 		s.recoveries[k] = append(s.recoveries[k], fence.Recovery{Key: k, From: st.Token, To: next, Reason: reason, At: now})
 		s.fences[k] = fence.State{Token: next, Position: fence.NoPosition}
 	}
@@ -489,7 +489,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 
 // TopicHistory implements [fence.Topics.TopicHistory].
 func (s *Store) TopicHistory(ctx context.Context, group, topic string) ([]fence.TopicRecord, error) {
-	if err := (fence.Key{Group: group, Topic: topic}).Validate(); err != nil {
+	if err := fencecheck.ValidateKey(fence.Key{Group: group, Topic: topic}); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()

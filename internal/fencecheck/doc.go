@@ -1,6 +1,8 @@
-// Package fencestore is for authors of fence.Sink (and fence.KeyedSink) implementations: the
-// fence rules written once, so that every store agrees about what is stale, duplicate or
-// invalid. Users of a store never need it.
+// Package fencecheck holds the fence rules and argument checks of this module's fence.Sink
+// (and fence.KeyedSink) implementations, written once, so that every store agrees about what is
+// stale, duplicate or invalid. An author of a store outside this module implements the same
+// rules, as package fence documents them, and proves it with the conformance suite
+// fence/fencetest.
 //
 // A store validates its arguments before any I/O ([ValidateClaim], [ValidateWrite],
 // [ValidateAdmit], [ValidateRecover], [ValidateIdentifier]; each fails with an error wrapping
@@ -16,4 +18,4 @@
 // suite fence/fencetest checks it.
 //
 // The package depends only on package fence and the standard library.
-package fencestore
+package fencecheck
