@@ -2,7 +2,10 @@ package consumer_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -10,12 +13,12 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/internal/memfence"
+	"github.com/batonhq/baton/fence/sqlitefence"
 )
 
 // A handler that keeps state per partition is built by a factory when this member is assigned
 // the partition (PerPartition); New's handler is nil. Kafka is in-process here (kfake) and the
-// store is in memory.
+// store an SQLite file.
 func ExamplePerPartition() {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "readings"))
 	if err != nil {
@@ -33,17 +36,27 @@ func ExamplePerPartition() {
 		prod.ProduceSync(context.Background(), &kgo.Record{Topic: "readings", Key: []byte(dev), Value: []byte("21.5")})
 	}
 
-	store, err := memfence.New()
+	dir, err := os.MkdirTemp("", "baton-example")
 	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := sqlitefence.Open(filepath.Join(dir, "twins.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	if _, err := store.DB().Exec(`CREATE TABLE twins (device TEXT PRIMARY KEY, reading TEXT)`); err != nil {
 		panic(err)
 	}
 	applied := make(chan int, 16)
 	c, err := consumer.New("twins", []string{"readings"}, store, nil,
-		consumer.PerPartition(func(_ context.Context, _ fence.Key, _ fence.Token) (consumer.Handler[*memfence.Tx], error) {
+		consumer.PerPartition(func(_ context.Context, _ fence.Key, _ fence.Token) (consumer.Handler[*sql.Tx], error) {
 			// State here belongs to this partition's goroutine alone: no locks.
-			return func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+			return func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 				for _, r := range b.Records {
-					if err := tx.Put("twin/"+string(r.Key), r.Value); err != nil {
+					if _, err := tx.ExecContext(ctx, `INSERT INTO twins VALUES (?, ?)
+						ON CONFLICT (device) DO UPDATE SET reading = excluded.reading`, string(r.Key), string(r.Value)); err != nil {
 						return err
 					}
 				}
@@ -65,8 +78,9 @@ func ExamplePerPartition() {
 	cancel()
 	fmt.Println("Run:", <-done)
 	for _, dev := range []string{"d1", "d2", "d3"} {
-		v, ok := store.Get("twin/" + dev)
-		fmt.Println(dev, string(v), ok)
+		var v string
+		err := store.DB().QueryRow(`SELECT reading FROM twins WHERE device = ?`, dev).Scan(&v)
+		fmt.Println(dev, v, err == nil)
 	}
 	// Output:
 	// Run: <nil>

@@ -2,7 +2,10 @@ package consumer_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,7 +14,7 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
-	"github.com/batonhq/baton/internal/memfence"
+	"github.com/batonhq/baton/fence/sqlitefence"
 )
 
 // calibrate asks a (simulated) device gateway for a reading's calibrated value: the slow
@@ -46,15 +49,25 @@ func ExampleLanes() {
 		prod.ProduceSync(context.Background(), &kgo.Record{Topic: "readings", Key: []byte(rd[0]), Value: []byte(rd[1])})
 	}
 
-	store, err := memfence.New()
+	dir, err := os.MkdirTemp("", "baton-example")
 	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	store, err := sqlitefence.Open(filepath.Join(dir, "twins.db"))
+	if err != nil {
+		panic(err)
+	}
+	defer store.Close()
+	if _, err := store.DB().Exec(`CREATE TABLE twins (device TEXT PRIMARY KEY, reading TEXT)`); err != nil {
 		panic(err)
 	}
 	applied := make(chan int, 16)
 	c, err := consumer.New("twins", []string{"readings"}, store,
-		func(_ context.Context, tx *memfence.Tx, b *consumer.Batch) error {
+		func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 			for i, r := range b.Records { // the handler writes the results in the fenced transaction, in offset order
-				if err := tx.Put("twin/"+string(r.Key), []byte(b.Prepared[i].(string))); err != nil {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO twins VALUES (?, ?)
+					ON CONFLICT (device) DO UPDATE SET reading = excluded.reading`, string(r.Key), b.Prepared[i].(string)); err != nil {
 					return err
 				}
 			}
@@ -76,8 +89,9 @@ func ExampleLanes() {
 	cancel()
 	fmt.Println("Run:", <-done)
 	for _, dev := range []string{"d1", "d2", "d3"} {
-		v, _ := store.Get("twin/" + dev)
-		fmt.Println(dev, string(v))
+		var v string
+		_ = store.DB().QueryRow(`SELECT reading FROM twins WHERE device = ?`, dev).Scan(&v)
+		fmt.Println(dev, v)
 	}
 	// Output:
 	// Run: <nil>
