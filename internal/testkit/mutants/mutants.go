@@ -147,6 +147,8 @@ var All = []Mutant{
 		Bug: "outboxconsumer.DeadLetters leaves the copy to the consumer's direct produce", Safety: true},
 	{Name: "InboxPreparedNotFilteredWithRecords", Package: "outbox/outboxconsumer", Guards: []string{"TestInboxKeepsPreparedAligned"}, Want: `records and \d+ prepared results`,
 		Bug: "outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared", Safety: true},
+	{Name: "InboxHandlerPassesStale", Package: "outbox/outboxconsumer", Guards: []string{"TestHandlerPassesOnlyAdmittedRecords"}, Want: `judged Stale by the inbox, reached the application`,
+		Bug: "outboxconsumer.Handler drops only duplicates: a deposed producer's record the inbox judged Stale is applied", Safety: true},
 	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"}, Want: `want a \*fence.TopicError`,
 		Bug: "outboxconsumer.PrepareShards accepts a shard count other than the acknowledged one: entities move between shards unheld", Safety: true},
 }
