@@ -123,6 +123,12 @@ var All = []Mutant{
 		Bug: "a refusal decided after a new session's assignment waits for yet another session", Liveness: true},
 	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"}, Want: `a restarted worker not yet claimed was handed`,
 		Bug: "a restarted worker is handed records fetched before its restart, ahead of its claim's seek", Safety: true},
+	{Name: "ClaimTokenFromStoredEpoch", Package: "consumer", Guards: []string{"TestDecideClaimsAtTheAssignmentEpoch", model("batch-topic")}, Want: `want the stored era at the assignment's epoch|exceeded its bound of \d+ (steps deep|states)`,
+		Bug: "the claim token taken from the stored epoch + 1, not the assignment's epoch: any member climbs above the owner (and the model's states never repeat)", Safety: true},
+	{Name: "RecoverConflictsUncounted", Package: "consumer", Guards: []string{"TestDecideGivesUpAfterRecoverConflicts"}, Want: `Recover conflicts in a row did not give the partition up`,
+		Bug: "Recover conflicts never counted: a partition whose fence keeps moving churns for ever"},
+	{Name: "ConfirmingLoadEpochOnly", Package: "consumer", Guards: []string{"TestDecideConfirmingLoadComparesTheWholeToken"}, Want: `the confirming Load found .* and the worker went on`,
+		Bug: "the Load confirming a claim compares only the epoch: another era, held by another claimant, passes as ours", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
 	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
