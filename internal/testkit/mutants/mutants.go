@@ -129,6 +129,12 @@ var All = []Mutant{
 		Bug: "Recover conflicts never counted: a partition whose fence keeps moving churns for ever"},
 	{Name: "ConfirmingLoadEpochOnly", Package: "consumer", Guards: []string{"TestDecideConfirmingLoadComparesTheWholeToken"}, Want: `the confirming Load found .* and the worker went on`,
 		Bug: "the Load confirming a claim compares only the epoch: another era, held by another claimant, passes as ours", Safety: true},
+	{Name: "LoadingCommitIsProof", Package: "consumer", Guards: []string{"TestClassicProofLoadingCommitCannotTell"}, Want: `COORDINATOR_LOAD_IN_PROGRESS was taken as proof`,
+		Bug: "an OffsetCommit answered COORDINATOR_LOAD_IN_PROGRESS taken as proof that the generation is current", Safety: true},
+	{Name: "RetainedProvenByCommitAlone", Package: "consumer", Guards: []string{"TestClassicProofRetainedNeedsTheDescription"}, Want: `proven kept .* by the OffsetCommit alone`,
+		Bug: "a partition kept across a rebalance proven by the OffsetCommit at the current generation alone, without the description that assigns it", Safety: true},
+	{Name: "MemberEpochBelowAssignmentUnchecked", Package: "consumer", Guards: []string{"TestAssignmentEpochsProofRefusesAMemberBelowTheAssignmentEpoch"}, Want: `the member epoch was not compared with the assignment's`,
+		Bug: "the KIP-848 proof does not compare the member's epoch with the assignment's: a recreated group's member vouches for an older assignment", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
 	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
