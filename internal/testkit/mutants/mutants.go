@@ -37,7 +37,7 @@ import (
 	"strings"
 )
 
-//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch
+//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch fence/*/*/*.patch
 var patches embed.FS
 
 // A Mutant is one patch and the tests that must catch it.
@@ -163,6 +163,11 @@ var All = []Mutant{
 		Bug: "outboxconsumer.Handler drops only duplicates: a deposed producer's record the inbox judged Stale is applied", Safety: true},
 	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"}, Want: `want a \*fence.TopicError`,
 		Bug: "outboxconsumer.PrepareShards accepts a shard count other than the acknowledged one: entities move between shards unheld", Safety: true},
+	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
+	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,
+	// and CI (CI set) fails the guard instead.
+	{Name: "ZkTokenFromDataVersion", Package: "fence/lease/zklease", Guards: []string{"TestTokenIsTheNodeCzxid"}, Want: `its epoch is not its node's czxid`,
+		Bug: "zklease's token taken from the node's data version, not its czxid: every holder gets the same token", Safety: true},
 }
 
 func init() {
