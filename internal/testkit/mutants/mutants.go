@@ -135,6 +135,8 @@ var All = []Mutant{
 		Bug: "a partition kept across a rebalance proven by the OffsetCommit at the current generation alone, without the description that assigns it", Safety: true},
 	{Name: "MemberEpochBelowAssignmentUnchecked", Package: "consumer", Guards: []string{"TestAssignmentEpochsProofRefusesAMemberBelowTheAssignmentEpoch"}, Want: `the member epoch was not compared with the assignment's`,
 		Bug: "the KIP-848 proof does not compare the member's epoch with the assignment's: a recreated group's member vouches for an older assignment", Safety: true},
+	{Name: "MovedEraNoSeekToStart", Package: "consumer", Guards: []string{"TestMovedEraWithoutPositionReadsFromTheStart"}, Want: `resumed at Kafka's committed offset`,
+		Bug: "a claim with no position in a fence Baton moved to a later era resumes at Kafka's committed offset, not the log's start: the records below it are skipped", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
 	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
