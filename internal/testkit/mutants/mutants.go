@@ -137,6 +137,8 @@ var All = []Mutant{
 		Bug: "the KIP-848 proof does not compare the member's epoch with the assignment's: a recreated group's member vouches for an older assignment", Safety: true},
 	{Name: "MovedEraNoSeekToStart", Package: "consumer", Guards: []string{"TestMovedEraWithoutPositionReadsFromTheStart"}, Want: `resumed at Kafka's committed offset`,
 		Bug: "a claim with no position in a fence Baton moved to a later era resumes at Kafka's committed offset, not the log's start: the records below it are skipped", Safety: true},
+	{Name: "WatcherIgnoresTopicID", Package: "consumer", Guards: []string{"TestIdleRecreatedTopicHoldsAfterCommit"}, Want: `still ran .* after the topic was recreated with a new ID`,
+		Bug: "the topic watcher compares only the partition count: an idle partition's after-commit hook (a standalone relay) runs on under a recreated topic's old incarnation", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
 	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
