@@ -93,8 +93,9 @@ func TestClassicProofLoadingCommitCannotTell(t *testing.T) {
 }
 
 // describeAnswer answers DescribeGroups for group: Stable, member listed with the partitions
-// of topic that the returned function last set (none at first).
-func describeAnswer(c *kfake.Cluster, group, member, topic string) (assign func(ps ...int32)) {
+// of topic that the returned function last set (none at first), after the members of others
+// with theirs.
+func describeAnswer(c *kfake.Cluster, group, member, topic string, others ...otherMember) (assign func(ps ...int32)) {
 	var cur atomic.Pointer[[]int32]
 	cur.Store(&[]int32{})
 	c.ControlKey(int16(kmsg.DescribeGroups), func(req kmsg.Request) (kmsg.Response, error, bool) {
@@ -104,17 +105,44 @@ func describeAnswer(c *kfake.Cluster, group, member, topic string) (assign func(
 		resp := r.ResponseKind().(*kmsg.DescribeGroupsResponse)
 		g := kmsg.NewDescribeGroupsResponseGroup()
 		g.Group, g.State, g.ProtocolType, g.Protocol = group, "Stable", "consumer", "cooperative-sticky"
-		a := kmsg.NewConsumerMemberAssignment()
-		at := kmsg.NewConsumerMemberAssignmentTopic()
-		at.Topic, at.Partitions = topic, ps
-		a.Topics = append(a.Topics, at)
-		m := kmsg.NewDescribeGroupsResponseGroupMember()
-		m.MemberID, m.MemberAssignment = member, a.AppendTo(nil)
-		g.Members = append(g.Members, m)
+		for _, o := range append(others, otherMember{member, ps}) {
+			a := kmsg.NewConsumerMemberAssignment()
+			at := kmsg.NewConsumerMemberAssignmentTopic()
+			at.Topic, at.Partitions = topic, o.partitions
+			a.Topics = append(a.Topics, at)
+			m := kmsg.NewDescribeGroupsResponseGroupMember()
+			m.MemberID, m.MemberAssignment = o.id, a.AppendTo(nil)
+			g.Members = append(g.Members, m)
+		}
 		resp.Groups = append(resp.Groups, g)
 		return resp, nil, true
 	})
 	return func(ps ...int32) { cur.Store(&ps) }
+}
+
+// otherMember is a member a shaped DescribeGroups answer lists, and its partitions.
+type otherMember struct {
+	id         string
+	partitions []int32
+}
+
+// The description proves ownership by this member's own assignment: another member listed
+// before it with the partition vouches for nothing.
+func TestClassicProofReadsItsOwnAssignment(t *testing.T) {
+	c, brokers := fakeCluster(t, kfake.SeedTopics(2, "orders"))
+	cl, member, gen := joinClassic(t, brokers, "g", "orders")
+	p0 := partition.ID{Topic: "orders", Partition: 0}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	assign := describeAnswer(c, "g", member, "orders", otherMember{"member-b", []int32{0}})
+	assign(1)
+	if owned, ok, err := consumer.ClassicGeneration().VerifyCurrent(ctx, cl, p0, int64(gen)); ok || err != nil {
+		t.Fatalf("member %s, assigned p1, proven owner of p0 (%d, %v, %v) by member-b's assignment listed before its own: want a refusal", member, owned, ok, err)
+	}
+	assign(0, 1)
+	if owned, ok, err := consumer.ClassicGeneration().VerifyCurrent(ctx, cl, p0, int64(gen)); !ok || err != nil || owned != int64(gen) {
+		t.Fatalf("member %s, assigned p0: (%d, %v, %v), want (%d, true, nil)", member, owned, ok, err, gen)
+	}
 }
 
 // A member that stays in the group across a rebalance but loses the partition: its commit at

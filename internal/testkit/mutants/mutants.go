@@ -139,6 +139,12 @@ var All = []Mutant{
 		Bug: "a claim with no position in a fence Baton moved to a later era resumes at Kafka's committed offset, not the log's start: the records below it are skipped", Safety: true},
 	{Name: "WatcherIgnoresTopicID", Package: "consumer", Guards: []string{"TestIdleRecreatedTopicHoldsAfterCommit"}, Want: `still ran .* after the topic was recreated with a new ID`,
 		Bug: "the topic watcher compares only the partition count: an idle partition's after-commit hook (a standalone relay) runs on under a recreated topic's old incarnation", Safety: true},
+	{Name: "RecordFilterOffByOne", Package: "consumer", Guards: []string{"TestOverlapAppliesOnlyTheRest"}, Want: `records after the sink's position were skipped`,
+		Bug: "the position filter drops the record just after the sink's position as applied", Safety: true},
+	{Name: "OverlapReadAsDuplicate", Package: "consumer", Guards: []string{"TestOverlapAppliesOnlyTheRest"}, Want: `records after the sink's position were skipped`,
+		Bug: "a batch the sink refuses as overlapping its position skipped whole, as a duplicate: its records after the position never applied", Safety: true},
+	{Name: "DescribeReadsAnotherMember", Package: "consumer", Guards: []string{"TestClassicProofReadsItsOwnAssignment"}, Want: `proven owner of p0 .* by member-b's assignment`,
+		Bug: "the classic proof's description read from the first member listed, not this one: another member's partition proves ownership", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
 	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
