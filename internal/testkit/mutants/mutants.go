@@ -143,6 +143,8 @@ var All = []Mutant{
 		Bug: "the position filter drops the record just after the sink's position as applied", Safety: true},
 	{Name: "OverlapReadAsDuplicate", Package: "consumer", Guards: []string{"TestOverlapAppliesOnlyTheRest"}, Want: `records after the sink's position were skipped`,
 		Bug: "a batch the sink refuses as overlapping its position skipped whole, as a duplicate: its records after the position never applied", Safety: true},
+	{Name: "LanesFilterOffByOne", Package: "consumer", Guards: []string{"TestLanesNeverAdvancePastARecordInALane"}, Want: `sink position \d+, \d+ writes attempted, while offset 0`,
+		Bug: "the lanes' intake drops the record just after the sink's position as applied: the writer advances past a record never applied", Safety: true},
 	{Name: "DescribeReadsAnotherMember", Package: "consumer", Guards: []string{"TestClassicProofReadsItsOwnAssignment"}, Want: `proven owner of p0 .* by member-b's assignment`,
 		Bug: "the classic proof's description read from the first member listed, not this one: another member's partition proves ownership", Safety: true},
 
