@@ -59,3 +59,61 @@ func TestDecideHandover(t *testing.T) {
 			[]want{{op: opVerify}, {op: opGiveUp, why: giveUpNoRecovery}})
 	})
 }
+
+// A claim presents the assignment's epoch at the stored era, whatever epoch is stored: a token
+// derived from the stored one (its epoch + 1, say) would let any member, a zombie included,
+// climb above the current owner's.
+func TestDecideClaimsAtTheAssignmentEpoch(t *testing.T) {
+	for _, stored := range []fence.Token{{Era: 0, Epoch: 0}, {Era: 2, Epoch: 3}, {Era: 2, Epoch: 9}} {
+		s, step := decideClaim(claimState{Epoch: 5}, claimInput{Event: evStart})
+		if step.Op != opLoad {
+			t.Fatalf("start: %+v, want a load", step)
+		}
+		_, step = decideClaim(s, claimInput{Event: evLoaded, State: fence.State{Token: stored, Claimant: "other"}})
+		if want := (fence.Token{Era: stored.Era, Epoch: 5}); step.Op != opClaim || step.Token != want {
+			t.Errorf("with %s stored, the worker of epoch 5 claims token %s (op %d), want the stored era at the assignment's epoch, %s", stored, step.Token, step.Op, want)
+		}
+	}
+}
+
+// Recover losing its compare-and-set reloads and decides again, but not for ever: the
+// (maxConflicts+1)th conflict in a row gives the partition up.
+func TestDecideGivesUpAfterRecoverConflicts(t *testing.T) {
+	s := claimState{Epoch: 5, Recover: true}
+	for i := 1; i <= maxConflicts+1; i++ {
+		var step claimStep
+		s, step = decideClaim(s, claimInput{Event: evConflict})
+		if i <= maxConflicts {
+			if step.Op != opLoad {
+				t.Fatalf("conflict %d: %+v, want a reload", i, step)
+			}
+			continue
+		}
+		if step.Op != opGiveUp || step.Why != giveUpConflicts {
+			t.Fatalf("%d Recover conflicts in a row did not give the partition up (counted %d): %+v, want giveUpConflicts", i, s.Conflicts, step)
+		}
+	}
+}
+
+// The Load that confirms a claim before the first write must find the very token claimed:
+// another era at the same epoch, held by another claimant (an operator's reset, a recovery
+// between the claim and the Load), is a fence that moved, which only the coordinator's proof
+// and a fresh claim get past; the worker must not proceed on its old claim.
+func TestDecideConfirmingLoadComparesTheWholeToken(t *testing.T) {
+	ours := fence.Token{Era: 1, Epoch: 5}
+	s, step := decideClaim(claimState{Epoch: 5}, claimInput{Event: evClaimed, State: fence.State{Token: ours, Claimant: "mine"}})
+	if step.Op != opTopic {
+		t.Fatalf("claimed: %+v, want the topic comparison", step)
+	}
+	if s, step = decideClaim(s, claimInput{Event: evTopicSame}); step.Op != opLoad {
+		t.Fatalf("topic same: %+v, want the confirming load", step)
+	}
+	moved := fence.State{Token: fence.Token{Era: 2, Epoch: 5}, Claimant: "another"}
+	if s, step = decideClaim(s, claimInput{Event: evLoaded, State: moved}); step.Op != opVerify {
+		t.Fatalf("confirming load: %+v, want the proof", step)
+	}
+	if _, step = decideClaim(s, claimInput{Event: evCurrent}); step.Op != opLoad {
+		t.Fatalf("the confirming Load found %s held by %s after claiming %s, and the worker went on with op %d: want a fresh load and claim (op %d)",
+			moved.Token, moved.Claimant, ours, step.Op, opLoad)
+	}
+}

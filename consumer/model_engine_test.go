@@ -85,7 +85,10 @@ type result struct {
 }
 
 // explore runs the breadth-first search. It stops at the first invariant violation (the
-// shortest one, by breadth-first order); otherwise it checks liveness on the whole graph.
+// shortest one, by breadth-first order), or with a violation naming the bound when the
+// exploration outgrows cfg.maxStates or cfg.maxDepth (a protocol whose states never repeat
+// must fail in seconds, not fill the machine's memory); otherwise it checks liveness on the
+// whole graph.
 func explore(cfg modelConfig) *result {
 	r := &result{stuck: -1, cfg: cfg}
 	index := newStateSet()
@@ -112,6 +115,11 @@ func explore(cfg modelConfig) *result {
 			if fresh {
 				depth = append(depth, depth[head]+1)
 				r.depth = max(r.depth, int(depth[j]))
+				if r.depth > cfg.maxDepth {
+					r.states = len(r.nodes)
+					r.violation = &violation{what: fmt.Sprintf("the exploration exceeded its bound of %d steps deep: a step keeps making states never seen (a token or position that grows without end?)", cfg.maxDepth), state: j}
+					return r
+				}
 			}
 			if tr.violation != "" {
 				if !fresh { // reached before by another path: report the step anyway
@@ -127,7 +135,7 @@ func explore(cfg modelConfig) *result {
 		}
 		if len(r.nodes) > cfg.maxStates {
 			r.states = len(r.nodes)
-			r.violation = &violation{what: fmt.Sprintf("state space exceeds %d states: lower the bound", cfg.maxStates), state: int32(head)}
+			r.violation = &violation{what: fmt.Sprintf("the exploration exceeded its bound of %d states (depth %d): a step keeps making states never seen (a token or position that grows without end?), or the fault budget is too large for the bound (BATON_MODEL_MAX_STATES raises it)", cfg.maxStates, r.depth), state: int32(head)}
 			return r
 		}
 	}

@@ -289,8 +289,12 @@ func (l label) String() string {
 }
 
 type modelConfig struct {
-	faults    int
+	faults int
+	// maxStates and maxDepth bound the exploration: past either, explore reports a violation
+	// naming the bound. The CI explorations stay well inside them (the largest, TestModel's, at
+	// about 2.6 million states and depth 36).
 	maxStates int
+	maxDepth  int
 	proto     protocol
 	allow     faultSet // the fault kinds explored; 0: all
 	outbox    bool     // model the outbox: append, relay (read, produce, mark), admit
@@ -338,7 +342,7 @@ func (c modelConfig) String() string {
 }
 
 func defaultModel() modelConfig {
-	return modelConfig{faults: 3, maxStates: 20_000_000, proto: realProtocol()}
+	return modelConfig{faults: 3, maxStates: 4_000_000, maxDepth: 80, proto: realProtocol()}
 }
 
 // initial: processes 0 and 1 are members of incarnation 1 at generation 1, P assigned to

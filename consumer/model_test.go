@@ -10,6 +10,11 @@ package consumer
 //
 //	go test -v -run 'TestModel' ./consumer                       # the CI bound, with state counts and traces
 //	BATON_MODEL_FAULTS=4 BATON_MODEL_OUTBOX_FAULTS=2 go test ...  # deeper
+//	BATON_MODEL_MAX_STATES=50000000 BATON_MODEL_MAX_DEPTH=200 ...  # the bounds of a deeper run
+//
+// Every exploration is bounded in states and depth (modelConfig): a protocol whose states
+// never repeat (a token that grows at every claim) fails with the bound named, in seconds,
+// instead of exploring until the machine runs out of memory.
 
 import (
 	"os"
@@ -51,8 +56,31 @@ func TestModel(t *testing.T) {
 	}
 }
 
+// modelLimits applies the bounds a deeper local run sets (BATON_MODEL_MAX_STATES,
+// BATON_MODEL_MAX_DEPTH) to cfg.
+func modelLimits(t *testing.T, cfg modelConfig) modelConfig {
+	t.Helper()
+	for env, v := range map[string]*int{"BATON_MODEL_MAX_STATES": &cfg.maxStates, "BATON_MODEL_MAX_DEPTH": &cfg.maxDepth} {
+		s := os.Getenv(env)
+		if s == "" {
+			continue
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			t.Fatalf("%s=%q: want a positive integer", env, s)
+		}
+		*v = n
+	}
+	return cfg
+}
+
+// targetedStates bounds a narrow exploration (modelTargets, modelMutants): each stays below
+// 130,000 states.
+const targetedStates = 500_000
+
 func checkModel(t *testing.T, cfg modelConfig) {
 	t.Helper()
+	cfg = modelLimits(t, cfg)
 	start := time.Now()
 	res := explore(cfg)
 	t.Logf("model %s: %d states, %d transitions, depth %d, %v", cfg, res.states, res.edges, res.depth, time.Since(start).Round(time.Millisecond))
@@ -86,6 +114,7 @@ func TestModelFindsRevertedFixes(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			cfg := defaultModel()
 			cfg.proto, cfg.allow, cfg.topics, cfg.norec = f.proto, f.allow, f.topics, f.norec
+			cfg.maxStates = targetedStates
 			start := time.Now()
 			res := explore(cfg)
 			var got, trace string
@@ -115,6 +144,7 @@ func TestModelTargetedFaults(t *testing.T) {
 		t.Run(f.name, func(t *testing.T) {
 			cfg := defaultModel()
 			cfg.allow, cfg.topics, cfg.norec = f.allow, f.topics, f.norec
+			cfg.maxStates = targetedStates
 			checkModel(t, cfg)
 		})
 	}

@@ -89,8 +89,8 @@ func TestIdleGrownTopicHoldsAfterCommit(t *testing.T) {
 // startIdleCoord starts one member of group "g" on a kfake topic "coord" of 2 partitions whose
 // handler does nothing and whose after-commit hook records when each partition's hook ran, and
 // waits until both hooks run: an idle relay's shards, as the growth tests need them. The client
-// keeps franz-go's default MetadataMaxAge.
-func startIdleCoord(t *testing.T) ([]string, *memfence.Store, *hookClock, *meter, *member) {
+// keeps franz-go's default MetadataMaxAge; opts are added to its client's.
+func startIdleCoord(t *testing.T, opts ...kgo.Opt) ([]string, *memfence.Store, *hookClock, *meter, *member) {
 	t.Helper()
 	brokers := fakeKafka(t, kfake.SeedTopics(2, "coord"))
 	store := newStore(t)
@@ -101,7 +101,7 @@ func startIdleCoord(t *testing.T) ([]string, *memfence.Store, *hookClock, *meter
 		nil, consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
 			return noop, nil
 		}),
-		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m),
+		consumer.Kafka(append(fastKafka(brokers), opts...)...), consumer.Logger(quiet), consumer.MeterProvider(m),
 		consumer.RetryBackoff(10*time.Millisecond, 200*time.Millisecond),
 		consumer.AfterCommit(clock.hook, 20*time.Millisecond))
 	if err != nil {

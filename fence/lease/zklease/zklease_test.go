@@ -211,3 +211,36 @@ func BenchmarkAcquireRelease(b *testing.B) {
 		}
 	}
 }
+
+// The token's epoch is the czxid of the holder's node: the zxid of the transaction that
+// created it, unique and increasing across the ensemble. A per-node counter (the node's data
+// version, its sequence number) starts again for every node, so two holders one after the
+// other would carry equal tokens and the fence could not tell the later from the deposed one.
+func TestTokenIsTheNodeCzxid(t *testing.T) {
+	srv := servers(t)
+	src := newSource(t, srv)
+	ctx := ctxT(t, 20*time.Second)
+	c := conn(t, srv)
+	res := fmt.Sprintf("czxid-%d", time.Now().UnixNano())
+	var prev fence.Token
+	for i := range 2 {
+		l, err := src.Acquire(ctx, res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exists, stat, err := c.Exists(l.ID())
+		if err != nil || !exists {
+			t.Fatalf("the holder's node %s: exists %v, %v", l.ID(), exists, err)
+		}
+		if l.Token().Epoch != stat.Czxid {
+			t.Fatalf("holder %d's token %s: its epoch is not its node's czxid %d (data version %d)", i, l.Token(), stat.Czxid, stat.Version)
+		}
+		if i > 0 && prev.Compare(l.Token()) >= 0 {
+			t.Fatalf("holder %d's token %s not above its predecessor's %s", i, l.Token(), prev)
+		}
+		prev = l.Token()
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

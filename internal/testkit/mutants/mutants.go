@@ -37,7 +37,7 @@ import (
 	"strings"
 )
 
-//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch outbox/*/*/*.patch internal/*/*.patch fence/*/*.patch
+//go:embed consumer fence internal outbox
 var patches embed.FS
 
 // A Mutant is one patch and the tests that must catch it.
@@ -123,6 +123,30 @@ var All = []Mutant{
 		Bug: "a refusal decided after a new session's assignment waits for yet another session", Liveness: true},
 	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"}, Want: `a restarted worker not yet claimed was handed`,
 		Bug: "a restarted worker is handed records fetched before its restart, ahead of its claim's seek", Safety: true},
+	{Name: "ClaimTokenFromStoredEpoch", Package: "consumer", Guards: []string{"TestDecideClaimsAtTheAssignmentEpoch", model("batch-topic")}, Want: `want the stored era at the assignment's epoch|exceeded its bound of \d+ (steps deep|states)`,
+		Bug: "the claim token taken from the stored epoch + 1, not the assignment's epoch: any member climbs above the owner (and the model's states never repeat)", Safety: true},
+	{Name: "RecoverConflictsUncounted", Package: "consumer", Guards: []string{"TestDecideGivesUpAfterRecoverConflicts"}, Want: `Recover conflicts in a row did not give the partition up`,
+		Bug: "Recover conflicts never counted: a partition whose fence keeps moving churns for ever"},
+	{Name: "ConfirmingLoadEpochOnly", Package: "consumer", Guards: []string{"TestDecideConfirmingLoadComparesTheWholeToken"}, Want: `the confirming Load found .* and the worker went on`,
+		Bug: "the Load confirming a claim compares only the epoch: another era, held by another claimant, passes as ours", Safety: true},
+	{Name: "LoadingCommitIsProof", Package: "consumer", Guards: []string{"TestClassicProofLoadingCommitCannotTell"}, Want: `COORDINATOR_LOAD_IN_PROGRESS was taken as proof`,
+		Bug: "an OffsetCommit answered COORDINATOR_LOAD_IN_PROGRESS taken as proof that the generation is current", Safety: true},
+	{Name: "RetainedProvenByCommitAlone", Package: "consumer", Guards: []string{"TestClassicProofRetainedNeedsTheDescription"}, Want: `proven kept .* by the OffsetCommit alone`,
+		Bug: "a partition kept across a rebalance proven by the OffsetCommit at the current generation alone, without the description that assigns it", Safety: true},
+	{Name: "MemberEpochBelowAssignmentUnchecked", Package: "consumer", Guards: []string{"TestAssignmentEpochsProofRefusesAMemberBelowTheAssignmentEpoch"}, Want: `the member epoch was not compared with the assignment's`,
+		Bug: "the KIP-848 proof does not compare the member's epoch with the assignment's: a recreated group's member vouches for an older assignment", Safety: true},
+	{Name: "MovedEraNoSeekToStart", Package: "consumer", Guards: []string{"TestMovedEraWithoutPositionReadsFromTheStart"}, Want: `resumed at Kafka's committed offset`,
+		Bug: "a claim with no position in a fence Baton moved to a later era resumes at Kafka's committed offset, not the log's start: the records below it are skipped", Safety: true},
+	{Name: "WatcherIgnoresTopicID", Package: "consumer", Guards: []string{"TestIdleRecreatedTopicHoldsAfterCommit"}, Want: `still ran .* after the topic was recreated with a new ID`,
+		Bug: "the topic watcher compares only the partition count: an idle partition's after-commit hook (a standalone relay) runs on under a recreated topic's old incarnation", Safety: true},
+	{Name: "RecordFilterOffByOne", Package: "consumer", Guards: []string{"TestOverlapAppliesOnlyTheRest"}, Want: `records after the sink's position were skipped`,
+		Bug: "the position filter drops the record just after the sink's position as applied", Safety: true},
+	{Name: "OverlapReadAsDuplicate", Package: "consumer", Guards: []string{"TestOverlapAppliesOnlyTheRest"}, Want: `records after the sink's position were skipped`,
+		Bug: "a batch the sink refuses as overlapping its position skipped whole, as a duplicate: its records after the position never applied", Safety: true},
+	{Name: "LanesFilterOffByOne", Package: "consumer", Guards: []string{"TestLanesNeverAdvancePastARecordInALane"}, Want: `sink position \d+, \d+ writes attempted, while offset 0`,
+		Bug: "the lanes' intake drops the record just after the sink's position as applied: the writer advances past a record never applied", Safety: true},
+	{Name: "DescribeReadsAnotherMember", Package: "consumer", Guards: []string{"TestClassicProofReadsItsOwnAssignment"}, Want: `proven owner of p0 .* by member-b's assignment`,
+		Bug: "the classic proof's description read from the first member listed, not this one: another member's partition proves ownership", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
 	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
@@ -147,6 +171,8 @@ var All = []Mutant{
 		Bug: "outboxconsumer.DeadLetters leaves the copy to the consumer's direct produce", Safety: true},
 	{Name: "InboxPreparedNotFilteredWithRecords", Package: "outbox/outboxconsumer", Guards: []string{"TestInboxKeepsPreparedAligned"}, Want: `records and \d+ prepared results`,
 		Bug: "outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared", Safety: true},
+	{Name: "InboxHandlerPassesStale", Package: "outbox/outboxconsumer", Guards: []string{"TestHandlerPassesOnlyAdmittedRecords"}, Want: `judged Stale by the inbox, reached the application`,
+		Bug: "outboxconsumer.Handler drops only duplicates: a deposed producer's record the inbox judged Stale is applied", Safety: true},
 	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"}, Want: `want a \*fence.TopicError`,
 		Bug: "outboxconsumer.PrepareShards accepts a shard count other than the acknowledged one: entities move between shards unheld", Safety: true},
 
@@ -159,6 +185,14 @@ var All = []Mutant{
 		Bug: "the Redis commit script compares the era but not the epoch: a zombie of the same era writes", Safety: true},
 	{Name: "RedisCommitChecksLastNotFirst", Package: "fence/redisfence", Guards: []string{"TestConformance/OverlapRefused"}, Want: `error = <nil>, want fence: batch overlaps`,
 		Bug: "the Redis commit script compares the batch's last position with the stored one, not its first: an overlapping batch is applied again", Safety: true},
+
+	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
+	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,
+	// and CI (CI set) fails the guard instead.
+	{Name: "BulkAdvanceOwnTransaction", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkRollsBackTheLazyAdvanceWithTheData"}, Want: `the fence committed at position \d+ while the data rolled back`,
+		Bug: "pgbulk's lazily advanced fence (a handler writing through Exec, QueryRow or CopyFrom) advanced in a transaction of its own: it commits while the data rolls back", Safety: true},
+	{Name: "ZkTokenFromDataVersion", Package: "fence/lease/zklease", Guards: []string{"TestTokenIsTheNodeCzxid"}, Want: `its epoch is not its node's czxid`,
+		Bug: "zklease's token taken from the node's data version, not its czxid: every holder gets the same token", Safety: true},
 }
 
 func init() {
