@@ -76,8 +76,9 @@ type Consumer[Tx any] struct {
 // handler and PerPartition, a PerPartition or FencedDeadLetters function of another
 // transaction type than the sink's, a Kafka option franz-go refuses, or one Baton owns (named).
 //
-// New has no side effect: it creates no Kafka client and starts nothing (the Kafka options
-// are checked with kgo.ValidateOpts); [Consumer.Run] does.
+// New has no side effect: it connects to nothing and starts nothing (the Kafka options are
+// checked with kgo.ValidateOpts, and the reset offset read from a client closed unused);
+// [Consumer.Run] does.
 func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Handler[Tx], opts ...Option) (*Consumer[Tx], error) {
 	var errs []error
 	// The group's rules are the fence key's: it is stored with every fence.
@@ -116,6 +117,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 	}
 	errs = append(errs, cfg.resolveProtocol())
 	errs = append(errs, checkKafka(cfg.kafka)...)
+	errs = append(errs, resetNotEarliest(cfg.kafka))
 	if err := joinAll(errs); err != nil {
 		return nil, err
 	}

@@ -69,7 +69,8 @@ func defaults() config {
 // The options Baton owns are refused with [ErrInvalidOption], naming the option: ConsumerGroup,
 // ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
 // OnPartitionsLost, DisableAutoCommit, AutoCommitMarks, GreedyAutoCommit and
-// AutoCommitCallback by [New]; BlockRebalanceOnPoll by [Consumer.Run], before it joins the
+// AutoCommitCallback by [New], and a ConsumeResetOffset other than kgo.NewOffset().AtStart()
+// (the log start: see kafkaDefaults); BlockRebalanceOnPoll by [Consumer.Run], before it joins the
 // group (franz-go's validation, the only look at options it offers without a client, does not
 // reveal it). A ConsumeTopics among them is replaced by New's topics.
 func Kafka(opts ...kgo.Opt) Option {
@@ -399,9 +400,12 @@ func GroupProtocol(name string) Option {
 // timeout (45s, Kafka's default): a crash takeover takes it plus about a heartbeat
 // interval; set kgo.SessionTimeout for faster takeovers at the risk of expiring members that
 // pause. Measured by 'baton bench handover' (see Handovers in the package documentation).
+// A resume point below the log start resumes at the log start (kgo.ConsumeResetOffset, the
+// only value [New] accepts): nothing still in the log is skipped.
 func kafkaDefaults() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.HeartbeatInterval(500 * time.Millisecond),
+		kgo.ConsumeResetOffset(earliest),
 	}
 }
