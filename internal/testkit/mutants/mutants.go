@@ -121,6 +121,8 @@ var All = []Mutant{
 		Bug: "a partition the coordinator refused stays unprocessed while a later session keeps it assigned", Liveness: true},
 	{Name: "RefusedDuringSessionMissed", Package: "consumer", Guards: []string{"TestRefusedDuringANewSessionRetried"}, Want: `timed out waiting for A applies everything`,
 		Bug: "a refusal decided after a new session's assignment waits for yet another session", Liveness: true},
+	{Name: "ResetOffsetNotEarliestAccepted", Package: "consumer", Guards: []string{"TestNewRefusesAResetOffsetOtherThanEarliest"}, Want: `accepted, it would skip records still in the log`,
+		Bug: "a kgo.ConsumeResetOffset other than the log start accepted: a resume point below the log start moves to the end", Safety: true},
 	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"}, Want: `a restarted worker not yet claimed was handed`,
 		Bug: "a restarted worker is handed records fetched before its restart, ahead of its claim's seek", Safety: true},
 
