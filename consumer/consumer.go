@@ -649,6 +649,7 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// applied none of them, so fetching goes back to the first.
 		seek = w.from
 	}
+	w.sought = seek // on w's goroutine, which owns it
 	if seek >= 0 {
 		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: seek}}})
 	}

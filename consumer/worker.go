@@ -68,6 +68,7 @@ type worker[Tx any] struct {
 	token    fence.Token // the claimed token every write carries
 	tried    fence.Token // the token of the last claim or write attempt (for reports)
 	position int64
+	sought   int64 // the offset the claim moved fetching to (claimResolved), -1 if it did not
 	handler  Handler[Tx]
 	cs       claimState        // the claim decision's memory
 	judgedAt int64             // the group session (run.sessions) in which the last proof began
@@ -91,6 +92,7 @@ func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 		done:     make(chan struct{}),
 		claimed:  make(chan struct{}),
 		position: fence.NoPosition,
+		sought:   -1,
 		from:     -1,
 		cs:       claimState{Epoch: epoch, Recover: r.c.cfg.recoverRegressions, Identity: identity},
 	}
