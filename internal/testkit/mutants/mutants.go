@@ -105,6 +105,8 @@ var All = []Mutant{
 		Bug: "a partition added by growing the topic applied before the growth is acknowledged", Safety: true},
 	{Name: "DataLossUnreported", Package: "consumer", Guards: []string{"TestDeletedRecordsReportedAsLoss"}, Want: `records lost counted 0`,
 		Bug: "records deleted before they were applied skipped silently"},
+	{Name: "LossUncheckedWithoutPosition", Package: "consumer", Guards: []string{"TestDeletedRecordsReportedAsLossInAMovedEra"}, Want: `records lost counted 0, want 6`,
+		Bug: "records deleted below the offset a claim with no position sought to skipped silently"},
 	{Name: "IdleTopicChangeUnchecked", Package: "consumer", Guards: []string{"TestIdleGrownTopicHoldsAfterCommit"}, Want: `timed out waiting for partitions 0 and 1 held`,
 		Bug: "an idle partition runs its after-commit hook past a topic growth (a standalone relay's shards relay on)", Safety: true, Liveness: true},
 	{Name: "HandoverUnproven", Package: "consumer", Guards: []string{"TestZombieOfTheSameIdentityNeverRecovers", model("handover-proof")}, Want: `does not vouch for|never proved its ownership`,
