@@ -56,6 +56,7 @@ type Consumer[Tx any] struct {
 	sink    fence.Sink[Tx]
 	factory Factory[Tx]
 	dlq     func(context.Context, Tx, *Batch, *kgo.Record) error // FencedDeadLetters, or nil
+	admitDL func(context.Context, Tx, *kgo.Record) (bool, error) // AdmitDeadLetters, or nil
 	cfg     config
 	m       *meters
 	tracer  trace.Tracer
@@ -73,7 +74,7 @@ type Consumer[Tx any] struct {
 // characters, "." or "..", or a character outside [a-zA-Z0-9._-]); a nil sink, or a typed nil
 // such as a nil *pgfence.Store; neither a handler nor PerPartition; no kgo.SeedBrokers among
 // the [Kafka] options; and, matching [ErrInvalidOption], a nil or invalid option, both a
-// handler and PerPartition, a PerPartition or FencedDeadLetters function of another
+// handler and PerPartition, a PerPartition, FencedDeadLetters or AdmitDeadLetters function of another
 // transaction type than the sink's, a Kafka option franz-go refuses, or one Baton owns (named).
 //
 // New has no side effect: it connects to nothing and starts nothing (the Kafka options are
@@ -115,6 +116,14 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 		}
 		dlq = f
 	}
+	var admitDL func(context.Context, Tx, *kgo.Record) (bool, error)
+	if cfg.admitDeadLetters != nil {
+		f, ok := cfg.admitDeadLetters.(func(context.Context, Tx, *kgo.Record) (bool, error))
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: AdmitDeadLetters takes %s, the sink's transactions are %s", ErrInvalidOption, txOf(cfg.admitDeadLetters), txName[Tx]()))
+		}
+		admitDL = f
+	}
 	errs = append(errs, cfg.resolveProtocol())
 	errs = append(errs, checkKafka(cfg.kafka)...)
 	errs = append(errs, resetNotEarliest(cfg.kafka))
@@ -126,7 +135,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 		return nil, fmt.Errorf("%w: meters: %w", ErrInvalidOption, err)
 	}
 	return &Consumer[Tx]{
-		group: group, topics: append([]string(nil), topics...), sink: sink, factory: factory, dlq: dlq,
+		group: group, topics: append([]string(nil), topics...), sink: sink, factory: factory, dlq: dlq, admitDL: admitDL,
 		cfg: cfg, m: m, tracer: cfg.tracers.Tracer(instrumentation), log: cfg.logger.With("group", group),
 	}, nil
 }

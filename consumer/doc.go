@@ -75,7 +75,9 @@
 //     it is produced from inside the transaction, after the fence check: at least once, and not
 //     fenced against a paused member; readers deduplicate direct copies on (baton.dlq.group,
 //     baton.dlq.topic, baton.dlq.partition, baton.dlq.offset), and baton.dlq.token tells whose
-//     each copy is.
+//     each copy is. With [AdmitDeadLetters] (outboxconsumer.AdmitDeadLetters) the record is
+//     first admitted in that transaction where the receiver deduplicates: a copy of a record
+//     already applied or dead-lettered is dropped, and a dead-lettered one's later copies are.
 //  5. Rebalance barrier: OnPartitionsRevoked cancels the partition's context, waits until its
 //     in-flight batch committed or rolled back, commits the marked offsets, and only then
 //     returns. OnPartitionsLost does the same without the commit. franz-go keeps heartbeating

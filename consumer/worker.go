@@ -529,6 +529,8 @@ const (
 // member (idle_in_transaction_session_timeout) no longer holds the fence when the member
 // resumes, so its produce may land next to its successor's copy of the same record; and a
 // commit that fails after the produce duplicates it. Direct dead-lettering is at least once.
+// With [AdmitDeadLetters] r is admitted first in the same transaction: refused as a copy of a
+// record already applied or dead-lettered, it is dropped (no copy, the fence advanced over it).
 func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 	if !w.compareIfMoved() {
 		return false
@@ -556,8 +558,22 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		if w.prepared != nil { // with Lanes: r's result, nil if its Prepare failed for good
 			b.Prepared = []any{w.prepared[r.Offset]}
 		}
+		var copied bool // r is a copy of a record already applied or dead-lettered (AdmitDeadLetters)
 		err := w.attempt("dead-letter", func() error {
+			copied = false
 			return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, tx Tx) error {
+				if admit := w.r.c.admitDL; admit != nil {
+					// The admission commits with the dead letter: a copy of r read later (a
+					// relay's re-publish) is a duplicate, neither applied nor dead-lettered again.
+					ok, err := admit(ctx, tx, r)
+					if err != nil {
+						return &handlerError{err: err} // never read as the sink's verdict
+					}
+					if !ok {
+						copied = true
+						return nil // the fence advances over r; no copy
+					}
+				}
 				if viaTx {
 					if err := dl(ctx, tx, b, d); err != nil {
 						return &handlerError{err: err} // never read as the sink's verdict
@@ -573,6 +589,11 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		// dead letter (TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict).
 		v := sinkVerdict(err)
 		switch {
+		case err == nil && copied:
+			w.r.c.m.duplicates.Add(w.ctx, 1, partAttrs(w.id))
+			w.r.c.log.Warn("poison record is a copy of one already applied or dead-lettered: dropped", append(w.log(), "offset", r.Offset, "reason", cause)...)
+			w.advanced(r)
+			return true
 		case err == nil:
 			w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
 			w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "in_tx", viaTx, "reason", cause)...)
