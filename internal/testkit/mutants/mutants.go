@@ -149,6 +149,8 @@ var All = []Mutant{
 		Bug: "outboxstore.ValidateAppend passes every message", Safety: true},
 	{Name: "DeadLettersBypassTheOutbox", Package: "outbox/outboxconsumer", Guards: []string{"TestZombieDeadLetterThroughTheOutbox"}, Want: `dead letter of X .* reached the topic`,
 		Bug: "outboxconsumer.DeadLetters leaves the copy to the consumer's direct produce", Safety: true},
+	{Name: "DeadLetterAdmissionNotRecorded", Package: "outbox/outboxconsumer", Guards: []string{"TestCopyOfADeadLetteredMessageIsADuplicate"}, Want: `a copy of a dead-lettered message was admitted`,
+		Bug: "a poison record dead-lettered without its inbox admission: a re-published copy is applied or dead-lettered again", Safety: true},
 	{Name: "InboxPreparedNotFilteredWithRecords", Package: "outbox/outboxconsumer", Guards: []string{"TestInboxKeepsPreparedAligned"}, Want: `records and \d+ prepared results`,
 		Bug: "outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared", Safety: true},
 	{Name: "PrepareShardsCountUnchecked", Package: "outbox/outboxconsumer", Guards: []string{"TestPrepareShardsChecksTheShardCount"}, Want: `want a \*fence.TopicError`,
