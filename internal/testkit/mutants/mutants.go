@@ -37,7 +37,7 @@ import (
 	"strings"
 )
 
-//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch
+//go:embed consumer/*.patch outbox/*.patch outbox/*/*.patch fence/lease/pglease/*.patch
 var patches embed.FS
 
 // A Mutant is one patch and the tests that must catch it.
@@ -127,6 +127,10 @@ var All = []Mutant{
 		Bug: "a kgo.ConsumeResetOffset other than the log start accepted: a resume point below the log start moves to the end", Safety: true},
 	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"}, Want: `a restarted worker not yet claimed was handed`,
 		Bug: "a restarted worker is handed records fetched before its restart, ahead of its claim's seek", Safety: true},
+
+	// The token sources.
+	{Name: "GrantIDIsThePid", Package: "fence/lease/pglease", Guards: []string{"TestGrantIDUniqueForOnePid"}, Want: `two holders of one token would be the same claimant`,
+		Bug: "a pglease grant's identity is its backend pid alone: after a restore two holders of a re-issued token are one claimant", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
 	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
