@@ -224,6 +224,9 @@ type run[Tx any] struct {
 	// sessions counts the calls of OnPartitionsAssigned, one per group session. A count, not
 	// the generation: a deleted and recreated group starts its generations again from 1.
 	sessions atomic.Int64
+	// seeks counts the claims' seeks (claimResolved, after SetOffsets returned): a poll that
+	// read a lower count before it began may hold records fetched ahead of a seek (dispatch).
+	seeks atomic.Int64
 
 	looked map[string]time.Time // topic -> the last look after an UNKNOWN_TOPIC_ID fetch (poll's goroutine only)
 }
@@ -260,6 +263,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 			return err
 		default:
 		}
+		stamp := r.seeks.Load() // before the poll: seeks done by now are behind every record it returns
 		fs := r.client().PollFetches(ctx)
 		if fs.IsClientClosed() {
 			return nil
@@ -289,7 +293,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				last := p.Records[len(p.Records)-1]
 				id := partition.ID{Topic: t.Topic, Partition: p.Partition}
 				r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
-				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset)
+				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset, stamp)
 			}
 		})
 		fs.EachError(func(topic string, p int32, err error) {
@@ -318,16 +322,34 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 	}
 }
 
-// dispatch hands recs to the partition's worker. Records of a partition with no live worker
-// (revoked between the fetch and now) are dropped: the next owner re-reads them from the
-// sink's position.
-func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart int64) {
+// dispatch hands recs, of a poll begun when the seek count was stamp, to the partition's
+// worker. Records of a partition with no live worker (revoked between the fetch and now) are
+// dropped: the next owner re-reads them from the sink's position.
+func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart int64, stamp int64) {
 	n := int64(len(recs))
 	r.mu.Lock()
 	w := r.workers[k]
 	if w == nil || w.removed {
 		r.mu.Unlock()
 		return
+	}
+	if w.checkSeek {
+		// The first batch since the claim's seek. From a poll begun before the seek it may
+		// have been fetched on the cursor the seek replaced (a restarted worker's predecessor's,
+		// past records it dropped unapplied): applied, it would skip what lies between. A poll
+		// begun after the seek returned holds only records fetched from the seek on (SetOffsets
+		// stops the fetch session and discards its buffered fetches before returning), so
+		// whatever gap it shows is the log's own (transaction markers, compaction). So a batch
+		// of an earlier poll that does not start where the seek (or the log start) says is
+		// dropped, and the seek done again: the next poll is trusted.
+		if want := max(w.sought, logStart); stamp < w.seekedAt && recs[0].Offset != want {
+			r.c.log.Warn("dropped a batch fetched before this partition's seek that does not start there; seeking again",
+				append(w.log(), "first", recs[0].Offset, "want", want)...)
+			r.seek(w, w.sought)
+			r.mu.Unlock()
+			return
+		}
+		w.checkSeek = false
 	}
 	if w.from < 0 {
 		w.from = recs[0].Offset
@@ -368,6 +390,13 @@ const (
 	pauseIdle
 	pauseWatchdog
 )
+
+// seek moves w's fetching to offset and notes it, for dispatch to check the first batch after
+// it. r.mu must be held.
+func (r *run[Tx]) seek(w *worker[Tx], offset int64) {
+	r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: offset}}})
+	w.seekedAt, w.checkSeek = r.seeks.Add(1), true
+}
 
 // setPause sets or clears one pause reason of w and pauses or resumes fetching when the
 // partition's state changes. r.mu must be held.
@@ -658,9 +687,9 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// applied none of them, so fetching goes back to the first.
 		seek = w.from
 	}
-	w.sought = seek // on w's goroutine, which owns it
+	w.sought = seek // written on w's goroutine and under r.mu: read by both
 	if seek >= 0 {
-		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: seek}}})
+		r.seek(w, seek)
 	}
 	if !ok {
 		r.setPause(w, pauseIdle, true)

@@ -42,6 +42,10 @@ type worker[Tx any] struct {
 	// has passed it, so a revived worker whose sink holds no position must seek back to it.
 	from    int64
 	revived bool // started by the watchdog's revive or retryRefused, on its predecessor's fetch cursor
+	// seekedAt is run.seeks after this worker's last seek; checkSeek: no batch was handed to
+	// it since (dispatch checks that one).
+	seekedAt  int64
+	checkSeek bool
 	// stopping: a revoke, a loss, a reassignment or Run's end picked this worker to stop
 	// (set under run.mu), so the watchdog's revive must not replace it with a successor.
 	stopping bool
@@ -68,7 +72,7 @@ type worker[Tx any] struct {
 	token    fence.Token // the claimed token every write carries
 	tried    fence.Token // the token of the last claim or write attempt (for reports)
 	position int64
-	sought   int64 // the offset the claim moved fetching to (claimResolved), -1 if it did not
+	sought   int64 // the offset the claim moved fetching to (claimResolved, under run.mu), -1 if it did not
 	handler  Handler[Tx]
 	cs       claimState        // the claim decision's memory
 	judgedAt int64             // the group session (run.sessions) in which the last proof began
