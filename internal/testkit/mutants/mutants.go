@@ -127,6 +127,8 @@ var All = []Mutant{
 		Bug: "a kgo.ConsumeResetOffset other than the log start accepted: a resume point below the log start moves to the end", Safety: true},
 	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"}, Want: `a restarted worker not yet claimed was handed`,
 		Bug: "a restarted worker is handed records fetched before its restart, ahead of its claim's seek", Safety: true},
+	{Name: "StalePollAfterSeekTaken", Package: "consumer", Guards: []string{"TestFirstBatchAfterASeekWithAnUnexplainedGapIsDropped"}, Want: `would be skipped`,
+		Bug: "a batch of a poll begun before a worker's seek, starting past it, handed to the worker after the seek", Safety: true},
 
 	// The token sources.
 	{Name: "GrantIDIsThePid", Package: "fence/lease/pglease", Guards: []string{"TestGrantIDUniqueForOnePid"}, Want: `two holders of one token would be the same claimant`,
