@@ -240,3 +240,28 @@ func TestNewRefusesAResetOffsetOtherThanEarliest(t *testing.T) {
 		t.Errorf("%v: want both the reset offset and MaxInflight reported", err)
 	}
 }
+
+// AdmitDeadLetters is checked by New like FencedDeadLetters: nil, another transaction type than
+// the sink's, or given twice, each named, with the other errors.
+func TestNewChecksAdmitDeadLetters(t *testing.T) {
+	h := func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }
+	admit := func(context.Context, *memfence.Tx, *kgo.Record) (bool, error) { return true, nil }
+	wrong := func(context.Context, string, *kgo.Record) (bool, error) { return true, nil }
+	brokers := consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"))
+	for name, c := range map[string]struct {
+		opts []consumer.Option
+		want string
+	}{
+		"nil":   {[]consumer.Option{consumer.AdmitDeadLetters[*memfence.Tx](nil)}, "nil AdmitDeadLetters function"},
+		"type":  {[]consumer.Option{consumer.AdmitDeadLetters(wrong)}, "AdmitDeadLetters takes string"},
+		"twice": {[]consumer.Option{consumer.AdmitDeadLetters(admit), consumer.AdmitDeadLetters(admit)}, "AdmitDeadLetters given twice"},
+	} {
+		_, err := consumer.New("g", []string{"t"}, newStore(t), h, append(c.opts, brokers, consumer.MaxInflight(0))...)
+		if !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "MaxInflight 0") {
+			t.Errorf("%s: %v, want ErrInvalidOption saying %q and MaxInflight 0", name, err, c.want)
+		}
+	}
+	if _, err := consumer.New("g", []string{"t"}, newStore(t), h, brokers, consumer.AdmitDeadLetters(admit)); err != nil {
+		t.Errorf("AdmitDeadLetters: %v", err)
+	}
+}
