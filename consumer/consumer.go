@@ -57,6 +57,7 @@ type Consumer[Tx any] struct {
 	sink    fence.Sink[Tx]
 	factory Factory[Tx]
 	dlq     func(context.Context, Tx, *Batch, *kgo.Record) error // FencedDeadLetters, or nil
+	admitDL func(context.Context, Tx, *kgo.Record) (bool, error) // AdmitDeadLetters, or nil
 	cfg     config
 	m       *meters
 	tracer  trace.Tracer
@@ -74,11 +75,12 @@ type Consumer[Tx any] struct {
 // characters, "." or "..", or a character outside [a-zA-Z0-9._-]); a nil sink, or a typed nil
 // such as a nil *pgfence.Store; neither a handler nor PerPartition; no kgo.SeedBrokers among
 // the [Kafka] options; and, matching [ErrInvalidOption], a nil or invalid option, both a
-// handler and PerPartition, a PerPartition or FencedDeadLetters function of another
+// handler and PerPartition, a PerPartition, FencedDeadLetters or AdmitDeadLetters function of another
 // transaction type than the sink's, a Kafka option franz-go refuses, or one Baton owns (named).
 //
-// New has no side effect: it creates no Kafka client and starts nothing (the Kafka options
-// are checked with kgo.ValidateOpts); [Consumer.Run] does.
+// New has no side effect: it connects to nothing and starts nothing (the Kafka options are
+// checked with kgo.ValidateOpts, and the reset offset read from a client closed unused);
+// [Consumer.Run] does.
 func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Handler[Tx], opts ...Option) (*Consumer[Tx], error) {
 	var errs []error
 	// The group's rules are the fence key's: it is stored with every fence.
@@ -115,8 +117,17 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 		}
 		dlq = f
 	}
+	var admitDL func(context.Context, Tx, *kgo.Record) (bool, error)
+	if cfg.admitDeadLetters != nil {
+		f, ok := cfg.admitDeadLetters.(func(context.Context, Tx, *kgo.Record) (bool, error))
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: AdmitDeadLetters takes %s, the sink's transactions are %s", ErrInvalidOption, txOf(cfg.admitDeadLetters), txName[Tx]()))
+		}
+		admitDL = f
+	}
 	errs = append(errs, cfg.resolveProtocol())
 	errs = append(errs, checkKafka(cfg.kafka)...)
+	errs = append(errs, resetNotEarliest(cfg.kafka))
 	if err := joinAll(errs); err != nil {
 		return nil, err
 	}
@@ -125,7 +136,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 		return nil, fmt.Errorf("%w: meters: %w", ErrInvalidOption, err)
 	}
 	return &Consumer[Tx]{
-		group: group, topics: append([]string(nil), topics...), sink: sink, factory: factory, dlq: dlq,
+		group: group, topics: append([]string(nil), topics...), sink: sink, factory: factory, dlq: dlq, admitDL: admitDL,
 		cfg: cfg, m: m, tracer: cfg.tracers.Tracer(instrumentation), log: cfg.logger.With("group", group),
 	}, nil
 }
@@ -214,6 +225,9 @@ type run[Tx any] struct {
 	// sessions counts the calls of OnPartitionsAssigned, one per group session. A count, not
 	// the generation: a deleted and recreated group starts its generations again from 1.
 	sessions atomic.Int64
+	// seeks counts the claims' seeks (claimResolved, after SetOffsets returned): a poll that
+	// read a lower count before it began may hold records fetched ahead of a seek (dispatch).
+	seeks atomic.Int64
 
 	looked map[string]time.Time // topic -> the last look after an UNKNOWN_TOPIC_ID fetch (poll's goroutine only)
 }
@@ -250,6 +264,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 			return err
 		default:
 		}
+		stamp := r.seeks.Load() // before the poll: seeks done by now are behind every record it returns
 		fs := r.client().PollFetches(ctx)
 		if fs.IsClientClosed() {
 			return nil
@@ -279,7 +294,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				last := p.Records[len(p.Records)-1]
 				id := partition.ID{Topic: t.Topic, Partition: p.Partition}
 				r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
-				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset)
+				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset, stamp)
 			}
 		})
 		fs.EachError(func(topic string, p int32, err error) {
@@ -308,16 +323,34 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 	}
 }
 
-// dispatch hands recs to the partition's worker. Records of a partition with no live worker
-// (revoked between the fetch and now) are dropped: the next owner re-reads them from the
-// sink's position.
-func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart int64) {
+// dispatch hands recs, of a poll begun when the seek count was stamp, to the partition's
+// worker. Records of a partition with no live worker (revoked between the fetch and now) are
+// dropped: the next owner re-reads them from the sink's position.
+func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart int64, stamp int64) {
 	n := int64(len(recs))
 	r.mu.Lock()
 	w := r.workers[k]
 	if w == nil || w.removed {
 		r.mu.Unlock()
 		return
+	}
+	if w.checkSeek {
+		// The first batch since the claim's seek. From a poll begun before the seek it may
+		// have been fetched on the cursor the seek replaced (a restarted worker's predecessor's,
+		// past records it dropped unapplied): applied, it would skip what lies between. A poll
+		// begun after the seek returned holds only records fetched from the seek on (SetOffsets
+		// stops the fetch session and discards its buffered fetches before returning), so
+		// whatever gap it shows is the log's own (transaction markers, compaction). So a batch
+		// of an earlier poll that does not start where the seek (or the log start) says is
+		// dropped, and the seek done again: the next poll is trusted.
+		if want := max(w.sought, logStart); stamp < w.seekedAt && recs[0].Offset != want {
+			r.c.log.Warn("dropped a batch fetched before this partition's seek that does not start there; seeking again",
+				append(w.log(), "first", recs[0].Offset, "want", want)...)
+			r.seek(w, w.sought)
+			r.mu.Unlock()
+			return
+		}
+		w.checkSeek = false
 	}
 	if w.from < 0 {
 		w.from = recs[0].Offset
@@ -358,6 +391,13 @@ const (
 	pauseIdle
 	pauseWatchdog
 )
+
+// seek moves w's fetching to offset and notes it, for dispatch to check the first batch after
+// it. r.mu must be held.
+func (r *run[Tx]) seek(w *worker[Tx], offset int64) {
+	r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: offset}}})
+	w.seekedAt, w.checkSeek = r.seeks.Add(1), true
+}
 
 // setPause sets or clears one pause reason of w and pauses or resumes fetching when the
 // partition's state changes. r.mu must be held.
@@ -648,8 +688,9 @@ func (r *run[Tx]) claimResolved(w *worker[Tx], ok bool) {
 		// applied none of them, so fetching goes back to the first.
 		seek = w.from
 	}
+	w.sought = seek // written on w's goroutine and under r.mu: read by both
 	if seek >= 0 {
-		r.client().SetOffsets(map[string]map[int32]kgo.EpochOffset{w.id.Topic: {w.id.Partition: {Epoch: -1, Offset: seek}}})
+		r.seek(w, seek)
 	}
 	if !ok {
 		r.setPause(w, pauseIdle, true)

@@ -31,8 +31,11 @@
 // [ErrInvalidOption] naming the option and why. franz-go offers no look at an option's value
 // without a client, so they are recognised by how its validation reacts to probe options;
 // BlockRebalanceOnPoll leaves no trace there and is refused by Run before it joins (read with
-// OptValue from a client that has no group, topics or partitions, so it connects nowhere). A
-// ConsumeTopics among the options is not detectable either; New's topics replace it.
+// OptValue from a client that has no group, topics or partitions, so it connects nowhere). New
+// reads ConsumeResetOffset from such a client and refuses any value but the log start
+// (kgo.NewOffset().AtStart(), Baton's default): a resume point below the log start must not
+// skip records still in the log. A ConsumeTopics among the options is not detectable either;
+// New's topics replace it.
 //
 // [Consumer.Run] never reports success for a run that never ran. While the cluster is
 // unreachable, authentication fails or the group cannot be joined, the cause is logged at
@@ -75,7 +78,9 @@
 //     it is produced from inside the transaction, after the fence check: at least once, and not
 //     fenced against a paused member; readers deduplicate direct copies on (baton.dlq.group,
 //     baton.dlq.topic, baton.dlq.partition, baton.dlq.offset), and baton.dlq.token tells whose
-//     each copy is.
+//     each copy is. With [AdmitDeadLetters] (outboxconsumer.AdmitDeadLetters) the record is
+//     first admitted in that transaction where the receiver deduplicates: a copy of a record
+//     already applied or dead-lettered is dropped, and a dead-lettered one's later copies are.
 //  5. Rebalance barrier: OnPartitionsRevoked cancels the partition's context, waits until its
 //     in-flight batch committed or rolled back, commits the marked offsets, and only then
 //     returns. OnPartitionsLost does the same without the commit. franz-go keeps heartbeating

@@ -40,6 +40,7 @@ type config struct {
 	prepare            func(ctx context.Context, k fence.Key, t fence.Token, r *kgo.Record) (any, error)
 	factory            any // PerPartition's Factory[Tx], checked against the sink's Tx by New
 	deadLetters        any // FencedDeadLetters' function, checked likewise
+	admitDeadLetters   any // AdmitDeadLetters' function, checked likewise
 }
 
 func defaults() config {
@@ -69,7 +70,8 @@ func defaults() config {
 // The options Baton owns are refused with [ErrInvalidOption], naming the option: ConsumerGroup,
 // ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
 // OnPartitionsLost, DisableAutoCommit, AutoCommitMarks, GreedyAutoCommit and
-// AutoCommitCallback by [New]; BlockRebalanceOnPoll by [Consumer.Run], before it joins the
+// AutoCommitCallback by [New], and a ConsumeResetOffset other than kgo.NewOffset().AtStart()
+// (the log start: see kafkaDefaults); BlockRebalanceOnPoll by [Consumer.Run], before it joins the
 // group (franz-go's validation, the only look at options it offers without a client, does not
 // reveal it). A ConsumeTopics among them is replaced by New's topics.
 func Kafka(opts ...kgo.Opt) Option {
@@ -338,6 +340,34 @@ func FencedDeadLetters[Tx any](fn func(ctx context.Context, tx Tx, b *Batch, d *
 	}
 }
 
+// AdmitDeadLetters makes every transaction that dead-letters a record (a handler's poison
+// record, or one whose [Lanes] preparation failed for good; produced directly or through
+// [FencedDeadLetters]) first call fn with the record, in that transaction, before the copy is
+// written: fn admits r where the receiver deduplicates, and its admission commits with the
+// dead letter and the fence advance, or not at all. If fn returns false, r is a copy of a record
+// already applied or dead-lettered: no copy is written, the fence advances over r, and it is
+// counted in baton.consumer.records.duplicates. So a record is applied once or dead-lettered
+// once, never both and never twice, across the copies a relay re-publishes.
+// outboxconsumer.AdmitDeadLetters is this option with the inbox of outboxconsumer.Handler, and
+// a receiver behind that handler needs it.
+//
+// An error rolls the transaction back and is retried, except one marked [Permanent], which
+// stops the partition with an ERROR log. fn is never called concurrently for the same
+// partition. Its transaction type must be the sink's, and it may be given once, or [New] fails
+// with [ErrInvalidOption].
+func AdmitDeadLetters[Tx any](fn func(ctx context.Context, tx Tx, r *kgo.Record) (bool, error)) Option {
+	return func(c *config) error {
+		if fn == nil {
+			return fmt.Errorf("%w: nil AdmitDeadLetters function", ErrInvalidOption)
+		}
+		if c.admitDeadLetters != nil {
+			return fmt.Errorf("%w: AdmitDeadLetters given twice (outboxconsumer.AdmitDeadLetters is one)", ErrInvalidOption)
+		}
+		c.admitDeadLetters = fn
+		return nil
+	}
+}
+
 // handlers returns the factory of New's handler or of PerPartition's factory: exactly one
 // of them must be given.
 func handlers[Tx any](h Handler[Tx], factory any) (Factory[Tx], error) {
@@ -366,7 +396,7 @@ func txOf(f any) string {
 		return t.Out(0).In(1).String() // Factory: its Handler's (ctx, tx, b)
 	}
 	if t.Kind() == reflect.Func && t.NumIn() >= 2 {
-		return t.In(1).String() // FencedDeadLetters: (ctx, tx, ...)
+		return t.In(1).String() // FencedDeadLetters, AdmitDeadLetters: (ctx, tx, ...)
 	}
 	return t.String()
 }
@@ -399,9 +429,12 @@ func GroupProtocol(name string) Option {
 // timeout (45s, Kafka's default): a crash takeover takes it plus about a heartbeat
 // interval; set kgo.SessionTimeout for faster takeovers at the risk of expiring members that
 // pause. Measured by 'baton bench handover' (see Handovers in the package documentation).
+// A resume point below the log start resumes at the log start (kgo.ConsumeResetOffset, the
+// only value [New] accepts): nothing still in the log is skipped.
 func kafkaDefaults() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.HeartbeatInterval(500 * time.Millisecond),
+		kgo.ConsumeResetOffset(earliest),
 	}
 }

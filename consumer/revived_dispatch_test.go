@@ -38,7 +38,7 @@ func TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim(t *testing.T) {
 		w := newWorker(r, id, 1)
 		w.revived, w.late, w.from = true, true, pred
 		r.workers[id] = w
-		r.dispatch(r.ctx, id, batch(500), [16]byte{}, 0)
+		r.dispatch(r.ctx, id, batch(500), [16]byte{}, 0, 0)
 		want := pred
 		if pred < 0 {
 			want = 500
@@ -51,7 +51,7 @@ func TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim(t *testing.T) {
 		r.mu.Lock()
 		w.claimDone = true
 		r.mu.Unlock()
-		r.dispatch(r.ctx, id, batch(510), [16]byte{}, 0)
+		r.dispatch(r.ctx, id, batch(510), [16]byte{}, 0, 0)
 		if n := len(w.in); n != 1 {
 			t.Fatalf("after the claim: %d batches handed, want 1", n)
 		}
@@ -93,4 +93,89 @@ func testRun(t *testing.T) *run[*memfence.Tx] {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.clp.Store(cl)
 	return r
+}
+
+// A poll's records that reach a restarted worker after its claim resolved: the interleaving
+// the drop above cannot see. The poller's PollFetches returns records of the predecessor's
+// cursor (offsets 500..), fetched before the restart; the poll goroutine is then not scheduled
+// while the watchdog restarts the worker and its claim resolves and seeks back to the first
+// record its predecessor was handed (300); then the poller dispatches the stale batch. Handed
+// to the worker, the batch would be applied (the fence accepts first > stored: logs have gaps)
+// and 300..499 skipped. The first batch after a seek, from a poll begun before it, must start
+// where the seek (or the log start) says, or it is dropped and the seek done again; a poll
+// begun after the seek is trusted, whatever gap the log has. (Mutant StalePollAfterSeekTaken.)
+func TestFirstBatchAfterASeekWithAnUnexplainedGapIsDropped(t *testing.T) {
+	r := testRun(t)
+	defer r.cancel()
+	id := partition.ID{Topic: "orders", Partition: 0}
+	batch := func(from int64) []*kgo.Record {
+		var recs []*kgo.Record
+		for o := from; o < from+10; o++ {
+			recs = append(recs, &kgo.Record{Topic: "orders", Offset: o})
+		}
+		return recs
+	}
+	claimed := func() (*worker[*memfence.Tx], int64) { // a restarted worker whose claim seeks to 300; the stamp of a poll begun before
+		w := newWorker(r, id, 1)
+		w.revived, w.late, w.from = true, true, 300
+		r.mu.Lock()
+		r.workers[id] = w
+		r.mu.Unlock()
+		stamp := r.seeks.Load()
+		r.claimResolved(w, true)
+		return w, stamp
+	}
+	drop := func(w *worker[*memfence.Tx]) {
+		r.mu.Lock()
+		w.removed = true
+		delete(r.workers, id)
+		r.mu.Unlock()
+		r.total.Add(-w.inflight.Swap(0))
+	}
+	handed := func(w *worker[*memfence.Tx]) int64 {
+		select {
+		case recs := <-w.in:
+			return recs[0].Offset
+		default:
+			return -1
+		}
+	}
+
+	w, before := claimed()
+	r.dispatch(r.ctx, id, batch(500), [16]byte{}, 0, before)
+	if got := handed(w); got >= 0 {
+		t.Fatalf("a batch starting at %d, from a poll begun before the seek to 300, was handed to the restarted worker: 300..499 would be skipped", got)
+	}
+	if w.seekedAt <= before || !w.checkSeek {
+		t.Fatalf("the stale batch was dropped without seeking again (seeked at %d, poll %d)", w.seekedAt, before)
+	}
+	r.dispatch(r.ctx, id, batch(300), [16]byte{}, 0, r.seeks.Load()) // the next poll, after the seek
+	if got := handed(w); got != 300 {
+		t.Fatalf("after the seek again: handed %d, want the batch at 300", got)
+	}
+	drop(w)
+
+	// A batch of an earlier poll that starts where the seek says is the seek's own.
+	w, before = claimed()
+	r.dispatch(r.ctx, id, batch(300), [16]byte{}, 0, before)
+	if got := handed(w); got != 300 {
+		t.Fatalf("a batch at the seek's offset: handed %d, want 300", got)
+	}
+	drop(w)
+
+	// The log start explains a gap: the log starts at 400, past the seek.
+	w, before = claimed()
+	r.dispatch(r.ctx, id, batch(400), [16]byte{}, 400, before)
+	if got := handed(w); got != 400 {
+		t.Fatalf("a batch at the log start 400, past the seek to 300: handed %d, want 400", got)
+	}
+	drop(w)
+
+	// A poll begun after the seek is trusted: its gap is the log's (a transaction marker at 300).
+	w, _ = claimed()
+	r.dispatch(r.ctx, id, batch(301), [16]byte{}, 0, r.seeks.Load())
+	if got := handed(w); got != 301 {
+		t.Fatalf("a batch of a poll begun after the seek, at 301: handed %d, want 301", got)
+	}
+	drop(w)
 }

@@ -129,23 +129,28 @@ func (w *worker[Tx]) batchTopicMoved() bool {
 }
 
 // lost reports records deleted from the log (retention, truncation) before they were applied:
-// the batch starts after the sink's position + 1, and the log now starts there too. Processing
+// the batch starts after the next offset expected (the sink's position + 1; with no position,
+// the offset the claim sought to), and the log now starts there too. Processing
 // continues with what the log still has (a stalled partition would not bring the records
 // back); the loss is logged at ERROR and counted (baton.consumer.records.lost), and baton
 // status shows the gap. Gaps the log itself has (transaction markers, compaction) are below
 // the log start offset's reach and are not reported.
 func (w *worker[Tx]) lost(first int64) {
+	next := w.position + 1
 	if w.position == fence.NoPosition {
-		return
+		if w.sought < 0 {
+			return // fetching resumed at Kafka's committed or start offset: nothing was expected
+		}
+		next = w.sought // the claim sought there (0 in a moved era, or a restarted worker's first record)
 	}
 	start := w.logStart.Load()
-	if first <= w.position+1 || start <= w.position+1 {
+	if first <= next || start <= next {
 		return
 	}
-	n := min(first, start) - (w.position + 1)
+	n := min(first, start) - next
 	w.r.c.m.lost.Add(w.ctx, n, partAttrs(w.id))
 	w.r.c.log.Error("records deleted from the log before they were applied (retention or truncation): data loss",
-		append(w.log(), "from", w.position+1, "to", w.position+n, "lost", n, "log_start", start)...)
+		append(w.log(), "from", next, "to", next+n-1, "lost", n, "log_start", start)...)
 }
 
 // unknownTopicLook bounds how often the poller looks at a topic whose fetches fail with

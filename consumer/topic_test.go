@@ -355,3 +355,52 @@ func TestBatchOfAnotherTopicIDNotApplied(t *testing.T) {
 		t.Fatalf("violations: %v", v)
 	}
 }
+
+// Records deleted before they were applied in an era Baton moved with no position yet (after a
+// topic reset, say) are losses too. The claim seeks to 0; the log starts at 6, so the first
+// batch starts there and offsets 0..5 were never applied. The loss check must expect the offset
+// the claim sought to: with "no position" read as "nothing expected", the six records vanish
+// with no ERROR and records.lost stays 0. (Mutant LossUncheckedWithoutPosition.)
+func TestDeletedRecordsReportedAsLossInAMovedEra(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	produce(t, brokers, "orders", 1, 10) // offsets 0..9
+	store := newStore(t)
+	ctx := context.Background()
+	k := fence.Key{Group: "g", Topic: "orders", Partition: 0}
+	if _, err := store.Claim(ctx, k, fence.Token{}, "old-owner"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Recover(ctx, k, fence.Token{}, 0, "operator", "topic reset"); err != nil { // era 1, no position
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dr, err := kadm.NewClient(cl).DeleteRecords(ctx, kadm.Offsets{"orders": {0: {At: 6}}})
+	cl.Close()
+	if err != nil || dr.Error() != nil {
+		t.Fatalf("delete records: %v %v", err, dr.Error())
+	}
+	m := newMeter()
+	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(consumer.Factory[*memfence.Tx](func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
+		return consumer.Handler[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }), nil
+	})), consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet), consumer.MeterProvider(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := start(t, c)
+	waitFor(t, "the records left applied", 30*time.Second, func() bool {
+		st, _ := store.Load(ctx, k)
+		return st.Position == 9
+	})
+	if err := mb.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := store.Load(ctx, k); st.Token.Era != 1 {
+		t.Fatalf("stored token %s, want era 1 (the test needs the moved era's seek to 0)", st.Token)
+	}
+	if got := m.sum(t, "baton.consumer.records.lost"); got != 6 {
+		t.Fatalf("records lost counted %d, want 6 (offsets 0..5 deleted before they were applied, below the claim's seek to 0)", got)
+	}
+}

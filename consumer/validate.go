@@ -171,6 +171,30 @@ func ownedAtRun(user []kgo.Opt) error {
 	return nil
 }
 
+// earliest is the only reset offset Baton accepts: the log start.
+var earliest = kgo.NewOffset().AtStart()
+
+// resetNotEarliest reports a reset offset other than the log start among the user's options.
+// Baton owns each partition's resume point (the sink's position + 1, or 0 in a moved era), and
+// franz-go moves a resume point that fell below the log start to kgo.ConsumeResetOffset: the
+// end (or a lookback, an exact offset, a time) would skip records still in the log, which the
+// fence accepts as a gap. The value is read from a client that has no seed it dials, no group,
+// no topics and no partitions: it starts no fetch and no metadata request, and is closed at
+// once (franz-go reveals an option's value only through a *Client). Options that kgo.NewClient
+// refuses are reported by checkKafka.
+func resetNotEarliest(user []kgo.Opt) error {
+	cl, err := kgo.NewClient(slices.Concat([]kgo.Opt{probeSeed}, kafkaDefaults(), user,
+		[]kgo.Opt{kgo.ConsumerGroup(""), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil)})...)
+	if err != nil {
+		return nil
+	}
+	defer cl.Close()
+	if o, _ := cl.OptValue(kgo.ConsumeResetOffset).(kgo.Offset); o != earliest {
+		return fmt.Errorf("%w: %w: kgo.ConsumeResetOffset(%v) among the Kafka options (or a ConsumeStartOffset that sets it): Baton resumes each partition at its sink's position and accepts only kgo.NewOffset().AtStart(), as a reset to anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, o)
+	}
+	return nil
+}
+
 // joinAll is errors.Join that keeps a single error unwrapped, so its message stays as it was.
 func joinAll(errs []error) error {
 	errs = slices.DeleteFunc(errs, func(e error) bool { return e == nil })

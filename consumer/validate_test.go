@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -199,5 +200,68 @@ func TestNewRefusesTwoDeadLetterFunctions(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%v\ndoes not say %q", err, want)
 		}
+	}
+}
+
+// Baton owns each partition's resume point, and franz-go moves one that fell below the log
+// start to kgo.ConsumeResetOffset. Accepted at the end, a new owner resuming at its position + 1
+// below the log start would be moved to the end, the fence would take the gap (first >
+// stored), and the records still in the log would never be applied. New refuses every reset
+// other than the log start, names it, and still reports the other problems with it.
+func TestNewRefusesAResetOffsetOtherThanEarliest(t *testing.T) {
+	s, f := newStore(t), newFolder().factory
+	seeds := kgo.SeedBrokers("127.0.0.1:1")
+	newWith := func(opts ...consumer.Option) error {
+		_, err := consumer.New("g", []string{"t"}, s, nil, append([]consumer.Option{consumer.PerPartition(f)}, opts...)...)
+		return err
+	}
+	for name, o := range map[string]kgo.Offset{
+		"end":      kgo.NewOffset().AtEnd(),
+		"none":     kgo.NoResetOffset(),
+		"rewind":   kgo.RewindOffset(time.Minute),
+		"lookback": kgo.LookbackOffset(time.Hour),
+		"exact":    kgo.NewOffset().At(3),
+		"relative": kgo.NewOffset().AtStart().Relative(2),
+		"time":     kgo.NewOffset().AfterMilli(1),
+	} {
+		err := newWith(consumer.Kafka(seeds, kgo.ConsumeResetOffset(o)))
+		if !errors.Is(err, consumer.ErrInvalidOption) || err == nil || !strings.Contains(err.Error(), "kgo.ConsumeResetOffset") {
+			t.Errorf("reset to the %s: %v, want ErrInvalidOption naming kgo.ConsumeResetOffset: accepted, it would skip records still in the log", name, err)
+		}
+	}
+	if err := newWith(consumer.Kafka(seeds, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))); err != nil {
+		t.Errorf("reset to the log start: %v, want it accepted", err)
+	}
+	if err := newWith(consumer.Kafka(seeds)); err != nil {
+		t.Errorf("no reset offset: %v, want it accepted (Baton's default is the log start)", err)
+	}
+	err := newWith(consumer.Kafka(seeds, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd())), consumer.MaxInflight(0))
+	if err == nil || !strings.Contains(err.Error(), "kgo.ConsumeResetOffset") || !strings.Contains(err.Error(), "MaxInflight 0") {
+		t.Errorf("%v: want both the reset offset and MaxInflight reported", err)
+	}
+}
+
+// AdmitDeadLetters is checked by New like FencedDeadLetters: nil, another transaction type than
+// the sink's, or given twice, each named, with the other errors.
+func TestNewChecksAdmitDeadLetters(t *testing.T) {
+	h := func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }
+	admit := func(context.Context, *memfence.Tx, *kgo.Record) (bool, error) { return true, nil }
+	wrong := func(context.Context, string, *kgo.Record) (bool, error) { return true, nil }
+	brokers := consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"))
+	for name, c := range map[string]struct {
+		opts []consumer.Option
+		want string
+	}{
+		"nil":   {[]consumer.Option{consumer.AdmitDeadLetters[*memfence.Tx](nil)}, "nil AdmitDeadLetters function"},
+		"type":  {[]consumer.Option{consumer.AdmitDeadLetters(wrong)}, "AdmitDeadLetters takes string"},
+		"twice": {[]consumer.Option{consumer.AdmitDeadLetters(admit), consumer.AdmitDeadLetters(admit)}, "AdmitDeadLetters given twice"},
+	} {
+		_, err := consumer.New("g", []string{"t"}, newStore(t), h, append(c.opts, brokers, consumer.MaxInflight(0))...)
+		if !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "MaxInflight 0") {
+			t.Errorf("%s: %v, want ErrInvalidOption saying %q and MaxInflight 0", name, err, c.want)
+		}
+	}
+	if _, err := consumer.New("g", []string{"t"}, newStore(t), h, brokers, consumer.AdmitDeadLetters(admit)); err != nil {
+		t.Errorf("AdmitDeadLetters: %v", err)
 	}
 }

@@ -42,6 +42,10 @@ type worker[Tx any] struct {
 	// has passed it, so a revived worker whose sink holds no position must seek back to it.
 	from    int64
 	revived bool // started by the watchdog's revive or retryRefused, on its predecessor's fetch cursor
+	// seekedAt is run.seeks after this worker's last seek; checkSeek: no batch was handed to
+	// it since (dispatch checks that one).
+	seekedAt  int64
+	checkSeek bool
 	// stopping: a revoke, a loss, a reassignment or Run's end picked this worker to stop
 	// (set under run.mu), so the watchdog's revive must not replace it with a successor.
 	stopping bool
@@ -68,6 +72,7 @@ type worker[Tx any] struct {
 	token    fence.Token // the claimed token every write carries
 	tried    fence.Token // the token of the last claim or write attempt (for reports)
 	position int64
+	sought   int64 // the offset the claim moved fetching to (claimResolved, under run.mu), -1 if it did not
 	handler  Handler[Tx]
 	cs       claimState        // the claim decision's memory
 	judgedAt int64             // the group session (run.sessions) in which the last proof began
@@ -91,6 +96,7 @@ func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 		done:     make(chan struct{}),
 		claimed:  make(chan struct{}),
 		position: fence.NoPosition,
+		sought:   -1,
 		from:     -1,
 		cs:       claimState{Epoch: epoch, Recover: r.c.cfg.recoverRegressions, Identity: identity},
 	}
@@ -527,6 +533,8 @@ const (
 // member (idle_in_transaction_session_timeout) no longer holds the fence when the member
 // resumes, so its produce may land next to its successor's copy of the same record; and a
 // commit that fails after the produce duplicates it. Direct dead-lettering is at least once.
+// With [AdmitDeadLetters] r is admitted first in the same transaction: refused as a copy of a
+// record already applied or dead-lettered, it is dropped (no copy, the fence advanced over it).
 func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 	if !w.compareIfMoved() {
 		return false
@@ -554,8 +562,22 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		if w.prepared != nil { // with Lanes: r's result, nil if its Prepare failed for good
 			b.Prepared = []any{w.prepared[r.Offset]}
 		}
+		var copied bool // r is a copy of a record already applied or dead-lettered (AdmitDeadLetters)
 		err := w.attempt("dead-letter", func() error {
+			copied = false
 			return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, tx Tx) error {
+				if admit := w.r.c.admitDL; admit != nil {
+					// The admission commits with the dead letter: a copy of r read later (a
+					// relay's re-publish) is a duplicate, neither applied nor dead-lettered again.
+					ok, err := admit(ctx, tx, r)
+					if err != nil {
+						return &handlerError{err: err} // never read as the sink's verdict
+					}
+					if !ok {
+						copied = true
+						return nil // the fence advances over r; no copy
+					}
+				}
 				if viaTx {
 					if err := dl(ctx, tx, b, d); err != nil {
 						return &handlerError{err: err} // never read as the sink's verdict
@@ -571,6 +593,11 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		// dead letter (TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict).
 		v := sinkVerdict(err)
 		switch {
+		case err == nil && copied:
+			w.r.c.m.duplicates.Add(w.ctx, 1, partAttrs(w.id))
+			w.r.c.log.Warn("poison record is a copy of one already applied or dead-lettered: dropped", append(w.log(), "offset", r.Offset, "reason", cause)...)
+			w.advanced(r)
+			return true
 		case err == nil:
 			w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
 			w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "in_tx", viaTx, "reason", cause)...)

@@ -51,7 +51,10 @@ ON CONFLICT (command_id) DO UPDATE SET times = applied.times + 1`, env.Idempoten
 	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[Tx], error) {
 		return outboxconsumer.Handler(inbox, apply), nil
 	}
-	m, err := startMember(ctx, o, n.gateway, n.commands, brokers, fence.Sink[Tx](st.sink), factory, nil)
+	// A command the gateway refuses for good is dead-lettered with its admission, so a copy of
+	// it that the relay re-publishes is a duplicate too.
+	m, err := startMember(ctx, o, n.gateway, n.commands, brokers, fence.Sink[Tx](st.sink), factory, nil,
+		outboxconsumer.AdmitDeadLetters(inbox))
 	if err != nil {
 		return nil, err
 	}

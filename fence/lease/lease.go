@@ -51,7 +51,7 @@ type Lease struct {
 
 // Grant builds the Lease a [Source] hands out, for Source implementations. id is the source's
 // name for the grant, for logs (an etcd lease ID, a ZooKeeper node path, a PostgreSQL backend
-// pid). release gives the grant back to the service; [Lease.Release] calls it at most once.
+// pid and a random suffix), unique per grant: the sink's claimant is made of it. release gives the grant back to the service; [Lease.Release] calls it at most once.
 // The returned lost function ends the lease's context with a cause wrapping [ErrLost] and
 // cause; the source calls it when it learns that ownership ended (calls after the first, or
 // after Release, do nothing). Invalid arguments fail with errors wrapping [fence.ErrInvalid],
@@ -92,7 +92,7 @@ func (l *Lease) Key() fence.Key { return l.key }
 func (l *Lease) Token() fence.Token { return l.token }
 
 // ID returns the source's name for the grant (an etcd lease ID, a ZooKeeper node path, a
-// PostgreSQL backend pid), for logs.
+// PostgreSQL backend pid and a random suffix, "pid/suffix"), for logs.
 func (l *Lease) ID() string { return l.id }
 
 // Context returns a context that ends when ownership ends: lost (its cause wraps [ErrLost])

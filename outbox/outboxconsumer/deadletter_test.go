@@ -351,3 +351,18 @@ func TestDeadLettersRefusesNilOutbox(t *testing.T) {
 		}
 	}
 }
+
+// AdmitDeadLetters with a nil inbox is refused by New, not dereferenced at the first poison
+// record.
+func TestAdmitDeadLettersRefusesNilInbox(t *testing.T) {
+	s, err := memfence.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }
+	_, err = consumer.New("g", []string{"t"}, fence.Sink[*memfence.Tx](s), h,
+		consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1")), outboxconsumer.AdmitDeadLetters[*memfence.Tx](nil))
+	if !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "nil inbox") {
+		t.Errorf("New with AdmitDeadLetters(nil) = %v, want ErrInvalidOption naming the nil inbox", err)
+	}
+}

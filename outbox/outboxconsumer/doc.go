@@ -5,7 +5,9 @@
 //   - [Handler] wraps a consumer.Handler with an outbox.Inbox: every record of a batch is
 //     admitted inside the batch's fenced transaction and only admitted records reach the
 //     wrapped handler; duplicates and stale records are dropped and counted, a record without
-//     Baton's headers or key is dead-lettered as a poison record.
+//     Baton's headers or key is dead-lettered as a poison record. With it, [AdmitDeadLetters]
+//     admits a record in the transaction that dead-letters it: a message is applied once or
+//     dead-lettered once, never both and never twice, whatever copies the relay re-publishes.
 //   - [DeadLetters] is the consumer option that dead-letters a poison record through the
 //     fenced outbox (consumer.FencedDeadLetters): the copy is appended in the
 //     transaction that advances the fence over the record and relayed by the partition's

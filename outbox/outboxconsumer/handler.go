@@ -22,6 +22,10 @@ import (
 // key is a poison record ([outbox.ErrNotBaton], [outbox.ErrNoKey]): the consumer dead-letters it and goes on.
 // With consumer.Lanes, h receives the prepared results of the admitted records only,
 // b.Prepared[i] still b.Records[i]'s.
+//
+// Give the consumer [AdmitDeadLetters](in) with it: a record h refuses for good rolls back
+// with its admission, and without it a re-published copy of the dead-lettered record is
+// admitted again (applied as well as dead-lettered, or dead-lettered twice).
 func Handler[Tx any](in *outbox.Inbox[Tx], h consumer.Handler[Tx]) consumer.Handler[Tx] {
 	return func(ctx context.Context, tx Tx, b *consumer.Batch) error {
 		kept := b.Records[:0:0]
@@ -83,6 +87,36 @@ func DeadLetters[Tx any](box outbox.Appender[Tx]) consumer.Option {
 			fmt.Errorf("%w: outboxconsumer.DeadLetters with a nil outbox", consumer.ErrInvalidOption))
 	}
 	return consumer.FencedDeadLetters(deadLetterCopy(box))
+}
+
+// AdmitDeadLetters is the consumer option that admits a record through in, the inbox of
+// [Handler], in the transaction that dead-letters it (consumer.AdmitDeadLetters): a poison
+// record's admission commits with its dead letter, so a copy of it the relay re-publishes is a
+// duplicate, dropped, never applied and never dead-lettered a second time; and a copy of a
+// record already applied or dead-lettered that turns out poison (its lanes preparation failing
+// for good, say) is dropped, not dead-lettered. A record the inbox cannot admit (without
+// Baton's headers or key, or forged: [outbox.ErrNotBaton], [outbox.ErrNoKey]) is dead-lettered
+// without an admission. A nil in makes consumer.New fail with consumer.ErrInvalidOption.
+func AdmitDeadLetters[Tx any](in *outbox.Inbox[Tx]) consumer.Option {
+	if in == nil {
+		return refused(consumer.AdmitDeadLetters(admitDeadLetter(in)),
+			fmt.Errorf("%w: outboxconsumer.AdmitDeadLetters with a nil inbox", consumer.ErrInvalidOption))
+	}
+	return consumer.AdmitDeadLetters(admitDeadLetter(in))
+}
+
+// admitDeadLetter admits r through in: AdmitDeadLetters' function.
+func admitDeadLetter[Tx any](in *outbox.Inbox[Tx]) func(context.Context, Tx, *kgo.Record) (bool, error) {
+	return func(ctx context.Context, tx Tx, r *kgo.Record) (bool, error) {
+		v, err := in.Admit(ctx, tx, r)
+		if errors.Is(err, outbox.ErrNotBaton) || errors.Is(err, outbox.ErrNoKey) {
+			return true, nil // poison because the inbox cannot admit it: dead-lettered as it is
+		}
+		if err != nil {
+			return false, err
+		}
+		return v == fence.Admitted, nil
+	}
 }
 
 // refused returns an option of o's type that only fails with err: consumer.New reports err

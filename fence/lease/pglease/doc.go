@@ -22,7 +22,11 @@
 //
 // Counter values are issued only by the lock holder, one per acquisition, and committed before
 // the lease is handed out: the next holder gets the lock only after this session ended, and
-// its increment reads our committed value, so its token is strictly higher. Two resources
+// its increment reads our committed value, so its token is strictly higher. Each grant's
+// identity (the claimant the sink stores with its token) is the backend pid and 128 random
+// bits: when the counter goes back (below) and re-issues a token, pids repeat too (a restored
+// or promoted server numbers its backends afresh), and the pid alone would make two holders of
+// one token one claimant; with the suffix the second is refused as stale. Two resources
 // whose lock keys collide (64-bit FNV) share a lock, which costs concurrency but not safety:
 // their counters are separate rows.
 //

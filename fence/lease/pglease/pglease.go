@@ -2,6 +2,7 @@ package pglease
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"strconv"
@@ -114,15 +115,25 @@ func (s *Source) Acquire(ctx context.Context, resource string) (*lease.Lease, er
 	if err := c.QueryRow(ctx, s.sql.next, s.cfg.group, resource).Scan(&n); err != nil {
 		return abort("increment the counter", err)
 	}
-	pid := strconv.FormatUint(uint64(c.PgConn().PID()), 10)
+	id := grantID(c.PgConn().PID())
 	h := &heartbeat{c: c, every: s.cfg.ttl / 3, stop: make(chan struct{}), done: make(chan struct{})}
-	l, lost, err := lease.Grant(k, fence.Token{Era: s.cfg.era, Epoch: n}, pid, h.release)
+	l, lost, err := lease.Grant(k, fence.Token{Era: s.cfg.era, Epoch: n}, id, h.release)
 	if err != nil {
 		return abort("grant", err)
 	}
 	h.lost = lost
 	go h.run()
 	return l, nil
+}
+
+// grantID is a grant's identity, the claimant the sink stores with its token: the session's
+// backend pid (for operators: pg_stat_activity, pg_locks) and 128 random bits. The claimant keeps
+// two holders of one token apart when the counter goes backwards, and that is a restore or a
+// promoted replica, exactly when backend pids restart and repeat: the pid alone would make a
+// holder with pid 4242 and token 17 on the old primary and one with pid 4242 and the re-issued
+// token 17 on the new one the same claimant, both holding the token.
+func grantID(pid uint32) string {
+	return strconv.FormatUint(uint64(pid), 10) + "/" + rand.Text()
 }
 
 // heartbeat owns the lease's session after Acquire: it pings it every TTL/3 (which keeps

@@ -19,6 +19,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/lease"
 	"github.com/batonhq/baton/fence/lease/pglease"
+	"github.com/batonhq/baton/internal/memfence"
 	"github.com/batonhq/baton/internal/testkit/leasetest"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 )
@@ -89,7 +90,8 @@ func terminate(url string) func(ctx context.Context, id string) error {
 		}
 		defer c.Close(context.Background())
 		var ok bool
-		if err := c.QueryRow(ctx, "SELECT pg_terminate_backend($1::int)", id).Scan(&ok); err != nil {
+		pid, _, _ := strings.Cut(id, "/") // a grant's identity is "pid/random"
+		if err := c.QueryRow(ctx, "SELECT pg_terminate_backend($1::int)", pid).Scan(&ok); err != nil {
 			return err
 		}
 		if !ok {
@@ -245,5 +247,63 @@ func TestHeldPastTTL(t *testing.T) {
 	defer cancel()
 	if _, err := src.Acquire(short, res); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("a second Acquire while the first holds = %v, want it to wait until its deadline", err)
+	}
+}
+
+// A restore (or a promoted replica without the last commits) moves the counter back, and the
+// next Acquire re-issues a token a holder already had. The two grants of that token must be
+// two claimants, so that at most one of them holds it at the sink: the first claims it, the
+// second is refused as stale (equal token, another claimant) and must be recovered into a new
+// era by an operator. Simulated by moving the counter row back between the two grants.
+// (The identity's uniqueness for one backend pid, which a restore repeats:
+// TestGrantIDUniqueForOnePid.)
+func TestTwoGrantsOfOneTokenAfterARestore(t *testing.T) {
+	url := testenv.PostgresURL(t)
+	src := newSource(t, url)
+	ctx := ctxT(t, 30*time.Second)
+	res := fmt.Sprintf("restore-%d", time.Now().UnixNano())
+	earlier, err := src.Acquire(ctx, res) // token 1: the counter can go back from the next
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := earlier.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	first, err := src.Acquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := memfence.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lease.Claim(ctx, fence.Sink[*memfence.Tx](sink), first); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `UPDATE baton_lease_counters SET counter = counter - 1 WHERE grp = $1 AND resource = $2`, "lease:postgres", res); err != nil {
+		t.Fatal(err)
+	}
+	second, err := src.Acquire(ctx, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Release(ctx)
+	if first.Token() != second.Token() {
+		t.Fatalf("tokens %s and %s: the restore did not re-issue the token", first.Token(), second.Token())
+	}
+	if first.ID() == second.ID() {
+		t.Fatalf("both grants of token %s are %q: two holders of one token would be one claimant", first.Token(), first.ID())
+	}
+	var se *fence.StaleError
+	if _, err := lease.Claim(ctx, fence.Sink[*memfence.Tx](sink), second); !errors.As(err, &se) {
+		t.Fatalf("the second grant of token %s claimed the first's fence: %v, want a *fence.StaleError", second.Token(), err)
 	}
 }

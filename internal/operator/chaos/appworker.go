@@ -124,13 +124,17 @@ func runFencedApp[T any](ctx context.Context, cfg WorkerConfig, app App, env App
 				return logApplied(ctx, adapt(tx), b.Key.Topic, b.Key.Partition, b.Token, cfg.ID, b.Records)
 			}), nil
 		}
-		cons, err := consumer.New[T](group, topics, withTopics(wrapped, sink), nil, consumer.PerPartition(factory),
+		var admit []consumer.Option
+		if inbox != nil { // a record refused for good is dead-lettered with its admission
+			admit = append(admit, outboxconsumer.AdmitDeadLetters(inbox))
+		}
+		cons, err := consumer.New[T](group, topics, withTopics(wrapped, sink), nil, append(admit, consumer.PerPartition(factory),
 			consumer.Kafka(cfg.kafkaOpts()...), consumer.Logger(cfg.Logger), groupProtocol(),
 			consumer.RetryBackoff(20*time.Millisecond, 250*time.Millisecond), // a timeout record waits for its time
 			// The relay's reads and marks are writes too: keep freezes out of them.
 			consumer.AfterCommit(func(ctx context.Context, k fence.Key, t fence.Token) error {
 				return f.write(func() error { return hook(ctx, k, t) })
-			}, 250*time.Millisecond))
+			}, 250*time.Millisecond))...)
 		if err != nil {
 			return err
 		}

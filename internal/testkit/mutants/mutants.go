@@ -105,6 +105,8 @@ var All = []Mutant{
 		Bug: "a partition added by growing the topic applied before the growth is acknowledged", Safety: true},
 	{Name: "DataLossUnreported", Package: "consumer", Guards: []string{"TestDeletedRecordsReportedAsLoss"}, Want: `records lost counted 0`,
 		Bug: "records deleted before they were applied skipped silently"},
+	{Name: "LossUncheckedWithoutPosition", Package: "consumer", Guards: []string{"TestDeletedRecordsReportedAsLossInAMovedEra"}, Want: `records lost counted 0, want 6`,
+		Bug: "records deleted below the offset a claim with no position sought to skipped silently"},
 	{Name: "IdleTopicChangeUnchecked", Package: "consumer", Guards: []string{"TestIdleGrownTopicHoldsAfterCommit"}, Want: `timed out waiting for partitions 0 and 1 held`,
 		Bug: "an idle partition runs its after-commit hook past a topic growth (a standalone relay's shards relay on)", Safety: true, Liveness: true},
 	{Name: "HandoverUnproven", Package: "consumer", Guards: []string{"TestZombieOfTheSameIdentityNeverRecovers", model("handover-proof")}, Want: `does not vouch for|never proved its ownership`,
@@ -121,6 +123,8 @@ var All = []Mutant{
 		Bug: "a partition the coordinator refused stays unprocessed while a later session keeps it assigned", Liveness: true},
 	{Name: "RefusedDuringSessionMissed", Package: "consumer", Guards: []string{"TestRefusedDuringANewSessionRetried"}, Want: `timed out waiting for A applies everything`,
 		Bug: "a refusal decided after a new session's assignment waits for yet another session", Liveness: true},
+	{Name: "ResetOffsetNotEarliestAccepted", Package: "consumer", Guards: []string{"TestNewRefusesAResetOffsetOtherThanEarliest"}, Want: `accepted, it would skip records still in the log`,
+		Bug: "a kgo.ConsumeResetOffset other than the log start accepted: a resume point below the log start moves to the end", Safety: true},
 	{Name: "RevivedTakesStaleFetch", Package: "consumer", Guards: []string{"TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim"}, Want: `a restarted worker not yet claimed was handed`,
 		Bug: "a restarted worker is handed records fetched before its restart, ahead of its claim's seek", Safety: true},
 	{Name: "ClaimTokenFromStoredEpoch", Package: "consumer", Guards: []string{"TestDecideClaimsAtTheAssignmentEpoch", model("batch-topic")}, Want: `want the stored era at the assignment's epoch|exceeded its bound of \d+ (steps deep|states)`,
@@ -147,6 +151,12 @@ var All = []Mutant{
 		Bug: "the lanes' intake drops the record just after the sink's position as applied: the writer advances past a record never applied", Safety: true},
 	{Name: "DescribeReadsAnotherMember", Package: "consumer", Guards: []string{"TestClassicProofReadsItsOwnAssignment"}, Want: `proven owner of p0 .* by member-b's assignment`,
 		Bug: "the classic proof's description read from the first member listed, not this one: another member's partition proves ownership", Safety: true},
+	{Name: "StalePollAfterSeekTaken", Package: "consumer", Guards: []string{"TestFirstBatchAfterASeekWithAnUnexplainedGapIsDropped"}, Want: `would be skipped`,
+		Bug: "a batch of a poll begun before a worker's seek, starting past it, handed to the worker after the seek", Safety: true},
+
+	// The token sources.
+	{Name: "GrantIDIsThePid", Package: "fence/lease/pglease", Guards: []string{"TestGrantIDUniqueForOnePid"}, Want: `two holders of one token would be the same claimant`,
+		Bug: "a pglease grant's identity is its backend pid alone: after a restore two holders of a re-issued token are one claimant", Safety: true},
 
 	// The outbox: relay, inbox, the stores' validation, the consumer adapters.
 	{Name: "RelayPublishesUnderStaleToken", Package: "outbox", Guards: []string{"TestDeposedRelayPublishesNothing"}, Want: `the deposed relay published`,
@@ -169,6 +179,8 @@ var All = []Mutant{
 		Bug: "outboxstore.ValidateAppend passes every message", Safety: true},
 	{Name: "DeadLettersBypassTheOutbox", Package: "outbox/outboxconsumer", Guards: []string{"TestZombieDeadLetterThroughTheOutbox"}, Want: `dead letter of X .* reached the topic`,
 		Bug: "outboxconsumer.DeadLetters leaves the copy to the consumer's direct produce", Safety: true},
+	{Name: "DeadLetterAdmissionNotRecorded", Package: "outbox/outboxconsumer", Guards: []string{"TestCopyOfADeadLetteredMessageIsADuplicate"}, Want: `a copy of a dead-lettered message was admitted`,
+		Bug: "a poison record dead-lettered without its inbox admission: a re-published copy is applied or dead-lettered again", Safety: true},
 	{Name: "InboxPreparedNotFilteredWithRecords", Package: "outbox/outboxconsumer", Guards: []string{"TestInboxKeepsPreparedAligned"}, Want: `records and \d+ prepared results`,
 		Bug: "outboxconsumer.Handler drops records the inbox refuses but not their Batch.Prepared", Safety: true},
 	{Name: "InboxHandlerPassesStale", Package: "outbox/outboxconsumer", Guards: []string{"TestHandlerPassesOnlyAdmittedRecords"}, Want: `judged Stale by the inbox, reached the application`,
