@@ -32,9 +32,9 @@
 // without a client, so they are recognised by how its validation reacts to probe options;
 // BlockRebalanceOnPoll leaves no trace there and is refused by Run before it joins (read with
 // OptValue from a client that has no group, topics or partitions, so it connects nowhere). New
-// reads ConsumeResetOffset from such a client and refuses any value but the log start
-// (kgo.NewOffset().AtStart(), Baton's default): a resume point below the log start must not
-// skip records still in the log. A ConsumeTopics among the options is not detectable either;
+// reads ConsumeResetOffset and ConsumeStartOffset from such a client and refuses any value
+// but the log start (kgo.NewOffset().AtStart(), Baton's default): a resume point below the
+// log start, or a partition with no position, must not skip records still in the log. A ConsumeTopics among the options is not detectable either;
 // New's topics replace it.
 //
 // [Consumer.Run] never reports success for a run that never ran. While the cluster is

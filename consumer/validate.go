@@ -189,10 +189,16 @@ func resetNotEarliest(user []kgo.Opt) error {
 		return nil
 	}
 	defer cl.Close()
+	var errs []error
 	if o, _ := cl.OptValue(kgo.ConsumeResetOffset).(kgo.Offset); o != earliest {
-		return fmt.Errorf("%w: %w: kgo.ConsumeResetOffset(%v) among the Kafka options (or a ConsumeStartOffset that sets it): Baton resumes each partition at its sink's position and accepts only kgo.NewOffset().AtStart(), as a reset to anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, o)
+		errs = append(errs, fmt.Errorf("%w: %w: kgo.ConsumeResetOffset(%v) among the Kafka options: Baton resumes each partition at its sink's position and accepts only kgo.NewOffset().AtStart(), as a reset to anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, o))
 	}
-	return nil
+	// The start offset applies where the group has no commit: a fence with no position
+	// resumes there, so it is the same decision.
+	if o, _ := cl.OptValue(kgo.ConsumeStartOffset).(kgo.Offset); o != earliest {
+		errs = append(errs, fmt.Errorf("%w: %w: kgo.ConsumeStartOffset(%v) among the Kafka options: a partition with no position starts at the log start (kgo.NewOffset().AtStart(), the only start accepted), as a start anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, o))
+	}
+	return joinAll(errs)
 }
 
 // joinAll is errors.Join that keeps a single error unwrapped, so its message stays as it was.

@@ -229,6 +229,19 @@ func TestNewRefusesAResetOffsetOtherThanEarliest(t *testing.T) {
 			t.Errorf("reset to the %s: %v, want ErrInvalidOption naming kgo.ConsumeResetOffset: accepted, it would skip records still in the log", name, err)
 		}
 	}
+	// The start offset (a partition the group has no commit for) is the same decision: a
+	// fence with no position resumes where franz-go starts, and a start at the end skips
+	// what the log holds.
+	for name, o := range map[string]kgo.Offset{"end": kgo.NewOffset().AtEnd(), "exact": kgo.NewOffset().At(3),
+		"lookback": kgo.LookbackOffset(time.Hour)} {
+		err := newWith(consumer.Kafka(seeds, kgo.ConsumeStartOffset(o)))
+		if !errors.Is(err, consumer.ErrInvalidOption) || !strings.Contains(err.Error(), "kgo.ConsumeStartOffset") {
+			t.Errorf("start at the %s: %v, want ErrInvalidOption naming kgo.ConsumeStartOffset: accepted, it would skip records still in the log", name, err)
+		}
+	}
+	if err := newWith(consumer.Kafka(seeds, kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()))); err != nil {
+		t.Errorf("start at the log start: %v, want it accepted", err)
+	}
 	if err := newWith(consumer.Kafka(seeds, kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))); err != nil {
 		t.Errorf("reset to the log start: %v, want it accepted", err)
 	}
