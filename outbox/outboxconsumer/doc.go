@@ -18,9 +18,25 @@
 //     that shard's outbox rows under its token, so a takeover fences the old relay exactly as
 //     for a consumer's own outbox. Applications append to a shard with outbox.AppendCurrent
 //     and make the shards writable before any relay runs with [PrepareShards], which also
-//     checks their shard count against the one acknowledged with the fences. Growing the
-//     coordination topic holds every shard until the growth is acknowledged (drain the shards
-//     first: DESIGN.md, "Changing the standalone relay's shard count").
+//     checks their shard count against the one acknowledged with the fences (recording the
+//     application's count if none is stored; a relay's first claim records the broker's
+//     count over a record without a topic ID). Growing the coordination topic holds every
+//     shard (an idle one before its next AfterCommit run, within 5s) until the growth is
+//     acknowledged. AppendCurrent takes a shard key and checks no count: only PrepareShards
+//     does, at the appender's start.
+//
+// # Changing the shard count
+//
+// Drain, then change (why: DESIGN.md, "Changing the standalone relay's shard count"):
+//
+//  1. Stop every appender.
+//  2. Wait until baton status -group RELAYGROUP shows outbox backlog 0 on every shard.
+//  3. Add partitions to the coordination topic.
+//  4. baton topics ack -group RELAYGROUP -topic COORD -reason "..."
+//  5. Start the appenders with the new count.
+//
+// Rows appended while the shards are held are relayed afterwards, in their shard's order.
+// Shards are never removed: PrepareShards refuses a count below the acknowledged one.
 //
 // The relay of a consumer's own outbox needs no glue: consumer.AfterCommit(relay.AfterCommit(),
 // interval) runs outbox.Relay.Flush in each partition's goroutine under its token.
