@@ -117,6 +117,7 @@ type hoProc struct {
 	name, instance string
 	cmd            *exec.Cmd
 	exited         chan struct{}
+	lastLine       string // the last line of its stderr (under handover.mu): why it exited
 }
 
 // hoEvent is one line of a member's stdout: "commit P NANOS" or "claim P ERA EPOCH NANOS".
@@ -247,6 +248,9 @@ func (h *handover) start(static bool, instance string) error {
 		sc := bufio.NewScanner(errs)
 		for sc.Scan() {
 			line := sc.Text()
+			h.mu.Lock()
+			p.lastLine = line
+			h.mu.Unlock()
 			if debugHandover {
 				fmt.Fprintf(h.log, "  %s %s: %s\n", time.Now().Format("15:04:05.000"), name, line)
 			}
@@ -304,6 +308,16 @@ func (h *handover) settle(ctx context.Context) error {
 	since := time.Now()
 	fresh := map[int32]bool{}
 	for time.Now().Before(deadline) && ctx.Err() == nil {
+		for name, p := range h.procs {
+			select {
+			case <-p.exited: // a member that stopped will not settle: say why now, not at the deadline
+				h.mu.Lock()
+				last := p.lastLine
+				h.mu.Unlock()
+				return fmt.Errorf("member %s exited (%v) while the group was settling: %s", name, p.cmd.ProcessState, last)
+			default:
+			}
+		}
 		h.drain(func(ev hoEvent) {
 			if ev.kind == "commit" && !ev.at.Before(since) {
 				fresh[ev.p] = true
@@ -461,7 +475,7 @@ func handoverWorker(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	w := &lockedWriter{w: stdout}
 	kopts := []kgo.Opt{kgo.SeedBrokers(strings.Split(brokers, ",")...), kgo.SessionTimeout(session),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd())}
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	if profile == "franz" {
 		kopts = append(kopts, kgo.HeartbeatInterval(3*time.Second), kgo.FetchMaxWait(5*time.Second),
 			kgo.MetadataMinAge(5*time.Second), kgo.RebalanceTimeout(time.Minute))
