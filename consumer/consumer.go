@@ -57,7 +57,7 @@ type Consumer[Tx any] struct {
 	sink    fence.Sink[Tx]
 	factory Factory[Tx]
 	dlq     func(context.Context, Tx, *Batch, *kgo.Record) error // FencedDeadLetters, or nil
-	admitDL func(context.Context, Tx, *kgo.Record) (bool, error) // AdmitDeadLetters, or nil
+	admitDL func(context.Context, Tx, *kgo.Record) (fence.Verdict, error) // AdmitDeadLetters, or nil
 	cfg     config
 	m       *meters
 	tracer  trace.Tracer
@@ -117,9 +117,9 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 		}
 		dlq = f
 	}
-	var admitDL func(context.Context, Tx, *kgo.Record) (bool, error)
+	var admitDL func(context.Context, Tx, *kgo.Record) (fence.Verdict, error)
 	if cfg.admitDeadLetters != nil {
-		f, ok := cfg.admitDeadLetters.(func(context.Context, Tx, *kgo.Record) (bool, error))
+		f, ok := cfg.admitDeadLetters.(func(context.Context, Tx, *kgo.Record) (fence.Verdict, error))
 		if !ok {
 			errs = append(errs, fmt.Errorf("%w: AdmitDeadLetters takes %s, the sink's transactions are %s", ErrInvalidOption, txOf(cfg.admitDeadLetters), txName[Tx]()))
 		}

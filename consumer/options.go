@@ -344,18 +344,20 @@ func FencedDeadLetters[Tx any](fn func(ctx context.Context, tx Tx, b *Batch, d *
 // record, or one whose [Lanes] preparation failed for good; produced directly or through
 // [FencedDeadLetters]) first call fn with the record, in that transaction, before the copy is
 // written: fn admits r where the receiver deduplicates, and its admission commits with the
-// dead letter and the fence advance, or not at all. If fn returns false, r is a copy of a record
-// already applied or dead-lettered: no copy is written, the fence advances over r, and it is
-// counted in baton.consumer.records.duplicates. So a record is applied once or dead-lettered
-// once, never both and never twice, across the copies a relay re-publishes.
+// dead letter and the fence advance, or not at all. fn's verdict decides: [fence.Admitted],
+// the copy is written; [fence.Duplicate] (a copy of a record already applied or
+// dead-lettered) or [fence.Stale] (a deposed producer's record), no copy is written and the
+// fence advances over r, a duplicate counted in baton.consumer.records.duplicates_skipped (a
+// stale record is the receiver's to count, as its inbox does). So a record is applied once or
+// dead-lettered once, never both and never twice, across the copies a relay re-publishes.
 // outboxconsumer.AdmitDeadLetters is this option with the inbox of outboxconsumer.Handler, and
 // a receiver behind that handler needs it.
 //
-// An error rolls the transaction back and is retried, except one marked [Permanent], which
-// stops the partition with an ERROR log. fn is never called concurrently for the same
-// partition. Its transaction type must be the sink's, and it may be given once, or [New] fails
-// with [ErrInvalidOption].
-func AdmitDeadLetters[Tx any](fn func(ctx context.Context, tx Tx, r *kgo.Record) (bool, error)) Option {
+// An error, or a verdict that is none of the three, rolls the transaction back and is
+// retried, except an error marked [Permanent], which stops the partition with an ERROR log.
+// fn is never called concurrently for the same partition. Its transaction type must be the
+// sink's, and it may be given once, or [New] fails with [ErrInvalidOption].
+func AdmitDeadLetters[Tx any](fn func(ctx context.Context, tx Tx, r *kgo.Record) (fence.Verdict, error)) Option {
 	return func(c *config) error {
 		if fn == nil {
 			return fmt.Errorf("%w: nil AdmitDeadLetters function", ErrInvalidOption)

@@ -258,8 +258,8 @@ func TestNewRefusesAResetOffsetOtherThanEarliest(t *testing.T) {
 // the sink's, or given twice, each named, with the other errors.
 func TestNewChecksAdmitDeadLetters(t *testing.T) {
 	h := func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }
-	admit := func(context.Context, *memfence.Tx, *kgo.Record) (bool, error) { return true, nil }
-	wrong := func(context.Context, string, *kgo.Record) (bool, error) { return true, nil }
+	admit := func(context.Context, *memfence.Tx, *kgo.Record) (fence.Verdict, error) { return fence.Admitted, nil }
+	wrong := func(context.Context, string, *kgo.Record) (fence.Verdict, error) { return fence.Admitted, nil }
 	brokers := consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"))
 	for name, c := range map[string]struct {
 		opts []consumer.Option

@@ -562,20 +562,26 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		if w.prepared != nil { // with Lanes: r's result, nil if its Prepare failed for good
 			b.Prepared = []any{w.prepared[r.Offset]}
 		}
-		var copied bool // r is a copy of a record already applied or dead-lettered (AdmitDeadLetters)
+		// Not Admitted: r is a copy of a record already applied or dead-lettered (Duplicate)
+		// or a deposed producer's (Stale), as AdmitDeadLetters judged it; 0 without it.
+		var refusedAs fence.Verdict
 		err := w.attempt("dead-letter", func() error {
-			copied = false
+			refusedAs = 0
 			return w.r.c.sink.Apply(w.ctx, w.key, w.token, r.Offset, r.Offset, func(ctx context.Context, tx Tx) error {
 				if admit := w.r.c.admitDL; admit != nil {
 					// The admission commits with the dead letter: a copy of r read later (a
 					// relay's re-publish) is a duplicate, neither applied nor dead-lettered again.
-					ok, err := admit(ctx, tx, r)
+					v, err := admit(ctx, tx, r)
 					if err != nil {
 						return &handlerError{err: err} // never read as the sink's verdict
 					}
-					if !ok {
-						copied = true
+					switch v {
+					case fence.Admitted:
+					case fence.Duplicate, fence.Stale:
+						refusedAs = v
 						return nil // the fence advances over r; no copy
+					default:
+						return &handlerError{err: fmt.Errorf("consumer: AdmitDeadLetters returned %v, not a verdict", v)}
 					}
 				}
 				if viaTx {
@@ -593,9 +599,13 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		// dead letter (TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict).
 		v := sinkVerdict(err)
 		switch {
-		case err == nil && copied:
+		case err == nil && refusedAs == fence.Duplicate:
 			w.r.c.m.duplicates.Add(w.ctx, 1, partAttrs(w.id))
 			w.r.c.log.Warn("poison record is a copy of one already applied or dead-lettered: dropped", append(w.log(), "offset", r.Offset, "reason", cause)...)
+			w.advanced(r)
+			return true
+		case err == nil && refusedAs == fence.Stale:
+			w.r.c.log.Warn("poison record is a deposed producer's, refused by the admission: dropped", append(w.log(), "offset", r.Offset, "reason", cause)...)
 			w.advanced(r)
 			return true
 		case err == nil:

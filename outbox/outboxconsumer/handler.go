@@ -106,16 +106,13 @@ func AdmitDeadLetters[Tx any](in *outbox.Inbox[Tx]) consumer.Option {
 }
 
 // admitDeadLetter admits r through in: AdmitDeadLetters' function.
-func admitDeadLetter[Tx any](in *outbox.Inbox[Tx]) func(context.Context, Tx, *kgo.Record) (bool, error) {
-	return func(ctx context.Context, tx Tx, r *kgo.Record) (bool, error) {
+func admitDeadLetter[Tx any](in *outbox.Inbox[Tx]) func(context.Context, Tx, *kgo.Record) (fence.Verdict, error) {
+	return func(ctx context.Context, tx Tx, r *kgo.Record) (fence.Verdict, error) {
 		v, err := in.Admit(ctx, tx, r)
 		if errors.Is(err, outbox.ErrNotBaton) || errors.Is(err, outbox.ErrNoKey) {
-			return true, nil // poison because the inbox cannot admit it: dead-lettered as it is
+			return fence.Admitted, nil // poison because the inbox cannot admit it: dead-lettered as it is
 		}
-		if err != nil {
-			return false, err
-		}
-		return v == fence.Admitted, nil
+		return v, err
 	}
 }
 
