@@ -56,7 +56,7 @@ type Consumer[Tx any] struct {
 	topics  []string
 	sink    fence.Sink[Tx]
 	factory Factory[Tx]
-	dlq     func(context.Context, Tx, *Batch, *kgo.Record) error // FencedDeadLetters, or nil
+	dlq     func(context.Context, Tx, *Batch, *kgo.Record) error          // FencedDeadLetters, or nil
 	admitDL func(context.Context, Tx, *kgo.Record) (fence.Verdict, error) // AdmitDeadLetters, or nil
 	cfg     config
 	m       *meters
