@@ -174,6 +174,24 @@ func ownedAtRun(user []kgo.Opt) error {
 // earliest is the only reset offset Baton accepts: the log start.
 var earliest = kgo.NewOffset().AtStart()
 
+// offsetName spells an offset as the franz-go call that makes it, where it is one of the
+// common ones (kgo.Offset prints as its internal fields).
+func offsetName(o kgo.Offset) string {
+	for _, c := range []struct {
+		o    kgo.Offset
+		name string
+	}{
+		{kgo.NewOffset().AtEnd(), "kgo.NewOffset().AtEnd()"},
+		{kgo.NewOffset().AtCommitted(), "kgo.NewOffset().AtCommitted()"},
+		{kgo.NoResetOffset(), "kgo.NoResetOffset()"},
+	} {
+		if o == c.o {
+			return c.name
+		}
+	}
+	return fmt.Sprintf("an offset other than the log start: %+v", o)
+}
+
 // resetNotEarliest reports a reset offset other than the log start among the user's options.
 // Baton owns each partition's resume point (the sink's position + 1, or 0 in a moved era), and
 // franz-go moves a resume point that fell below the log start to kgo.ConsumeResetOffset: the
@@ -191,12 +209,12 @@ func resetNotEarliest(user []kgo.Opt) error {
 	defer cl.Close()
 	var errs []error
 	if o, _ := cl.OptValue(kgo.ConsumeResetOffset).(kgo.Offset); o != earliest {
-		errs = append(errs, fmt.Errorf("%w: %w: kgo.ConsumeResetOffset(%v) among the Kafka options: Baton resumes each partition at its sink's position and accepts only kgo.NewOffset().AtStart(), as a reset to anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, o))
+		errs = append(errs, fmt.Errorf("%w: %w: kgo.ConsumeResetOffset(%s) among the Kafka options: Baton resumes each partition at its sink's position and accepts only kgo.NewOffset().AtStart(), as a reset to anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, offsetName(o)))
 	}
 	// The start offset applies where the group has no commit: a fence with no position
 	// resumes there, so it is the same decision.
 	if o, _ := cl.OptValue(kgo.ConsumeStartOffset).(kgo.Offset); o != earliest {
-		errs = append(errs, fmt.Errorf("%w: %w: kgo.ConsumeStartOffset(%v) among the Kafka options: a partition with no position starts at the log start (kgo.NewOffset().AtStart(), the only start accepted), as a start anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, o))
+		errs = append(errs, fmt.Errorf("%w: %w: kgo.ConsumeStartOffset(%s) among the Kafka options: a partition with no position starts at the log start (kgo.NewOffset().AtStart(), the only start accepted), as a start anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, offsetName(o)))
 	}
 	return joinAll(errs)
 }

@@ -239,6 +239,9 @@ func TestNewRefusesAResetOffsetOtherThanEarliest(t *testing.T) {
 			t.Errorf("start at the %s: %v, want ErrInvalidOption naming kgo.ConsumeStartOffset: accepted, it would skip records still in the log", name, err)
 		}
 	}
+	if err := newWith(consumer.Kafka(seeds, kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()))); err == nil || !strings.Contains(err.Error(), "kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd())") {
+		t.Errorf("reset to the end: %v, want the option spelled as the user wrote it", err)
+	}
 	if err := newWith(consumer.Kafka(seeds, kgo.ConsumeStartOffset(kgo.NewOffset().AtStart()))); err != nil {
 		t.Errorf("start at the log start: %v, want it accepted", err)
 	}
