@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,11 +25,16 @@ func writeUntilKilled(t *testing.T, srv *testenv.RedisServer, s *Store) int64 {
 	if _, err := s.Claim(ctx, k, fence.Token{Epoch: 5}, "owner"); err != nil {
 		t.Fatal(err)
 	}
+	// The kill comes after 20 acknowledged batches, not after a fixed time: a loaded machine
+	// must not turn the test into one that killed an idle server.
 	killed := make(chan struct{})
+	var progress atomic.Int64
 	go func() {
-		time.Sleep(150 * time.Millisecond)
+		defer close(killed)
+		for deadline := time.Now().Add(30 * time.Second); progress.Load() < 20 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
+		}
 		srv.Kill()
-		close(killed)
 	}()
 	acked := fence.NoPosition
 	for p := int64(0); ; p++ {
@@ -41,6 +47,7 @@ func writeUntilKilled(t *testing.T, srv *testenv.RedisServer, s *Store) int64 {
 			break
 		}
 		acked = p
+		progress.Store(p + 1)
 	}
 	<-killed
 	t.Logf("%d batches acknowledged before the kill", acked+1)
