@@ -47,6 +47,8 @@ type env struct {
 	grp, fenceTbl string                                        // the group column's name and the tables
 	outboxTbl     string
 	log           lockedBuffer // the auditor's log
+	run           func(ctx context.Context, t *testing.T) (wait func())
+	delivered     func(t *testing.T) int64 // the source partition's delivered outbox sequence
 }
 
 // lockedBuffer is a log sink safe for the auditor's goroutines.
@@ -109,6 +111,14 @@ func sqliteEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.relay = newRelay(t, e, box)
+	e.run = func(ctx context.Context, t *testing.T) func() { return runClean(ctx, t, e, fs, fs, box) }
+	e.delivered = func(t *testing.T) int64 {
+		var n int64
+		if err := fs.DB().QueryRowContext(ctx, `SELECT coalesce(max(delivered_seq), 0) FROM baton_outbox_cursors WHERE grp = ?`, e.group).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	e.claim = func(t *testing.T, tok fence.Token) {
 		t.Helper()
 		if _, err := fs.Claim(ctx, e.key, tok, "test"); err != nil {
@@ -178,6 +188,14 @@ func pgEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	e.relay = newRelay(t, e, box)
+	e.run = func(ctx context.Context, t *testing.T) func() { return runClean(ctx, t, e, fs, fs, box) }
+	e.delivered = func(t *testing.T) int64 {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT coalesce(max(delivered_seq), 0) FROM baton_outbox_cursors WHERE group_id = $1`, e.group).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 	e.claim = func(t *testing.T, tok fence.Token) {
 		t.Helper()
 		if _, err := fs.Claim(ctx, e.key, tok, "test"); err != nil {
