@@ -139,9 +139,10 @@ type Auditor struct {
 }
 
 type partState struct {
-	tok        fence.Token
-	pos        int64
-	progressAt time.Time // the last time the position moved or the partition had no lag
+	tok         fence.Token
+	pos         int64
+	progressAt  time.Time // the last time the position moved or the partition had no lag
+	progressHWM int64     // the high watermark then (-1: not known yet)
 }
 
 type telemetry struct {
@@ -396,15 +397,18 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 		for _, v := range judgeToken(k, fr.Token, prev, recovered[k], now) {
 			add(v)
 		}
-		cur := &partState{tok: fr.Token, pos: fr.Position, progressAt: now}
+		cur := &partState{tok: fr.Token, pos: fr.Position, progressAt: now, progressHWM: -1}
 		if prev != nil && prev.pos == fr.Position && prev.tok.Era == fr.Token.Era {
-			cur.progressAt = prev.progressAt
+			cur.progressAt, cur.progressHWM = prev.progressAt, prev.progressHWM
 		}
 		if kv != nil {
 			if hwm, ok := kv.HighWatermark[k]; ok {
+				if cur.progressHWM < 0 {
+					cur.progressHWM = hwm
+				}
 				if lag := hwm - (fr.Position + 1); lag <= 0 {
-					cur.progressAt = now
-				} else if v, ok := judgeStall(k, fr.Position, hwm, cur.progressAt, now, a.cfg.Stall); ok {
+					cur.progressAt, cur.progressHWM = now, hwm
+				} else if v, ok := judgeStall(k, fr.Position, hwm, cur.progressAt, cur.progressHWM, now, a.cfg.Stall); ok {
 					add(v)
 				}
 			}

@@ -219,3 +219,22 @@ func TestLivenessCommitsStopped(t *testing.T) {
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A lag of one record standing still since the auditor first saw it is no stall (a
+// transactional producer's last commit marker is an offset nothing is applied at); a record
+// produced after it is.
+func TestLivenessTrailingOffsetIsNoStall(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		e.produce(t, 4)
+		e.claim(t, tok5)
+		e.apply(t, tok5, 0, 2)
+		a, clk := e.auditor(t)
+		clean(t, a, "a lag of one")
+		clk.t = clk.t.Add(2 * time.Minute)
+		clean(t, a, "a lag of one, standing still past the bound")
+		e.produce(t, 1)
+		ev := within(t, e, a, audit.Liveness, "position has not moved")
+		is(t, ev, "position", 2)
+		is(t, ev, "lag", 2)
+	})
+}

@@ -68,9 +68,14 @@ func judgeToken(k fence.Key, tok fence.Token, prev *partState, recs []fence.Reco
 }
 
 // judgeStall is the Liveness check of a partition with a lag: its position has not moved
-// since since.
-func judgeStall(k fence.Key, pos, hwm int64, since, now time.Time, bound time.Duration) (Violation, bool) {
+// since since, when the high watermark was sinceHWM. A lag of one record that was there
+// already then is no stall: a transactional producer's last commit marker is an offset no
+// record is applied at.
+func judgeStall(k fence.Key, pos, hwm int64, since time.Time, sinceHWM int64, now time.Time, bound time.Duration) (Violation, bool) {
 	if now.Sub(since) <= bound {
+		return Violation{}, false
+	}
+	if hwm-(pos+1) <= 1 && hwm <= sinceHWM {
 		return Violation{}, false
 	}
 	return violation(Liveness, k, now, fmt.Sprint(pos), "a lagging partition's position has not moved",
