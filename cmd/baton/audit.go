@@ -31,9 +31,9 @@ inbox (admissions never back), liveness (a lagging partition whose position stan
 Each violation is logged at ERROR with its evidence and counted in baton.audit.violations.
 
 With -once: one pass, printed; exit status 0 when every check passed, 1 when a violation was
-found or a source could not be read. Judgements comparing two observations need the
-long-running form: a pass every -interval, with -http serving / (the violations),
-/violations.json and /metrics.
+found, a source could not be read or the store has no fence rows for the group. Judgements
+comparing two observations need the long-running form: a pass every -interval, with -http
+serving / (the violations), /violations.json and /metrics.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, true)
@@ -85,8 +85,11 @@ long-running form: a pass every -interval, with -http serving / (the violations)
 		} else {
 			writeAudit(stdout, s.group, r)
 		}
-		if err == nil && len(r.Violations) > 0 {
+		switch {
+		case err == nil && len(r.Violations) > 0:
 			err = fmt.Errorf("%w: %d", errViolations, len(r.Violations))
+		case err == nil && r.Partitions == 0:
+			err = fmt.Errorf("the store has no fence rows for group %q: nothing was audited (is -store the database the group's members write to, and -fence-table its table?)", s.group)
 		}
 		return err
 	}
@@ -125,6 +128,6 @@ func writeAudit(w io.Writer, group string, r *audit.Report) {
 	for _, e := range r.Errors {
 		fmt.Fprintln(w, "not read:", e)
 	}
-	fmt.Fprintf(w, "group %s: %d violations; %d store queries, %d Kafka requests, %d bytes read from the output topics, %d re-published copies, in %s\n",
-		group, len(r.Violations), r.Queries, r.Requests, r.BytesRead, r.Republished, r.Took)
+	fmt.Fprintf(w, "group %s: %d partitions, %d violations; %d store queries, %d Kafka requests, %d bytes read from the output topics, %d re-published copies, in %s\n",
+		group, r.Partitions, len(r.Violations), r.Queries, r.Requests, r.BytesRead, r.Republished, r.Took)
 }

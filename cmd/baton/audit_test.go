@@ -33,7 +33,7 @@ func TestAuditOnce(t *testing.T) {
 	}
 	args := []string{"audit", "-once", "-group", "g", "-brokers", strings.Join(brokers, ","), "-store", db}
 	var out, errb bytes.Buffer
-	if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String(), "group g: 0 violations") {
+	if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String(), "group g: 1 partitions, 0 violations") {
 		t.Fatalf("audit -once on a sound group exited %d:\n%s%s", code, out.String(), errb.String())
 	}
 	if _, err := st.DB().ExecContext(ctx, `UPDATE baton_fences SET era = 3`); err != nil {
@@ -47,6 +47,11 @@ func TestAuditOnce(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "level=ERROR") || !strings.Contains(errb.String(), "stored=3.2") {
 		t.Errorf("the violation is not logged with its evidence:\n%s", errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"audit", "-once", "-group", "other", "-brokers", strings.Join(brokers, ","), "-store", db}, &out, &errb); code != 1 || !strings.Contains(errb.String(), `no fence rows for group "other"`) {
+		t.Errorf("audit -once of a group the store does not know exited %d, want 1 saying so:\n%s%s", code, out.String(), errb.String())
 	}
 	if code := run([]string{"audit", "-group", "g", "-once", "-http", "127.0.0.1:0", "-brokers", "b", "-store", db}, &out, &errb); code != 2 {
 		t.Errorf("audit -once -http exited %d, want 2", code)

@@ -109,6 +109,7 @@ type Report struct {
 	New        int         `json:"new"`        // of those, first seen in this pass
 	Queries    int64       `json:"queries"`    // statements sent to the store in this pass
 	Requests   int64       `json:"kafka_requests"`
+	Partitions int         `json:"partitions"` // fences judged: 0 when the store has none for the group
 	BytesRead  int64       `json:"bytes_read"` // from the output topics in this pass
 	// Republished counts copies on the output topics whose sequence was seen before in this
 	// pass (a relay's at-least-once re-publish, which the inbox drops).
@@ -279,7 +280,7 @@ func (a *Auditor) Pass(ctx context.Context) (*Report, error) {
 	if err == nil {
 		q0 = st.Queries()
 		sctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-		err = a.storeChecks(sctx, st, kv, now, add)
+		err = a.storeChecks(sctx, st, kv, now, r, add)
 		cancel()
 		r.Queries = st.Queries() - q0
 		if err != nil {
@@ -369,7 +370,7 @@ func f(name string, v any) Field { return Field{Name: name, Value: v} }
 
 // storeChecks reads the store and judges the checks it feeds: Skipped, Tokens and Liveness
 // against the Kafka state read before it (nil when Kafka could not be read), Outbox, and Inbox.
-func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.KafkaState, now time.Time, add func(Violation)) error {
+func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.KafkaState, now time.Time, r *Report, add func(Violation)) error {
 	fences, err := st.Fences(ctx, a.cfg.Group)
 	if err != nil && !errors.Is(err, status.ErrNotFound) {
 		return err
@@ -387,6 +388,7 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 		if !want(fr.Topic) {
 			continue
 		}
+		r.Partitions++
 		k := fence.Key{Group: a.cfg.Group, Topic: fr.Topic, Partition: fr.Partition}
 		prev := a.parts[k]
 		if kv != nil {

@@ -48,7 +48,7 @@ var page = template.Must(template.New("audit").Parse(`<!doctype html>
 <style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .5em;text-align:left;vertical-align:top}.bad{color:#b00}</style></head>
 <body><h1>baton audit: group {{.Group}}</h1>
 {{with .Last}}<p>last pass at {{.At.Format "2006-01-02 15:04:05Z07:00"}} took {{.Took}}: {{len .Violations}} violations ({{.New}} new),
-{{.Queries}} store queries, {{.Requests}} Kafka requests, {{.BytesRead}} bytes read from the output topics, {{.Republished}} re-published copies.</p>
+{{.Partitions}} partitions, {{.Queries}} store queries, {{.Requests}} Kafka requests, {{.BytesRead}} bytes read from the output topics, {{.Republished}} re-published copies.</p>
 {{range .Errors}}<p class="bad">source not read: {{.}}</p>{{end}}{{else}}<p>no pass yet</p>{{end}}
 <h2>violations (first seen, newest first)</h2>
 {{if .Recent}}<table><tr><th>seen</th><th>check</th><th>partition</th><th>what</th><th>evidence</th></tr>
