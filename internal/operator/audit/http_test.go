@@ -1,12 +1,14 @@
 package audit_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/batonhq/baton/internal/operator/audit"
 )
@@ -54,4 +56,50 @@ func TestHandlerListsViolations(t *testing.T) {
 	if m := get("/metrics"); !strings.Contains(m, "baton_audit_violations_total") {
 		t.Errorf("/metrics = %q", m)
 	}
+}
+
+// Run reports a corruption within two intervals of it, in real time, and returns nil when its
+// context ends.
+func TestRunReportsWithinTwoIntervals(t *testing.T) {
+	const interval = 300 * time.Millisecond
+	e := sqliteEnv(t)
+	e.produce(t, 10)
+	e.claim(t, tok5)
+	e.apply(t, tok5, 0, 2)
+	a, _ := e.auditor(t, func(c *audit.Config) { c.Now = time.Now })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx, interval) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if last, _ := a.Last(); last != nil && last.Partitions == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no pass judged the partition within 10s")
+		}
+	}
+	at := time.Now()
+	commit(t, e, 9)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		_, recent := a.Last()
+		if len(recent) == 0 {
+			continue
+		}
+		v := recent[0]
+		if v.Check != audit.Skipped || !strings.Contains(v.What, "committed offset ahead") {
+			t.Fatalf("found %v, want the committed offset ahead", v)
+		}
+		// A pass itself takes time: allow one on top of the two intervals.
+		if took := v.At.Sub(at); took > 2*interval+time.Second {
+			t.Errorf("reported %s after the corruption, want within two intervals (%s)", took, 2*interval)
+		}
+		return
+	}
+	t.Fatal("no violation reported within 10s")
 }
