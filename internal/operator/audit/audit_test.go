@@ -238,3 +238,34 @@ func TestLivenessTrailingOffsetIsNoStall(t *testing.T) {
 		is(t, ev, "lag", 2)
 	})
 }
+
+// A recreated topic accepted by a reset: the fence moves to a recorded era with no position, and
+// the new owner applies the new incarnation from 0 while Kafka's committed offset still counts
+// the old one's records until its first commit. No violation, until that offset is still ahead
+// a pass later.
+func TestTopicResetIsNoViolation(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		e.produce(t, 10)
+		e.claim(t, tok5)
+		e.apply(t, tok5, 0, 8)
+		commit(t, e, 9)
+		old, next := fence.Topic{ID: "old-incarnation", Partitions: 1}, fence.Topic{ID: "new-incarnation", Partitions: 1}
+		if _, _, err := e.topics.SeeTopic(ctx, e.group, e.src, old, "first claim"); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := e.auditor(t)
+		clean(t, a, "applied 0..8, committed 9")
+		if err := e.topics.ResetTopic(ctx, e.group, e.src, old, next, "recreated by the test"); err != nil {
+			t.Fatal(err)
+		}
+		clean(t, a, "reset: no position")
+		tok := fence.Token{Era: 1, Epoch: 6}
+		e.claim(t, tok)
+		e.apply(t, tok, 0, 0)
+		clean(t, a, "the new incarnation's first record applied, the old commit still ahead")
+		ev := within(t, e, a, audit.Skipped, "committed offset ahead")
+		is(t, ev, "committed", 9)
+		is(t, ev, "position", 0)
+	})
+}

@@ -48,6 +48,7 @@ type env struct {
 	outboxTbl     string
 	log           lockedBuffer // the auditor's log
 	run           func(ctx context.Context, t *testing.T) (wait func())
+	topics        fence.Topics             // the store's topic identities, for a reset
 	delivered     func(t *testing.T) int64 // the source partition's delivered outbox sequence
 }
 
@@ -112,6 +113,7 @@ func sqliteEnv(t *testing.T) *env {
 	}
 	e.relay = newRelay(t, e, box)
 	e.run = func(ctx context.Context, t *testing.T) func() { return runClean(ctx, t, e, fs, fs, box) }
+	e.topics = fs
 	e.delivered = func(t *testing.T) int64 {
 		var n int64
 		if err := fs.DB().QueryRowContext(ctx, `SELECT coalesce(max(delivered_seq), 0) FROM baton_outbox_cursors WHERE grp = ?`, e.group).Scan(&n); err != nil {
@@ -189,6 +191,7 @@ func pgEnv(t *testing.T) *env {
 	}
 	e.relay = newRelay(t, e, box)
 	e.run = func(ctx context.Context, t *testing.T) func() { return runClean(ctx, t, e, fs, fs, box) }
+	e.topics = fs
 	e.delivered = func(t *testing.T) int64 {
 		var n int64
 		if err := pool.QueryRow(ctx, `SELECT coalesce(max(delivered_seq), 0) FROM baton_outbox_cursors WHERE group_id = $1`, e.group).Scan(&n); err != nil {
