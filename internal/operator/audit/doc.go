@@ -40,5 +40,10 @@
 // baton.consumer.stale_refusals); a lost or doubled update inside the application's own tables
 // is the application's invariant; copies whose sequences were delivered before the audit began
 // are not judged (the output topics may no longer hold them); OutputTopics must list every
-// destination of the group's outbox, or the rows sent elsewhere look undelivered.
+// destination of the group's outbox, or the rows sent elsewhere look undelivered. Output topics
+// also written by transactional producers end on commit markers the reader never sees, so it
+// never counts itself caught up and the cursor-past-delivery judgement waits. The fences of a
+// topic the group no longer reads look stalled while records keep arriving there (restrict the
+// audit with Config.Topics). The inbox judged is the store's whole keyed table, whichever
+// receivers wrote it.
 package audit
