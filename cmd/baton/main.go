@@ -38,6 +38,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = chaosCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = statusCmd(ctx, args[1:], stdout, stderr)
+	case "audit":
+		err = auditCmd(ctx, args[1:], stdout, stderr)
 	case "who-owns":
 		err = whoOwnsCmd(ctx, args[1:], stdout, stderr)
 	case "eras":
@@ -148,6 +150,8 @@ commands:
 operating a group:
   status   per partition: owner, token, position, committed offset, lag, outbox backlog;
            -http ADDR serves it as a live page (with /metrics)
+  audit    the group's safety invariants judged online (skipped records, tokens, outbox,
+           delivery, inbox, liveness); -once for one pass, -http ADDR for the page and /metrics
   who-owns the partition a key routes to, its owner, token and lag
   eras     the recorded recoveries (era advances) of a group
   recover  an operator's recorded era advance (a reason is required)

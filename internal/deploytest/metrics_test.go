@@ -263,6 +263,12 @@ type series map[string][]string
 // _bucket (with le), _sum and _count; Prometheus adds job and instance when it scrapes.
 func exportedSeries(t *testing.T) (series, map[string]string) {
 	t.Helper()
+	return seriesOf(t, batonInstruments)
+}
+
+// seriesOf is exportedSeries for the instruments ins.
+func seriesOf(t *testing.T, ins []instrument) (series, map[string]string) {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
 	if err != nil {
@@ -271,7 +277,7 @@ func exportedSeries(t *testing.T) (series, map[string]string) {
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
 	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
 	ctx := context.Background()
-	for _, in := range batonInstruments {
+	for _, in := range ins {
 		m := mp.Meter("github.com/batonhq/baton/" + in.pkg)
 		var kv []attribute.KeyValue
 		for _, a := range in.attrs {
@@ -327,7 +333,7 @@ func exportedSeries(t *testing.T) (series, map[string]string) {
 				ls = slices.Sorted(slices.Values(append(ls, "le")))
 			}
 			out[n] = ls
-			from[n] = otelName(f.GetName())
+			from[n] = otelName(ins, f.GetName())
 		}
 	}
 	if len(out) == 0 {
@@ -339,9 +345,9 @@ func exportedSeries(t *testing.T) (series, map[string]string) {
 // otelName finds the instrument a Prometheus family came from: the one whose name, dots as
 // underscores, is the longest prefix of the family (claims_stale_total is claims.stale, not
 // claims).
-func otelName(family string) string {
+func otelName(ins []instrument, family string) string {
 	best := ""
-	for _, in := range batonInstruments {
+	for _, in := range ins {
 		base := strings.ReplaceAll(in.name, ".", "_")
 		if (family == base || strings.HasPrefix(family, base+"_")) && len(in.name) > len(best) {
 			best = in.name

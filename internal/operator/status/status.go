@@ -238,6 +238,9 @@ func (c *Collector) readKafka(ctx context.Context, extraTopics []string) (*kafka
 		}
 	}
 	offs, err := c.adm.FetchOffsets(ctx, c.cfg.Group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		offs, err = nil, nil // a group that never committed (kfake says so; Kafka answers with no offsets)
+	}
 	if err != nil {
 		return nil, errorf(ErrUnreachable, "Kafka at %s: fetching the committed offsets of group %q: %v", c.brokers(), c.cfg.Group, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,6 +98,7 @@ type Store struct {
 	tables  Tables
 	pg      *pgxpool.Pool
 	sql     *sql.DB
+	queries atomic.Int64 // statements sent, for Queries
 }
 
 // Access is what a [Store] may do to its database.
@@ -195,6 +197,10 @@ func (s *Store) Close() {
 	}
 }
 
+// Queries returns how many statements the store's readers have sent since it was opened, so
+// a long-running reader can bound and report its load on the database.
+func (s *Store) Queries() int64 { return s.queries.Load() }
+
 // Dialect returns the kind of database.
 func (s *Store) Dialect() Dialect { return s.dialect }
 
@@ -212,6 +218,7 @@ func (s *Store) Describe() string {
 
 // rows runs a query and calls scan for each row.
 func (s *Store) rows(ctx context.Context, query string, scan func(func(...any) error) error, args ...any) error {
+	s.queries.Add(1)
 	if s.pg != nil {
 		rows, err := s.pg.Query(ctx, query, args...)
 		if err != nil {
@@ -240,6 +247,7 @@ func (s *Store) rows(ctx context.Context, query string, scan func(func(...any) e
 
 // tableExists reports whether a table exists.
 func (s *Store) tableExists(ctx context.Context, name string) (bool, error) {
+	s.queries.Add(1)
 	var n int
 	var err error
 	if s.pg != nil {

@@ -61,6 +61,9 @@ const (
 	GroupFull   = "full"
 )
 
+// audit is the auditor's package; its guards run on SQLite and kfake.
+const audit = "internal/operator/audit"
+
 // model is the model check's narrow exploration of the protocol under one fault set.
 func model(target string) string { return "TestModelTargetedFaults/" + target }
 
@@ -205,6 +208,26 @@ var All = []Mutant{
 		Bug: "pgbulk's lazily advanced fence (a handler writing through Exec, QueryRow or CopyFrom) advanced in a transaction of its own: it commits while the data rolls back", Safety: true},
 	{Name: "ZkTokenFromDataVersion", Package: "fence/lease/zklease", Guards: []string{"TestTokenIsTheNodeCzxid"}, Want: `its epoch is not its node's czxid`,
 		Bug: "zklease's token taken from the node's data version, not its czxid: every holder gets the same token", Safety: true},
+
+	// The auditor (baton audit): each check's comparison removed.
+	{Name: "AuditLossNotJudged", Package: audit, Guards: []string{"TestSkippedRecordsDeletedBeforeApplied/sqlite"}, Want: `no skipped violation "records deleted before they were applied"`,
+		Bug: "the auditor does not compare the log start with the sink's position: data loss unreported"},
+	{Name: "AuditCommittedAheadNotJudged", Package: audit, Guards: []string{"TestSkippedCommittedAheadOfPosition/sqlite"}, Want: `no skipped violation "committed offset ahead"`,
+		Bug: "the auditor does not compare the committed offset with the sink's position"},
+	{Name: "AuditTokenDecreaseNotJudged", Package: audit, Guards: []string{"TestTokensMovedBackByHand/sqlite"}, Want: `no tokens violation "stored token went back"`,
+		Bug: "the auditor does not compare a stored token with the one observed before"},
+	{Name: "AuditOutboxGapNotJudged", Package: audit, Guards: []string{"TestOutboxRowDeleted/sqlite"}, Want: `no outbox violation "outbox row missing above the cursor"`,
+		Bug: "the auditor does not count the outbox rows above the cursor against the sequences allocated"},
+	{Name: "AuditCursorPastDeliveryNotJudged", Package: audit, Guards: []string{"TestOutboxCursorPastUndeliveredRows/sqlite"}, Want: `no outbox violation "cursor passed a row with no copy"`,
+		Bug: "the auditor does not look for the copies of the rows the cursor counts as delivered"},
+	{Name: "AuditUnallocatedCopyNotJudged", Package: audit, Guards: []string{"TestDeliveryForgedCopy/sqlite"}, Want: `no delivery violation "copy of a sequence the outbox never allocated"`,
+		Bug: "the auditor does not compare a copy's sequence with the outbox's last allocated one"},
+	{Name: "AuditFirstCopyOrderNotJudged", Package: audit, Guards: []string{"TestDeliveryForgedCopy/sqlite"}, Want: `no delivery violation "first copy's token below"`,
+		Bug: "the auditor does not compare a first copy's token with an earlier sequence's"},
+	{Name: "AuditInboxDecreaseNotJudged", Package: audit, Guards: []string{"TestInboxAdmissionMovedBack/sqlite"}, Want: `no inbox violation "inbox admission went back"`,
+		Bug: "the auditor does not compare an admission's sequence with the one observed before"},
+	{Name: "AuditStallNotJudged", Package: audit, Guards: []string{"TestLivenessCommitsStopped/sqlite"}, Want: `no liveness violation "position has not moved"`,
+		Bug: "the auditor does not compare how long a lagging partition's position stood still with the bound"},
 }
 
 func init() {

@@ -1,0 +1,504 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/operator/status"
+)
+
+// Check names one of the invariants the auditor judges.
+type Check string
+
+// The checks, in the order a pass runs them.
+const (
+	// Skipped: the sink's position lies within the partition's log (records deleted before
+	// they were applied are data loss, with the count), and Kafka's committed offset is never
+	// ahead of it.
+	Skipped Check = "skipped"
+	// Tokens: a fence's stored token never decreases between two observations and is never
+	// below a recorded recovery; every era above 0 has its recorded recovery.
+	Tokens Check = "tokens"
+	// Outbox: a source partition's outbox rows are gap-free from the cursor on, the cursor has
+	// not passed a row whose copy never reached the output topics, and the oldest pending row
+	// is younger than Config.OutboxAge.
+	Outbox Check = "outbox"
+	// Delivery: on the output topics, per source partition, no copy carries a sequence the
+	// outbox never allocated, and the tokens of first copies never decrease as their sequences
+	// rise. Re-published copies are counted, not flagged.
+	Delivery Check = "delivery"
+	// Inbox: an entity's admitted (token, sequence) never decreases between two observations.
+	Inbox Check = "inbox"
+	// Liveness: a partition with a lag whose sink position has not moved for longer than
+	// Config.Stall.
+	Liveness Check = "liveness"
+)
+
+// Checks lists every check.
+var Checks = []Check{Skipped, Tokens, Outbox, Delivery, Inbox, Liveness}
+
+// Violation is one broken invariant with its evidence.
+type Violation struct {
+	Check     Check     `json:"check"`
+	Group     string    `json:"group"`
+	Topic     string    `json:"topic,omitempty"`
+	Partition int32     `json:"partition"` // -1 for a violation of no partition (an inbox entity)
+	What      string    `json:"what"`      // what broke, in words
+	Evidence  []Field   `json:"evidence"`  // the values that show it: both sides, offsets, sequences
+	At        time.Time `json:"at"`        // when the auditor first saw it
+	id        string    // identity: a violation is counted and logged once
+}
+
+// Field is one piece of a violation's evidence.
+type Field struct {
+	Name  string `json:"name"`
+	Value any    `json:"value"`
+}
+
+func (v Violation) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s", v.Check, v.What)
+	if v.Topic != "" {
+		fmt.Fprintf(&b, " (%s/%s/%d)", v.Group, v.Topic, v.Partition)
+	}
+	for _, f := range v.Evidence {
+		fmt.Fprintf(&b, " %s=%v", f.Name, f.Value)
+	}
+	return b.String()
+}
+
+// Config says what to audit and the bounds of the judgements and of the auditor's own load.
+type Config struct {
+	Brokers []string      // Kafka seed brokers
+	Store   string        // a PostgreSQL URL or an SQLite file path (status.ParseStore)
+	Group   string        // the consumer group whose records are audited
+	Topics  []string      // optional: only these source topics (default every topic the group has state for)
+	Tables  status.Tables // the stores' table names (default the stores' defaults)
+	// OutputTopics are the outbox's destination topics, read incrementally from their start for
+	// the Delivery check and the Outbox check's cursor-past-delivery judgement (both skipped
+	// without them).
+	OutputTopics []string
+	Timeout      time.Duration // bounds each source's requests (default 5s)
+	OutboxAge    time.Duration // the oldest pending outbox row's age bound (default 5m)
+	Stall        time.Duration // how long a lagging partition's position may stand still (default 5m)
+	MaxBytes     int64         // bytes read from the output topics per pass (default 64 MiB)
+	InboxRows    int           // inbox admissions read per pass, a page of the keyed table (default 10000)
+	KgoOpts      []kgo.Opt     // extra franz-go options (TLS, SASL, ...)
+	Logger       *slog.Logger  // where violations are logged (default slog.Default())
+	Meter        metric.MeterProvider
+	Now          func() time.Time // the clock (default time.Now)
+}
+
+// Report is what one pass found.
+type Report struct {
+	At         time.Time   `json:"at"`
+	Took       string      `json:"took"`
+	Violations []Violation `json:"violations"` // found in this pass, new or still present
+	New        int         `json:"new"`        // of those, first seen in this pass
+	Queries    int64       `json:"queries"`    // statements sent to the store in this pass
+	Requests   int64       `json:"kafka_requests"`
+	Partitions int         `json:"partitions"` // fences judged: 0 when the store has none for the group
+	BytesRead  int64       `json:"bytes_read"` // from the output topics in this pass
+	// Republished counts copies on the output topics whose sequence was seen before in this
+	// pass (a relay's at-least-once re-publish, which the inbox drops).
+	Republished int64    `json:"republished"`
+	CaughtUp    bool     `json:"output_caught_up"` // the output topics were read to their end
+	Errors      []string `json:"errors,omitempty"`
+}
+
+// Auditor judges a group's records, one pass at a time. Pass is not safe for concurrent use;
+// Violations and ServeHTTP are.
+type Auditor struct {
+	cfg  Config
+	col  *status.Collector
+	out  *outputReader
+	log  *slog.Logger
+	tel  telemetry
+	now  func() time.Time
+	seen map[string]bool // violation ids counted and logged
+
+	parts  map[fence.Key]*partState
+	srcs   map[fence.Key]*sourceState
+	inbox  map[string]status.Admission // last observed admission per scope/id
+	inPage [2]string                   // where the next inbox page starts
+
+	mu     sync.Mutex
+	last   *Report
+	recent []Violation // first sightings, newest first
+}
+
+type partState struct {
+	tok         fence.Token
+	pos         int64
+	progressAt  time.Time // the last time the position moved or the partition had no lag
+	progressHWM int64     // the high watermark then (-1: not known yet)
+}
+
+type telemetry struct {
+	violations, passes, queries, bytes, republished metric.Int64Counter
+}
+
+// New validates cfg and returns an auditor. It does no I/O.
+func New(cfg Config) (*Auditor, error) {
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.OutboxAge <= 0 {
+		cfg.OutboxAge = 5 * time.Minute
+	}
+	if cfg.Stall <= 0 {
+		cfg.Stall = 5 * time.Minute
+	}
+	if cfg.MaxBytes <= 0 {
+		cfg.MaxBytes = 64 << 20
+	}
+	if cfg.InboxRows <= 0 {
+		cfg.InboxRows = 10000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Meter == nil {
+		cfg.Meter = otel.GetMeterProvider()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	col, err := status.NewCollector(status.Config{Brokers: cfg.Brokers, Store: cfg.Store, Group: cfg.Group,
+		Topics: cfg.Topics, Tables: cfg.Tables, Timeout: cfg.Timeout, KgoOpts: cfg.KgoOpts})
+	if err != nil {
+		return nil, err
+	}
+	a := &Auditor{cfg: cfg, col: col, log: cfg.Logger, now: cfg.Now, seen: map[string]bool{},
+		parts: map[fence.Key]*partState{}, srcs: map[fence.Key]*sourceState{}, inbox: map[string]status.Admission{}}
+	if len(cfg.OutputTopics) > 0 {
+		a.out, err = newOutputReader(cfg)
+		if err != nil {
+			col.Close()
+			return nil, err
+		}
+	}
+	m := cfg.Meter.Meter("github.com/batonhq/baton/internal/operator/audit")
+	a.tel.violations, err = m.Int64Counter("baton.audit.violations", metric.WithDescription("Invariant violations the auditor found, each counted once, by check"))
+	if err == nil {
+		a.tel.passes, err = m.Int64Counter("baton.audit.passes", metric.WithDescription("Audit passes, by outcome (ok: every source read; error)"))
+	}
+	if err == nil {
+		a.tel.queries, err = m.Int64Counter("baton.audit.queries", metric.WithDescription("Statements the auditor sent to the store"))
+	}
+	if err == nil {
+		a.tel.bytes, err = m.Int64Counter("baton.audit.bytes_read", metric.WithUnit("By"), metric.WithDescription("Bytes the auditor read from the output topics"))
+	}
+	if err == nil {
+		a.tel.republished, err = m.Int64Counter("baton.audit.republished", metric.WithDescription("Re-published copies seen on the output topics (counted, not violations)"))
+	}
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("audit: instruments: %w", err)
+	}
+	return a, nil
+}
+
+// Close releases the clients.
+func (a *Auditor) Close() {
+	a.col.Close()
+	if a.out != nil {
+		a.out.close()
+	}
+}
+
+// Config returns the configuration, defaults filled in.
+func (a *Auditor) Config() Config { return a.cfg }
+
+// Run makes a pass every interval until ctx ends, and returns nil then. A pass that cannot read
+// a source is logged and counted (baton.audit.passes{outcome="error"}); the next one tries again.
+func (a *Auditor) Run(ctx context.Context, interval time.Duration) error {
+	if interval <= 0 {
+		return errors.New("audit: the interval must be positive")
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		if _, err := a.Pass(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("audit pass could not read every source; the checks it could not feed were skipped", "group", a.cfg.Group, "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Last returns the last pass's report (nil before the first) and the recent first sightings,
+// newest first.
+func (a *Auditor) Last() (*Report, []Violation) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last, slices.Clone(a.recent)
+}
+
+// Pass reads every source once and judges every check it could feed. The sources are read in
+// an order that leaves no race with the members: Kafka's committed and log start offsets
+// before the sink's positions (each only rises, so a committed offset ahead of a position read
+// after it, or a log start past it, is real), the store before the output topics' end offsets
+// (so every copy the cursor says is delivered lies below them). It returns the report and the
+// joined errors of the sources it could not read.
+func (a *Auditor) Pass(ctx context.Context) (*Report, error) {
+	now := a.now()
+	r := &Report{At: now.UTC()}
+	var found []Violation
+	add := func(v Violation) { found = append(found, v) }
+	var errs []error
+
+	// The topics the fences named at the last pass: their offsets are read before the fences.
+	var topics []string
+	for k := range a.parts {
+		if !slices.Contains(topics, k.Topic) {
+			topics = append(topics, k.Topic)
+		}
+	}
+	kv, kerr := a.col.Kafka(ctx, topics)
+	r.Requests += 5
+	if kerr != nil {
+		errs = append(errs, kerr)
+	}
+	st, err := a.col.Store(ctx)
+	var q0 int64
+	if err == nil {
+		q0 = st.Queries()
+		sctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+		err = a.storeChecks(sctx, st, kv, now, r, add)
+		cancel()
+		r.Queries = st.Queries() - q0
+		if err != nil {
+			a.col.DropStore()
+		}
+	}
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if a.out != nil && err == nil {
+		oerr := a.out.read(ctx, r, func(c copyRecord) { a.copySeen(c, r, add) })
+		if oerr != nil {
+			errs = append(errs, oerr)
+		} else if r.CaughtUp {
+			a.judgeHoles(add)
+		}
+	}
+
+	r.New = a.record(ctx, found)
+	r.Violations = found
+	if r.Violations == nil {
+		r.Violations = []Violation{}
+	}
+	for _, e := range errs {
+		r.Errors = append(r.Errors, e.Error())
+	}
+	r.Took = a.now().Sub(now).String()
+	outcome := "ok"
+	if len(errs) > 0 {
+		outcome = "error"
+	}
+	a.tel.passes.Add(ctx, 1, metric.WithAttributes(attribute.String("outcome", outcome), attribute.String("group", a.cfg.Group)))
+	a.tel.queries.Add(ctx, r.Queries, metric.WithAttributes(attribute.String("group", a.cfg.Group)))
+	a.tel.bytes.Add(ctx, r.BytesRead, metric.WithAttributes(attribute.String("group", a.cfg.Group)))
+	a.tel.republished.Add(ctx, r.Republished, metric.WithAttributes(attribute.String("group", a.cfg.Group)))
+	a.mu.Lock()
+	a.last = r
+	a.mu.Unlock()
+	return r, errors.Join(errs...)
+}
+
+// record counts, logs and remembers the violations not seen before, and returns how many.
+func (a *Auditor) record(ctx context.Context, found []Violation) int {
+	n := 0
+	for i := range found {
+		v := &found[i]
+		if v.id == "" {
+			v.id = fmt.Sprintf("%s/%s/%d/%s", v.Check, v.Topic, v.Partition, v.What)
+		}
+		if a.seen[v.id] {
+			continue
+		}
+		a.seen[v.id] = true
+		n++
+		attrs := []attribute.KeyValue{attribute.String("check", string(v.Check)), attribute.String("group", v.Group)}
+		if v.Topic != "" {
+			attrs = append(attrs, attribute.String("topic", v.Topic), attribute.Int("partition", int(v.Partition)))
+		}
+		a.tel.violations.Add(ctx, 1, metric.WithAttributes(attrs...))
+		args := []any{"check", string(v.Check), "group", v.Group}
+		if v.Topic != "" {
+			args = append(args, "topic", v.Topic, "partition", v.Partition)
+		}
+		for _, f := range v.Evidence {
+			args = append(args, f.Name, f.Value)
+		}
+		a.log.Error("audit: "+v.What, args...)
+		a.mu.Lock()
+		a.recent = append([]Violation{*v}, a.recent...)
+		if len(a.recent) > maxRecent {
+			a.recent = a.recent[:maxRecent]
+		}
+		a.mu.Unlock()
+	}
+	return n
+}
+
+const maxRecent = 200
+
+// violation builds a violation of partition k.
+func violation(c Check, k fence.Key, at time.Time, id, what string, ev ...Field) Violation {
+	return Violation{Check: c, Group: k.Group, Topic: k.Topic, Partition: k.Partition, What: what, Evidence: ev, At: at.UTC(),
+		id: fmt.Sprintf("%s/%s/%s/%d/%s", c, k.Topic, what, k.Partition, id)}
+}
+
+func f(name string, v any) Field { return Field{Name: name, Value: v} }
+
+// storeChecks reads the store and judges the checks it feeds: Skipped, Tokens and Liveness
+// against the Kafka state read before it (nil when Kafka could not be read), Outbox, and Inbox.
+func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.KafkaState, now time.Time, r *Report, add func(Violation)) error {
+	fences, err := st.Fences(ctx, a.cfg.Group)
+	if err != nil && !errors.Is(err, status.ErrNotFound) {
+		return err
+	}
+	recs, err := st.Recoveries(ctx, a.cfg.Group)
+	if err != nil && !errors.Is(err, status.ErrNotFound) {
+		return err
+	}
+	want := func(topic string) bool { return len(a.cfg.Topics) == 0 || slices.Contains(a.cfg.Topics, topic) }
+	recovered := map[fence.Key][]fence.Recovery{}
+	for _, r := range recs {
+		recovered[r.Key] = append(recovered[r.Key], r)
+	}
+	for _, fr := range fences {
+		if !want(fr.Topic) {
+			continue
+		}
+		r.Partitions++
+		k := fence.Key{Group: a.cfg.Group, Topic: fr.Topic, Partition: fr.Partition}
+		prev := a.parts[k]
+		if kv != nil {
+			for _, v := range judgeLog(k, fr.Token, fr.Position, prev, kv, now) {
+				add(v)
+			}
+		}
+		for _, v := range judgeToken(k, fr.Token, prev, recovered[k], now) {
+			add(v)
+		}
+		cur := &partState{tok: fr.Token, pos: fr.Position, progressAt: now, progressHWM: -1}
+		if prev != nil && prev.pos == fr.Position && prev.tok.Era == fr.Token.Era {
+			cur.progressAt, cur.progressHWM = prev.progressAt, prev.progressHWM
+		}
+		if kv != nil {
+			if hwm, ok := kv.HighWatermark[k]; ok {
+				if cur.progressHWM < 0 {
+					cur.progressHWM = hwm
+				}
+				if lag := hwm - (fr.Position + 1); lag <= 0 {
+					cur.progressAt, cur.progressHWM = now, hwm
+				} else if v, ok := judgeStall(k, fr.Position, hwm, cur.progressAt, cur.progressHWM, now, a.cfg.Stall); ok {
+					add(v)
+				}
+			}
+		}
+		a.parts[k] = cur
+	}
+
+	cursors, err := st.OutboxCursors(ctx, a.cfg.Group)
+	if err != nil {
+		return err
+	}
+	var low int64 = -1
+	for _, c := range cursors {
+		if !want(c.Topic) {
+			continue
+		}
+		k := fence.Key{Group: a.cfg.Group, Topic: c.Topic, Partition: c.Partition}
+		v, gap := judgeOutbox(k, c, now, a.cfg.OutboxAge)
+		for _, x := range v {
+			add(x)
+		}
+		if gap {
+			// The evidence of a gap: the first missing sequence, from a bounded read.
+			seqs, err := st.OutboxSeqs(ctx, k, c.Delivered, maxGapScan)
+			if err != nil {
+				return err
+			}
+			miss, ok := firstMissing(c.Delivered, seqs)
+			if !ok {
+				miss = -1 // beyond the bounded read
+			}
+			add(violation(Outbox, k, now, fmt.Sprint(miss), "outbox row missing above the cursor",
+				f("first_missing_seq", miss), f("delivered_seq", c.Delivered), f("last_seq", c.LastSeq),
+				f("rows_pending", c.Pending), f("rows_allocated", c.LastSeq-c.Delivered)))
+		}
+		if a.out != nil {
+			s := a.source(k, c)
+			s.cursor = c
+			if low < 0 || s.contig < low {
+				low = s.contig
+			}
+		}
+	}
+	if a.out != nil && low >= 0 {
+		dl, err := st.DeadLettered(ctx, a.cfg.Group, low)
+		if err != nil {
+			return err
+		}
+		for k, seqs := range dl {
+			if s := a.srcs[k]; s != nil {
+				s.dead = seqs
+			}
+		}
+		// Copies read in earlier passes were produced before this cursor was read: a sequence
+		// above its last allocated one was never appended.
+		for k, s := range a.srcs {
+			for _, v := range judgeBeyond(k, s, now) {
+				add(v)
+			}
+		}
+	}
+	return a.inboxChecks(ctx, st, now, add)
+}
+
+// maxGapScan bounds the read that finds an outbox gap's first missing sequence.
+const maxGapScan = 10000
+
+// inboxChecks reads the next page of the keyed table and compares each admission with the one
+// observed before.
+func (a *Auditor) inboxChecks(ctx context.Context, st *status.Store, now time.Time, add func(Violation)) error {
+	page, err := st.Admissions(ctx, a.inPage[0], a.inPage[1], a.cfg.InboxRows)
+	if err != nil {
+		return err
+	}
+	if len(page) < a.cfg.InboxRows {
+		a.inPage = [2]string{} // the next pass starts again at the beginning
+	} else {
+		last := page[len(page)-1]
+		a.inPage = [2]string{last.Scope, last.ID}
+	}
+	for _, ad := range page {
+		key := ad.Scope + "\x00" + ad.ID
+		if prev, ok := a.inbox[key]; ok {
+			if v, bad := judgeAdmission(a.cfg.Group, prev, ad, now); bad {
+				add(v)
+			}
+		}
+		a.inbox[key] = ad
+	}
+	return nil
+}

@@ -1,0 +1,49 @@
+// Package audit is Baton's online auditor: it judges, while a group runs, the invariants the
+// chaos checker judges after a run, from what Baton already records next to the data (the
+// fences, their recorded recoveries, the outbox rows and cursors, the inbox admissions) and
+// from Kafka (the group's committed offsets, each partition's log start and end, and the
+// outbox's output topics). cmd/baton's 'audit' command is a thin layer of flags over it.
+//
+// Each [Check], per group and partition:
+//   - [Skipped]: the sink's position lies within the log: a log start past position+1 is data
+//     loss (records deleted by retention or DeleteRecords before they were applied, counted);
+//     Kafka's committed offset is never ahead of position+1; a position is never at or past the
+//     high watermark.
+//   - [Tokens]: a stored token never decreases between observations, is never below a
+//     recorded recovery's, and every era above 0 has its recorded recovery (recoveries and
+//     topic resets are the only ways up an era).
+//   - [Outbox]: the rows above the cursor are gap-free up to the last allocated sequence; the
+//     cursor has not passed a row with no copy on the output topics (unless dead-lettered);
+//     the oldest pending row is younger than [Config] OutboxAge.
+//   - [Delivery]: on the output topics, per source, no copy carries a sequence the outbox
+//     never allocated, and a first copy's token is no lower than an earlier sequence's;
+//     re-published copies are counted ([Report] Republished), never flagged.
+//   - [Inbox]: an entity's admitted (token, sequence) never decreases.
+//   - [Liveness]: a partition with a lag whose sink position stood still longer than Stall.
+//
+// Why reading is free of races with the members: Kafka's committed offsets and log starts are
+// read before the sink's positions, and the output topics' end offsets after the outbox cursors;
+// every one of these only rises (within an era), so what the order shows is real. Judgements
+// that compare two observations (Tokens' decrease, Inbox, Liveness, the position past the log
+// end, a copy's sequence against the cursor read after it) need a second pass: 'baton audit
+// -once' judges only what one look can show.
+//
+// Each violation is counted once (baton.audit.violations, attributes check, group, topic,
+// partition), logged at ERROR with its evidence, and listed by [Auditor.Handler]. The auditor
+// never writes: the store is opened read-only ([status.ReadOnly]). Its own load is bounded and
+// counted per pass: a fixed number of statements (plus one bounded read per outbox gap found),
+// [Config] InboxRows admissions (a page of the keyed table; the pages go round), at most
+// MaxBytes read from the output topics, which are read incrementally from their start. Its
+// memory grows with the inbox entities and the sources observed.
+//
+// What it cannot see: a write the fence refused leaves no record (the members count
+// baton.consumer.stale_refusals); a lost or doubled update inside the application's own tables
+// is the application's invariant; copies whose sequences were delivered before the audit began
+// are not judged (the output topics may no longer hold them); OutputTopics must list every
+// destination of the group's outbox, or the rows sent elsewhere look undelivered. Output topics
+// also written by transactional producers end on commit markers the reader never sees, so it
+// never counts itself caught up and the cursor-past-delivery judgement waits. The fences of a
+// topic the group no longer reads look stalled while records keep arriving there (restrict the
+// audit with Config.Topics). The inbox judged is the store's whole keyed table, whichever
+// receivers wrote it.
+package audit
