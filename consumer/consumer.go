@@ -127,7 +127,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 	}
 	errs = append(errs, cfg.resolveProtocol())
 	errs = append(errs, checkKafka(cfg.kafka)...)
-	errs = append(errs, resetNotEarliest(cfg.kafka))
+	errs = append(errs, ownedInClient(cfg.kafka))
 	if err := joinAll(errs); err != nil {
 		return nil, err
 	}
@@ -154,9 +154,6 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 // cannot connect or join, the cause is logged at ERROR (at most every 10s while it lasts) and
 // counted (baton.consumer.client_errors); Run keeps trying until ctx ends.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
-	if err := ownedAtRun(c.cfg.kafka); err != nil {
-		return err
-	}
 	if err := protocolAtRun(c.cfg.kafka, c.cfg.protocol); err != nil {
 		return err
 	}

@@ -30,12 +30,12 @@
 // rebalance callbacks, the auto-commit modes and AutoCommitCallback) are refused with
 // [ErrInvalidOption] naming the option and why. franz-go offers no look at an option's value
 // without a client, so they are recognised by how its validation reacts to probe options;
-// BlockRebalanceOnPoll leaves no trace there and is refused by Run before it joins (read with
-// OptValue from a client that has no group, topics or partitions, so it connects nowhere). New
-// reads ConsumeResetOffset and ConsumeStartOffset from such a client and refuses any value
-// but the log start (kgo.NewOffset().AtStart(), Baton's default): a resume point below the
-// log start, or a partition with no position, must not skip records still in the log. A ConsumeTopics among the options is not detectable either;
-// New's topics replace it.
+// the rest New reads with OptValue from a client that has no group, topics or partitions, so
+// it connects nowhere: BlockRebalanceOnPoll is refused, and so is a ConsumeResetOffset or
+// ConsumeStartOffset other than the log start (kgo.NewOffset().AtStart(), Baton's default): a
+// resume point below the log start, or a partition with no position, must not skip records
+// still in the log. A ConsumeTopics among the options is not detectable either; New's topics
+// replace it.
 //
 // [Consumer.Run] never reports success for a run that never ran. While the cluster is
 // unreachable, authentication fails or the group cannot be joined, the cause is logged at

@@ -238,7 +238,7 @@ const kip848ContextOptIn = "opt_in_kafka_next_gen_balancer_beta"
 // protocolAtRun refuses kgo.ServerSideBalancer, or franz-go's context opt-in to KIP-848, among
 // the Kafka options of a classic-protocol consumer: franz-go would join as a KIP-848 member
 // while the epoch source proves ownership with the classic protocol's requests, which a
-// KIP-848 group refuses for ever (every partition stalls). Like ownedAtRun, it reads the
+// KIP-848 group refuses for ever (every partition stalls). Like ownedInClient, it reads the
 // options from a client without a group.
 func protocolAtRun(user []kgo.Opt, protocol string) error {
 	if protocol != protocolClassic {

@@ -63,7 +63,7 @@ const (
 // below only rely on the rules kgo.ValidateOpts enforces; TestNewRefusesOwnedKafkaOptions pins
 // each of them, so a franz-go upgrade that changes a rule fails that test instead of silently
 // letting an option through. kgo.BlockRebalanceOnPoll and kgo.ConsumeTopics leave no trace in
-// the validation: BlockRebalanceOnPoll is checked by Run before it joins (see ownedAtRun), and a
+// the validation: BlockRebalanceOnPoll is read from a client by New (see ownedInClient), and a
 // ConsumeTopics among the options is replaced by New's topics.
 func checkKafka(user []kgo.Opt) []error {
 	with := func(first kgo.Opt, extra ...kgo.Opt) error {
@@ -155,22 +155,6 @@ func checkKafka(user []kgo.Opt) []error {
 	return errs
 }
 
-// ownedAtRun finds the owned options that kgo.ValidateOpts cannot reveal, with a client that
-// has no group, no topics and no partitions: it starts no fetch, no metadata request and no
-// group membership, and is closed before Run creates its own.
-func ownedAtRun(user []kgo.Opt) error {
-	cl, err := kgo.NewClient(slices.Concat([]kgo.Opt{probeSeed}, user,
-		[]kgo.Opt{kgo.ConsumerGroup(""), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil)})...)
-	if err != nil {
-		return fmt.Errorf("%w: kafka: %w", ErrInvalidOption, err)
-	}
-	defer cl.Close()
-	if v, _ := cl.OptValue(kgo.BlockRebalanceOnPoll).(bool); v {
-		return fmt.Errorf("%w: %w: kgo.BlockRebalanceOnPoll among the Kafka options: Baton polls while a rebalance waits for its partitions to drain, so blocking rebalances on poll would deadlock", ErrInvalidOption, errOwnedOption)
-	}
-	return nil
-}
-
 // earliest is the only reset offset Baton accepts: the log start.
 var earliest = kgo.NewOffset().AtStart()
 
@@ -192,15 +176,19 @@ func offsetName(o kgo.Offset) string {
 	return fmt.Sprintf("an offset other than the log start: %+v", o)
 }
 
-// resetNotEarliest reports a reset offset other than the log start among the user's options.
-// Baton owns each partition's resume point (the sink's position + 1, or 0 in a moved era), and
-// franz-go moves a resume point that fell below the log start to kgo.ConsumeResetOffset: the
-// end (or a lookback, an exact offset, a time) would skip records still in the log, which the
-// fence accepts as a gap. The value is read from a client that has no seed it dials, no group,
-// no topics and no partitions: it starts no fetch and no metadata request, and is closed at
-// once (franz-go reveals an option's value only through a *Client). Options that kgo.NewClient
-// refuses are reported by checkKafka.
-func resetNotEarliest(user []kgo.Opt) error {
+// ownedInClient reports the owned options kgo.ValidateOpts cannot reveal: franz-go shows
+// their values only through a *Client, so they are read from one that has no seed it dials, no
+// group, no topics and no partitions (it starts no fetch, no metadata request and no group
+// membership) and is closed at once. Options that kgo.NewClient refuses are checkKafka's.
+//
+//   - BlockRebalanceOnPoll: Baton polls while a rebalance waits for its partitions to drain,
+//     so blocking rebalances on poll would deadlock.
+//   - ConsumeResetOffset and ConsumeStartOffset other than the log start: Baton owns each
+//     partition's resume point (the sink's position + 1, or 0 in a moved era), franz-go moves a
+//     resume point below the log start to the reset offset and starts a partition the group
+//     has no commit for at the start offset; the end (or a lookback, an exact offset, a time)
+//     would skip records still in the log, which the fence accepts as a gap.
+func ownedInClient(user []kgo.Opt) error {
 	cl, err := kgo.NewClient(slices.Concat([]kgo.Opt{probeSeed}, kafkaDefaults(), user,
 		[]kgo.Opt{kgo.ConsumerGroup(""), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil)})...)
 	if err != nil {
@@ -208,11 +196,20 @@ func resetNotEarliest(user []kgo.Opt) error {
 	}
 	defer cl.Close()
 	var errs []error
+	if v, _ := cl.OptValue(kgo.BlockRebalanceOnPoll).(bool); v {
+		errs = append(errs, fmt.Errorf("%w: %w: kgo.BlockRebalanceOnPoll among the Kafka options: Baton polls while a rebalance waits for its partitions to drain, so blocking rebalances on poll would deadlock", ErrInvalidOption, errOwnedOption))
+	}
+	errs = append(errs, resumeNotEarliest(cl))
+	return joinAll(errs)
+}
+
+// resumeNotEarliest reports a reset or start offset other than the log start (see
+// ownedInClient).
+func resumeNotEarliest(cl *kgo.Client) error {
+	var errs []error
 	if o, _ := cl.OptValue(kgo.ConsumeResetOffset).(kgo.Offset); o != earliest {
 		errs = append(errs, fmt.Errorf("%w: %w: kgo.ConsumeResetOffset(%s) among the Kafka options: Baton resumes each partition at its sink's position and accepts only kgo.NewOffset().AtStart(), as a reset to anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, offsetName(o)))
 	}
-	// The start offset applies where the group has no commit: a fence with no position
-	// resumes there, so it is the same decision.
 	if o, _ := cl.OptValue(kgo.ConsumeStartOffset).(kgo.Offset); o != earliest {
 		errs = append(errs, fmt.Errorf("%w: %w: kgo.ConsumeStartOffset(%s) among the Kafka options: a partition with no position starts at the log start (kgo.NewOffset().AtStart(), the only start accepted), as a start anywhere else skips records still in the log", ErrInvalidOption, errOwnedOption, offsetName(o)))
 	}

@@ -84,8 +84,7 @@ func TestNewKafkaOptions(t *testing.T) {
 	}
 	// The options a user legitimately passes through.
 	if err := newWith(seeds, kgo.ClientID("me"), kgo.SessionTimeout(6e9), kgo.FetchMaxBytes(1<<20), kgo.InstanceID("m1"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.Balancers(kgo.RoundRobinBalancer()), kgo.ConsumeTopics("ignored"),
-		kgo.BlockRebalanceOnPoll()); err != nil {
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.Balancers(kgo.RoundRobinBalancer()), kgo.ConsumeTopics("ignored")); err != nil {
 		t.Errorf("valid options: %v", err)
 	}
 }
@@ -139,16 +138,13 @@ func TestNewRefusesOwnedKafkaOptions(t *testing.T) {
 	}
 }
 
-// BlockRebalanceOnPoll leaves no trace in franz-go's validation: Run refuses it before joining.
-func TestRunRefusesBlockRebalanceOnPoll(t *testing.T) {
-	c, err := consumer.New("g", []string{"t"}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
-		consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"), kgo.BlockRebalanceOnPoll()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = c.Run(t.Context())
-	if !errors.Is(err, consumer.ErrOwnedOption) || !strings.Contains(err.Error(), "kgo.BlockRebalanceOnPoll") {
-		t.Fatalf("Run = %v, want ErrOwnedOption naming kgo.BlockRebalanceOnPoll", err)
+// BlockRebalanceOnPoll leaves no trace in franz-go's validation: New reads it from a client
+// that connects nowhere and refuses it, with the other problems.
+func TestNewRefusesBlockRebalanceOnPoll(t *testing.T) {
+	_, err := consumer.New("g", []string{"t"}, newStore(t), nil, consumer.PerPartition(newFolder().factory),
+		consumer.Kafka(kgo.SeedBrokers("127.0.0.1:1"), kgo.BlockRebalanceOnPoll()), consumer.MaxInflight(0))
+	if !errors.Is(err, consumer.ErrOwnedOption) || !strings.Contains(err.Error(), "kgo.BlockRebalanceOnPoll") || !strings.Contains(err.Error(), "MaxInflight 0") {
+		t.Fatalf("New = %v, want ErrOwnedOption naming kgo.BlockRebalanceOnPoll, and MaxInflight reported with it", err)
 	}
 }
 
