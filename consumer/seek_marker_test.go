@@ -1,11 +1,9 @@
 package consumer_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,24 +14,6 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/memfence"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // A claim whose position is the last record of a committed Kafka transaction seeks to
 // position + 1, the transaction's commit marker: the first batch fetched from the seek starts
@@ -74,7 +54,7 @@ func TestFirstBatchAfterAClaimAtACommitMarkerCostsOneSeek(t *testing.T) {
 	if err := store.Apply(ctx, k, tok.Token, 0, 2, func(context.Context, *memfence.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	var logs lockedBuffer
+	var logs syncBuffer
 	c, err := consumer.New("g", []string{"orders"}, store, nil, consumer.PerPartition(consumer.Factory[*memfence.Tx](func(context.Context, fence.Key, fence.Token) (consumer.Handler[*memfence.Tx], error) {
 		return consumer.Handler[*memfence.Tx](func(context.Context, *memfence.Tx, *consumer.Batch) error { return nil }), nil
 	})), consumer.Kafka(append(fastKafka(brokers), kgo.FetchIsolationLevel(kgo.ReadCommitted()))...),
