@@ -146,7 +146,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 // offsets, leaves the group and returns nil. No goroutine it starts outlives it.
 //
 // It returns an error if the Kafka client cannot be created, the Kafka options hold
-// kgo.BlockRebalanceOnPoll ([ErrInvalidOption]) or kgo.ServerSideBalancer (or franz-go's
+// kgo.ServerSideBalancer (or franz-go's
 // KIP-848 opt-in in the kgo.WithContext context) with the classic protocol
 // ([ErrInvalidOption]: use [GroupProtocol]), a partition's [PerPartition] factory fails, or ctx
 // ended before this member ever joined the group ([ErrNotJoined], with the last cause: the

@@ -70,10 +70,9 @@ func defaults() config {
 // The options Baton owns are refused with [ErrInvalidOption], naming the option: ConsumerGroup,
 // ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
 // OnPartitionsLost, DisableAutoCommit, AutoCommitMarks, GreedyAutoCommit and
-// AutoCommitCallback by [New], and a ConsumeResetOffset other than kgo.NewOffset().AtStart()
-// (the log start: see kafkaDefaults); BlockRebalanceOnPoll by [Consumer.Run], before it joins the
-// group (franz-go's validation, the only look at options it offers without a client, does not
-// reveal it). A ConsumeTopics among them is replaced by New's topics.
+// AutoCommitCallback, BlockRebalanceOnPoll, and a ConsumeResetOffset or ConsumeStartOffset
+// other than kgo.NewOffset().AtStart() (the log start: see kafkaDefaults), all by [New]. A
+// ConsumeTopics among them is replaced by New's topics.
 func Kafka(opts ...kgo.Opt) Option {
 	return func(c *config) error {
 		for i, o := range opts {
