@@ -245,6 +245,9 @@ func (f redisFold) Settings(ctx context.Context) (string, error) {
 		return "", err
 	}
 	verdict := "durable for redisfence: redis-fast runs without options"
+	if !strings.Contains(info, "connected_slaves:0") {
+		verdict += ", and waits for the replicas (WAIT) on every batch"
+	}
 	if err := s.Check(ctx); errors.Is(err, redisfence.ErrNotDurable) {
 		verdict = "can lose acknowledged writes: redis-fast runs with AllowLosingAcknowledgedWrites"
 	} else if err != nil {
