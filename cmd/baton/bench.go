@@ -25,8 +25,9 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 job (fold keyed records from a real Kafka topic into PostgreSQL, exactly once, per-key order
 kept) done by each design in a process of its own, in rotating order (every other round
 backwards), every run's fold checked; a run whose fold is wrong does not count and makes the
-command fail. The sqlite- designs fold into an SQLite file instead; kafka-read only reads the
-topic. Prints records/s, the time to the first commit, p50/p99 transaction latency, peak RSS
+command fail. The sqlite- designs fold into an SQLite file instead, the redis- designs into
+hashes on the Redis server (its durability settings are printed with the results); kafka-read
+only reads the topic. Prints records/s, the time to the first commit, p50/p99 transaction latency, peak RSS
 and each design's ratio to Baton (baton-fast), to the ceiling and to the bound of reading and
 writing on one machine; with -out, writes RESULTS.md (with the performance targets as measured)
 and chart.svg there.
@@ -79,6 +80,7 @@ run inside the repository, or takes -peers.
 	}
 	cfg.Self = []string{self}
 	cfg.Progress = stdout
+	cfg.RedisFold = redisFold{addr: cfg.Redis}
 	cfg.Command = strings.TrimSpace("baton bench " + strings.Join(args, " "))
 	if err := cfg.Validate(); err != nil {
 		return usageError{err: err}
@@ -152,6 +154,9 @@ func benchWorker(ctx context.Context, args []string, stdout io.Writer) error {
 		designs[name] = d
 	}
 	for name, d := range sqliteDesigns() {
+		designs[name] = d
+	}
+	for name, d := range redisDesigns() {
 		designs[name] = d
 	}
 	return bench.Serve(ctx, args, designs, stdout)

@@ -70,11 +70,12 @@
 // # Durability
 //
 // A fence is only as durable as the server that keeps it. Redis acknowledges a script once it
-// ran in memory; what a crash then keeps depends on the append-only file:
+// ran in memory; what a crash then keeps depends on the append-only file, and what a failover
+// keeps depends on replication:
 //
 //   - appendonly yes, appendfsync always: the script is written and fsynced before the reply.
-//     A crash, a kill or a power loss loses no acknowledged advance. This is what the store
-//     requires.
+//     A crash, a kill or a power loss of the server loses no acknowledged advance. This is
+//     what the store requires.
 //   - appendfsync everysec: about the last two seconds of acknowledged scripts can be lost
 //     when the machine crashes, and when the process dies while a slow disk made Redis delay
 //     its writes to the file.
@@ -87,10 +88,26 @@
 //     "always" lose what "no" loses during a rewrite; it must be no (the default).
 //   - An allkeys-* maxmemory-policy evicts keys without a TTL when memory runs out: fences
 //     included. noeviction (the default) or a volatile-* policy spares them.
-//   - A replica promoted by Sentinel or Cluster failover has what replication had delivered:
-//     replication is asynchronous, so acknowledged advances can be missing, whatever the
-//     fsync setting. WAIT narrows the window but does not close it (a failover may still pick
-//     a replica that lacks the write); this store does not issue WAIT.
+//   - A failover to a replica (Sentinel, or REPLICAOF NO ONE by hand) keeps what replication
+//     had delivered, whatever the fsync setting: replication is asynchronous, and a claim the
+//     primary acknowledged but had not yet sent is gone, so the deposed owner's token is
+//     admitted again (TestFailoverWithoutWaitLosesTheClaim shows it). So on a primary with
+//     replicas the store waits for them: every script that writes a fence (Claim, Apply,
+//     Tx.Commit, Recover, SeeTopic, ResetTopic) is followed, in the same pipeline and on the
+//     same connection, by a PUBLISH and WAIT for the replicas connected when [Store.Check]
+//     ran, and the call answers only once all of them confirmed; if they do not within a
+//     second it fails with [ErrNotDurable] (the write may be on the primary; it is not
+//     acknowledged, so the consumer retries the batch and does not move on, and a claim is
+//     not taken as won). An acknowledged advance is then on every replica, and survives the
+//     failover (TestFailoverWithWaitKeepsTheClaim). The cost: a replication round trip per
+//     batch, and no acknowledgement while a replica that was connected at the check is away
+//     (the consumer retries until it is back, or until the store is checked again, as a new
+//     Store does). WAIT confirms that a replica received a write, not that it wrote it to its
+//     disk: a replica that crashes before it is promoted keeps what its own fsync setting
+//     keeps, so give replicas appendfsync always too. A replica attached after the check is
+//     not waited for.
+//   - On a Redis Cluster the store does not wait (a pipeline's WAIT is not routed to the node
+//     of its script): a cluster failover can lose acknowledged advances, as above.
 //
 // A lost advance moves the fence back together with the data it guards (they are written in
 // one script, so they stay consistent), but the owner's resume position moves back and a
@@ -98,7 +115,7 @@
 // claims anew. So the store refuses, with [ErrNotDurable], a server whose settings (CONFIG GET
 // appendonly, appendfsync, no-appendfsync-on-rewrite, maxmemory-policy, read by [Store.Check]
 // or the first call) can lose an acknowledged write, and one whose settings it cannot read
-// (CONFIG renamed away or not permitted), unless
+// (CONFIG renamed away or not permitted), and waits for the replicas, unless
 // [AllowLosingAcknowledgedWrites] names the risk. Refusing rather than warning: a warning in a
 // log does not stop a zombie write, and the option keeps the choice with the user.
 //

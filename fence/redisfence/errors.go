@@ -8,6 +8,11 @@ var (
 	// policy), or the store cannot read them (CONFIG is disabled or not permitted), and
 	// [AllowLosingAcknowledgedWrites] was not given. A lost fence advance lets a writer that
 	// only it had outranked write again.
+	//
+	// On a primary with replicas, a fence write also fails with it when the replicas did not
+	// all confirm the write within a second: the write may be on the primary (a retry is
+	// answered fence.ErrDuplicate once they confirm it), but it is not acknowledged, since a
+	// failover to a replica that lacks it would lose it. Retry.
 	ErrNotDurable = errors.New("redisfence: the server may lose acknowledged writes")
 
 	// ErrCrossSlot means a transaction on a Redis Cluster touches keys in more than one hash

@@ -36,6 +36,7 @@ type Store struct {
 	c         redis.Cmdable
 	k         keys
 	allowLoss bool
+	replicas  int // replicas that must confirm each fence write (connected when Check ran); 0: none
 
 	mu      sync.Mutex
 	checked bool // the server's settings were accepted
@@ -58,12 +59,14 @@ func Prefix(p string) Option {
 }
 
 // AllowLosingAcknowledgedWrites lets the store run on a server whose settings can lose a write
-// it acknowledged (appendonly no; appendfsync everysec or no), or whose settings it cannot read.
-// A crash of such a server can lose fence advances together with the data: the owner's resume
-// position moves back (its batches are applied again) and a zombie whose token only a lost
-// claim had outranked is accepted again until the current owner claims anew. Use it for tests,
-// caches and data you can rebuild; without it the store refuses such a server with
-// [ErrNotDurable].
+// it acknowledged (appendonly no; appendfsync everysec or no), or whose settings it cannot read,
+// and stops it from waiting for a primary's replicas to confirm each fence write. A crash of
+// such a server, or a failover to a replica, can lose fence advances together with the data:
+// the owner's resume position moves back (its batches are applied again) and a zombie whose
+// token only a lost claim had outranked is accepted again until the current owner claims
+// anew. Use it for tests, caches and data you can rebuild; without it the store refuses such
+// a server with [ErrNotDurable], and on a primary with replicas answers a fence write only
+// once they all confirmed it.
 func AllowLosingAcknowledgedWrites() Option {
 	return func(s *Store) error { s.allowLoss = true; return nil }
 }
@@ -85,12 +88,14 @@ func New(c redis.Cmdable, opts ...Option) (*Store, error) {
 }
 
 // Check reads the server's persistence settings (CONFIG GET appendonly, appendfsync,
-// no-appendfsync-on-rewrite, maxmemory-policy) and whether it runs Redis Cluster. It fails with
-// [ErrNotDurable] unless appendonly is yes, appendfsync always, no-appendfsync-on-rewrite no and
-// the eviction policy spares keys without a TTL (noeviction or volatile-*), or
-// [AllowLosingAcknowledgedWrites] was given; a server that refuses CONFIG (renamed away, or
-// not permitted to this user) cannot be checked and is refused the same way. Once it succeeded
-// it is not repeated: a setting changed at runtime later is not seen.
+// no-appendfsync-on-rewrite, maxmemory-policy), whether it runs Redis Cluster, and how many
+// replicas are connected to it (INFO replication), which every fence write then waits for
+// (see "Durability" in the package doc). It fails with [ErrNotDurable] unless appendonly is
+// yes, appendfsync always, no-appendfsync-on-rewrite no and the eviction policy spares keys
+// without a TTL (noeviction or volatile-*), or [AllowLosingAcknowledgedWrites] was given (it
+// also waives the wait); a server that refuses CONFIG (renamed away, or not permitted to this
+// user) cannot be checked and is refused the same way. Once it succeeded it is not repeated: a
+// setting changed, or a replica attached, at runtime later is not seen.
 func (s *Store) Check(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,8 +110,40 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := durable(ctx, s.c); err != nil && !s.allowLoss {
 		return err
 	}
-	s.checked, s.cluster = true, cluster
+	replicas := 0
+	if !cluster && !s.allowLoss {
+		if replicas, err = connectedReplicas(ctx, s.c); err != nil {
+			return err
+		}
+	}
+	s.checked, s.cluster, s.replicas = true, cluster, replicas
 	return nil
+}
+
+// replicaWait bounds how long a fence write waits for the replicas to confirm it. It stays
+// below go-redis's default ReadTimeout (3 s), which bounds the pipeline that waits.
+const replicaWait = time.Second
+
+// connectedReplicas is the number of replicas connected to the server (INFO replication), 0
+// for a server that is itself a replica.
+func connectedReplicas(ctx context.Context, c redis.Cmdable) (int, error) {
+	info, err := c.Info(ctx, "replication").Result()
+	if err != nil {
+		return 0, fmt.Errorf("redisfence: INFO replication: %w", err)
+	}
+	if !strings.Contains(info, "role:master") {
+		return 0, nil
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "connected_slaves:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return 0, fmt.Errorf("redisfence: INFO replication: connected_slaves %q: %w", v, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("redisfence: INFO replication without connected_slaves")
 }
 
 // durable reads the settings that decide whether an acknowledged write survives: the
@@ -167,11 +204,18 @@ func (s *Store) isCluster() bool {
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
 
 // run runs a script, waiting while it answers "held" (another transaction holds a fence it
-// needs), and returns its reply as strings.
+// needs), and returns its reply as strings. On a primary with replicas, a script that writes a
+// fence (every one but holdScript's) answers only once the replicas confirmed.
 func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]string, error) {
 	wait := time.Millisecond
 	for {
-		r, err := sc.Run(ctx, s.c, keys, args...).StringSlice()
+		var r []string
+		var err error
+		if s.replicas > 0 && sc != holdScript {
+			r, err = s.runReplicated(ctx, sc, keys, args...)
+		} else {
+			r, err = sc.Run(ctx, s.c, keys, args...).StringSlice()
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -190,6 +234,45 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
+}
+
+// runReplicated runs a script, a PUBLISH and WAIT in one pipeline, on one connection (WAIT is
+// documented to count the writes of its own connection), and returns the script's reply only
+// if every replica confirmed within replicaWait; otherwise it fails with ErrNotDurable
+// whatever the script answered. The PUBLISH (a message to a channel nobody needs to hear, which the primary
+// sends its replicas) makes WAIT cover everything the primary had written when the script ran,
+// even when the script itself wrote nothing: the retry of a commit the primary had applied is
+// answered fence.ErrDuplicate only once the replicas have that commit too.
+func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]string, error) {
+	for _, load := range []bool{false, true} {
+		p := s.c.Pipeline()
+		var cmd *redis.Cmd
+		if load {
+			cmd = sc.Eval(ctx, p, keys, args...)
+		} else {
+			cmd = sc.EvalSha(ctx, p, keys, args...)
+		}
+		p.Publish(ctx, s.k.prefix+"replicated", "")
+		acks := p.Do(ctx, "WAIT", s.replicas, replicaWait.Milliseconds())
+		_, _ = p.Exec(ctx) // each command's error is read below
+		if !load && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			continue // a server that lost its script cache (a restart, a failover): send it whole
+		}
+		r, err := cmd.StringSlice()
+		if err != nil {
+			return nil, err
+		}
+		n, err := acks.Int64()
+		if err != nil {
+			return nil, fmt.Errorf("redisfence: WAIT: %w", err)
+		}
+		if n < int64(s.replicas) {
+			return nil, fmt.Errorf("%w: %d of %d replicas confirmed the write within %s: it is not acknowledged (a failover may lose it); retry",
+				ErrNotDurable, n, s.replicas, replicaWait)
+		}
+		return r, nil
+	}
+	return nil, errors.New("redisfence: the server answered NOSCRIPT to EVAL")
 }
 
 // parseState reads era, epoch, position, claimant from script output.

@@ -200,6 +200,8 @@ var All = []Mutant{
 		Bug: "the Redis commit script compares the era but not the epoch: a zombie of the same era writes", Safety: true},
 	{Name: "RedisCommitChecksLastNotFirst", Package: "fence/redisfence", Guards: []string{"TestConformance/OverlapRefused"}, Want: `error = <nil>, want fence: batch overlaps`,
 		Bug: "the Redis commit script compares the batch's last position with the stored one, not its first: an overlapping batch is applied again", Safety: true},
+	{Name: "RedisFenceWriteNotWaited", Package: "fence/redisfence", Guards: []string{"TestFailoverWithWaitKeepsTheClaim"}, Want: `the owner's claim was answered \(<nil>\) while the replica was stopped`,
+		Bug: "the Redis store answers a fence write on a primary with replicas before they confirmed it (no WAIT): a failover loses the acknowledged claim and re-admits the zombie", Safety: true},
 
 	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
 	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,

@@ -184,12 +184,16 @@ func TestSummarize(t *testing.T) {
 		{Design: "kafka-read", Round: 0, Report: rep("kafka-read", 100, 500*time.Millisecond)},
 		{Design: "sqlite-fast", Round: 0, Report: rep("sqlite-fast", 50, time.Second)},
 		{Design: "sqlite-ceiling", Round: 0, Report: rep("sqlite-ceiling", 100, 500*time.Millisecond)},
+		{Design: "redis-fast", Round: 0, Report: rep("redis-fast", 90, time.Second)},
+		{Design: "redis-unfenced", Round: 0, Report: rep("redis-unfenced", 100, time.Second)},
 		// Round 2 ran on a slower machine: the ratios stay.
 		{Design: "baton-fast", Round: 1, Report: rep("baton-fast", 100, 2*time.Second)},
 		{Design: "naive", Round: 1, Report: rep("naive", 10, 2*time.Second)},
 		{Design: "ceiling/1", Round: 1, Report: rep("ceiling", 100, time.Second)},
 		{Design: "ceiling/2", Round: 1, Err: errors.New("check: wrong\nmore")},
 		{Design: "redislock", Round: 1, Err: errors.New("check: wrong")},
+		{Design: "redis-fast", Round: 1, Report: rep("redis-fast", 80, 2*time.Second)},
+		{Design: "redis-unfenced", Round: 1, Report: rep("redis-unfenced", 40, time.Second)},
 	}
 	rows := Summarize(results)
 	byName := map[string]Row{}
@@ -198,7 +202,7 @@ func TestSummarize(t *testing.T) {
 		byName[r.Design] = r
 		names = append(names, r.Design)
 	}
-	if got := strings.Join(names, " "); got != "baton-fast redislock naive ceiling/1 ceiling/2 kafka-read sqlite-fast sqlite-ceiling" {
+	if got := strings.Join(names, " "); got != "baton-fast redislock naive ceiling/1 ceiling/2 kafka-read sqlite-fast sqlite-ceiling redis-fast redis-unfenced" {
 		t.Errorf("order %s", got)
 	}
 	if r := byName["naive"]; r.VsBaton != 0.1 || r.OK != 2 {
@@ -220,6 +224,10 @@ func TestSummarize(t *testing.T) {
 	if r := byName["kafka-read"]; r.VsBound != 0 || byName["ceiling/1"].VsBound != 0 {
 		t.Errorf("a design not fed by Kafka has a bound: %+v", r)
 	}
+	// Redis's designs: no ceiling, and fenced/unfenced within each round (0.9 and 1.0).
+	if r := byName["redis-fast"]; r.VsCeiling != 0 || r.VsBound != 0 || r.VsUnfenced != 0.95 {
+		t.Errorf("redis-fast %+v: want no ratio to a ceiling, 0.95 of redis-unfenced", r)
+	}
 	if r := byName["ceiling/2"]; r.OK != 1 || r.Runs != 2 || r.FirstError != "check: wrong" {
 		t.Errorf("ceiling/2 %+v", r)
 	}
@@ -234,19 +242,43 @@ func TestSummarize(t *testing.T) {
 		"baton-fast vs redislock (a Redis lock per key): not measured",
 		"sqlite-fast vs the SQLite ceiling: **0.25, missed**",
 		"baton-fast / baton-unfenced (fenced vs unfenced, PostgreSQL): not measured",
+		"redis-fast / redis-unfenced (fenced vs unfenced, Redis; same-round ratio): **0.95, met** (target >= 0.90)",
 	} {
 		if !strings.Contains(targets.String(), want) {
 			t.Errorf("targets do not say %q:\n%s", want, targets.String())
 		}
 	}
 	var table, svg bytes.Buffer
-	WriteTable(&table, rows, Conditions{})
+	WriteTable(&table, rows, Conditions{Redis: "appendonly no"})
 	WriteChart(&svg, rows, Conditions{})
-	if !strings.Contains(table.String(), "| redislock | - | did not count: check: wrong |") {
+	if !strings.Contains(table.String(), "| redislock | - | did not count: check: wrong |") || !strings.Contains(table.String(), "Redis (redis- designs): appendonly no") {
 		t.Errorf("table:\n%s", table.String())
 	}
 	if !strings.HasPrefix(svg.String(), "<svg") || !strings.Contains(svg.String(), "did not count") {
 		t.Errorf("chart:\n%s", svg.String())
+	}
+}
+
+// TestCheckFold: the fold read from Redis passes when exact and fails on a key missing,
+// doubled, or out of order.
+func TestCheckFold(t *testing.T) {
+	good := func() map[string][]int64 {
+		return map[string][]int64{"k00000": {3, 6, 1, 3, 0}, "k00001": {3, 6, 1, 3, 0}}
+	}
+	if err := CheckFold(2, 3, good()); err != nil {
+		t.Fatalf("an exact fold: %v", err)
+	}
+	for name, breakIt := range map[string]func(map[string][]int64){
+		"missing":   func(f map[string][]int64) { delete(f, "k00001") },
+		"doubled":   func(f map[string][]int64) { f["k00001"] = []int64{4, 9, 1, 3, 1} },
+		"reordered": func(f map[string][]int64) { f["k00000"][4] = 1 },
+		"extra":     func(f map[string][]int64) { f["k00002"] = []int64{3, 6, 1, 3, 0} },
+	} {
+		f := good()
+		breakIt(f)
+		if err := CheckFold(2, 3, f); err == nil {
+			t.Errorf("%s: CheckFold passed a wrong fold", name)
+		}
 	}
 }
 
@@ -256,7 +288,7 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 	if !errors.Is(err, ErrUsage) {
 		t.Errorf("not ErrUsage: %v", err)
 	}
-	for _, want := range []string{"-records 5", "-partitions 0", "-rounds 0", "-conns", `unknown design "nope"`, "needs Redis", "needs Kafka"} {
+	for _, want := range []string{"-records 5", "-partitions 0", "-rounds 0", "-conns", `unknown design "nope"`, "need Redis", "needs Kafka"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not mention %q: %v", want, err)
 		}

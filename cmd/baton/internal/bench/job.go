@@ -93,6 +93,17 @@ type Job struct {
 	SQLite     string        `json:"sqlite,omitempty"`  // the SQLite designs' database file (created by the worker)
 }
 
+// RedisKey is the Redis hash holding key's fold in the redis- designs. Its hash tag
+// {group/topic} is the one redisfence gives the job's fences (redisfence.HashTag escapes only
+// % { } / :, which the bench's group and topic names never contain), so that each batch's
+// keys and its fence share a hash slot, as Redis Cluster requires of one script.
+func (j Job) RedisKey(key string) string {
+	return "baton-bench:fold:{" + j.Group + "/" + j.Topic + "}:" + key
+}
+
+// RedisFields are the fields of a fold's hash, in the order of [FoldColumns] after the key.
+var RedisFields = []string{"n", "total", "first", "last", "bad"}
+
 // PerKey is the number of records of each key.
 func (j Job) PerKey() int64 { return j.Records / int64(j.Keys) }
 
@@ -329,6 +340,30 @@ func CheckSQLite(ctx context.Context, path string, keys int, perKey int64) error
 	}
 	if rows != keys || wrong != 0 {
 		return fmt.Errorf("check: %d keys (want %d), %d with a wrong fold (want n=%d, in order)%s", rows, keys, wrong, perKey, when(sample != "", "; e.g. "+sample))
+	}
+	return nil
+}
+
+// CheckFold is [Check] of folds read from elsewhere (Redis): folds maps each key ("k00000",
+// ...) to its n, total, first, last, bad; a key missing from it is missing from the fold.
+func CheckFold(keys int, perKey int64, folds map[string][]int64) error {
+	wrong, sample := 0, ""
+	for k := range keys {
+		key := fmt.Sprintf("k%05d", k)
+		f, ok := folds[key]
+		if ok && len(f) == 5 && f[0] == perKey && f[1] == perKey*(perKey+1)/2 && f[2] == 1 && f[3] == perKey && f[4] == 0 {
+			continue
+		}
+		wrong++
+		if sample == "" {
+			sample = fmt.Sprintf("%s: %v (n total first last bad)", key, f)
+			if !ok {
+				sample = key + ": missing"
+			}
+		}
+	}
+	if len(folds) != keys || wrong != 0 {
+		return fmt.Errorf("check: %d keys (want %d), %d missing or with a wrong fold (want n=%d, in order)%s", len(folds), keys, wrong, perKey, when(sample != "", "; e.g. "+sample))
 	}
 	return nil
 }

@@ -27,7 +27,10 @@ type Row struct {
 	// same round: 1/(1/kafka-read + 1/ceiling), the rate at which one machine can both read
 	// the records and write them when the two share its cores. 0: not fed by Kafka, or
 	// kafka-read did not run.
-	VsBound    float64
+	VsBound float64
+	// VsUnfenced is the median over rounds of rate / the rate of the design's unfenced twin
+	// (Unfenced) in the same round; 0: no twin, or it did not run.
+	VsUnfenced float64
 	First      time.Duration // median time to the first commit (group join, claims, first fetch)
 	Batches    int           // transactions of the last counted run
 	FirstError string
@@ -44,7 +47,11 @@ type Conditions struct {
 	Keys, Partitions int
 	Rounds           int
 	Command          string
+	Redis            string // the Redis server's durability settings, when redis- designs ran
 }
+
+// Unfenced maps each fenced design to the same design over a sink without a fence.
+var Unfenced = map[string]string{"baton-fast": "baton-unfenced", "sqlite-fast": "sqlite-unfenced", "redis-fast": "redis-unfenced"}
 
 // Summarize turns the runs into one row per design (per ceiling connection count), in the
 // order of All.
@@ -93,7 +100,7 @@ func Summarize(results []Result) []Row {
 		if i, _ := order(name); i >= 0 {
 			row.About = All[i].About
 		}
-		var rates, vsB, vsC, vsBound []float64
+		var rates, vsB, vsC, vsBound, vsU []float64
 		var p50, p99, first []time.Duration
 		for _, r := range results {
 			if r.Design != name {
@@ -121,6 +128,12 @@ func Summarize(results []Result) []Row {
 			if strings.HasPrefix(name, "sqlite-") { // SQLite's designs against SQLite's ceiling
 				c = rate[r.Round][SQLiteCeiling]
 			}
+			if strings.HasPrefix(name, "redis-") { // no ceiling of Redis's is measured
+				c = 0
+			}
+			if u := rate[r.Round][Unfenced[name]]; u > 0 {
+				vsU = append(vsU, r.Report.Rate()/u)
+			}
 			if c > 0 {
 				vsC = append(vsC, r.Report.Rate()/c)
 			}
@@ -130,6 +143,7 @@ func Summarize(results []Result) []Row {
 		}
 		row.Rate, row.VsBaton, row.VsCeiling = median(rates), median(vsB), median(vsC)
 		row.P50, row.P99, row.First, row.VsBound = median(p50), median(p99), median(first), median(vsBound)
+		row.VsUnfenced = median(vsU)
 		rows = append(rows, row)
 	}
 	return rows
@@ -174,17 +188,21 @@ func ratio(x float64) string {
 func WriteTable(w io.Writer, rows []Row, c Conditions) {
 	fmt.Fprintf(w, "%s, %s, %d CPUs; load average %s at the start, %s at the end\n",
 		c.Date.Format("2006-01-02 15:04 UTC"), c.Go, c.CPUs, c.Start, c.End)
-	fmt.Fprintf(w, "%d records (slow designs: %d) over %d keys, %d partitions, %d round(s) in rotating order; ratios are medians of same-round ratios\n\n",
+	fmt.Fprintf(w, "%d records (slow designs: %d) over %d keys, %d partitions, %d round(s) in rotating order; ratios are medians of same-round ratios\n",
 		c.Records, c.SlowRecords, c.Keys, c.Partitions, c.Rounds)
-	fmt.Fprintln(w, "| design | records | records/s | first commit s | p50 ms | p99 ms | RSS MiB | vs "+Reference+" | vs ceiling | vs bound | runs ok |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	if c.Redis != "" {
+		fmt.Fprintf(w, "Redis (redis- designs): %s\n", c.Redis)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| design | records | records/s | first commit s | p50 ms | p99 ms | RSS MiB | vs "+Reference+" | vs ceiling | vs bound | vs unfenced | runs ok |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rows {
 		if r.OK == 0 {
-			fmt.Fprintf(w, "| %s | - | did not count: %s | | | | | | | | 0/%d |\n", r.Design, strings.ReplaceAll(r.FirstError, "|", "/"), r.Runs)
+			fmt.Fprintf(w, "| %s | - | did not count: %s | | | | | | | | | 0/%d |\n", r.Design, strings.ReplaceAll(r.FirstError, "|", "/"), r.Runs)
 			continue
 		}
-		fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %.1f | %.1f | %d | %s | %s | %s | %d/%d |\n", r.Design, r.Records, r.Rate,
-			r.First.Seconds(), ms(r.P50), ms(r.P99), r.RSS>>20, ratio(r.VsBaton), ratio(r.VsCeiling), ratio(r.VsBound), r.OK, r.Runs)
+		fmt.Fprintf(w, "| %s | %d | %.0f | %.2f | %.1f | %.1f | %d | %s | %s | %s | %s | %d/%d |\n", r.Design, r.Records, r.Rate,
+			r.First.Seconds(), ms(r.P50), ms(r.P99), r.RSS>>20, ratio(r.VsBaton), ratio(r.VsCeiling), ratio(r.VsBound), ratio(r.VsUnfenced), r.OK, r.Runs)
 	}
 }
 
@@ -223,6 +241,9 @@ func WriteTargets(w io.Writer, rows []Row) {
 	line("sqlite-fast vs the SQLite ceiling", sf.VsCeiling, okSF, 0.7, bound(sf))
 	su, okSU := by["sqlite-unfenced"]
 	line("sqlite-fast / sqlite-unfenced (fenced vs unfenced, SQLite; ratio of the medians)", sf.VsBaton/su.VsBaton, okSF && okSU && okRef, 0.97, batchSize(sf)+noise(sf.VsBaton/su.VsBaton))
+	rf, okRF := by["redis-fast"]
+	_, okRU := by["redis-unfenced"]
+	line("redis-fast / redis-unfenced (fenced vs unfenced, Redis; same-round ratio)", rf.VsUnfenced, okRF && okRU, 0.9, batchSize(rf)+noise(rf.VsUnfenced))
 	naive, okN := by["naive"]
 	line("baton-fast vs naive (one row per transaction)", 1/naive.VsBaton, okRef && okN, 10, "")
 	rl, okRL := by["redislock"]
@@ -289,6 +310,9 @@ const notes = `
   a short run and fades on a long one. **p50/p99** are of one transaction: a batch for Baton,
   a record for naive and redislock, a chunk for the ceilings, a poll for kafka-read, the SQL
   subscriber's transaction for watermill. **RSS** is the worker process's peak (VmHWM).
+- **vs unfenced** divides a fenced design's rate by its unfenced twin's (baton-fast by
+  baton-unfenced, sqlite-fast by sqlite-unfenced, redis-fast by redis-unfenced) in the same
+  round: the fence's cost, end to end.
 - Ratios are taken between runs of the same round, then the median over rounds: on a shared
   machine, load from other processes hits neighbouring runs alike. Read the ratios, not the
   absolute rates, when the load average is high.
@@ -307,6 +331,13 @@ const notes = `
   production) the bound approaches the ceiling.
 - SQLite's designs (sqlite-*) fold into a file of their own (WAL, synchronous=FULL, one writer
   at a time); their "vs ceiling" divides by sqlite-ceiling, and the check reads the file.
+- Redis's designs (redis-*) fold each key into a hash of the shared Redis server; the check
+  reads every hash. Both run with the server's settings as they are, printed above the table:
+  redisfence refuses a server that can lose an acknowledged write (no append-only file, or
+  appendfsync other than always), so on such a server redis-fast runs with
+  AllowLosingAcknowledgedWrites, and its rate is not that of a durable fence (appendfsync
+  always makes every write wait for an fsync, fenced or not). Their "vs ceiling" is "-": no
+  Redis ceiling is measured. Their target is the same-round ratio of the two.
 - watermill's documented way to land a message's effect in PostgreSQL exactly once is its
   SQL Pub/Sub, whose offsets live in the same database (TxFromContext): the records take two
   hops through PostgreSQL, a Kafka subscriber republishing each message (one insert each,
@@ -374,14 +405,14 @@ func WriteChart(w io.Writer, rows []Row, c Conditions) {
 	h := 50 + len(rows)*(barH+gap) + 20
 	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+110, h)
 	fmt.Fprintln(w, `<rect width="100%" height="100%" fill="white"/>`)
-	fmt.Fprintf(w, `<text x="10" y="20" font-size="14" font-weight="bold">records/s, Kafka to PostgreSQL (sqlite-: SQLite), fold checked (%d keys, %d partitions)</text>`+"\n", c.Keys, c.Partitions)
+	fmt.Fprintf(w, `<text x="10" y="20" font-size="14" font-weight="bold">records/s, Kafka to PostgreSQL (sqlite-: SQLite, redis-: Redis), fold checked (%d keys, %d partitions)</text>`+"\n", c.Keys, c.Partitions)
 	fmt.Fprintf(w, `<text x="10" y="38" fill="#555">%s, %d CPUs, load %s to %s; median of %d round(s)</text>`+"\n",
 		html.EscapeString(c.Date.Format("2006-01-02")), c.CPUs, html.EscapeString(c.Start), html.EscapeString(c.End), c.Rounds)
 	for i, r := range rows {
 		y := 50 + i*(barH+gap)
 		color := "#9aa5b1"
 		switch {
-		case strings.HasPrefix(r.Design, "baton"), r.Design == "sqlite-fast", r.Design == "sqlite-unfenced":
+		case strings.HasPrefix(r.Design, "baton"), r.Design == "sqlite-fast", r.Design == "sqlite-unfenced", strings.HasPrefix(r.Design, "redis-"):
 			color = "#2f6fdf"
 		case strings.HasPrefix(r.Design, "ceiling"), r.Design == SQLiteCeiling, r.Design == KafkaReadDesign:
 			color = "#3a9d5d"

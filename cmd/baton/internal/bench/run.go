@@ -34,6 +34,9 @@ type Info struct {
 	// ReadOnly: the design writes nothing, so there is no fold to check; its run counts when
 	// the worker saw every record.
 	ReadOnly bool
+	// Redis: the design folds into Redis hashes ([Job.RedisKey]) instead of PostgreSQL; the
+	// run checks them through Config.RedisFold.
+	Redis bool
 }
 
 // All lists every design, in the order of the table. Baton's are served by cmd/baton.
@@ -49,6 +52,19 @@ var All = []Info{
 	{Name: "sqlite-fast", About: "Baton, fenced, into SQLite (sqlitefence, WAL, synchronous=FULL): the fast write path, sqlitebulk's prepared multi-row upserts merged per key inside the store's Apply", SQLite: true},
 	{Name: "sqlite-unfenced", About: "Baton's runtime into the same SQLite file settings over a sink that keeps no fence (begin, handler, commit), the same sqlitebulk handler: the fence's cost", SQLite: true},
 	{Name: "sqlite-ceiling", About: "no Kafka, no fence: the same records in 1000-record chunks per partition, merged per key, sqlitebulk's statements, one transaction each, one writer (SQLite admits one)", SQLite: true},
+	{Name: "redis-fast", About: "Baton, fenced, into Redis (redisfence): each key's fold in a hash, the batch merged per key (the stored folds read in one pipeline) and written as one HSET per key in the store's one script with the fence", Redis: true},
+	{Name: "redis-unfenced", About: "Baton's runtime into the same Redis over a sink that keeps no fence, the same handler: the same HSETs sent in one MULTI/EXEC pipeline: the fence's cost", Redis: true},
+}
+
+// RedisFold is what the harness needs of Redis for the redis- designs. cmd/baton supplies
+// it: this package imports no Redis client, so that the peers' module needs none.
+type RedisFold interface {
+	// Settings describes the server's durability settings, printed with the results.
+	Settings(ctx context.Context) (string, error)
+	// Check is [Check] of the job's fold in Redis: every key's hash, at [Job.RedisKey].
+	Check(ctx context.Context, job Job) error
+	// Clean removes the job's keys: its fold and its fences.
+	Clean(ctx context.Context, job Job) error
 }
 
 // SQLiteCeiling is the design the SQLite designs' "vs ceiling" divides by.
@@ -67,11 +83,12 @@ type Config struct {
 	Timeout                   time.Duration // per run
 	Brokers                   []string
 	Postgres, Redis           string
-	Self                      []string // command that serves Baton's and the native designs (+ WorkerCommand)
-	Peers                     []string // command that serves the peers' designs
-	Out                       string   // directory for RESULTS.md and chart.svg; empty: none
-	Profile                   string   // directory for each worker's CPU profile; empty: none
-	Command                   string   // the command line, for the results
+	RedisFold                 RedisFold // checks the redis- designs' fold; needed by them
+	Self                      []string  // command that serves Baton's and the native designs (+ WorkerCommand)
+	Peers                     []string  // command that serves the peers' designs
+	Out                       string    // directory for RESULTS.md and chart.svg; empty: none
+	Profile                   string    // directory for each worker's CPU profile; empty: none
+	Command                   string    // the command line, for the results
 	Progress                  io.Writer
 }
 
@@ -149,6 +166,14 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		fmt.Fprintf(out, "produced %d records over %d keys to %s (%d partitions) in %s\n", records[slow], cfg.Keys, t, cfg.Partitions, time.Since(t0).Round(time.Millisecond))
 	}
 
+	var redisSettings string
+	if slices.ContainsFunc(designs, func(i Info) bool { return i.Redis }) {
+		if redisSettings, err = cfg.RedisFold.Settings(ctx); err != nil {
+			return nil, fmt.Errorf("redis settings: %w", err)
+		}
+		fmt.Fprintf(out, "redis %s: %s\n", cfg.Redis, redisSettings)
+	}
+
 	type entry struct {
 		info  Info
 		name  string
@@ -205,7 +230,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	sum := Summarize(results)
 	conds := Conditions{Start: load0, End: LoadAvg(), CPUs: runtime.NumCPU(), Go: runtime.Version(), Date: time.Now().UTC(),
 		Records: records[false], SlowRecords: records[true], Keys: cfg.Keys, Partitions: cfg.Partitions, Rounds: cfg.Rounds,
-		Command: cfg.Command}
+		Command: cfg.Command, Redis: redisSettings}
 	fmt.Fprintln(out)
 	WriteTable(out, sum, conds)
 	if cfg.Out != "" {
@@ -250,8 +275,11 @@ func (cfg *Config) Validate() error {
 		}
 	}
 	ds := cfg.designs()
-	if slices.ContainsFunc(ds, func(i Info) bool { return i.Name == "redislock" }) && cfg.Redis == "" {
-		errs = append(errs, errors.New("the redislock design needs Redis (-redis or BATON_REDIS_ADDR)"))
+	if slices.ContainsFunc(ds, func(i Info) bool { return i.Name == "redislock" || i.Redis }) && cfg.Redis == "" {
+		errs = append(errs, errors.New("the redislock and redis- designs need Redis (-redis or BATON_REDIS_ADDR)"))
+	}
+	if slices.ContainsFunc(ds, func(i Info) bool { return i.Redis }) && cfg.RedisFold == nil {
+		errs = append(errs, errors.New("the redis- designs need Config.RedisFold to check their fold"))
 	}
 	if len(cfg.Brokers) == 0 || cfg.Postgres == "" {
 		errs = append(errs, errors.New("needs Kafka and PostgreSQL (-brokers, -postgres, or BATON_KAFKA_BROKERS and BATON_POSTGRES_URL; 'make up' starts them)"))
@@ -284,6 +312,12 @@ func runOne(ctx context.Context, cfg Config, info Info, job Job, db *pgxpool.Poo
 		}
 		defer os.RemoveAll(dir)
 		job.SQLite = filepath.Join(dir, "fold.db")
+	} else if info.Redis {
+		defer func() {
+			if err := cfg.RedisFold.Clean(context.WithoutCancel(ctx), job); err != nil {
+				fmt.Fprintf(cfg.Progress, "clean the Redis keys of %s: %v\n", job.Group, err)
+			}
+		}()
 	} else if err := Reset(ctx, db); err != nil {
 		return Report{}, err
 	}
@@ -314,6 +348,8 @@ func runOne(ctx context.Context, cfg Config, info Info, job Job, db *pgxpool.Poo
 		return rep, nil
 	case info.SQLite:
 		return rep, CheckSQLite(ctx, job.SQLite, job.Keys, job.PerKey())
+	case info.Redis:
+		return rep, cfg.RedisFold.Check(ctx, job)
 	}
 	return rep, Check(ctx, db, job.Keys, job.PerKey())
 }

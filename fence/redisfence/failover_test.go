@@ -1,0 +1,264 @@
+package redisfence
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/testkit/testenv"
+)
+
+// replicated is a primary and its replica, both the test's own, with appendfsync always: what
+// a failover loses here, no fsync setting prevents.
+type replicated struct {
+	primary, replica *testenv.RedisServer
+	pc, rc           *redis.Client // admin clients
+	replicaPID       int
+}
+
+func startReplicated(t *testing.T) *replicated {
+	t.Helper()
+	ctx := testenv.Context(t, 15*time.Second)
+	durable := []string{"--appendonly", "yes", "--appendfsync", "always"}
+	p := testenv.StartRedis(t, append(durable, "--repl-diskless-sync-delay", "0")...)
+	host, port, _ := net.SplitHostPort(p.Addr)
+	r := testenv.StartRedis(t, append(durable, "--replicaof", host, port)...)
+	rs := &replicated{primary: p, replica: r, pc: client(t, p.Addr), rc: client(t, r.Addr)}
+	for {
+		info, err := rs.rc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the replica never synchronized: %v %s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	info, err := rs.rc.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			rs.replicaPID, _ = strconv.Atoi(v)
+		}
+	}
+	if rs.replicaPID == 0 {
+		t.Fatalf("no process_id in INFO server: %s", info)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(rs.replicaPID, syscall.SIGCONT) })
+	return rs
+}
+
+// synced waits until the replica has everything the primary has written.
+func (rs *replicated) synced(t *testing.T) {
+	t.Helper()
+	if n, err := rs.pc.Wait(t.Context(), 1, 5*time.Second).Result(); err != nil || n != 1 {
+		t.Fatalf("WAIT 1 = %d, %v: the replica did not catch up", n, err)
+	}
+}
+
+// freezeReplica stops the replica (SIGSTOP): it confirms nothing until resumeReplica, though
+// what the primary sends still reaches its socket.
+func (rs *replicated) freezeReplica(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(rs.replicaPID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cutReplica freezes the replica and has the primary drop its link: nothing the primary
+// writes from now on reaches the replica until it reconnects, which it cannot do frozen.
+func (rs *replicated) cutReplica(t *testing.T) {
+	t.Helper()
+	rs.freezeReplica(t)
+	if err := rs.pc.Do(t.Context(), "CLIENT", "KILL", "TYPE", "replica").Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (rs *replicated) resumeReplica(t *testing.T) {
+	t.Helper()
+	if err := syscall.Kill(rs.replicaPID, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// failover kills the primary (SIGKILL), resumes the replica and promotes it (REPLICAOF NO
+// ONE), as Sentinel would, and returns a store on it.
+func (rs *replicated) failover(t *testing.T) *Store {
+	t.Helper()
+	rs.primary.Kill()
+	rs.resumeReplica(t)
+	if err := rs.rc.Do(t.Context(), "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(rs.rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+var (
+	failoverKey = fence.Key{Group: "g", Topic: "failover", Partition: 0}
+	zombieToken = fence.Token{Epoch: 1}
+	ownerToken  = fence.Token{Epoch: 2}
+)
+
+func write(v string) func(context.Context, *Tx) error {
+	return func(_ context.Context, tx *Tx) error {
+		tx.HSet("twin", "v", v)
+		return nil
+	}
+}
+
+// TestFailoverWithoutWaitLosesTheClaim is what asynchronous replication costs, whatever the
+// fsync setting, once AllowLosingAcknowledgedWrites stops the store from waiting for the
+// replica: a claim and a batch acknowledged by the primary but not yet received by the
+// replica are gone after the replica is promoted, and the deposed owner's token, which only
+// the lost claim had outranked, is admitted again.
+func TestFailoverWithoutWaitLosesTheClaim(t *testing.T) {
+	rs := startReplicated(t)
+	ctx := testenv.Context(t, 15*time.Second)
+	s, err := New(rs.pc, AllowLosingAcknowledgedWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, zombieToken, "zombie"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, failoverKey, zombieToken, 0, 0, write("zombie 0")); err != nil {
+		t.Fatal(err)
+	}
+	rs.synced(t)
+	rs.cutReplica(t)
+	if _, err := s.Claim(ctx, failoverKey, ownerToken, "owner"); err != nil {
+		t.Fatalf("the owner's claim: %v", err)
+	}
+	if err := s.Apply(ctx, failoverKey, ownerToken, 1, 1, write("owner 1")); err != nil {
+		t.Fatalf("the owner's batch: %v", err)
+	}
+	// Both acknowledged; the replica has neither.
+	s2 := rs.failover(t)
+	st, err := s2.Load(ctx, failoverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Token != zombieToken || st.Position != 0 {
+		t.Fatalf("after the failover the fence is %+v: the acknowledged claim survived, so this test shows nothing", st)
+	}
+	if err := s2.Apply(ctx, failoverKey, zombieToken, 1, 1, write("zombie 1")); err != nil {
+		t.Fatalf("the zombie's batch after the failover = %v; the fence went back to its token, so it is admitted", err)
+	}
+	t.Logf("after the failover the fence is back at %s (claimed by %q) and the zombie's batch was admitted", st.Token, st.Claimant)
+}
+
+// untilReplicated retries f, as the consumer does, while it fails with ErrNotDurable (the
+// replica did not confirm).
+func untilReplicated(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if !errors.Is(err, ErrNotDurable) || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+// TestFailoverWithWaitKeepsTheClaim: on a primary with a replica the store waits for it, so
+// the owner's claim is not answered while the replica cannot confirm it, and once answered
+// it survives the same failover: the promoted replica refuses the zombie.
+func TestFailoverWithWaitKeepsTheClaim(t *testing.T) {
+	rs := startReplicated(t)
+	ctx := testenv.Context(t, 15*time.Second)
+	s, err := New(rs.pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, zombieToken, "zombie"); err != nil {
+		t.Fatal(err)
+	}
+	rs.cutReplica(t)
+	claimed := make(chan error, 1)
+	go func() {
+		claimed <- untilReplicated(ctx, func() error {
+			_, err := s.Claim(ctx, failoverKey, ownerToken, "owner")
+			return err
+		})
+	}()
+	select {
+	case err := <-claimed:
+		t.Fatalf("the owner's claim was answered (%v) while the replica was stopped", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	rs.resumeReplica(t)
+	if err := <-claimed; err != nil {
+		t.Fatalf("the owner's claim once the replica resumed: %v", err)
+	}
+	if err := s.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")); err != nil {
+		t.Fatalf("the owner's batch: %v", err)
+	}
+	// Acknowledged: the primary dies now, before anything else reaches the replica.
+	s2 := rs.failover(t)
+	st, err := s2.Load(ctx, failoverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Token != ownerToken || st.Position != 0 {
+		t.Fatalf("after the failover the fence is %+v, want the owner's acknowledged claim and batch", st)
+	}
+	if err := s2.Apply(ctx, failoverKey, zombieToken, 1, 1, write("zombie 1")); !errors.Is(err, fence.ErrStale) {
+		t.Fatalf("the zombie's batch after the failover = %v, want ErrStale", err)
+	}
+}
+
+// TestWaitRefusesToAcknowledgeUnreplicated: while the replica is stopped a batch fails with
+// ErrNotDurable, and so does its retry through another connection, which the primary answers
+// as a duplicate (it has the batch) but the replica does not have; once the replica resumes,
+// the retry is answered fence.ErrDuplicate. With AllowLosingAcknowledgedWrites the store does
+// not wait.
+func TestWaitRefusesToAcknowledgeUnreplicated(t *testing.T) {
+	rs := startReplicated(t)
+	ctx := testenv.Context(t, 15*time.Second)
+	s, err := New(rs.pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, ownerToken, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	rs.freezeReplica(t)
+	if err := s.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("a batch while the replica is stopped = %v, want ErrNotDurable", err)
+	}
+	// A store on a fresh client (the frozen replica is still connected, so it waits for it),
+	// whose connection wrote nothing: WAIT is documented to count a connection's own writes,
+	// and the store's PUBLISH makes it count everything before the duplicate's answer.
+	retry, err := New(client(t, rs.primary.Addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := retry.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("the retry while the replica is stopped = %v, want ErrNotDurable: the primary's answer is not acknowledged", err)
+	}
+	unwaited, err := New(client(t, rs.primary.Addr), AllowLosingAcknowledgedWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unwaited.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")); !errors.Is(err, fence.ErrDuplicate) {
+		t.Fatalf("the retry without waiting = %v, want ErrDuplicate at once", err)
+	}
+	rs.resumeReplica(t)
+	err = untilReplicated(ctx, func() error { return retry.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")) })
+	if !errors.Is(err, fence.ErrDuplicate) {
+		t.Fatalf("the retry once the replica resumed = %v, want ErrDuplicate", err)
+	}
+}
