@@ -17,6 +17,10 @@
 //     go run ./examples/twin
 //     go run ./examples/twin -brokers 127.0.0.1:19092 -postgres postgres://...
 //
+// With -redis ADDR the twins are hashes in Redis (fence/redisfence) and each device's commands
+// a stream of its own, written in the same fenced script as the twin: there is no outbox on
+// Redis, so no relay and no gateway (README.md says why this is what a user of Redis wants).
+//
 // The same program is also the member that deploy/compose and deploy/k8s run: `twin -serve
 // ADDR` is one long-running member of the twins group (consumer and relay) serving /metrics,
 // /healthz and /readyz ("joined and claimed", from consumer.Consumer.Readiness); `twin

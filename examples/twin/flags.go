@@ -15,6 +15,8 @@ var errUsage = errors.New("usage")
 // options are the command's flags.
 type options struct {
 	brokers, pgURL string
+	redis          string // the twins, their fences and the commands in Redis instead of SQL
+	redisLossy     bool
 	serve          string // -serve ADDR: run as a member
 	migrate        bool
 	appRole        string
@@ -42,11 +44,12 @@ var envFallback = map[string]string{
 	"instance-id":     "BATON_INSTANCE_ID",
 	"session-timeout": "BATON_SESSION_TIMEOUT",
 	"app-role":        "BATON_APP_ROLE",
+	"redis":           "BATON_REDIS_ADDR",
 }
 
-const usageHead = `usage: twin [-brokers B] [-postgres URL]     the demo (default: embedded Kafka and SQLite)
-       twin -serve ADDR [flags]                one member of the twins group (consumer and relay)
-       twin -migrate [-app-role R] [flags]     create the tables in PostgreSQL, grant the runtime role
+const usageHead = `usage: twin [-brokers B] [-postgres URL | -redis ADDR]   the demo (default: embedded Kafka and SQLite)
+       twin -serve ADDR [flags]                          one member of the twins group (consumer and relay)
+       twin -migrate [-app-role R] [flags]               create the tables in PostgreSQL, grant the runtime role
 
 With -serve or -migrate, a flag not given is read from the environment variable named in its
 description ($NAME); the demo reads no environment.
@@ -62,6 +65,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	}
 	fs.StringVar(&o.brokers, "brokers", "", "Kafka seed brokers, comma-separated (demo default: an embedded kfake cluster; $BATON_BROKERS)")
 	fs.StringVar(&o.pgURL, "postgres", "", "PostgreSQL URL (demo default: SQLite files in a temporary directory; the demo makes a schema of its own; $BATON_POSTGRES_URL)")
+	fs.StringVar(&o.redis, "redis", "", "Redis at `ADDR` (host:port) instead of SQL: the twins in hashes, each device's commands in a stream of its own and the fences (fence/redisfence), one fenced script per batch; no outbox, no gateway ($BATON_REDIS_ADDR)")
+	fs.BoolVar(&o.redisLossy, "redis-allow-loss", false, "with -redis: accept a server that can lose acknowledged writes (anything but appendonly yes, appendfsync always), such as deploy/local's")
 	fs.StringVar(&o.serve, "serve", "", "run as one long-running member of the twins group (consumer and outbox relay, no devices, no gateway), serving /metrics, /healthz and /readyz on `ADDR` (e.g. :8080)")
 	fs.BoolVar(&o.migrate, "migrate", false, "create the program's tables in -postgres (fences, recoveries, keyed inbox, outbox, twins, applied) and grant -app-role its runtime rights, then exit")
 	fs.StringVar(&o.appRole, "app-role", "", "with -migrate: the least-privilege runtime role to grant (none if empty; $BATON_APP_ROLE)")
@@ -100,20 +105,41 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		if len(member) > 0 {
 			return o, fmt.Errorf("%w: %v apply to -serve or -migrate only", errUsage, member)
 		}
+		switch {
+		case o.pgURL != "" && o.redis != "":
+			return o, fmt.Errorf("%w: -postgres and -redis are two stores: give one", errUsage)
+		case o.redisLossy && o.redis == "":
+			return o, fmt.Errorf("%w: -redis-allow-loss applies to -redis only", errUsage)
+		}
 		return o, nil
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	for name, env := range envFallback {
+		// A store named on the command line is the store: the other's variable is not read.
+		// -migrate creates PostgreSQL's tables; Redis has none.
+		if (name == "postgres" || name == "redis") && (set["postgres"] || set["redis"]) || name == "redis" && o.migrate {
+			continue
+		}
 		if v := os.Getenv(env); v != "" && !set[name] {
 			if err := fs.Set(name, v); err != nil {
 				errs = append(errs, fmt.Errorf("$%s: %w", env, err))
 			}
 		}
 	}
-	if o.pgURL == "" {
+	switch {
+	case o.migrate && o.redis != "":
+		errs = append(errs, errors.New("-migrate creates PostgreSQL's tables: a member on -redis needs none"))
+	case o.pgURL != "" && o.redis != "":
+		errs = append(errs, errors.New("two stores (-postgres or $BATON_POSTGRES_URL, -redis or $BATON_REDIS_ADDR): give one"))
+	case o.migrate && o.pgURL == "":
 		errs = append(errs, errors.New("no PostgreSQL URL (-postgres or $BATON_POSTGRES_URL)"))
+	case o.pgURL == "" && o.redis == "":
+		errs = append(errs, errors.New("no PostgreSQL URL or Redis address (-postgres or $BATON_POSTGRES_URL, -redis or $BATON_REDIS_ADDR)"))
+	}
+	if o.redisLossy && o.redis == "" {
+		errs = append(errs, errors.New("-redis-allow-loss applies to -redis only"))
 	}
 	if o.serve != "" && o.brokers == "" {
 		errs = append(errs, errors.New("no Kafka brokers (-brokers or $BATON_BROKERS)"))

@@ -91,6 +91,10 @@ func run(ctx context.Context, args []string, w io.Writer) error {
 func demo(ctx context.Context, o options, w io.Writer) error {
 	out := &syncWriter{w: w}
 	n := namesWith("", "twins")
+	if o.brokers != "" || o.redis != "" { // shared services: names of the run's own
+		prefix := fmt.Sprintf("twin-%08x-", uint32(time.Now().UnixNano()))
+		n = namesWith(prefix, prefix+"twins")
+	}
 	var brokers []string
 	if o.brokers == "" {
 		kafka, err := kfake.NewCluster(kfake.NumBrokers(1),
@@ -104,12 +108,19 @@ func demo(ctx context.Context, o options, w io.Writer) error {
 		out.say("Kafka: embedded (kfake)")
 	} else {
 		brokers = strings.Split(o.brokers, ",")
-		prefix := fmt.Sprintf("twin-%08x-", uint32(time.Now().UnixNano()))
-		n = namesWith(prefix, prefix+"twins")
 		if err := createTopics(ctx, brokers, n); err != nil {
 			return err
 		}
 		out.say("Kafka: %s (topics %s, %s, %s)", o.brokers, n.updates, n.dlq, n.commands)
+	}
+	if o.redis != "" {
+		rt, err := openRedis(ctx, o.redis, o.redisLossy, n)
+		if err != nil {
+			return err
+		}
+		defer rt.c.Close()
+		out.say("store: Redis at %s (keys twin:%s:*, commands:%s:*)", o.redis, rt.tag, rt.tag)
+		return redisStory(ctx, out, o, brokers, n, rt)
 	}
 	if o.pgURL == "" {
 		dir, err := os.MkdirTemp("", "baton-twin-")
@@ -135,7 +146,7 @@ func demo(ctx context.Context, o options, w io.Writer) error {
 	return story(ctx, out, o, brokers, n, twins, twins)
 }
 
-// story is the demo on any store: twins holds the twins, their fences and their outbox; gw
+// story is the demo on SQL: twins holds the twins, their fences and their outbox; gw
 // the gateway's applied commands and inbox (its own SQLite file, or the same schema).
 func story[Tx any](ctx context.Context, out *syncWriter, o options, brokers []string, n names, twins, gwStore *store[Tx]) error {
 	gw, err := startGateway(ctx, o, brokers, n, gwStore)
@@ -144,56 +155,14 @@ func story[Tx any](ctx context.Context, out *syncWriter, o options, brokers []st
 	}
 	defer gw.stop()
 
-	// Member A runs behind a gate (to hold one write) and a freezer (to stop its network).
-	gate, freeze := newGate[Tx](twins.fast), newFreezer()
-	a, err := startTwinMember(ctx, out, o, "A", brokers, n, twins, gate, kgo.Dialer(freeze.dial))
+	start := func(name string, sink fence.Sink[Tx], extra ...kgo.Opt) (*member, error) {
+		return startTwinMember(ctx, out, o, name, brokers, n, twins, sink, extra...)
+	}
+	refused, stop, err := takeover(ctx, out, brokers, n, twins.fast, start, func(v int) func() bool { return twinsAt(twins.db, v) })
+	defer stop()
 	if err != nil {
 		return err
 	}
-	defer func() { gate.open(); freeze.thaw(); a.stop() }() // a member stops after its in-flight batch
-	if err := produceUpdates(ctx, brokers, n.updates, 1, 6); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, twinsAt(twins.db, 6)); err != nil {
-		return fmt.Errorf("waiting for A to apply the first updates: %w", err)
-	}
-	out.say("member A folded updates 1-6 of every device")
-
-	gate.arm()
-	if err := produceUpdates(ctx, brokers, n.updates, 7, 7); err != nil {
-		return err
-	}
-	select {
-	case <-gate.held:
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-time.After(30 * time.Second):
-		return errors.New("member A never reached its next write")
-	}
-	freeze.freeze()
-	out.say("member A is about to write a batch of %s and freezes (no heartbeats, no fetches), like a GC pause or a stopped VM", gate.heldKey())
-
-	b, err := startTwinMember(ctx, out, o, "B", brokers, n, twins, twins.fast)
-	if err != nil {
-		return err
-	}
-	defer b.stop()
-	defer out.setQuiet(true) // first of the deferred calls
-	if err := produceUpdates(ctx, brokers, n.updates, 8, perDevice); err != nil {
-		return err
-	}
-	if err := waitFor(ctx, twinsAt(twins.db, perDevice)); err != nil {
-		return fmt.Errorf("waiting for B to take over: %w", err)
-	}
-	out.say("member B took over after A's session expired and folded every update, A's held batch included")
-
-	out.say("member A wakes up, still believing it owns %s, and writes its held batch", gate.heldKey())
-	if err := gate.release(); errors.Is(err, fence.ErrStale) {
-		out.say("zombie write refused: stale token (%v)", err)
-	} else {
-		return fmt.Errorf("the zombie's write returned %v, want a stale refusal", err)
-	}
-	freeze.thaw()
 
 	if err := waitFor(ctx, gw.appliedAtLeast(desiredTotal)); err != nil {
 		return fmt.Errorf("waiting for the gateway to apply every command: %w", err)
@@ -207,8 +176,85 @@ func story[Tx any](ctx context.Context, out *syncWriter, o options, brokers []st
 	if err := printTwins(ctx, out, twins.db); err != nil {
 		return err
 	}
-	// A may also have fetched batches of other partitions before it froze: refused alike.
-	return verdict(ctx, out, twins.db, gw.db, int(gate.refused.Load()))
+	return verdict(ctx, out, twins.db, gw.db, refused())
+}
+
+// takeover is the story's zombie, on any store: member A folds the first updates alone; its
+// next write is held at a gate while its Kafka connections freeze; member B takes over after
+// A's session expired and folds every update; then A wakes and writes its held batch, which
+// must be refused as stale. start starts a member writing through sink; at(n) reports whether
+// every twin folded n updates. refused counts A's writes refused as stale (A may also have had
+// fetched batches of other partitions in hand: refused alike); stop stops the members.
+func takeover[Tx any](ctx context.Context, out *syncWriter, brokers []string, n names, sink fence.Sink[Tx],
+	start func(name string, sink fence.Sink[Tx], extra ...kgo.Opt) (*member, error), at func(int) func() bool,
+) (refused func() int, stop func(), err error) {
+	// Member A runs behind a gate (to hold one write) and a freezer (to stop its network).
+	gate, freeze := newGate[Tx](sink), newFreezer()
+	refused = func() int { return int(gate.refused.Load()) }
+	var a, b *member
+	stop = func() {
+		out.setQuiet(true) // the members' shutdown rebalances are not part of the story
+		if b != nil {
+			b.stop()
+		}
+		gate.open() // a member stops after its in-flight batch
+		freeze.thaw()
+		if a != nil {
+			a.stop()
+		}
+	}
+	if a, err = start("A", gate, kgo.Dialer(freeze.dial)); err != nil {
+		return refused, stop, err
+	}
+	if err := produceUpdates(ctx, brokers, n.updates, 1, 6); err != nil {
+		return refused, stop, err
+	}
+	if err := waitFor(ctx, at(6)); err != nil {
+		return refused, stop, fmt.Errorf("waiting for A to apply the first updates: %w", err)
+	}
+	out.say("member A folded updates 1-6 of every device")
+
+	gate.arm()
+	if err := produceUpdates(ctx, brokers, n.updates, 7, 7); err != nil {
+		return refused, stop, err
+	}
+	select {
+	case <-gate.held:
+	case <-ctx.Done():
+		return refused, stop, ctx.Err()
+	case <-time.After(30 * time.Second):
+		return refused, stop, errors.New("member A never reached its next write")
+	}
+	freeze.freeze()
+	out.say("member A is about to write a batch of %s and freezes (no heartbeats, no fetches), like a GC pause or a stopped VM", gate.heldKey())
+
+	if b, err = start("B", sink); err != nil {
+		return refused, stop, err
+	}
+	if err := produceUpdates(ctx, brokers, n.updates, 8, perDevice); err != nil {
+		return refused, stop, err
+	}
+	if err := waitFor(ctx, at(perDevice)); err != nil {
+		return refused, stop, fmt.Errorf("waiting for B to take over: %w", err)
+	}
+	out.say("member B took over after A's session expired and folded every update, A's held batch included")
+
+	out.say("member A wakes up, still believing it owns %s, and writes its held batch", gate.heldKey())
+	if err := gate.release(); errors.Is(err, fence.ErrStale) {
+		out.say("zombie write refused: stale token (%v)", err)
+	} else {
+		return refused, stop, fmt.Errorf("the zombie's write returned %v, want a stale refusal", err)
+	}
+	freeze.thaw()
+	return refused, stop, nil
+}
+
+// announce tells the story of each claim a member's partitions get.
+func announce[Tx any](out *syncWriter, name string, f consumer.Factory[Tx]) consumer.Factory[Tx] {
+	return func(ctx context.Context, k fence.Key, t fence.Token) (consumer.Handler[Tx], error) {
+		out.say("member %s owns %s/%d with token %s", name, k.Topic, k.Partition, t)
+		return f(ctx, k, t)
+	}
 }
 
 // startTwinMember starts a member of the twins group writing through sink. After each
@@ -225,11 +271,10 @@ func startTwinMember[Tx any](ctx context.Context, out *syncWriter, o options, na
 		producer.Close()
 		return nil, err
 	}
-	factory := func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[Tx], error) {
-		out.say("member %s owns %s/%d with token %s", name, k.Topic, k.Partition, t)
+	factory := func(context.Context, fence.Key, fence.Token) (consumer.Handler[Tx], error) {
 		return fold(st, n.commands), nil
 	}
-	m, err := startMember(ctx, o, n.twins, n.updates, brokers, sink, factory, extra,
+	m, err := startMember(ctx, o, n.twins, n.updates, brokers, sink, announce(out, name, factory), extra,
 		consumer.AfterCommit(relay.AfterCommit(), time.Second)) // poison records go to n.dlq, the default
 	if err != nil {
 		producer.Close()

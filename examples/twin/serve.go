@@ -19,11 +19,13 @@ import (
 
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/redisfence"
 	"github.com/batonhq/baton/outbox"
 )
 
 // serve runs one long-running member of the twins group on real services: the consumer folds
-// device updates into the twins table and the relay publishes their commands, until ctx ends
+// device updates into the twins table and the relay publishes their commands (with -redis: into
+// the twins' hashes, the commands into the devices' streams, no relay), until ctx ends
 // (SIGTERM: the rebalance barrier commits or rolls back the in-flight batches). It serves
 //
 //	/metrics  Baton's metrics, Prometheus text format (metrics.go)
@@ -32,7 +34,7 @@ import (
 //
 // Spans go over OTLP/gRPC when the OTEL_* variables ask for it (traces.go).
 //
-// A member needs the tables -migrate creates; it does no DDL (its role may not).
+// On PostgreSQL a member needs the tables -migrate creates; it does no DDL (its role may not).
 func serve(ctx context.Context, o options, w io.Writer) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	service := os.Getenv("OTEL_SERVICE_NAME")
@@ -51,26 +53,8 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 		return err
 	}
 	defer func() { _ = shutdownTraces(context.Background()) }()
-	pool, err := pgxpool.New(ctx, o.pgURL)
-	if err != nil {
-		return fmt.Errorf("%w: PostgreSQL URL: %w", errUsage, err)
-	}
-	defer pool.Close()
-	st, err := pgStore(pool)
-	if err != nil {
-		return err
-	}
 	n := namesWith(o.prefix, o.group)
 	brokers := strings.Split(o.brokers, ",")
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	defer producer.Close()
-	relay, err := outbox.NewRelay(producer, st.outbox, outbox.Telemetry(mp, tp))
-	if err != nil {
-		return err
-	}
 	kopts := []kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}
 	if o.session > 0 {
 		kopts = append(kopts, kgo.SessionTimeout(o.session))
@@ -78,14 +62,52 @@ func serve(ctx context.Context, o options, w io.Writer) error {
 	if o.instanceID != "" {
 		kopts = append(kopts, kgo.InstanceID(o.instanceID))
 	}
-	c, err := consumer.New(n.twins, []string{n.updates}, st.fast,
-		nil, consumer.PerPartition(func(_ context.Context, k fence.Key, t fence.Token) (consumer.Handler[pgx.Tx], error) {
-			return fold(st, n.commands), nil
-		}),
-		consumer.Kafka(kopts...), consumer.AfterCommit(relay.AfterCommit(), time.Second),
-		consumer.Telemetry(mp, tp, nil), consumer.Logger(log))
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+	copts := []consumer.Option{consumer.Kafka(kopts...), consumer.Telemetry(mp, tp, nil), consumer.Logger(log)}
+	var c interface {
+		Run(context.Context) error
+		Readiness() consumer.Readiness
+	}
+	if o.redis != "" {
+		// On Redis the commands are written to the devices' streams by the fold: no relay.
+		rt, err := openRedis(ctx, o.redis, o.redisLossy, n)
+		if err != nil {
+			return err
+		}
+		defer rt.c.Close()
+		c, err = consumer.New(n.twins, []string{n.updates}, rt.store, nil, append(copts,
+			consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[*redisfence.Tx], error) {
+				return foldRedis(rt), nil
+			}))...)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+	} else {
+		pool, err := pgxpool.New(ctx, o.pgURL)
+		if err != nil {
+			return fmt.Errorf("%w: PostgreSQL URL: %w", errUsage, err)
+		}
+		defer pool.Close()
+		st, err := pgStore(pool)
+		if err != nil {
+			return err
+		}
+		producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
+		defer producer.Close()
+		relay, err := outbox.NewRelay(producer, st.outbox, outbox.Telemetry(mp, tp))
+		if err != nil {
+			return err
+		}
+		c, err = consumer.New(n.twins, []string{n.updates}, st.fast, nil, append(copts,
+			consumer.PerPartition(func(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
+				return fold(st, n.commands), nil
+			}),
+			consumer.AfterCommit(relay.AfterCommit(), time.Second))...)
+		if err != nil {
+			return fmt.Errorf("%w: %w", errUsage, err)
+		}
 	}
 
 	ln, err := net.Listen("tcp", o.serve)

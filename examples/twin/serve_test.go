@@ -266,6 +266,7 @@ func TestUsageFile(t *testing.T) {
 func TestFlags(t *testing.T) {
 	t.Setenv("BATON_POSTGRES_URL", "")
 	t.Setenv("BATON_BROKERS", "")
+	t.Setenv("BATON_REDIS_ADDR", "")
 	for args, want := range map[string][]string{
 		"-serve :0":            {"no PostgreSQL URL", "no Kafka brokers"},
 		"-migrate":             {"no PostgreSQL URL"},
@@ -275,6 +276,12 @@ func TestFlags(t *testing.T) {
 		"extra":                {"unexpected arguments"},
 		"-session-timeout -1s": {"negative"},
 		"-serve :0 -postgres x -brokers b -session-timeout 6s": nil,
+		"-postgres x -redis r":                                 {"two stores"},
+		"-serve :0 -postgres x -redis r -brokers b":            {"two stores"},
+		"-migrate -postgres x -redis r":                        {"a member on -redis needs none"},
+		"-redis-allow-loss":                                    {"applies to -redis only"},
+		"-redis r -redis-allow-loss":                           nil,
+		"-serve :0 -redis r -brokers b":                        nil,
 	} {
 		_, err := parseFlags(strings.Fields(args), io.Discard)
 		if want == nil {
@@ -302,6 +309,21 @@ func TestFlags(t *testing.T) {
 	o, err := parseFlags([]string{"-serve", ":8080", "-brokers", "k:9092", "-instance-id", "flag-wins"}, io.Discard)
 	if err != nil || o.pgURL != "postgres://from-env" || o.session != 45*time.Second || o.instanceID != "flag-wins" || o.group != "twins" {
 		t.Errorf("-serve: %+v %v, want the URL and session from the environment, the flag's instance id, group twins", o, err)
+	}
+	// Both stores' variables set: the command line's store wins, and without one the member
+	// refuses to guess; -migrate is PostgreSQL's and reads only its variable.
+	t.Setenv("BATON_REDIS_ADDR", "redis-from-env:6379")
+	if o, err := parseFlags([]string{"-serve", ":8080", "-brokers", "k:9092", "-redis", "r:6379"}, io.Discard); err != nil || o.redis != "r:6379" || o.pgURL != "" {
+		t.Errorf("-serve -redis with both variables set: %+v %v, want Redis only", o, err)
+	}
+	if o, err := parseFlags([]string{"-serve", ":8080", "-brokers", "k:9092", "-postgres", "postgres://flag"}, io.Discard); err != nil || o.redis != "" || o.pgURL != "postgres://flag" {
+		t.Errorf("-serve -postgres with both variables set: %+v %v, want PostgreSQL only", o, err)
+	}
+	if _, err := parseFlags([]string{"-serve", ":8080", "-brokers", "k:9092"}, io.Discard); err == nil || !strings.Contains(err.Error(), "give one") {
+		t.Errorf("-serve with both variables set and no store flag: %v, want a refusal", err)
+	}
+	if o, err := parseFlags([]string{"-migrate"}, io.Discard); err != nil || o.redis != "" || o.pgURL != "postgres://from-env" {
+		t.Errorf("-migrate with both variables set: %+v %v, want PostgreSQL's", o, err)
 	}
 }
 

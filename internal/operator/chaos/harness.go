@@ -159,6 +159,12 @@ type Config struct {
 	// their controls, which need that very interleaving); otherwise the coordinator's load with
 	// the writer resumed inside it counts, and the question, when seen, is evidence in the detail.
 	ProveAsk bool
+
+	// RedisSink, if set, is a Redis the built-in workload's fenced workers write through
+	// (fence/redisfence) instead of the SQL database, which then keeps only the run's logs
+	// (redis_sink.go). RedisRestart kills and restarts that server, for FaultRedisRestart.
+	RedisSink    string
+	RedisRestart func(context.Context) error
 }
 
 // Result is a chaos run's outcome.
@@ -278,6 +284,9 @@ func (c *Config) defaults() error {
 			}
 		}
 	}
+	if err := c.redisDefaults(); err != nil {
+		return err
+	}
 	if c.App != nil && c.Mode == Lock {
 		return errors.New("chaos: an application runs fenced or unfenced, not under the lock baseline")
 	}
@@ -375,7 +384,7 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 	args := workerArgs{
 		ID: id, Mode: h.cfg.Mode, Brokers: h.cfg.Brokers, Group: h.cfg.Group, Topic: h.cfg.Topic,
 		SessionTimeout: h.cfg.SessionTimeout, PostgresURL: h.cfg.PostgresURL, SQLitePath: h.cfg.SQLitePath,
-		RedisAddr: h.cfg.RedisAddr, InstanceID: instance,
+		RedisAddr: h.cfg.RedisAddr, RedisSink: h.cfg.RedisSink, InstanceID: instance,
 	}
 	if h.builtin != nil {
 		args.CommandEvery = h.builtin.w.CommandEvery
@@ -556,6 +565,8 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		h.topicRecreate(ctx, f)
 	case FaultTopicGrow:
 		h.topicGrow(ctx, f)
+	case FaultRedisRestart:
+		h.redisRestart(ctx, f)
 	case FaultDBRestart:
 		f.Target = "postgres"
 		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")

@@ -82,6 +82,9 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	res.SettleIn = time.Since(settleStart)
 	h.stopAll()
 	res.Faults = h.faults
+	if err := h.mirrorRedis(context.WithoutCancel(ctx)); err != nil {
+		return res, err
+	}
 	res.Verdict, err = CheckApp(context.WithoutCancel(ctx), env, app)
 	res.Finished = time.Now()
 	return res, err

@@ -41,6 +41,7 @@ type workerArgs struct {
 	PostgresURL    string // exactly one of PostgresURL and SQLitePath
 	SQLitePath     string
 	RedisAddr      string // lock mode
+	RedisSink      string // the built-in workload, fenced, written to this Redis (redis_sink.go)
 	CommandEvery   int    // the built-in workload, fenced: a command through the outbox every this many records (0: none)
 	App            string // the application the worker runs ("" for the built-in workload)
 	InstanceID     string // static membership: the worker's group.instance.id ("" for a dynamic member)
@@ -64,6 +65,7 @@ func (a *workerArgs) flags(fs *flag.FlagSet) {
 	fs.StringVar(&a.PostgresURL, "postgres", "", "PostgreSQL URL")
 	fs.StringVar(&a.SQLitePath, "sqlite", "", "SQLite file")
 	fs.StringVar(&a.RedisAddr, "redis", "", "Redis address (lock mode)")
+	fs.StringVar(&a.RedisSink, "redis-sink", "", "the built-in workload, fenced: write through this Redis (fence/redisfence); the database keeps the run's logs")
 	fs.DurationVar(&a.SessionTimeout, "session-timeout", 3*time.Second, "Kafka session timeout")
 	fs.IntVar(&a.CommandEvery, "command-every", 0, "send a command for every record whose sequence is a multiple of this")
 	fs.StringVar(&a.App, "app", "", "the application to run (one given to RunWorker; empty for the built-in workload)")
@@ -83,6 +85,9 @@ func (a workerArgs) argv() []string {
 	}
 	if a.RedisAddr != "" {
 		args = append(args, "-redis", a.RedisAddr)
+	}
+	if a.RedisSink != "" {
+		args = append(args, "-redis-sink", a.RedisSink)
 	}
 	if a.CommandEvery > 0 {
 		args = append(args, "-command-every", strconv.Itoa(a.CommandEvery))
@@ -159,6 +164,9 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 		defer store.Close()
 		db := SQLDB(store.DB())
 		env := AppEnv{Mode: cfg.Mode, DB: db, SQLitePath: a.SQLitePath, Worker: cfg.ID, base: cfg.Topic}
+		if a.RedisSink != "" {
+			return runRedisSink(ctx, cfg, env, a.RedisSink)
+		}
 		if a.App == "" && cfg.Mode != Fenced {
 			return RunBaseline(ctx, cfg, db) // the built-in workload's baselines
 		}
@@ -192,6 +200,9 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	defer pool.Close()
 	db := PgDB(pool)
 	env := AppEnv{Mode: cfg.Mode, DB: db, PostgresURL: a.PostgresURL, Worker: cfg.ID, base: cfg.Topic}
+	if a.RedisSink != "" {
+		return runRedisSink(ctx, cfg, env, a.RedisSink)
+	}
 	if a.App == "" && cfg.Mode != Fenced {
 		return RunBaseline(ctx, cfg, db) // the built-in workload's baselines
 	}

@@ -19,6 +19,7 @@ func TestWorkerArgvRoundTrip(t *testing.T) {
 			ID: "w7", Mode: Fenced, Brokers: []string{"127.0.0.1:9092", "127.0.0.1:9093"},
 			Group: "chaos-g", Topic: "chaos-t", SessionTimeout: 1500 * time.Millisecond,
 			PostgresURL: "postgres://u@h/db?search_path=chaos_x", CommandEvery: 4, InstanceID: "chaos-w7", CommandTopics: 2,
+			RedisSink: "127.0.0.1:6379",
 		},
 		{
 			ID: "w1", Mode: Lock, Brokers: []string{"k:1"}, Group: "g", Topic: "t",
