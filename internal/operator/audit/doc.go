@@ -50,6 +50,8 @@
 // also written by transactional producers end on commit markers the reader never sees, so it
 // never counts itself caught up and the cursor-past-delivery judgement waits. The fences of a
 // topic the group no longer reads look stalled while records keep arriving there (restrict the
-// audit with Config.Topics). The inbox judged is the store's whole keyed table, whichever
-// receivers wrote it.
+// audit with Config.Topics). The owners are read with the classic protocol's DescribeGroups,
+// which shows no assignment of a KIP-848 group: its claims are not compared with its owners (its
+// commits still are with its fences). The inbox judged is the store's whole keyed table,
+// whichever receivers wrote it.
 package audit
