@@ -27,7 +27,9 @@ offsets, log start and end, the outbox's output topics read incrementally). Chec
 partition: skipped (position within the log: data loss, committed offset ahead), tokens (never
 back, every era recorded), outbox (gap-free, cursor never past an undelivered row, oldest row
 age), delivery (no copy of a sequence never allocated, first copies' tokens never back),
-inbox (admissions never back), liveness (a lagging partition whose position stands still).
+inbox (admissions never back), liveness (a lagging partition whose position stands still),
+ownership (a fence held by a member the stable group no longer assigns the partition to past
+-handover; offsets committed on a partition no fence claims: a writer without the fence).
 Each violation is logged at ERROR with its evidence and counted in baton.audit.violations.
 
 With -once: one pass, printed; exit status 0 when every check passed, 1 when a violation was
@@ -43,6 +45,7 @@ serving / (the violations), /violations.json and /metrics.
 	outputs := fs.String("output-topics", "", "the outbox's destination topics, comma separated (every one; without them the delivery judgements are skipped)")
 	age := fs.Duration("outbox-age", 5*time.Minute, "the oldest pending outbox row's age bound")
 	stall := fs.Duration("stall", 5*time.Minute, "how long a lagging partition's position may stand still")
+	handover := fs.Duration("handover", time.Minute, "how long a stable group's partition may stay claimed by a member that does not own it")
 	maxBytes := fs.Int64("max-bytes", 64<<20, "bytes read from the output topics per pass at most")
 	inboxRows := fs.Int("inbox-rows", 10000, "inbox admissions read per pass at most")
 	if err := parseFlags(fs, args); err != nil {
@@ -60,7 +63,7 @@ serving / (the violations), /violations.json and /metrics.
 	}
 	defer func() { _ = m.Shutdown(context.Background()) }()
 	cfg := audit.Config{Store: s.store, Group: s.group, Tables: s.tables(), Timeout: s.timeout,
-		OutboxAge: *age, Stall: *stall, MaxBytes: *maxBytes, InboxRows: *inboxRows,
+		OutboxAge: *age, Stall: *stall, Handover: *handover, MaxBytes: *maxBytes, InboxRows: *inboxRows,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil)), Meter: m.Provider()}
 	if s.brokers != "" {
 		cfg.Brokers = strings.Split(s.brokers, ",")

@@ -26,7 +26,7 @@ var auditInstruments = []instrument{
 }
 
 // auditChecks are the auditor's checks (the Check constants).
-var auditChecks = []string{"skipped", "tokens", "outbox", "delivery", "inbox", "liveness"}
+var auditChecks = []string{"skipped", "tokens", "outbox", "delivery", "inbox", "liveness", "ownership"}
 
 func TestAuditInstrumentsMatchSource(t *testing.T) {
 	const pkg = "internal/operator/audit"

@@ -44,10 +44,15 @@ const (
 	// Liveness: a partition with a lag whose sink position has not moved for longer than
 	// Config.Stall.
 	Liveness Check = "liveness"
+	// Ownership: a fence is held by the member the group assigned its partition to: in a
+	// stable group, its claimant names no other member (nor one gone from the group) for
+	// longer than Config.Handover; and no member commits offsets on a partition no fence
+	// claims (a writer without the fence).
+	Ownership Check = "ownership"
 )
 
 // Checks lists every check.
-var Checks = []Check{Skipped, Tokens, Outbox, Delivery, Inbox, Liveness}
+var Checks = []Check{Skipped, Tokens, Outbox, Delivery, Inbox, Liveness, Ownership}
 
 // Violation is one broken invariant with its evidence.
 type Violation struct {
@@ -93,12 +98,19 @@ type Config struct {
 	Timeout      time.Duration // bounds each source's requests (default 5s)
 	OutboxAge    time.Duration // the oldest pending outbox row's age bound (default 5m)
 	Stall        time.Duration // how long a lagging partition's position may stand still (default 5m)
-	MaxBytes     int64         // bytes read from the output topics per pass (default 64 MiB)
-	InboxRows    int           // inbox admissions read per pass, a page of the keyed table (default 10000)
-	KgoOpts      []kgo.Opt     // extra franz-go options (TLS, SASL, ...)
-	Logger       *slog.Logger  // where violations are logged (default slog.Default())
-	Meter        metric.MeterProvider
-	Now          func() time.Time // the clock (default time.Now)
+	// Handover bounds how long, in a stable group, a partition's fence may stay held by a
+	// claimant that is not the partition's owner (default 1m). A consumer claims a partition
+	// when it is assigned, before it reads a record, so the window is one claim statement (a
+	// regression's recovery adds the coordinator's proof, a held transaction the database's
+	// end of it): seconds. Every pass in between must have read both sources in a stable
+	// group, so a rebalance, or a source out of reach, starts the count again.
+	Handover  time.Duration
+	MaxBytes  int64        // bytes read from the output topics per pass (default 64 MiB)
+	InboxRows int          // inbox admissions read per pass, a page of the keyed table (default 10000)
+	KgoOpts   []kgo.Opt    // extra franz-go options (TLS, SASL, ...)
+	Logger    *slog.Logger // where violations are logged (default slog.Default())
+	Meter     metric.MeterProvider
+	Now       func() time.Time // the clock (default time.Now)
 }
 
 // Report is what one pass found.
@@ -110,6 +122,7 @@ type Report struct {
 	Queries    int64       `json:"queries"`    // statements sent to the store in this pass
 	Requests   int64       `json:"kafka_requests"`
 	Partitions int         `json:"partitions"` // fences judged: 0 when the store has none for the group
+	Owned      int         `json:"owned"`      // of those, fences whose claimant was compared with the group's owner
 	BytesRead  int64       `json:"bytes_read"` // from the output topics in this pass
 	// Republished counts copies on the output topics whose sequence was seen before in this
 	// pass (a relay's at-least-once re-publish, which the inbox drops).
@@ -133,6 +146,9 @@ type Auditor struct {
 	srcs   map[fence.Key]*sourceState
 	inbox  map[string]status.Admission // last observed admission per scope/id
 	inPage [2]string                   // where the next inbox page starts
+	pass   int64                       // the number of the current pass
+	owns   map[fence.Key]*ownState     // fences held by a claimant that is not the owner
+	commit map[fence.Key]int64         // committed offsets of partitions no fence claims
 
 	mu     sync.Mutex
 	last   *Report
@@ -160,6 +176,9 @@ func New(cfg Config) (*Auditor, error) {
 	}
 	if cfg.Stall <= 0 {
 		cfg.Stall = 5 * time.Minute
+	}
+	if cfg.Handover <= 0 {
+		cfg.Handover = time.Minute
 	}
 	if cfg.MaxBytes <= 0 {
 		cfg.MaxBytes = 64 << 20
@@ -258,6 +277,7 @@ func (a *Auditor) Last() (*Report, []Violation) {
 // joined errors of the sources it could not read.
 func (a *Auditor) Pass(ctx context.Context) (*Report, error) {
 	now := a.now()
+	a.pass++
 	r := &Report{At: now.UTC()}
 	var found []Violation
 	add := func(v Violation) { found = append(found, v) }
@@ -380,6 +400,7 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 		return err
 	}
 	want := func(topic string) bool { return len(a.cfg.Topics) == 0 || slices.Contains(a.cfg.Topics, topic) }
+	held := map[fence.Key]status.Fence{}
 	recovered := map[fence.Key][]fence.Recovery{}
 	for _, r := range recs {
 		recovered[r.Key] = append(recovered[r.Key], r)
@@ -390,6 +411,7 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 		}
 		r.Partitions++
 		k := fence.Key{Group: a.cfg.Group, Topic: fr.Topic, Partition: fr.Partition}
+		held[k] = fr
 		prev := a.parts[k]
 		if kv != nil {
 			for _, v := range judgeLog(k, fr.Token, fr.Position, prev, kv, now) {
@@ -416,6 +438,9 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 			}
 		}
 		a.parts[k] = cur
+	}
+	if kv != nil {
+		a.ownershipChecks(held, kv, want, now, r, add)
 	}
 
 	cursors, err := st.OutboxCursors(ctx, a.cfg.Group)
@@ -473,6 +498,42 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 		}
 	}
 	return a.inboxChecks(ctx, st, now, add)
+}
+
+// ownershipChecks judges the Ownership check over the fences read (held) and the Kafka state
+// read before them.
+func (a *Auditor) ownershipChecks(held map[fence.Key]status.Fence, kv *status.KafkaState, want func(string) bool, now time.Time, r *Report, add func(Violation)) {
+	owns := map[fence.Key]*ownState{}
+	for k, fr := range held {
+		owner := kv.Owner[k]
+		if owner == nil || kv.State != "Stable" {
+			continue
+		}
+		cur, compared, v, bad := judgeOwner(k, fr, owner, kv.Members, a.owns[k], a.pass, now, a.cfg.Handover)
+		if compared {
+			r.Owned++
+		}
+		if bad {
+			add(v)
+		}
+		if cur != nil {
+			owns[k] = cur
+		}
+	}
+	a.owns = owns
+	commit := map[fence.Key]int64{}
+	for k, c := range kv.Committed {
+		if _, ok := held[k]; ok || !want(k.Topic) {
+			continue
+		}
+		if prev, ok := a.commit[k]; ok {
+			if v, bad := judgeUnclaimed(k, prev, c, kv.Owner[k], now); bad {
+				add(v)
+			}
+		}
+		commit[k] = c
+	}
+	a.commit = commit
 }
 
 // maxGapScan bounds the read that finds an outbox gap's first missing sequence.

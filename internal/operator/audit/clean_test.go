@@ -19,7 +19,8 @@ import (
 )
 
 // A consumer applying normally with its relay, and a receiver admitting the copies through its
-// inbox, audited all along: no violation, every source partition caught up, and the auditor's
+// inbox, audited all along: no violation (the consumer's claimant is its owner's: the
+// ownership check matched them), every source partition caught up, and the auditor's
 // load bounded: a fixed number of statements per pass, and the output topic read once.
 func TestCleanRunReportsNothing(t *testing.T) {
 	both(t, func(t *testing.T, e *env) { e.cleanRun(t) })
@@ -71,12 +72,14 @@ func (e *env) cleanRun(t *testing.T) {
 	produced := int64(0)
 	deadline := time.Now().Add(60 * time.Second)
 	caughtUp := false
+	owned := 0
 	for time.Now().Before(deadline) {
 		if produced < 200 {
 			produced = e.produce(t, 20)
 		}
 		r := clean(t, a, fmt.Sprintf("a clean run, %d records produced", produced))
 		queries = append(queries, r.Queries)
+		owned = max(owned, r.Owned)
 		last, _ := a.Last()
 		if produced >= 200 && r.CaughtUp && e.delivered(t) == 200 && last.New == 0 {
 			caughtUp = true
@@ -86,6 +89,9 @@ func (e *env) cleanRun(t *testing.T) {
 	}
 	if !caughtUp {
 		t.Fatalf("the run did not catch up within 60s (delivered %d of 200)", e.delivered(t))
+	}
+	if owned == 0 {
+		t.Error("no pass compared the fence's claimant with the group's owner: the consumer's claimant did not match its member, or the group was never seen stable")
 	}
 	for _, q := range queries {
 		if q > maxQueriesPerPass {

@@ -20,12 +20,18 @@
 //     re-published copies are counted ([Report] Republished), never flagged.
 //   - [Inbox]: an entity's admitted (token, sequence) never decreases.
 //   - [Liveness]: a partition with a lag whose sink position stood still longer than Stall.
+//   - [Ownership]: in a stable group, a fence's claimant is the member the group assigned the
+//     partition to (consumers claim on assignment, their claimants name their member), or
+//     becomes it within Handover: a claimant of another member, or of one gone from the group,
+//     holding the fence longer is a member holding a partition it no longer owns. And Kafka's
+//     committed offset never moves on a partition no fence claims: a member commits there
+//     without the fence (an unfenced writer, which none of the other checks can see).
 //
 // Why reading is free of races with the members: Kafka's committed offsets and log starts are
 // read before the sink's positions, and the output topics' end offsets after the outbox cursors;
 // every one of these only rises (within an era), so what the order shows is real. Judgements
-// that compare two observations (Tokens' decrease, Inbox, Liveness, the position past the log
-// end, a copy's sequence against the cursor read after it) need a second pass: 'baton audit
+// that compare two observations (Tokens' decrease, Inbox, Liveness, Ownership, the position past
+// the log end, a copy's sequence against the cursor read after it) need a second pass: 'baton audit
 // -once' judges only what one look can show.
 //
 // Each violation is counted once (baton.audit.violations, attributes check, group, topic,
@@ -44,6 +50,8 @@
 // also written by transactional producers end on commit markers the reader never sees, so it
 // never counts itself caught up and the cursor-past-delivery judgement waits. The fences of a
 // topic the group no longer reads look stalled while records keep arriving there (restrict the
-// audit with Config.Topics). The inbox judged is the store's whole keyed table, whichever
-// receivers wrote it.
+// audit with Config.Topics). The owners are read with the classic protocol's DescribeGroups,
+// which shows no assignment of a KIP-848 group: its claims are not compared with its owners (its
+// commits still are with its fences). The inbox judged is the store's whole keyed table,
+// whichever receivers wrote it.
 package audit

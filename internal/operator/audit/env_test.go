@@ -41,6 +41,7 @@ type env struct {
 	adm           *kadm.Client
 	relay         *outbox.Relay
 	claim         func(t *testing.T, tok fence.Token)
+	claimAs       func(t *testing.T, tok fence.Token, claimant string)
 	apply         func(t *testing.T, tok fence.Token, first, last int64, msgs ...outbox.Message)
 	admit         func(t *testing.T, scope, id string, tok fence.Token, seq int64)
 	exec          func(t *testing.T, query string, args ...any) // by hand; $n placeholders
@@ -121,12 +122,13 @@ func sqliteEnv(t *testing.T) *env {
 		}
 		return n
 	}
-	e.claim = func(t *testing.T, tok fence.Token) {
+	e.claimAs = func(t *testing.T, tok fence.Token, claimant string) {
 		t.Helper()
-		if _, err := fs.Claim(ctx, e.key, tok, "test"); err != nil {
+		if _, err := fs.Claim(ctx, e.key, tok, claimant); err != nil {
 			t.Fatalf("claim %v: %v", tok, err)
 		}
 	}
+	e.claim = func(t *testing.T, tok fence.Token) { t.Helper(); e.claimAs(t, tok, "test") }
 	e.apply = func(t *testing.T, tok fence.Token, first, last int64, msgs ...outbox.Message) {
 		t.Helper()
 		if err := fs.Apply(ctx, e.key, tok, first, last, func(ctx context.Context, tx *sql.Tx) error {
@@ -199,12 +201,13 @@ func pgEnv(t *testing.T) *env {
 		}
 		return n
 	}
-	e.claim = func(t *testing.T, tok fence.Token) {
+	e.claimAs = func(t *testing.T, tok fence.Token, claimant string) {
 		t.Helper()
-		if _, err := fs.Claim(ctx, e.key, tok, "test"); err != nil {
+		if _, err := fs.Claim(ctx, e.key, tok, claimant); err != nil {
 			t.Fatalf("claim %v: %v", tok, err)
 		}
 	}
+	e.claim = func(t *testing.T, tok fence.Token) { t.Helper(); e.claimAs(t, tok, "test") }
 	e.apply = func(t *testing.T, tok fence.Token, first, last int64, msgs ...outbox.Message) {
 		t.Helper()
 		if err := fs.Apply(ctx, e.key, tok, first, last, func(ctx context.Context, tx pgx.Tx) error {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/internal/operator/audit"
 	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox/pgoutbox"
@@ -89,6 +90,7 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 		Brokers: brokers, PostgresURL: url + sep + "search_path=" + schema,
 		RedisAddr: os.Getenv("BATON_REDIS_ADDR"), Binary: binary(t), DeployDir: deploy,
 		Progress: &progress, Settle: 2 * time.Minute,
+		Audit: time.Second, // baton audit beside the run, as an operator runs it
 	}
 	res, err := chaos.Run(ctx, cfg, db)
 	t.Logf("progress:\n%s", progress.String())
@@ -126,6 +128,7 @@ func writeArtifacts(t *testing.T, ctx context.Context, dir string, res *chaos.Re
 // real broker and PostgreSQL, every fault kind at least three times, a fixed seed. Every
 // invariant must hold, and the faults must be shown to have bitten: frozen workers' writes
 // attempted and refused, the group deletion's regression recovered through the recorded path.
+// baton audit runs beside it, a pass a second, and must find nothing.
 func TestChaosFenced(t *testing.T) {
 	res, _ := run(t, chaos.Fenced, chaos.AllFaults, soak(t, 3*len(chaos.AllFaults)))
 	v := res.Verdict
@@ -164,11 +167,17 @@ func TestChaosFenced(t *testing.T) {
 	if deletesBit > 0 && v.Recoveries == 0 {
 		t.Errorf("the group was deleted %d times but no epoch regression was recovered", deletesBit)
 	}
+	// baton audit, beside the run all along, found nothing, judged every fence and compared
+	// the claims with the group's owners (which it reads from a classic group only).
+	if a := res.Audit; len(a.Violations) != 0 || a.Partitions == 0 || a.Owned == 0 && classicGroup() {
+		t.Errorf("baton audit: %d violations (want 0: %v), %d fences judged, %d compared with their owner (want some)", len(a.Violations), a.Violations, a.Partitions, a.Owned)
+	}
 }
 
 // TestChaosBaselines proves the checker can fail: the same workload and faults without the
 // fence (Kafka's assignment alone) and with the seeds' naive Redis lock commit the frozen
-// zombies' writes, and the checker reports the damage.
+// zombies' writes, and the checker reports the damage. baton audit beside them sees members
+// committing on partitions no fence claims.
 func TestChaosBaselines(t *testing.T) {
 	for _, mode := range []chaos.Mode{chaos.Unfenced, chaos.Lock} {
 		t.Run(string(mode), func(t *testing.T) {
@@ -194,6 +203,12 @@ func TestChaosBaselines(t *testing.T) {
 			}
 			if v.OK() {
 				t.Errorf("the checker found nothing wrong with %s after %d zombie commits", mode, v.ZombieCommitted)
+			}
+			// baton audit beside the baseline: it records no fences, so the auditor sees no
+			// token, position or outbox row to judge, only Kafka's side: members committing
+			// offsets on partitions no fence claims (the ownership check).
+			if a := res.Audit; a.Partitions != 0 || a.ByCheck[audit.Ownership] == 0 {
+				t.Errorf("baton audit judged %d fences (want 0) and found %d ownership violations (want some): %v", a.Partitions, a.ByCheck[audit.Ownership], a.Violations)
 			}
 		})
 	}

@@ -23,6 +23,11 @@
 // The same workload runs in three modes: Fenced (Baton), Unfenced (Kafka's assignment alone)
 // and Lock (a naive Redis lease), so the checker is shown to fail what it should fail.
 //
+// With Config.Audit the online auditor ('baton audit', internal/operator/audit) runs beside the
+// workers as an operator runs it, a pass every interval on each group, reading only what Baton
+// records and what Kafka holds; its violations fail the run ([AuditVerdict]). A baseline records
+// no fences, so there it sees only Kafka's side: offsets committed on partitions no fence claims.
+//
 // The built-in workload writes through a deliberately naive read-modify-write (read a key's
 // state, compute, write it back): the access pattern that locks are usually asked to protect.
 //

@@ -136,6 +136,9 @@ type Config struct {
 	Progress       io.Writer     // live progress lines; nil for none
 	// Watch, if set, is called with the run's database once it is ready (for live views).
 	Watch func(DB)
+	// Audit, if positive, runs the online auditor ('baton audit') beside the workers, a pass
+	// every Audit, and adds what it found to the result (Result.Audit): see [AuditVerdict].
+	Audit time.Duration
 
 	// Static makes every worker a static member (group.instance.id "chaos-<worker id>");
 	// implied by FaultStaticReplace.
@@ -176,6 +179,7 @@ type Result struct {
 	Finished time.Time
 	Settled  bool          // everything produced was applied within the Settle bound
 	SettleIn time.Duration // how long applying the backlog took after the last fault
+	Audit    *AuditVerdict // the auditor's findings, with Config.Audit (nil without)
 }
 
 // Fault is one injected fault, as logged.
@@ -188,11 +192,12 @@ type Fault struct {
 	Bit    bool // the fault provably happened (e.g. the frozen worker's takeover was seen)
 }
 
-// OK reports whether the run passed: the invariants held and the backlog was applied in time.
-// (A zombie write that committed after a takeover is a stale commit, which the invariants
-// catch; one that committed without a takeover was no zombie's.)
+// OK reports whether the run passed: the invariants held, the backlog was applied in time and
+// the auditor, if it ran, found no violation. (A zombie write that committed after a takeover
+// is a stale commit, which the invariants catch; one that committed without a takeover was no
+// zombie's.)
 func (r *Result) OK() bool {
-	return r.Verdict.OK() && r.Settled
+	return r.Verdict.OK() && r.Settled && (r.Audit == nil || len(r.Audit.Violations) == 0)
 }
 
 type proc struct {

@@ -48,6 +48,11 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 		cfg.Watch(h.db)
 	}
 	defer h.stopAll()
+	finishAudit, err := h.startAudit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer finishAudit()
 	for i := 0; i < cfg.Workers; i++ {
 		if err := h.start(ctx); err != nil {
 			return nil, err
@@ -80,6 +85,7 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	settleStart := time.Now()
 	res.Settled = h.waitSettled(ctx, topics, settleStart.Add(cfg.Settle))
 	res.SettleIn = time.Since(settleStart)
+	res.Audit = finishAudit()
 	h.stopAll()
 	res.Faults = h.faults
 	if err := h.mirrorRedis(context.WithoutCancel(ctx)); err != nil {

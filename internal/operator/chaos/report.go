@@ -82,6 +82,7 @@ func WriteVerdict(w io.Writer, r *Result) {
 	if v.HeldApplied > 0 || r.hasTopicFaults() {
 		fmt.Fprintf(tw, "batches applied from a recreated or grown topic before its release\t%d\n", v.HeldApplied)
 	}
+	writeAudit(tw, r.Audit)
 	fmt.Fprintf(tw, "backlog applied after faults\t%v in %s (bound %s)\n", r.Settled, r.SettleIn.Round(100*time.Millisecond), r.Config.Settle)
 	verdict := "PASS"
 	if !r.OK() {
@@ -133,6 +134,9 @@ func failReasons(r *Result) []string {
 	var out []string
 	if !r.Settled {
 		out = append(out, "backlog not applied within the bound")
+	}
+	if r.Audit != nil && len(r.Audit.Violations) > 0 {
+		out = append(out, fmt.Sprintf("%d violations found by baton audit", len(r.Audit.Violations)))
 	}
 	return out
 }

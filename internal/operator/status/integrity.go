@@ -13,10 +13,11 @@ import (
 // The readers below serve an auditor judging Baton's records (internal/operator/audit): each is
 // one statement (plus the table's existence check), bounded by its arguments, and reads only.
 
-// KafkaState is what the brokers say about a group: its state, each partition's owning member,
-// Kafka's committed offset, high watermark and log start offset.
+// KafkaState is what the brokers say about a group: its state, its members, each partition's
+// owning member, Kafka's committed offset, high watermark and log start offset.
 type KafkaState struct {
 	State         string
+	Members       []Member
 	Owner         map[fence.Key]*Member
 	Committed     map[fence.Key]int64
 	HighWatermark map[fence.Key]int64
@@ -31,7 +32,7 @@ func (c *Collector) Kafka(ctx context.Context, extraTopics []string) (*KafkaStat
 	if err != nil {
 		return nil, err
 	}
-	return &KafkaState{State: v.state, Owner: maps.Clone(v.owner), Committed: v.committed, HighWatermark: v.hwm, LogStart: v.start}, nil
+	return &KafkaState{State: v.state, Members: v.members, Owner: maps.Clone(v.owner), Committed: v.committed, HighWatermark: v.hwm, LogStart: v.start}, nil
 }
 
 // Store returns the collector's store, opening it if needed (a read-only session).

@@ -268,6 +268,7 @@ type Fence struct {
 	Partition int32       `json:"partition"`
 	Token     fence.Token `json:"-"`
 	Position  int64       `json:"position"`
+	Claimant  string      `json:"claimant"` // who holds the stored token ("" on a row never claimed)
 }
 
 // Fences returns the group's fence rows ordered by topic and partition. A missing fence table
@@ -284,12 +285,12 @@ func (s *Store) Fences(ctx context.Context, group string) ([]Fence, error) {
 	if s.dialect == SQLite {
 		grp = "grp"
 	}
-	q := fmt.Sprintf(`SELECT topic, partition, era, epoch, position FROM %s WHERE %s = %s ORDER BY topic, partition`,
+	q := fmt.Sprintf(`SELECT topic, partition, era, epoch, position, claimant FROM %s WHERE %s = %s ORDER BY topic, partition`,
 		sqlident.Quote(s.tables.Fence), grp, s.param(1))
 	var out []Fence
 	err = s.rows(ctx, q, func(scan func(...any) error) error {
 		var f Fence
-		if err := scan(&f.Topic, &f.Partition, &f.Token.Era, &f.Token.Epoch, &f.Position); err != nil {
+		if err := scan(&f.Topic, &f.Partition, &f.Token.Era, &f.Token.Epoch, &f.Position, &f.Claimant); err != nil {
 			return err
 		}
 		out = append(out, f)

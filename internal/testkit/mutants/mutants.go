@@ -230,6 +230,8 @@ var All = []Mutant{
 		Bug: "the auditor does not compare an admission's sequence with the one observed before"},
 	{Name: "AuditStallNotJudged", Package: audit, Guards: []string{"TestLivenessCommitsStopped/sqlite"}, Want: `no liveness violation "position has not moved"`,
 		Bug: "the auditor does not compare how long a lagging partition's position stood still with the bound"},
+	{Name: "AuditOwnershipNotJudged", Package: audit, Guards: []string{"TestOwnershipClaimantNotTheOwner/sqlite", "TestOwnershipCommitWithoutFence/sqlite"}, Want: `no ownership violation "(not the partition's owner|no fence claims)"`,
+		Bug: "the auditor does not compare a fence's claimant with the group's owner, nor look for commits on partitions no fence claims"},
 }
 
 func init() {
