@@ -22,6 +22,8 @@ type options struct {
 	instanceID     string
 	session        time.Duration
 	prefix         string
+	logFormat      string
+	logLevel       string
 }
 
 // sessionOr returns the session timeout set, or def.
@@ -35,13 +37,22 @@ func (o options) sessionOr(def time.Duration) time.Duration {
 // envFallback names, for each flag a deployment sets through the environment, the variable a
 // member (-serve) or the migration (-migrate) reads when the flag is not given. The demo reads
 // no environment: a shell's BATON_POSTGRES_URL never turns it into a run on real services.
+// The names are the ones every Baton program reads (the baton command, deploy/local's env.sh).
 var envFallback = map[string]string{
-	"brokers":         "BATON_BROKERS",
+	"brokers":         "BATON_KAFKA_BROKERS",
 	"postgres":        "BATON_POSTGRES_URL",
 	"group":           "BATON_GROUP",
 	"instance-id":     "BATON_INSTANCE_ID",
 	"session-timeout": "BATON_SESSION_TIMEOUT",
 	"app-role":        "BATON_APP_ROLE",
+	"log-format":      "BATON_LOG_FORMAT",
+	"log-level":       "BATON_LOG_LEVEL",
+}
+
+// renamedEnv names, for each variable an earlier release read, the one that replaces it. A
+// member or migration that finds one set refuses to start rather than ignore it.
+var renamedEnv = map[string]string{
+	"BATON_BROKERS": "BATON_KAFKA_BROKERS",
 }
 
 const usageHead = `usage: twin [-brokers B] [-postgres URL]     the demo (default: embedded Kafka and SQLite)
@@ -60,7 +71,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 		fmt.Fprint(fs.Output(), usageHead)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.brokers, "brokers", "", "Kafka seed brokers, comma-separated (demo default: an embedded kfake cluster; $BATON_BROKERS)")
+	fs.StringVar(&o.brokers, "brokers", "", "Kafka seed brokers, comma-separated (demo default: an embedded kfake cluster; $BATON_KAFKA_BROKERS)")
 	fs.StringVar(&o.pgURL, "postgres", "", "PostgreSQL URL (demo default: SQLite files in a temporary directory; the demo makes a schema of its own; $BATON_POSTGRES_URL)")
 	fs.StringVar(&o.serve, "serve", "", "run as one long-running member of the twins group (consumer and outbox relay, no devices, no gateway), serving /metrics, /healthz and /readyz on `ADDR` (e.g. :8080)")
 	fs.BoolVar(&o.migrate, "migrate", false, "create the program's tables in -postgres (fences, recoveries, keyed inbox, outbox, twins, applied) and grant -app-role its runtime rights, then exit")
@@ -68,6 +79,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.group, "group", "", "with -serve: the consumer group (default twins; $BATON_GROUP)")
 	fs.StringVar(&o.instanceID, "instance-id", "", "with -serve: the member's group.instance.id, for static membership (none if empty; $BATON_INSTANCE_ID)")
 	fs.DurationVar(&o.session, "session-timeout", 0, "Kafka session timeout (default: 1s in the demo, franz-go's 45s with -serve; $BATON_SESSION_TIMEOUT)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "with -serve or -migrate: the log's format, text or json ($BATON_LOG_FORMAT)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "with -serve or -migrate: the lowest level logged: debug, info, warn or error ($BATON_LOG_LEVEL)")
 	fs.StringVar(&o.prefix, "prefix", "", "with -serve: a prefix of the topics' names (device-updates, device-updates.dlq, device-commands)")
 	return fs
 }
@@ -92,7 +105,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if o.serve == "" && !o.migrate {
 		var member []string
-		for _, name := range []string{"app-role", "group", "instance-id", "prefix"} {
+		for _, name := range []string{"app-role", "group", "instance-id", "prefix", "log-format", "log-level"} {
 			if f := fs.Lookup(name); f.Value.String() != f.DefValue {
 				member = append(member, "-"+name)
 			}
@@ -105,6 +118,11 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
+	for old, now := range renamedEnv {
+		if os.Getenv(old) != "" {
+			errs = append(errs, fmt.Errorf("$%s is no longer read: use $%s", old, now))
+		}
+	}
 	for name, env := range envFallback {
 		if v := os.Getenv(env); v != "" && !set[name] {
 			if err := fs.Set(name, v); err != nil {
@@ -116,13 +134,16 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		errs = append(errs, errors.New("no PostgreSQL URL (-postgres or $BATON_POSTGRES_URL)"))
 	}
 	if o.serve != "" && o.brokers == "" {
-		errs = append(errs, errors.New("no Kafka brokers (-brokers or $BATON_BROKERS)"))
+		errs = append(errs, errors.New("no Kafka brokers (-brokers or $BATON_KAFKA_BROKERS)"))
 	}
 	if o.session < 0 {
 		errs = append(errs, fmt.Errorf("session timeout %s is negative", o.session))
 	}
 	if o.group == "" {
 		o.group = "twins"
+	}
+	if _, err := newLogger(io.Discard, o.logFormat, o.logLevel); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)
