@@ -85,5 +85,8 @@ check "redis: no redis-server" 0 "apt-get install -y --no-install-recommends red
 nochromium="$(pathwithout sudo chromium chromium-browser)"
 check "chromium: none installed" 0 "apt-get install -y --no-install-recommends chromium" \
   env PATH="$nochromium" BATON_CHROMIUM= BATON_DRY_RUN=1 bash "$HERE/chromium.sh" install
+nopromtool="$(pathwithout sudo promtool)"
+check "promtool: none installed: Debian's prometheus package" 0 "apt-get install -y --no-install-recommends prometheus" \
+  env PATH="$nopromtool" BATON_DRY_RUN=1 bash "$HERE/promtool.sh" install
 
 [[ $fails -eq 0 ]] || { echo "install-test.sh: $fails failed"; exit 1; }

@@ -218,15 +218,19 @@ func TestPortsAgree(t *testing.T) {
 	// Grafana: the provisioned datasource is the dashboard's, and points at compose's Prometheus.
 	var ds struct {
 		Datasources []struct {
-			UID string `json:"uid"`
-			URL string `json:"url"`
+			UID       string `json:"uid"`
+			URL       string `json:"url"`
+			Type      string `json:"type"`
+			IsDefault bool   `json:"isDefault"`
 		} `json:"datasources"`
 	}
 	if err := yaml.Unmarshal([]byte(readFile(t, "deploy/compose/grafana/provisioning/datasources/prometheus.yaml")), &ds); err != nil || len(ds.Datasources) != 1 {
 		t.Fatalf("grafana datasource: %v %+v", err, ds)
 	}
-	if !strings.Contains(readFile(t, dashboardFile), `"uid": "`+ds.Datasources[0].UID+`"`) {
-		t.Errorf("the dashboard does not use the provisioned datasource %s", ds.Datasources[0].UID)
+	// The dashboard reads the data source its variable selects, by default Grafana's default one:
+	// the provisioned Prometheus must be it.
+	if !ds.Datasources[0].IsDefault || ds.Datasources[0].Type != "prometheus" {
+		t.Errorf("the provisioned datasource %s is not the default Prometheus the dashboard's variable selects", ds.Datasources[0].UID)
 	}
 	pu, err := url.Parse(ds.Datasources[0].URL)
 	if err != nil {
