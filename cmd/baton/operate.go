@@ -171,7 +171,9 @@ that partition's owner, token, position and lag. Partitioners: `+strings.Join(st
 
 func erasCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("eras", "-group G [-store S] [flags]", `The recorded recoveries (era advances) of a group's fences, oldest first: from which token to
-which, who made it (the consumer after a verified regression, or an operator) and the reason.
+which, its kind (a handover: the consumer fenced its own member's previous claimant at the same
+generation, as after a static member's restart; a regression: the consumer recovered after the
+group's generations went backwards; or an operator's) and the reason.
 Reads only the store.
 `, stderr)
 	var s sourceFlags
@@ -196,7 +198,8 @@ Reads only the store.
 	var out []status.Recovery
 	for _, r := range recs {
 		if s.topic == "" || r.Key.Topic == s.topic {
-			out = append(out, status.Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At})
+			out = append(out, status.Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At,
+				Kind: status.RecoveryKind(r.Reason, r.From, r.To)})
 		}
 	}
 	if s.json {
