@@ -158,7 +158,8 @@ func TestPortsAgree(t *testing.T) {
 		t.Errorf("twin.Dockerfile does not EXPOSE %s", want)
 	}
 
-	// Prometheus scrapes every compose twin on that port, and nothing else.
+	// Prometheus scrapes every compose twin on that port, the status page and the auditor, and
+	// nothing else.
 	var prom struct {
 		ScrapeConfigs []struct {
 			JobName       string `json:"job_name"`
@@ -184,6 +185,11 @@ func TestPortsAgree(t *testing.T) {
 	for _, s := range twins(p) {
 		wantTargets = append(wantTargets, s.Name+":"+want)
 	}
+	// And the operator's processes, on the port their -http flag names.
+	for _, name := range []string{"status", "audit"} {
+		wantTargets = append(wantTargets, name+":"+httpPort(t, p.Services[name].Command))
+	}
+	slices.Sort(wantTargets)
 	if !slices.Equal(slices.Sorted(slices.Values(targets)), wantTargets) {
 		t.Errorf("prometheus.yml scrapes %v, want %v", targets, wantTargets)
 	}
