@@ -36,7 +36,7 @@ func WriteText(w io.Writer, s *Snapshot) error {
 	for _, p := range s.Partitions {
 		rec := "-"
 		if r := p.LastRecovery; r != nil {
-			rec = fmt.Sprintf("%s->%s %s", r.From, r.To, r.At.Format(time.RFC3339))
+			rec = fmt.Sprintf("%s->%s %s %s", r.From, r.To, r.Kind, r.At.Format(time.RFC3339))
 		}
 		owner := p.Owner.String()
 		if p.Owner == nil && s.GroupState == "" {

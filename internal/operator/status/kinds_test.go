@@ -68,7 +68,7 @@ func TestRecoveryKinds(t *testing.T) {
 	if err := status.WriteText(&text, snap); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(text.String(), "3 recoveries (1 handovers, 1 after a verified regression)") {
+	if !strings.Contains(text.String(), "3 recoveries (1 handovers, 1 after a verified regression)") || !strings.Contains(text.String(), "2.7->3.0 operator ") {
 		t.Errorf("text summary:\n%s", text.String())
 	}
 	text.Reset()
@@ -93,6 +93,7 @@ func TestRecoveryKinds(t *testing.T) {
 		"<b>regression</b> t/0: era advanced 1.9 -&gt; 2.7",
 		"<b>recovery</b> t/0: era advanced 2.7 -&gt; 3.0",
 		"1 handovers, 1 after a verified regression",
+		"2.7→3.0 operator ",
 		`<h2>Refused writes</h2>`,
 		"t/0: token <b>0.7</b> and older refused (handover)",
 		"t/0: token <b>1.9</b> and older refused (regression)",

@@ -404,7 +404,7 @@ func (p *Page) serveHTML(w http.ResponseWriter) {
 				LagChart:     sparkline(h, func(s sample) *int64 { return s.lag }, "#4e79a7", p.cfg.window),
 				BacklogChart: sparkline(h, func(s sample) *int64 { return s.backlog }, "#f28e2b", p.cfg.window)}
 			if r := l.LastRecovery; r != nil {
-				row.RecoveryText = fmt.Sprintf("%s→%s %s", r.From, r.To, r.At.Local().Format("Jan 2 15:04:05"))
+				row.RecoveryText = fmt.Sprintf("%s→%s %s %s", r.From, r.To, r.Kind, r.At.Local().Format("Jan 2 15:04:05"))
 			}
 			d.Rows = append(d.Rows, row)
 		}
