@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -57,14 +56,18 @@ serving / (the violations), /violations.json and /metrics.
 	if *once && *addr != "" {
 		return usageError{err: errors.New("-once and -http exclude each other")}
 	}
-	m, err := telemetry.New(ctx, telemetry.ServiceName("baton-audit"), telemetry.OTLPFromEnv())
+	log, err := s.logger(stderr)
 	if err != nil {
 		return err
+	}
+	m, err := telemetry.New(ctx, telemetry.ServiceName("baton-audit"), telemetry.OTLPFromEnv())
+	if err != nil {
+		return asUsage(err)
 	}
 	defer func() { _ = m.Shutdown(context.Background()) }()
 	cfg := audit.Config{Store: s.store, Group: s.group, Tables: s.tables(), Timeout: s.timeout,
 		OutboxAge: *age, Stall: *stall, Handover: *handover, MaxBytes: *maxBytes, InboxRows: *inboxRows,
-		Logger: slog.New(slog.NewTextHandler(stderr, nil)), Meter: m.Provider()}
+		Logger: log, Meter: m.Provider()}
 	if s.brokers != "" {
 		cfg.Brokers = strings.Split(s.brokers, ",")
 	}

@@ -42,8 +42,10 @@ a failing run always keeps its directory, as evidence.
 	)
 	fs.StringVar(&dir, "dir", "", "directory for the SQLite file and the report, kept afterwards (default: a new temporary directory)")
 	fs.BoolVar(&keep, "keep", false, "keep the temporary directory after a passing run (a failing run always keeps it, as evidence; a -dir directory is never removed)")
-	fs.StringVar(&o.brokers, "brokers", os.Getenv("BATON_DEMO_BROKERS"), "real Kafka seed brokers instead of the embedded one")
-	fs.StringVar(&o.pgURL, "postgres", os.Getenv("BATON_DEMO_POSTGRES"), "a real PostgreSQL instead of the embedded SQLite file")
+	// No default from the environment: a shell that exported the services' addresses
+	// ($BATON_KAFKA_BROKERS) still gets the embedded demo; real services are asked for by flag.
+	fs.StringVar(&o.brokers, "brokers", "", "real Kafka seed brokers instead of the embedded one (never read from the environment)")
+	fs.StringVar(&o.pgURL, "postgres", "", "a real PostgreSQL instead of the embedded SQLite file (never read from the environment)")
 	fs.IntVar(&o.devices, "devices", 60, "simulated devices (keys)")
 	fs.IntVar(&o.updates, "updates", 20, "minimum updates per device")
 	fs.IntVar(&o.freezes, "freezes", 2, "owners to freeze past their session timeout (0: none, and the demo fails: nothing was proven)")

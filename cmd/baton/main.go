@@ -32,6 +32,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	stdout, stderr = &lockedWriter{w: stdout}, &lockedWriter{w: stderr}
 	var err error
 	switch args[0] {
+	case "help", "-h", "-help", "--help":
+	default:
+		err = checkRenamedEnv()
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "baton %s: %v\n", args[0], err)
+		return 2
+	}
+	switch args[0] {
 	case "demo":
 		err = demo(ctx, args[1:], stdout, stderr)
 	case "chaos":

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -22,21 +23,33 @@ import (
 type sourceFlags struct {
 	brokers, store, group, topic string
 	fenceTable, outboxTable      string
+	logFormat, logLevel          string
 	timeout                      time.Duration
 	json                         bool
 }
 
 func (s *sourceFlags) register(fs *flag.FlagSet, withJSON bool) {
-	fs.StringVar(&s.brokers, "brokers", os.Getenv("BATON_KAFKA_BROKERS"), "Kafka seed brokers, comma separated (default $BATON_KAFKA_BROKERS)")
-	fs.StringVar(&s.store, "store", os.Getenv("BATON_STORE"), "the fence store: a PostgreSQL URL (postgres://...) or an SQLite file path (default $BATON_STORE)")
-	fs.StringVar(&s.group, "group", "", "the consumer group (required)")
+	fs.StringVar(&s.brokers, "brokers", os.Getenv(envBrokers), "Kafka seed brokers, comma separated (default $"+envBrokers+")")
+	fs.StringVar(&s.store, "store", os.Getenv(envPostgres), "the fence store: a PostgreSQL URL (postgres://...) or an SQLite file path (default $"+envPostgres+")")
+	fs.StringVar(&s.group, "group", os.Getenv(envGroup), "the consumer group (required; default $"+envGroup+")")
 	fs.StringVar(&s.topic, "topic", "", "only this topic (default: every topic the group has state for)")
 	fs.StringVar(&s.fenceTable, "fence-table", "", "the fence table (default baton_fences; recoveries and keyed tables derive from it)")
 	fs.StringVar(&s.outboxTable, "outbox-table", "", "the outbox table (default baton_outbox; its cursors table derives from it)")
+	fs.StringVar(&s.logFormat, "log-format", os.Getenv(envLogFormat), "the log's format: text or json (default $"+envLogFormat+", else text)")
+	fs.StringVar(&s.logLevel, "log-level", os.Getenv(envLogLevel), "the lowest level logged: debug, info, warn or error (default $"+envLogLevel+", else info)")
 	fs.DurationVar(&s.timeout, "timeout", 5*time.Second, "how long to wait for each source before reporting it unreachable")
 	if withJSON {
 		fs.BoolVar(&s.json, "json", false, "print JSON instead of text")
 	}
+}
+
+// logger returns the command's logger on w, as -log-format and -log-level say.
+func (s *sourceFlags) logger(w io.Writer) (*slog.Logger, error) {
+	l, err := telemetry.NewLogger(w, s.logFormat, s.logLevel)
+	if err != nil {
+		return nil, usageError{err: err}
+	}
+	return l, nil
 }
 
 func (s *sourceFlags) tables() status.Tables {
@@ -44,6 +57,9 @@ func (s *sourceFlags) tables() status.Tables {
 }
 
 func (s *sourceFlags) collector() (*status.Collector, error) {
+	if _, err := s.logger(io.Discard); err != nil {
+		return nil, err
+	}
 	cfg := status.Config{Store: s.store, Group: s.group, Tables: s.tables(), Timeout: s.timeout}
 	if s.brokers != "" {
 		cfg.Brokers = strings.Split(s.brokers, ",")
@@ -155,7 +171,9 @@ that partition's owner, token, position and lag. Partitioners: `+strings.Join(st
 
 func erasCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("eras", "-group G [-store S] [flags]", `The recorded recoveries (era advances) of a group's fences, oldest first: from which token to
-which, who made it (the consumer after a verified regression, or an operator) and the reason.
+which, its kind (a handover: the consumer fenced its own member's previous claimant at the same
+generation, as after a static member's restart; a regression: the consumer recovered after the
+group's generations went backwards; or an operator's) and the reason.
 Reads only the store.
 `, stderr)
 	var s sourceFlags
@@ -180,7 +198,8 @@ Reads only the store.
 	var out []status.Recovery
 	for _, r := range recs {
 		if s.topic == "" || r.Key.Topic == s.topic {
-			out = append(out, status.Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At})
+			out = append(out, status.Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At,
+				Kind: status.RecoveryKind(r.Reason, r.From, r.To)})
 		}
 	}
 	if s.json {

@@ -11,6 +11,7 @@ import (
 // TestOperateBadInput: each bad request gets one sentence naming what was tried, a non-zero
 // exit status, and changes nothing (no SQLite file appears).
 func TestOperateBadInput(t *testing.T) {
+	t.Setenv(envGroup, "") // "status without a group" means none from the environment either
 	dir := t.TempDir()
 	db := filepath.Join(dir, "missing.db")
 	for _, c := range []struct {

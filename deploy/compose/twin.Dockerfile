@@ -1,4 +1,4 @@
-# The twin example and the baton command in one image (ghcr.io/batonhq/baton-twin:dev):
+# The twin example and the baton command in one image (ghcr.io/batonhq/baton-twin:0.1.0):
 # 'twin -serve :8080' is a member of the twins group (deploy/README.md lists its environment),
 # 'twin -migrate' creates its tables as the migration role; 'baton' is the operator's command
 # (status, who-owns, eras, recover).

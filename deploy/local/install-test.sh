@@ -78,6 +78,13 @@ if [[ "$(apt-cache policy openjdk-17-jre-headless 2>/dev/null)" == *"Candidate: 
     "--no-install-recommends openjdk-17-jre-headless maven" \
     kafka JAVA_PACKAGES="baton-no-such-jre|openjdk-17-jre-headless|default-jre-headless" bash "$ks" install
 fi
+check "kafka: a command-line tool fetches kafka-tools once, into a cache of its own" 0 \
+  "would fetch org.apache.kafka:kafka-tools:" \
+  env BATON_DRY_RUN=1 KAFKA_TOOLS_LIBS="$empty/tools" bash "$ks" tool kafka-consumer-groups.sh --list
+check "kafka: a cached tool runs its class" 0 "would run org.apache.kafka.tools.consumer.group.ConsumerGroupCommand" \
+  env BATON_DRY_RUN=1 KAFKA_TOOLS_LIBS="$cached" bash "$ks" tool kafka-consumer-groups.sh --list
+check "kafka: an unknown tool is named" 1 "unknown tool 'kafka-nope.sh'" \
+  env BATON_DRY_RUN=1 KAFKA_TOOLS_LIBS="$cached" bash "$ks" tool kafka-nope.sh
 check "postgres: no server binaries" 0 "apt-get install -y --no-install-recommends postgresql postgresql-contrib" \
   env BATON_DRY_RUN=1 PG_BIN="$empty" bash "$HERE/postgres.sh" install
 check "redis: no redis-server" 0 "apt-get install -y --no-install-recommends redis-server" \
@@ -85,5 +92,8 @@ check "redis: no redis-server" 0 "apt-get install -y --no-install-recommends red
 nochromium="$(pathwithout sudo chromium chromium-browser)"
 check "chromium: none installed" 0 "apt-get install -y --no-install-recommends chromium" \
   env PATH="$nochromium" BATON_CHROMIUM= BATON_DRY_RUN=1 bash "$HERE/chromium.sh" install
+nopromtool="$(pathwithout sudo promtool)"
+check "promtool: none installed: Debian's prometheus package" 0 "apt-get install -y --no-install-recommends prometheus" \
+  env PATH="$nopromtool" BATON_DRY_RUN=1 bash "$HERE/promtool.sh" install
 
 [[ $fails -eq 0 ]] || { echo "install-test.sh: $fails failed"; exit 1; }

@@ -14,6 +14,11 @@
 #   kafka.sh env      print the environment variables the tests read
 #   kafka.sh version  print the Kafka version, log4j version and jar cache this setting runs
 #   kafka.sh logfile  print the broker's log file (chaos faults read the group coordinator's loads there)
+#   kafka.sh tool NAME [ARGS]  run one of Kafka's command-line tools, as the tarball's bin/NAME would:
+#                     kafka-consumer-groups.sh, kafka-topics.sh, kafka-console-consumer.sh,
+#                     kafka-console-producer.sh, kafka-get-offsets.sh. Their jars (kafka-tools) are
+#                     fetched once into a cache of their own; --bootstrap-server defaults to this broker.
+#                     e.g. deploy/local/kafka.sh tool kafka-consumer-groups.sh --describe --group twins
 #
 # Cluster mode, KAFKA_NODES=3 (any N >= 2): N brokers on loopback, one JVM each, every one a
 # broker and a KRaft controller (combined roles, a static quorum of N voters), internal topics
@@ -145,6 +150,54 @@ install() {
   [[ -n "${BATON_DRY_RUN:-}" ]] && return 0
   find_java >/dev/null || die "installed ${missing[*]} but found no Java 17+ (on PATH or under $JVM_DIR)"
   jars_cached || command -v "$MVN" >/dev/null 2>&1 || die "installed maven but there is still no $MVN"
+}
+
+# The command-line tools' jars: a cache apart from the broker's, fetched only when a tool runs.
+TOOLS_LIBS="${KAFKA_TOOLS_LIBS:-$KAFKA_LIBS-tools}"
+
+# tool_class NAME prints the main class of the tarball's bin/NAME.
+tool_class() {
+  case "$1" in
+    kafka-consumer-groups.sh) echo org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
+    kafka-topics.sh) echo org.apache.kafka.tools.TopicCommand ;;
+    kafka-console-consumer.sh) echo org.apache.kafka.tools.consumer.ConsoleConsumer ;;
+    kafka-console-producer.sh) echo org.apache.kafka.tools.ConsoleProducer ;;
+    kafka-get-offsets.sh) echo org.apache.kafka.tools.GetOffsetShell ;;
+    *) return 1 ;;
+  esac
+}
+
+# tool NAME ARGS... runs a command-line tool against this broker (unless --bootstrap-server is given).
+tool() {
+  local name="${1:-}" class; shift || true
+  class="$(tool_class "$name")" || die "unknown tool '$name': kafka-consumer-groups.sh, kafka-topics.sh, kafka-console-consumer.sh, kafka-console-producer.sh or kafka-get-offsets.sh"
+  local java; java="$(find_java)" || { install; java="$(find_java 2>/dev/null || true)"; }
+  if [[ ! -f "$TOOLS_LIBS/.complete" ]]; then
+    command -v "$MVN" >/dev/null 2>&1 || install_maven_for_tools
+    if [[ -n "${BATON_DRY_RUN:-}" ]]; then
+      log "dry run: would fetch org.apache.kafka:kafka-tools:$KAFKA_VERSION into $TOOLS_LIBS and run $class"; return 0
+    fi
+    local tmp="$TOOLS_LIBS.partial"
+    rm -rf "$tmp"; mkdir -p "$tmp"
+    log "fetching org.apache.kafka:kafka-tools:$KAFKA_VERSION from Maven Central (once)"
+    "$MVN" -B -q -f "$HERE/kafka/tools-pom.xml" -Dkafka.version="$KAFKA_VERSION" -Dlog4j.version="$LOG4J_VERSION" \
+      -Dkafka.libs.dir="$tmp" dependency:copy-dependencies >&2 || die "mvn could not fetch kafka-tools (see above)"
+    compgen -G "$tmp/kafka-tools-$KAFKA_VERSION.jar" >/dev/null || die "kafka-tools-$KAFKA_VERSION.jar missing"
+    printf 'status = warn\nappender.console.type = Console\nappender.console.name = STDERR\nappender.console.target = SYSTEM_ERR\nappender.console.layout.type = PatternLayout\nappender.console.layout.pattern = [%%d] %%p %%m (%%c)%%n\nrootLogger.level = WARN\nrootLogger.appenderRef.stderr.ref = STDERR\n' >"$tmp/log4j2.properties"
+    touch "$tmp/.complete"
+    rm -rf "$TOOLS_LIBS"; mv "$tmp" "$TOOLS_LIBS"
+  elif [[ -n "${BATON_DRY_RUN:-}" ]]; then
+    log "dry run: would run $class"; return 0
+  fi
+  local args=("$@")
+  [[ " ${args[*]} " == *" --bootstrap-server "* ]] || args=(--bootstrap-server "$KAFKA_HOST:$KAFKA_PORT" "${args[@]}")
+  exec "$java" -Xmx256m -Dlog4j2.configurationFile="$TOOLS_LIBS/log4j2.properties" -cp "$TOOLS_LIBS/*" "$class" "${args[@]}"
+}
+
+# install_maven_for_tools installs Maven when the tools' jars are to be fetched and there is none.
+install_maven_for_tools() {
+  apt_install "install Maven 3 (to fetch Kafka's command-line tools once) and set MVN=/path/to/mvn" maven
+  [[ -n "${BATON_DRY_RUN:-}" ]] || command -v "$MVN" >/dev/null 2>&1 || die "installed maven but there is still no $MVN"
 }
 
 fetch() {
@@ -433,6 +486,7 @@ if [[ "$KAFKA_NODES" =~ ^[0-9]+$ && "$KAFKA_NODES" -gt 1 ]]; then
     node-start|node-stop|node-kill|node-restart) c="${1#node-}"; [[ "$c" != kill ]] || c=kill; node "$c" "${2:-}" ;;
     logfile) if [[ -n "${2:-}" ]]; then node logfile "$2"; else for i in $(seq 1 "$KAFKA_NODES"); do node logfile "$i"; done; fi ;;
     install|fetch) "$0" "$1" ;;
+    tool) shift; KAFKA_PORT="$(node_port 1)" tool "$@" ;;
     *) cluster "${1:-start}" ;;
   esac
   exit $?
@@ -450,6 +504,7 @@ case "${1:-start}" in
   env) print_env ;;
   version) echo "$KAFKA_VERSION (log4j $LOG4J_VERSION, jars $KAFKA_LIBS)" ;;
   logfile) echo "$LOGS/kafka.out" ;;
+  tool) shift; tool "$@" ;;
   await) pid="$(running_pid)" || die "not running"; wait_ready "$pid" "$SECONDS" ;;
-  *) echo "usage: $0 {install|fetch|start|stop|kill|restart|reset|status|env|version|logfile}; KAFKA_NODES=N $0 {...|node-start|node-stop|node-kill|node-restart N}" >&2; exit 2 ;;
+  *) echo "usage: $0 {install|fetch|start|stop|kill|restart|reset|status|env|version|logfile|tool NAME [ARGS]}; KAFKA_NODES=N $0 {...|node-start|node-stop|node-kill|node-restart N}" >&2; exit 2 ;;
 esac

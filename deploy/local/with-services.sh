@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # with-services.sh CMD [ARGS...] - run CMD with PostgreSQL, Kafka and Redis (the chaos baseline's
 # lock) up and their addresses in the environment (BATON_POSTGRES_URL, BATON_KAFKA_BROKERS,
-# BATON_REDIS_ADDR), and Chromium installed for the status page's browser test. Services that
+# BATON_REDIS_ADDR), Chromium installed for the status page's browser test and promtool for the
+# rules files' check. Services that
 # were already running are used and left running; services this script started are stopped when
 # CMD ends, also on failure or interrupt. Exits with CMD's status. With BATON_DRY_RUN=1 it only says what it would
 # install and run.
@@ -32,6 +33,8 @@ for s in "${services[@]}"; do
 done
 # Not a service: the browser the status page's test drives (internal/operator/status). Installed once.
 "$HERE/chromium.sh" install
+# Not a service either: promtool, which internal/deploytest runs on deploy/prometheus's rules.
+"$HERE/promtool.sh" install
 if [[ -n "${BATON_DRY_RUN:-}" ]]; then echo "[with-services.sh] dry run: would run: $*" >&2; exit 0; fi
 eval "$("$HERE/env.sh")"
 "$@"

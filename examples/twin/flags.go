@@ -24,6 +24,8 @@ type options struct {
 	instanceID     string
 	session        time.Duration
 	prefix         string
+	logFormat      string
+	logLevel       string
 }
 
 // sessionOr returns the session timeout set, or def.
@@ -37,14 +39,23 @@ func (o options) sessionOr(def time.Duration) time.Duration {
 // envFallback names, for each flag a deployment sets through the environment, the variable a
 // member (-serve) or the migration (-migrate) reads when the flag is not given. The demo reads
 // no environment: a shell's BATON_POSTGRES_URL never turns it into a run on real services.
+// The names are the ones every Baton program reads (the baton command, deploy/local's env.sh).
 var envFallback = map[string]string{
-	"brokers":         "BATON_BROKERS",
+	"brokers":         "BATON_KAFKA_BROKERS",
 	"postgres":        "BATON_POSTGRES_URL",
 	"group":           "BATON_GROUP",
 	"instance-id":     "BATON_INSTANCE_ID",
 	"session-timeout": "BATON_SESSION_TIMEOUT",
 	"app-role":        "BATON_APP_ROLE",
 	"redis":           "BATON_REDIS_ADDR",
+	"log-format":      "BATON_LOG_FORMAT",
+	"log-level":       "BATON_LOG_LEVEL",
+}
+
+// renamedEnv names, for each variable an earlier release read, the one that replaces it. A
+// member or migration that finds one set refuses to start rather than ignore it.
+var renamedEnv = map[string]string{
+	"BATON_BROKERS": "BATON_KAFKA_BROKERS",
 }
 
 const usageHead = `usage: twin [-brokers B] [-postgres URL | -redis ADDR]   the demo (default: embedded Kafka and SQLite)
@@ -63,7 +74,7 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 		fmt.Fprint(fs.Output(), usageHead)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&o.brokers, "brokers", "", "Kafka seed brokers, comma-separated (demo default: an embedded kfake cluster; $BATON_BROKERS)")
+	fs.StringVar(&o.brokers, "brokers", "", "Kafka seed brokers, comma-separated (demo default: an embedded kfake cluster; $BATON_KAFKA_BROKERS)")
 	fs.StringVar(&o.pgURL, "postgres", "", "PostgreSQL URL (demo default: SQLite files in a temporary directory; the demo makes a schema of its own; $BATON_POSTGRES_URL)")
 	fs.StringVar(&o.redis, "redis", "", "Redis at `ADDR` (host:port) instead of SQL: the twins in hashes, each device's commands in a stream of its own and the fences (fence/redisfence), one fenced script per batch; no outbox, no gateway ($BATON_REDIS_ADDR)")
 	fs.BoolVar(&o.redisLossy, "redis-allow-loss", false, "with -redis: accept a server that can lose acknowledged writes (anything but appendonly yes, appendfsync always), such as deploy/local's")
@@ -73,6 +84,8 @@ func newFlagSet(o *options, out io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.group, "group", "", "with -serve: the consumer group (default twins; $BATON_GROUP)")
 	fs.StringVar(&o.instanceID, "instance-id", "", "with -serve: the member's group.instance.id, for static membership (none if empty; $BATON_INSTANCE_ID)")
 	fs.DurationVar(&o.session, "session-timeout", 0, "Kafka session timeout (default: 1s in the demo, franz-go's 45s with -serve; $BATON_SESSION_TIMEOUT)")
+	fs.StringVar(&o.logFormat, "log-format", "text", "with -serve or -migrate: the log's format, text or json ($BATON_LOG_FORMAT)")
+	fs.StringVar(&o.logLevel, "log-level", "info", "with -serve or -migrate: the lowest level logged: debug, info, warn or error ($BATON_LOG_LEVEL)")
 	fs.StringVar(&o.prefix, "prefix", "", "with -serve: a prefix of the topics' names (device-updates, device-updates.dlq, device-commands)")
 	return fs
 }
@@ -97,7 +110,7 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	}
 	if o.serve == "" && !o.migrate {
 		var member []string
-		for _, name := range []string{"app-role", "group", "instance-id", "prefix"} {
+		for _, name := range []string{"app-role", "group", "instance-id", "prefix", "log-format", "log-level"} {
 			if f := fs.Lookup(name); f.Value.String() != f.DefValue {
 				member = append(member, "-"+name)
 			}
@@ -116,6 +129,11 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
+	for old, now := range renamedEnv {
+		if os.Getenv(old) != "" {
+			errs = append(errs, fmt.Errorf("$%s is no longer read: use $%s", old, now))
+		}
+	}
 	for name, env := range envFallback {
 		// A store named on the command line is the store: the other's variable is not read.
 		// -migrate creates PostgreSQL's tables; Redis has none.
@@ -142,13 +160,16 @@ func parseFlags(args []string, out io.Writer) (options, error) {
 		errs = append(errs, errors.New("-redis-allow-loss applies to -redis only"))
 	}
 	if o.serve != "" && o.brokers == "" {
-		errs = append(errs, errors.New("no Kafka brokers (-brokers or $BATON_BROKERS)"))
+		errs = append(errs, errors.New("no Kafka brokers (-brokers or $BATON_KAFKA_BROKERS)"))
 	}
 	if o.session < 0 {
 		errs = append(errs, fmt.Errorf("session timeout %s is negative", o.session))
 	}
 	if o.group == "" {
 		o.group = "twins"
+	}
+	if _, err := newLogger(io.Discard, o.logFormat, o.logLevel); err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return o, fmt.Errorf("%w: %w", errUsage, err)

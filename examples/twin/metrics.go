@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -17,7 +18,12 @@ import (
 // Baton's packages take the provider through their MeterProvider options. It does no I/O.
 func newMetrics(service string) (*sdkmetric.MeterProvider, http.Handler, error) {
 	reg := prometheus.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	// The process's own series beside Baton's: go_* (runtime and GC), process_* (CPU, memory,
+	// file descriptors, start time) and go_build_info.
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector())
+	// No otel_scope_* labels: each metric's name already says which package records it.
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, nil, fmt.Errorf("prometheus exporter: %w", err)
 	}

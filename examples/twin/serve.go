@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -36,7 +35,10 @@ import (
 //
 // On PostgreSQL a member needs the tables -migrate creates; it does no DDL (its role may not).
 func serve(ctx context.Context, o options, w io.Writer) error {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	log, err := newLogger(os.Stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
 	service := os.Getenv("OTEL_SERVICE_NAME")
 	if service == "" {
 		service = "twin"

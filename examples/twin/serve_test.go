@@ -265,9 +265,12 @@ func TestUsageFile(t *testing.T) {
 // anywhere; the demo ignores the members' environment.
 func TestFlags(t *testing.T) {
 	t.Setenv("BATON_POSTGRES_URL", "")
+	t.Setenv("BATON_KAFKA_BROKERS", "")
 	t.Setenv("BATON_BROKERS", "")
 	t.Setenv("BATON_REDIS_ADDR", "")
 	for args, want := range map[string][]string{
+		"-serve :0 -postgres x -brokers b -log-format xml": {"log format \"xml\""},
+		"-serve :0 -postgres x -brokers b -log-level loud": {"log level \"loud\""},
 		"-serve :0":            {"no PostgreSQL URL", "no Kafka brokers"},
 		"-migrate":             {"no PostgreSQL URL"},
 		"-serve :0 -migrate":   {"give one"},
@@ -303,9 +306,23 @@ func TestFlags(t *testing.T) {
 	t.Setenv("BATON_POSTGRES_URL", "postgres://from-env")
 	t.Setenv("BATON_SESSION_TIMEOUT", "45s")
 	t.Setenv("BATON_INSTANCE_ID", "twin-2")
-	if o, err := parseFlags(nil, io.Discard); err != nil || o.pgURL != "" || o.session != 0 {
+	t.Setenv("BATON_KAFKA_BROKERS", "k-env:9092")
+	t.Setenv("BATON_LOG_FORMAT", "json")
+	if o, err := parseFlags(nil, io.Discard); err != nil || o.pgURL != "" || o.session != 0 || o.brokers != "" {
 		t.Errorf("the demo read the environment: %+v %v", o, err)
 	}
+	if o, err := parseFlags([]string{"-serve", ":8080"}, io.Discard); err != nil || o.brokers != "k-env:9092" || o.logFormat != "json" {
+		t.Errorf("-serve: %+v %v, want the brokers of $BATON_KAFKA_BROKERS and the log format of $BATON_LOG_FORMAT", o, err)
+	}
+	// A variable an earlier release read is refused, naming its replacement, rather than ignored.
+	t.Setenv("BATON_BROKERS", "k-old:9092")
+	if _, err := parseFlags([]string{"-serve", ":8080"}, io.Discard); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "$BATON_BROKERS is no longer read: use $BATON_KAFKA_BROKERS") {
+		t.Errorf("-serve with $BATON_BROKERS set: %v, want a usage error naming $BATON_KAFKA_BROKERS", err)
+	}
+	if _, err := parseFlags(nil, io.Discard); err != nil {
+		t.Errorf("the demo read $BATON_BROKERS: %v", err)
+	}
+	t.Setenv("BATON_BROKERS", "")
 	o, err := parseFlags([]string{"-serve", ":8080", "-brokers", "k:9092", "-instance-id", "flag-wins"}, io.Discard)
 	if err != nil || o.pgURL != "postgres://from-env" || o.session != 45*time.Second || o.instanceID != "flag-wins" || o.group != "twins" {
 		t.Errorf("-serve: %+v %v, want the URL and session from the environment, the flag's instance id, group twins", o, err)
@@ -327,7 +344,7 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-// The member exports spans only when the OTEL_* variables ask for OTLP over gRPC, and refuses
+// The member exports spans only when the OTEL_* variables ask for OTLP (gRPC or HTTP), and refuses
 // what it cannot do in one sentence.
 func TestTracesFromEnv(t *testing.T) {
 	for _, c := range []struct {
@@ -340,7 +357,8 @@ func TestTracesFromEnv(t *testing.T) {
 		{"otlp", "http://collector:4317", "grpc", true, ""},
 		{"", "http://collector:4317", "", true, ""},
 		{"zipkin", "", "", false, "only otlp and none"},
-		{"otlp", "http://collector:4318", "http/protobuf", false, "only grpc"},
+		{"otlp", "http://collector:4318", "http/protobuf", true, ""},
+		{"otlp", "http://collector:4318", "http/json", false, "only grpc and http/protobuf"},
 	} {
 		t.Setenv("OTEL_TRACES_EXPORTER", c.exporter)
 		t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", c.endpoint)

@@ -158,7 +158,8 @@ func TestPortsAgree(t *testing.T) {
 		t.Errorf("twin.Dockerfile does not EXPOSE %s", want)
 	}
 
-	// Prometheus scrapes every compose twin on that port, and nothing else.
+	// Prometheus scrapes every compose twin on that port, the status page and the auditor, and
+	// nothing else.
 	var prom struct {
 		ScrapeConfigs []struct {
 			JobName       string `json:"job_name"`
@@ -184,6 +185,11 @@ func TestPortsAgree(t *testing.T) {
 	for _, s := range twins(p) {
 		wantTargets = append(wantTargets, s.Name+":"+want)
 	}
+	// And the operator's processes, on the port their -http flag names.
+	for _, name := range []string{"status", "audit"} {
+		wantTargets = append(wantTargets, name+":"+httpPort(t, p.Services[name].Command))
+	}
+	slices.Sort(wantTargets)
 	if !slices.Equal(slices.Sorted(slices.Values(targets)), wantTargets) {
 		t.Errorf("prometheus.yml scrapes %v, want %v", targets, wantTargets)
 	}
@@ -218,15 +224,19 @@ func TestPortsAgree(t *testing.T) {
 	// Grafana: the provisioned datasource is the dashboard's, and points at compose's Prometheus.
 	var ds struct {
 		Datasources []struct {
-			UID string `json:"uid"`
-			URL string `json:"url"`
+			UID       string `json:"uid"`
+			URL       string `json:"url"`
+			Type      string `json:"type"`
+			IsDefault bool   `json:"isDefault"`
 		} `json:"datasources"`
 	}
 	if err := yaml.Unmarshal([]byte(readFile(t, "deploy/compose/grafana/provisioning/datasources/prometheus.yaml")), &ds); err != nil || len(ds.Datasources) != 1 {
 		t.Fatalf("grafana datasource: %v %+v", err, ds)
 	}
-	if !strings.Contains(readFile(t, dashboardFile), `"uid": "`+ds.Datasources[0].UID+`"`) {
-		t.Errorf("the dashboard does not use the provisioned datasource %s", ds.Datasources[0].UID)
+	// The dashboard reads the data source its variable selects, by default Grafana's default one:
+	// the provisioned Prometheus must be it.
+	if !ds.Datasources[0].IsDefault || ds.Datasources[0].Type != "prometheus" {
+		t.Errorf("the provisioned datasource %s is not the default Prometheus the dashboard's variable selects", ds.Datasources[0].UID)
 	}
 	pu, err := url.Parse(ds.Datasources[0].URL)
 	if err != nil {

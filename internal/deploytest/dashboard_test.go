@@ -183,7 +183,7 @@ func checkQuery(emitted series, from map[string]string, q query) (problems, show
 // is one Baton emits, named by the real exporter; every label it filters, groups or labels a
 // legend by is one those series carry; and every Baton instrument appears on some panel.
 func TestDashboardQueriesBatonMetrics(t *testing.T) {
-	emitted, from := exportedSeries(t)
+	emitted, from := seriesOf(t, append(append(slices.Clip(batonInstruments), auditInstruments...), statusInstruments...))
 	qs := dashboardQueries(t, []byte(readFile(t, dashboardFile)))
 	if len(qs) < len(batonInstruments) {
 		t.Fatalf("the dashboard has %d queries", len(qs))
@@ -222,5 +222,61 @@ func TestDashboardCheckCatchesMistakes(t *testing.T) {
 	}
 	if problems, _ := checkQuery(emitted, from, query{expr: `sum by (reason) (rate(baton_inbox_drops_total[5m]))`, legend: "{{reason}}"}); len(problems) != 0 {
 		t.Errorf("a correct query failed: %v", problems)
+	}
+}
+
+// TestDashboardVariables: the dashboard imports into any Grafana as it is: every panel and
+// query reads the data source the datasource variable selects (no fixed uid), the group and
+// instance variables filter the series that carry those labels, and an audit row shows
+// baton_audit_violations_total by check.
+func TestDashboardVariables(t *testing.T) {
+	text := readFile(t, dashboardFile)
+	var d struct {
+		Templating struct {
+			List []struct {
+				Name, Type string
+				Query      any
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal([]byte(text), &d); err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]string{}
+	for _, v := range d.Templating.List {
+		vars[v.Name] = v.Type
+		if v.Type == "datasource" && v.Query != "prometheus" {
+			t.Errorf("variable %s selects %v data sources, want prometheus", v.Name, v.Query)
+		}
+	}
+	for name, typ := range map[string]string{"datasource": "datasource", "group": "query", "instance": "query", "topic": "query"} {
+		if vars[name] != typ {
+			t.Errorf("the dashboard has no %s variable %q (variables %v)", typ, name, vars)
+		}
+	}
+	uids := regexp.MustCompile(`"uid": "([^"]*)"`).FindAllStringSubmatch(text, -1)
+	for _, m := range uids {
+		if m[1] != "${datasource}" && m[1] != "baton" {
+			t.Errorf("a data source is fixed to uid %q: use ${datasource}", m[1])
+		}
+	}
+	qs := dashboardQueries(t, []byte(text))
+	uses := map[string]bool{}
+	audit := false
+	for _, q := range qs {
+		for _, v := range []string{"$group", "$instance"} {
+			if strings.Contains(q.expr, v) {
+				uses[v] = true
+			}
+		}
+		if strings.Contains(q.expr, "baton_audit_violations_total") && strings.Contains(q.expr, "by (check)") {
+			audit = true
+		}
+	}
+	if !uses["$group"] || !uses["$instance"] {
+		t.Errorf("the queries use the variables %v, want $group and $instance", uses)
+	}
+	if !audit {
+		t.Error("no panel shows baton_audit_violations_total by check")
 	}
 }

@@ -6,7 +6,8 @@
 //
 // What the tests prove:
 //   - every manifest in deploy/k8s decodes strictly (unknown or duplicate fields rejected) into
-//     the real Kubernetes API types (k8s.io/api), and the objects fit together: selectors,
+//     the real Kubernetes API types (k8s.io/api; the ServiceMonitor into the Prometheus
+//     Operator's), and the objects fit together: selectors,
 //     named ports, probes, the Secrets they reference, the grace period against the revoke
 //     barrier's budget, the resources against the measured RSS;
 //   - deploy/compose/compose.yaml loads with the compose spec's own loader and schema
@@ -15,7 +16,11 @@
 //     reads is one Baton emits: the instruments are read from the packages' doc.go and source,
 //     and named by the real OpenTelemetry Prometheus exporter;
 //   - the image, the port and the environment agree across compose, k8s, the Dockerfile,
-//     prometheus.yml and deploy/README.md.
+//     prometheus.yml and deploy/README.md; every image is pinned; the status page and the
+//     auditor run the same command lines in compose and k8s;
+//   - every rules file in deploy/prometheus decodes as Prometheus decodes it, reads only series
+//     and labels the programs export, and passes 'promtool check rules';
+//   - every program and deployment file uses one environment variable name per setting.
 //   - every command line they run parses with the program's real flags (examples/twin/usage.txt,
 //     which is `twin -h`): the members run -serve on the container's port, the migration
 //     -migrate, every BATON_* variable set is one the program reads, and the probes' and

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +40,33 @@ type manifests struct {
 	statefulSets []*appsv1.StatefulSet
 	pdbs         []*policyv1.PodDisruptionBudget
 	jobs         []*batchv1.Job
+	deployments  []*appsv1.Deployment
+	monitors     []*monitoringv1.ServiceMonitor
 	raw          map[string][]byte // file -> content
+}
+
+// service returns the Service named name.
+func (m *manifests) service(t *testing.T, name string) *corev1.Service {
+	t.Helper()
+	for _, s := range m.services {
+		if s.Name == name {
+			return s
+		}
+	}
+	t.Fatalf("deploy/k8s has no Service %s", name)
+	return nil
+}
+
+// deployment returns the Deployment named name.
+func (m *manifests) deployment(t *testing.T, name string) *appsv1.Deployment {
+	t.Helper()
+	for _, d := range m.deployments {
+		if d.Name == name {
+			return d
+		}
+	}
+	t.Fatalf("deploy/k8s has no Deployment %s", name)
+	return nil
 }
 
 // splitDocs splits a YAML stream into its documents, dropping empty ones.
@@ -79,6 +106,10 @@ func decodeStrict(doc []byte) (any, error) {
 		obj = &policyv1.PodDisruptionBudget{}
 	case "batch/v1/Job":
 		obj = &batchv1.Job{}
+	case "apps/v1/Deployment":
+		obj = &appsv1.Deployment{}
+	case "monitoring.coreos.com/v1/ServiceMonitor":
+		obj = &monitoringv1.ServiceMonitor{}
 	default:
 		// A Secret is refused too: secrets are referenced, never shipped.
 		return nil, fmt.Errorf("unexpected object %s %s", tm.APIVersion, tm.Kind)
@@ -115,12 +146,17 @@ func loadManifests(t *testing.T) *manifests {
 				m.pdbs = append(m.pdbs, o)
 			case *batchv1.Job:
 				m.jobs = append(m.jobs, o)
+			case *appsv1.Deployment:
+				m.deployments = append(m.deployments, o)
+			case *monitoringv1.ServiceMonitor:
+				m.monitors = append(m.monitors, o)
 			}
 		}
 	}
-	if len(m.statefulSets) != 1 || len(m.services) != 1 || len(m.pdbs) != 1 || len(m.jobs) != 1 || len(m.configMaps) != 1 {
-		t.Fatalf("want one each of StatefulSet, Service, PodDisruptionBudget, Job and ConfigMap; got %d, %d, %d, %d, %d",
-			len(m.statefulSets), len(m.services), len(m.pdbs), len(m.jobs), len(m.configMaps))
+	if len(m.statefulSets) != 1 || len(m.services) != 3 || len(m.pdbs) != 1 || len(m.jobs) != 1 || len(m.configMaps) != 1 ||
+		len(m.deployments) != 2 || len(m.monitors) != 1 {
+		t.Fatalf("want one each of StatefulSet, PodDisruptionBudget, Job, ConfigMap and ServiceMonitor, three Services and two Deployments; got %d, %d, %d, %d, %d, %d, %d",
+			len(m.statefulSets), len(m.pdbs), len(m.jobs), len(m.configMaps), len(m.monitors), len(m.services), len(m.deployments))
 	}
 	return m
 }
@@ -129,11 +165,13 @@ func loadManifests(t *testing.T) *manifests {
 // wrong level and a duplicate key each fail, and so does a Secret.
 func TestStrictDecodingRejects(t *testing.T) {
 	for name, doc := range map[string]string{
-		"unknown field": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndatta: {a: b}\n",
-		"wrong level":   "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: x}\nmaxUnavailable: 1\n",
-		"duplicate key": "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n",
-		"bad quantity":  "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n      containers: [{name: c, resources: {requests: {memory: 64 MiB}}}]\n",
-		"a Secret":      "apiVersion: v1\nkind: Secret\nmetadata: {name: x}\nstringData: {url: postgres://u:p@h/db}\n",
+		"unknown field":                 "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndatta: {a: b}\n",
+		"wrong level":                   "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: x}\nmaxUnavailable: 1\n",
+		"duplicate key":                 "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: b}\ndata: {c: d}\n",
+		"bad quantity":                  "apiVersion: batch/v1\nkind: Job\nmetadata: {name: x}\nspec:\n  template:\n    spec:\n      containers: [{name: c, resources: {requests: {memory: 64 MiB}}}]\n",
+		"a Secret":                      "apiVersion: v1\nkind: Secret\nmetadata: {name: x}\nstringData: {url: postgres://u:p@h/db}\n",
+		"ServiceMonitor, unknown field": "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\nspec:\n  selector: {}\n  endpoints: [{port: http, paths: /metrics}]\n",
+		"Deployment, wrong level":       "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\nspec:\n  replicas: 1\n  containers: []\n",
 	} {
 		if _, err := decodeStrict([]byte(doc)); err == nil {
 			t.Errorf("%s: decoded without error", name)
@@ -164,7 +202,7 @@ func containerPort(c corev1.Container, name string) (int32, bool) {
 
 func TestKubernetesManifests(t *testing.T) {
 	m := loadManifests(t)
-	sts, svc, pdb, job, cm := m.statefulSets[0], m.services[0], m.pdbs[0], m.jobs[0], m.configMaps[0]
+	sts, svc, pdb, job, cm := m.statefulSets[0], m.service(t, "twin"), m.pdbs[0], m.jobs[0], m.configMaps[0]
 	pod := sts.Spec.Template
 	if len(pod.Spec.Containers) != 1 {
 		t.Fatalf("the twin pod has %d containers, want 1", len(pod.Spec.Containers))
@@ -296,6 +334,9 @@ func TestNoInlineSecrets(t *testing.T) {
 	var containers []corev1.Container
 	containers = append(containers, m.statefulSets[0].Spec.Template.Spec.Containers...)
 	containers = append(containers, m.jobs[0].Spec.Template.Spec.Containers...)
+	for _, d := range m.deployments {
+		containers = append(containers, d.Spec.Template.Spec.Containers...)
+	}
 	refs := 0
 	for _, c := range containers {
 		for _, e := range c.Env {

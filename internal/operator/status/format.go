@@ -36,7 +36,7 @@ func WriteText(w io.Writer, s *Snapshot) error {
 	for _, p := range s.Partitions {
 		rec := "-"
 		if r := p.LastRecovery; r != nil {
-			rec = fmt.Sprintf("%s->%s %s", r.From, r.To, r.At.Format(time.RFC3339))
+			rec = fmt.Sprintf("%s->%s %s %s", r.From, r.To, r.Kind, r.At.Format(time.RFC3339))
 		}
 		owner := p.Owner.String()
 		if p.Owner == nil && s.GroupState == "" {
@@ -59,8 +59,8 @@ func WriteText(w io.Writer, s *Snapshot) error {
 	if state == "" {
 		state = "unknown"
 	}
-	_, err := fmt.Fprintf(w, "group %s (%s): %d members, %d partitions owned, %d unowned, total lag %d, outbox backlog %d, %d recoveries (%d after a verified regression); stale refusals are not stored (metric baton.consumer.stale_refusals); read in %s\n",
-		s.Group, state, sm.Members, sm.Owned, sm.Unowned, sm.TotalLag, sm.Backlog, sm.Recoveries, sm.Regressions, s.Took.Round(time.Millisecond))
+	_, err := fmt.Fprintf(w, "group %s (%s): %d members, %d partitions owned, %d unowned, total lag %d, outbox backlog %d, %d recoveries (%d handovers, %d after a verified regression); refused stale writes are not stored (metric baton.consumer.stale_refusals); read in %s\n",
+		s.Group, state, sm.Members, sm.Owned, sm.Unowned, sm.TotalLag, sm.Backlog, sm.Recoveries, sm.Handovers, sm.Regressions, s.Took.Round(time.Millisecond))
 	return err
 }
 
@@ -74,13 +74,9 @@ func WriteJSON(w io.Writer, v any) error {
 // WriteRecoveries writes the recorded recoveries, oldest first.
 func WriteRecoveries(w io.Writer, recs []Recovery) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "WHEN\tTOPIC\tPARTITION\tFROM\tTO\tBY\tREASON")
+	fmt.Fprintln(tw, "WHEN\tTOPIC\tPARTITION\tFROM\tTO\tKIND\tREASON")
 	for _, r := range recs {
-		by := "operator"
-		if IsAutomatic(r.Reason) {
-			by = "consumer"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.At.Format(time.RFC3339), r.Topic, r.Partition, r.From, r.To, by, r.Reason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.At.Format(time.RFC3339), r.Topic, r.Partition, r.From, r.To, r.Kind, r.Reason)
 	}
 	return tw.Flush()
 }

@@ -104,6 +104,10 @@ type Event struct {
 	At   time.Time `json:"at"`
 	Kind string    `json:"kind"`
 	Text string    `json:"text"`
+	// Partition and Fenced: after a takeover, handover, regression or recovery, the store
+	// refuses every write of that partition presented with Fenced or an older token.
+	Partition string `json:"partition,omitempty"`
+	Fenced    string `json:"fenced,omitempty"`
 }
 
 // Page is the live status page of one group. Run polls the sources; ServeHTTP serves / (the
@@ -175,7 +179,7 @@ func (p *Page) instruments() error {
 			o.ObserveInt64(up, b2i(src.Err == ""), metric.WithAttributes(group, attribute.String("baton.source", src.Name)))
 		}
 		o.ObserveInt64(members, int64(len(s.Members)), metric.WithAttributes(group))
-		auto := int64(s.Summary.Regressions)
+		auto := int64(s.Summary.Regressions + s.Summary.Handovers)
 		o.ObserveInt64(recs, auto, metric.WithAttributes(group, attribute.String("baton.by", "consumer")))
 		o.ObserveInt64(recs, int64(s.Summary.Recoveries)-auto, metric.WithAttributes(group, attribute.String("baton.by", "operator")))
 		for _, l := range s.Partitions {
@@ -260,7 +264,8 @@ func (p *Page) record(snap *Snapshot, err error) {
 			for i := n - 1; i >= 0 && prev == "-"; i-- {
 				prev = h[i].owner
 			}
-			p.event(now, "takeover", fmt.Sprintf("%s/%d: token %s -> %s, owner %s -> %s", l.Topic, l.Partition, h[n-1].token, s.token, prev, s.owner))
+			p.eventFenced(now, "takeover", fmt.Sprintf("%s/%d: token %s -> %s, owner %s -> %s", l.Topic, l.Partition, h[n-1].token, s.token, prev, s.owner),
+				fmt.Sprintf("%s/%d", l.Topic, l.Partition), h[n-1].token)
 		}
 		h = append(h, s)
 		cut := now.Add(-p.cfg.window)
@@ -276,18 +281,23 @@ func (p *Page) record(snap *Snapshot, err error) {
 	}
 	for _, r := range snap.Recoveries[min(p.seenRec, len(snap.Recoveries)):] {
 		kind := "recovery"
-		if IsAutomatic(r.Reason) {
-			kind = "regression"
+		if r.Kind != KindOperator {
+			kind = r.Kind
 		}
-		p.event(r.At, kind, fmt.Sprintf("%s/%d: era advanced %s -> %s: %s", r.Topic, r.Partition, r.From, r.To, r.Reason))
+		p.eventFenced(r.At, kind, fmt.Sprintf("%s/%d: era advanced %s -> %s: %s", r.Topic, r.Partition, r.From, r.To, r.Reason),
+			fmt.Sprintf("%s/%d", r.Topic, r.Partition), r.From)
 	}
 	if len(snap.Recoveries) > 0 || snap.Sources[1].Err == "" {
 		p.seenRec = max(p.seenRec, len(snap.Recoveries))
 	}
 }
 
-func (p *Page) event(at time.Time, kind, text string) {
-	p.events = append(p.events, Event{At: at, Kind: kind, Text: text})
+func (p *Page) event(at time.Time, kind, text string) { p.eventFenced(at, kind, text, "", "") }
+
+// eventFenced records an event after which the partition's writes with token fenced (and
+// older) are refused.
+func (p *Page) eventFenced(at time.Time, kind, text, partition, fenced string) {
+	p.events = append(p.events, Event{At: at, Kind: kind, Text: text, Partition: partition, Fenced: fenced})
 	if len(p.events) > 50 {
 		p.events = p.events[len(p.events)-50:]
 	}
@@ -394,7 +404,7 @@ func (p *Page) serveHTML(w http.ResponseWriter) {
 				LagChart:     sparkline(h, func(s sample) *int64 { return s.lag }, "#4e79a7", p.cfg.window),
 				BacklogChart: sparkline(h, func(s sample) *int64 { return s.backlog }, "#f28e2b", p.cfg.window)}
 			if r := l.LastRecovery; r != nil {
-				row.RecoveryText = fmt.Sprintf("%s→%s %s", r.From, r.To, r.At.Local().Format("Jan 2 15:04:05"))
+				row.RecoveryText = fmt.Sprintf("%s→%s %s %s", r.From, r.To, r.Kind, r.At.Local().Format("Jan 2 15:04:05"))
 			}
 			d.Rows = append(d.Rows, row)
 		}
@@ -461,7 +471,7 @@ func (p *Page) timeline(buf *bytes.Buffer) error {
 	slices.SortFunc(t.Batches, func(a, b timeline.Batch) int { return int(a.AtMS - b.AtMS) })
 	var bands []timeline.Band
 	for _, e := range p.events {
-		if e.At.Before(now.Add(-p.cfg.window)) || (e.Kind != "takeover" && e.Kind != "recovery" && e.Kind != "regression") {
+		if e.At.Before(now.Add(-p.cfg.window)) || (e.Kind != "takeover" && e.Kind != "recovery" && e.Kind != "regression" && e.Kind != "handover") {
 			continue
 		}
 		bands = append(bands, timeline.Band{StartMS: e.At.UnixMilli() - p.cfg.interval.Milliseconds(), EndMS: e.At.UnixMilli(), Label: e.Kind + " " + e.Text})

@@ -56,6 +56,36 @@ type Recovery struct {
 	To        string    `json:"to"`
 	Reason    string    `json:"reason"`
 	At        time.Time `json:"at"`
+	// Kind is KindHandover, KindRegression or KindOperator (RecoveryKind).
+	Kind string `json:"kind"`
+}
+
+// The kinds of recorded era advance.
+const (
+	// KindHandover: the consumer fenced its own member's previous claimant at the same
+	// generation (a static member restarted within its session, a KIP-848 member rejoined in
+	// place). Routine: not a regression.
+	KindHandover = "handover"
+	// KindRegression: the consumer recovered after the group's generations went backwards
+	// (the group was deleted or recreated), verified with the coordinator.
+	KindRegression = "regression"
+	// KindOperator: an operator's recover, topics reset or topics ack.
+	KindOperator = "operator"
+)
+
+// RecoveryKind classifies a recorded era advance from what the store holds: an operator's
+// reason does not start as the consumer's; the consumer's is a handover when the new token keeps
+// the stored one's generation (it fenced a claimant of the same generation: its own member's
+// previous worker), and a regression when the generation differs (the stored token was ahead
+// of the verified owner's).
+func RecoveryKind(reason string, from, to fence.Token) string {
+	switch {
+	case !IsAutomatic(reason):
+		return KindOperator
+	case from.Epoch == to.Epoch || strings.Contains(reason, ": handover at generation "):
+		return KindHandover
+	}
+	return KindRegression
 }
 
 // Partition is one partition's line. A nil pointer is a value no reachable source had.
@@ -94,8 +124,10 @@ type Summary struct {
 	Backlog    int64 `json:"outbox_backlog"`
 	Recoveries int   `json:"recoveries"`
 	// Regressions are the recoveries the consumer made itself after verifying a generation
-	// that went backwards (RecoverRegressions); the others were made by an operator.
+	// that went backwards (RecoverRegressions); Handovers those it made to fence its own
+	// member's previous claimant at the same generation; the others were made by an operator.
 	Regressions int `json:"regressions"`
+	Handovers   int `json:"handovers"`
 	// The stores do not record stale refusals: they refuse and roll back, leaving no row.
 	// They are counted by the members' baton.consumer.stale_refusals metric.
 }
@@ -410,15 +442,19 @@ func (c *Collector) Collect(ctx context.Context) (*Snapshot, error) {
 		}
 	}
 	for _, r := range recs {
-		v := Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At}
+		v := Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At,
+			Kind: RecoveryKind(r.Reason, r.From, r.To)}
 		if !want(r.Key.Topic) {
 			continue
 		}
 		snap.Recoveries = append(snap.Recoveries, v)
 		row(key(r.Key.Topic, r.Key.Partition)).LastRecovery = &v
 		snap.Summary.Recoveries++
-		if IsAutomatic(r.Reason) {
+		switch v.Kind {
+		case KindRegression:
 			snap.Summary.Regressions++
+		case KindHandover:
+			snap.Summary.Handovers++
 		}
 	}
 	for _, p := range rows {

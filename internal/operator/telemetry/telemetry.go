@@ -4,12 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetricgrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -23,6 +28,7 @@ type Option func(*config) error
 type config struct {
 	service      string
 	otlp         bool
+	grpc         bool   // with otlp: OTLP/gRPC instead of OTLP/HTTP
 	otlpEndpoint string // "" with otlp: the OTEL_EXPORTER_OTLP_* environment variables
 	interval     time.Duration
 }
@@ -45,21 +51,47 @@ func OTLP(endpoint string) Option {
 		if endpoint == "" {
 			return errors.New("telemetry: empty OTLP endpoint")
 		}
-		c.otlp, c.otlpEndpoint = true, endpoint
+		c.otlp, c.grpc, c.otlpEndpoint = true, false, endpoint
 		return nil
 	}
 }
 
-// OTLPFromEnv exports over OTLP/HTTP when OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTLPFromEnv exports over OTLP when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_METRICS_ENDPOINT is set, configured by the standard OTEL_EXPORTER_OTLP_*
-// variables; otherwise it does nothing.
+// variables, over the protocol OTEL_EXPORTER_OTLP_METRICS_PROTOCOL or
+// OTEL_EXPORTER_OTLP_PROTOCOL names: grpc or http/protobuf (the default, as the OpenTelemetry
+// specification says); any other protocol is an error. Without an endpoint it does nothing.
 func OTLPFromEnv() Option {
 	return func(c *config) error {
-		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != "" || os.Getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != "" {
-			c.otlp = true
+		if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") == "" {
+			return nil
 		}
+		p, err := OTLPProtocol("METRICS")
+		if err != nil {
+			return err
+		}
+		c.otlp, c.grpc = true, p == "grpc"
 		return nil
 	}
+}
+
+// OTLPProtocol returns the OTLP protocol the environment asks for a signal ("TRACES",
+// "METRICS"): OTEL_EXPORTER_OTLP_<signal>_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else
+// "http/protobuf". It returns an error for a protocol other than grpc and http/protobuf.
+func OTLPProtocol(signal string) (string, error) {
+	name := "OTEL_EXPORTER_OTLP_" + signal + "_PROTOCOL"
+	p := os.Getenv(name)
+	if p == "" {
+		name = "OTEL_EXPORTER_OTLP_PROTOCOL"
+		p = os.Getenv(name)
+	}
+	switch p {
+	case "":
+		return "http/protobuf", nil
+	case "grpc", "http/protobuf":
+		return p, nil
+	}
+	return "", fmt.Errorf("telemetry: %s=%s: only grpc and http/protobuf are supported", name, p)
 }
 
 // ExportInterval sets how often metrics are pushed over OTLP (default 10s).
@@ -95,7 +127,13 @@ func New(ctx context.Context, opts ...Option) (*Metrics, error) {
 		return nil, err
 	}
 	reg := prometheus.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	// The process's own series beside Baton's: go_* (runtime and GC), process_* (CPU, memory,
+	// file descriptors, start time) and go_build_info (the binary's module versions).
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewBuildInfoCollector())
+	// Without the otel_scope_* labels on every series: each metric name already says which
+	// package records it, and the extra labels only break joins between series.
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg), otelprom.WithoutScopeInfo())
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
@@ -105,11 +143,16 @@ func New(ctx context.Context, opts ...Option) (*Metrics, error) {
 	}
 	popts := []sdkmetric.Option{sdkmetric.WithReader(exp), sdkmetric.WithResource(res)}
 	if c.otlp {
-		var eopts []otlpmetrichttp.Option
-		if c.otlpEndpoint != "" {
-			eopts = append(eopts, otlpmetrichttp.WithEndpoint(c.otlpEndpoint), otlpmetrichttp.WithInsecure())
+		var oexp sdkmetric.Exporter
+		if c.grpc {
+			oexp, err = otlpmetricgrpc.New(ctx) // connects lazily; configured by OTEL_EXPORTER_OTLP_*
+		} else {
+			var eopts []otlpmetrichttp.Option
+			if c.otlpEndpoint != "" {
+				eopts = append(eopts, otlpmetrichttp.WithEndpoint(c.otlpEndpoint), otlpmetrichttp.WithInsecure())
+			}
+			oexp, err = otlpmetrichttp.New(ctx, eopts...)
 		}
-		oexp, err := otlpmetrichttp.New(ctx, eopts...)
 		if err != nil {
 			return nil, fmt.Errorf("telemetry: OTLP exporter: %w", err)
 		}
@@ -129,3 +172,23 @@ func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // Shutdown flushes the OTLP exporter (if any) and stops the provider.
 func (m *Metrics) Shutdown(ctx context.Context) error { return m.provider.Shutdown(ctx) }
+
+// NewLogger returns a logger writing to w in format "text" (slog's key=value lines) or "json"
+// (one object per line, for a log pipeline), at level "debug", "info", "warn" or "error". An
+// empty format or level means text or info.
+func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	lv := slog.LevelInfo
+	if level != "" {
+		if err := lv.UnmarshalText([]byte(level)); err != nil {
+			return nil, fmt.Errorf("telemetry: log level %q: want debug, info, warn or error", level)
+		}
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch strings.ToLower(format) {
+	case "", "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("telemetry: log format %q: want text or json", format)
+}

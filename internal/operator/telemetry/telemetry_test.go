@@ -1,0 +1,97 @@
+package telemetry
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// TestHandlerServesProcessSeries: /metrics carries the Go runtime's, the process's and the
+// build's series beside Baton's, and no otel_scope_* label.
+func TestHandlerServesProcessSeries(t *testing.T) {
+	m, err := New(context.Background(), ServiceName("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Shutdown(context.Background()) }()
+	c, err := m.Provider().Meter("github.com/batonhq/baton/test").Int64Counter("baton.test.things")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Add(context.Background(), 1)
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{"\ngo_goroutines ", "\ngo_gc_duration_seconds", "\nprocess_start_time_seconds ", "\nprocess_resident_memory_bytes ", "\ngo_build_info{", "\nbaton_test_things_total"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %q", strings.TrimSpace(want))
+		}
+	}
+	if strings.Contains(body, "otel_scope_") {
+		t.Errorf("/metrics carries otel_scope_* labels:\n%s", body)
+	}
+}
+
+// TestOTLPProtocol: the protocol comes from the per-signal variable, else the general one,
+// else http/protobuf; anything else is refused by name.
+func TestOTLPProtocol(t *testing.T) {
+	for _, c := range []struct{ signal, general, want, err string }{
+		{"", "", "http/protobuf", ""},
+		{"", "grpc", "grpc", ""},
+		{"http/protobuf", "grpc", "http/protobuf", ""},
+		{"", "http/json", "", "OTEL_EXPORTER_OTLP_PROTOCOL=http/json"},
+		{"thrift", "", "", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL=thrift"},
+	} {
+		t.Setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", c.signal)
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", c.general)
+		got, err := OTLPProtocol("METRICS")
+		if got != c.want || (err == nil) != (c.err == "") || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%+v: %q, %v", c, got, err)
+		}
+	}
+	// New builds the exporter the protocol names (neither connects before its first push).
+	t.Setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:1")
+	for _, p := range []string{"grpc", "http/protobuf"} {
+		t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", p)
+		var c config
+		if err := OTLPFromEnv()(&c); err != nil || !c.otlp || c.grpc != (p == "grpc") {
+			t.Errorf("%s: otlp %v grpc %v err %v", p, c.otlp, c.grpc, err)
+		}
+	}
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+	if _, err := New(context.Background(), OTLPFromEnv()); err == nil {
+		t.Error("New accepted OTEL_EXPORTER_OTLP_PROTOCOL=http/json")
+	}
+}
+
+// TestNewLogger: text and json at the level asked for; anything else is refused.
+func TestNewLogger(t *testing.T) {
+	var b bytes.Buffer
+	l, err := NewLogger(&b, "json", "warn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("hidden")
+	l.Warn("shown", "k", 1)
+	var rec map[string]any
+	if err := json.Unmarshal(b.Bytes(), &rec); err != nil || rec["msg"] != "shown" || rec["level"] != "WARN" {
+		t.Errorf("json at warn wrote %q (%v)", b.String(), err)
+	}
+	b.Reset()
+	if l, err = NewLogger(&b, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	l.Info("hello")
+	if !strings.HasPrefix(b.String(), "time=") || !strings.Contains(b.String(), "level=INFO msg=hello") {
+		t.Errorf("the default logger wrote %q, want text at info", b.String())
+	}
+	for _, bad := range [][2]string{{"xml", "info"}, {"text", "loud"}} {
+		if _, err := NewLogger(&b, bad[0], bad[1]); err == nil {
+			t.Errorf("NewLogger(%q, %q) accepted", bad[0], bad[1])
+		}
+	}
+}
