@@ -26,12 +26,27 @@ type replicated struct {
 
 func startReplicated(t *testing.T) *replicated {
 	t.Helper()
+	rs := startPrimary(t)
+	rs.attachReplica(t)
+	return rs
+}
+
+var durableArgs = []string{"--appendonly", "yes", "--appendfsync", "always"}
+
+// startPrimary starts the primary alone; attachReplica gives it its replica.
+func startPrimary(t *testing.T) *replicated {
+	t.Helper()
+	p := testenv.StartRedis(t, append(durableArgs, "--repl-diskless-sync-delay", "0")...)
+	return &replicated{primary: p, pc: client(t, p.Addr)}
+}
+
+// attachReplica starts the replica of rs's primary and waits until it is in sync.
+func (rs *replicated) attachReplica(t *testing.T) {
+	t.Helper()
 	ctx := testenv.Context(t, 15*time.Second)
-	durable := []string{"--appendonly", "yes", "--appendfsync", "always"}
-	p := testenv.StartRedis(t, append(durable, "--repl-diskless-sync-delay", "0")...)
-	host, port, _ := net.SplitHostPort(p.Addr)
-	r := testenv.StartRedis(t, append(durable, "--replicaof", host, port)...)
-	rs := &replicated{primary: p, replica: r, pc: client(t, p.Addr), rc: client(t, r.Addr)}
+	host, port, _ := net.SplitHostPort(rs.primary.Addr)
+	rs.replica = testenv.StartRedis(t, append(durableArgs, "--replicaof", host, port)...)
+	rs.rc = client(t, rs.replica.Addr)
 	for {
 		info, err := rs.rc.Info(ctx, "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
@@ -55,7 +70,6 @@ func startReplicated(t *testing.T) *replicated {
 		t.Fatalf("no process_id in INFO server: %s", info)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(rs.replicaPID, syscall.SIGCONT) })
-	return rs
 }
 
 // synced waits until the replica has everything the primary has written.
@@ -260,5 +274,41 @@ func TestWaitRefusesToAcknowledgeUnreplicated(t *testing.T) {
 	err = untilReplicated(ctx, func() error { return retry.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")) })
 	if !errors.Is(err, fence.ErrDuplicate) {
 		t.Fatalf("the retry once the replica resumed = %v, want ErrDuplicate", err)
+	}
+}
+
+// TestWaitCountsAReplicaAttachedAfterTheCheck: a replica that attaches after the store checked
+// the server (none was connected then: not yet started, or reconnecting) is waited for from
+// then on. While it is stopped, a claim is not answered, since a failover to it would lose
+// the claim.
+func TestWaitCountsAReplicaAttachedAfterTheCheck(t *testing.T) {
+	rs := startPrimary(t)
+	ctx := testenv.Context(t, 15*time.Second)
+	s, err := New(rs.pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, zombieToken, "zombie"); err != nil {
+		t.Fatal(err)
+	}
+	rs.attachReplica(t)
+	rs.freezeReplica(t)
+	if _, err := s.Claim(ctx, failoverKey, ownerToken, "owner"); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("the owner's claim while the replica attached after the check is stopped = %v, want ErrNotDurable", err)
+	}
+	rs.resumeReplica(t)
+	err = untilReplicated(ctx, func() error {
+		_, err := s.Claim(ctx, failoverKey, ownerToken, "owner")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the owner's claim once the replica resumed: %v", err)
+	}
+	rs.freezeReplica(t)
+	if err := s.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("a batch while the replica is stopped = %v, want ErrNotDurable", err)
 	}
 }

@@ -36,11 +36,12 @@ type Store struct {
 	c         redis.Cmdable
 	k         keys
 	allowLoss bool
-	replicas  int // replicas that must confirm each fence write (connected when Check ran); 0: none
 
-	mu      sync.Mutex
-	checked bool // the server's settings were accepted
-	cluster bool // the server runs Redis Cluster: a transaction's keys must share a slot
+	mu       sync.Mutex
+	checked  bool // the server's settings were accepted
+	cluster  bool // the server runs Redis Cluster: a transaction's keys must share a slot
+	wait     bool // a standalone server, the wait not waived: each fence write waits for the replicas
+	replicas int  // the most replicas seen connected (at Check or after a fence write): each fence write waits for them
 }
 
 // Option configures a [Store].
@@ -110,15 +111,17 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := durable(ctx, s.c); err != nil && !s.allowLoss {
 		return err
 	}
-	replicas := 0
-	if !cluster && !s.allowLoss {
+	wait, replicas := !cluster && !s.allowLoss, 0
+	if wait {
 		if replicas, err = connectedReplicas(ctx, s.c); err != nil {
 			return err
 		}
 	}
-	s.checked, s.cluster, s.replicas = true, cluster, replicas
+	s.checked, s.cluster, s.wait, s.replicas = true, cluster, wait, replicas
 	return nil
 }
+
+func (s *Store) channel() string { return s.k.prefix + "replicated" }
 
 // replicaWait bounds how long a fence write waits for the replicas to confirm it. It stays
 // below go-redis's default ReadTimeout (3 s), which bounds the pipeline that waits.
@@ -131,6 +134,12 @@ func connectedReplicas(ctx context.Context, c redis.Cmdable) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("redisfence: INFO replication: %w", err)
 	}
+	return parseReplicas(info)
+}
+
+// parseReplicas reads connected_slaves from INFO replication, 0 for a server that is itself a
+// replica.
+func parseReplicas(info string) (int, error) {
 	if !strings.Contains(info, "role:master") {
 		return 0, nil
 	}
@@ -204,14 +213,14 @@ func (s *Store) isCluster() bool {
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
 
 // run runs a script, waiting while it answers "held" (another transaction holds a fence it
-// needs), and returns its reply as strings. On a primary with replicas, a script that writes a
-// fence (every one but holdScript's) answers only once the replicas confirmed.
+// needs), and returns its reply as strings. On a standalone server, a script that writes a
+// fence (every one but holdScript's) answers only once its replicas confirmed.
 func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]string, error) {
 	wait := time.Millisecond
 	for {
 		var r []string
 		var err error
-		if s.replicas > 0 && sc != holdScript {
+		if s.wait && sc != holdScript {
 			r, err = s.runReplicated(ctx, sc, keys, args...)
 		} else {
 			r, err = sc.Run(ctx, s.c, keys, args...).StringSlice()
@@ -236,14 +245,20 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 	}
 }
 
-// runReplicated runs a script, a PUBLISH and WAIT in one pipeline, on one connection (WAIT is
-// documented to count the writes of its own connection), and returns the script's reply only
-// if every replica confirmed within replicaWait; otherwise it fails with ErrNotDurable
-// whatever the script answered. The PUBLISH (a message to a channel nobody needs to hear, which the primary
-// sends its replicas) makes WAIT cover everything the primary had written when the script ran,
-// even when the script itself wrote nothing: the retry of a commit the primary had applied is
-// answered fence.ErrDuplicate only once the replicas have that commit too.
+// runReplicated runs a script, a PUBLISH, WAIT and INFO replication in one pipeline, on one
+// connection (WAIT counts the writes of its own connection), and returns the script's reply
+// only if every replica confirmed within replicaWait; otherwise it fails with ErrNotDurable
+// whatever the script answered. The PUBLISH (a message to a channel nobody needs to hear,
+// which the primary sends its replicas) makes WAIT cover everything the primary had written
+// when the script ran, even when the script itself wrote nothing: the retry of a commit the
+// primary had applied is answered fence.ErrDuplicate only once the replicas have that commit
+// too. The INFO counts the replicas connected after the WAIT: one more than it waited for (a
+// replica attached since, or one that was away at the check) fails the write too, and is
+// waited for from then on. A replica that goes away is still waited for.
 func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]string, error) {
+	s.mu.Lock()
+	want := s.replicas
+	s.mu.Unlock()
 	for _, load := range []bool{false, true} {
 		p := s.c.Pipeline()
 		var cmd *redis.Cmd
@@ -252,8 +267,9 @@ func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []stri
 		} else {
 			cmd = sc.EvalSha(ctx, p, keys, args...)
 		}
-		p.Publish(ctx, s.k.prefix+"replicated", "")
-		acks := p.Do(ctx, "WAIT", s.replicas, replicaWait.Milliseconds())
+		p.Publish(ctx, s.channel(), "")
+		acks := p.Do(ctx, "WAIT", want, replicaWait.Milliseconds())
+		info := p.Info(ctx, "replication")
 		_, _ = p.Exec(ctx) // each command's error is read below
 		if !load && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			continue // a server that lost its script cache (a restart, a failover): send it whole
@@ -266,9 +282,23 @@ func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []stri
 		if err != nil {
 			return nil, fmt.Errorf("redisfence: WAIT: %w", err)
 		}
-		if n < int64(s.replicas) {
+		if err := info.Err(); err != nil {
+			return nil, fmt.Errorf("redisfence: INFO replication: %w", err)
+		}
+		now, err := parseReplicas(info.Val())
+		if err != nil {
+			return nil, err
+		}
+		if now > want {
+			s.mu.Lock()
+			s.replicas = max(s.replicas, now)
+			s.mu.Unlock()
+			return nil, fmt.Errorf("%w: %d replicas are connected, the write waited for %d: it is not acknowledged (a failover may lose it); retry",
+				ErrNotDurable, now, want)
+		}
+		if n < int64(want) {
 			return nil, fmt.Errorf("%w: %d of %d replicas confirmed the write within %s: it is not acknowledged (a failover may lose it); retry",
-				ErrNotDurable, n, s.replicas, replicaWait)
+				ErrNotDurable, n, want, replicaWait)
 		}
 		return r, nil
 	}
