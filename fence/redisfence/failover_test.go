@@ -312,3 +312,58 @@ func TestWaitCountsAReplicaAttachedAfterTheCheck(t *testing.T) {
 		t.Fatalf("a batch while the replica is stopped = %v, want ErrNotDurable", err)
 	}
 }
+
+// TestWaitNeedsThePublish: the PUBLISH is what makes WAIT cover a write the connection did not
+// make itself (a retried batch answered as a duplicate, on a connection whose own last write
+// the replica already has). A user who may not publish to the store's channel (Redis 7 gives a
+// new ACL user no channel unless acl-pubsub-default says otherwise) is refused by the check,
+// and a PUBLISH refused later fails the write instead of acknowledging what the replica does
+// not have.
+func TestWaitNeedsThePublish(t *testing.T) {
+	rs := startReplicated(t)
+	ctx := testenv.Context(t, 15*time.Second)
+	acl := func(rules ...any) {
+		t.Helper()
+		if err := rs.pc.Do(ctx, append([]any{"ACL", "SETUSER", "app"}, rules...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: rs.primary.Addr, Username: "app", Password: "pw", DisableIdentity: true, PoolSize: 1})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	acl("on", ">pw", "~*", "+@all", "resetchannels")
+	if s, _ := New(app()); !errors.Is(s.Check(ctx), ErrNotDurable) {
+		t.Fatalf("Check for a user who may not publish = %v, want ErrNotDurable", s.Check(ctx))
+	}
+	acl("&*")
+	s, err := New(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := New(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retry.Claim(ctx, failoverKey, ownerToken, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	rs.freezeReplica(t)
+	if err := s.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("a batch while the replica is stopped = %v, want ErrNotDurable", err)
+	}
+	// The retry, on the connection whose last write (the claim) the replica has, by a user who
+	// may no longer publish.
+	acl("resetchannels")
+	err = retry.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0"))
+	if err == nil || errors.Is(err, fence.ErrDuplicate) {
+		t.Fatalf("the retry while the replica is stopped and the PUBLISH refused = %v: a batch the replica does not have is acknowledged", err)
+	}
+	// Redis 7.0 lets WAIT cover what the primary had when the connection's last command ran,
+	// any command; from 7.2 only what the connection itself propagated, so there the unchecked
+	// PUBLISH is an ErrDuplicate. The refusal must be what the error names, on either.
+	if !errors.Is(err, ErrNotDurable) || !strings.Contains(err.Error(), "PUBLISH") {
+		t.Fatalf("the retry while the PUBLISH is refused = %v, want ErrNotDurable naming the PUBLISH", err)
+	}
+}

@@ -116,6 +116,10 @@ func (s *Store) Check(ctx context.Context) error {
 		if replicas, err = connectedReplicas(ctx, s.c); err != nil {
 			return err
 		}
+		if err := s.c.Publish(ctx, s.channel(), "").Err(); err != nil {
+			return fmt.Errorf("%w: PUBLISH %s, which each fence write sends so that WAIT covers it: %v; permit the channel to this user (&%s)",
+				ErrNotDurable, s.channel(), err, s.channel())
+		}
 	}
 	s.checked, s.cluster, s.wait, s.replicas = true, cluster, wait, replicas
 	return nil
@@ -267,7 +271,7 @@ func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []stri
 		} else {
 			cmd = sc.EvalSha(ctx, p, keys, args...)
 		}
-		p.Publish(ctx, s.channel(), "")
+		pub := p.Publish(ctx, s.channel(), "")
 		acks := p.Do(ctx, "WAIT", want, replicaWait.Milliseconds())
 		info := p.Info(ctx, "replication")
 		_, _ = p.Exec(ctx) // each command's error is read below
@@ -277,6 +281,9 @@ func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []stri
 		r, err := cmd.StringSlice()
 		if err != nil {
 			return nil, err
+		}
+		if err := pub.Err(); err != nil {
+			return nil, fmt.Errorf("%w: PUBLISH %s, without which WAIT may not cover the write: %v", ErrNotDurable, s.channel(), err)
 		}
 		n, err := acks.Int64()
 		if err != nil {
