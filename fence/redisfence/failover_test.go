@@ -367,3 +367,64 @@ func TestWaitNeedsThePublish(t *testing.T) {
 		t.Fatalf("the retry while the PUBLISH is refused = %v, want ErrNotDurable naming the PUBLISH", err)
 	}
 }
+
+// TestCheckRefusesAClusterWithReplicas: the store does not wait for a Redis Cluster's
+// replicas, so a cluster with one is refused like any server that can lose an acknowledged
+// write, unless AllowLosingAcknowledgedWrites names the risk.
+func TestCheckRefusesAClusterWithReplicas(t *testing.T) {
+	ctx := testenv.Context(t, 30*time.Second)
+	node := func() (*testenv.RedisServer, *redis.Client) {
+		srv := testenv.StartRedis(t, append(durableArgs, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")...)
+		return srv, client(t, srv.Addr)
+	}
+	primary, pc := node()
+	_, rc := node()
+	if err := pc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := pc.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	if err := rc.ClusterMeet(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		nodes, err := rc.ClusterNodes(ctx).Result()
+		if err == nil && strings.Contains(nodes, id) && rc.ClusterReplicate(ctx, id).Err() == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the second node never learned the first: %v %s", err, nodes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		info, err := pc.ClusterInfo(ctx).Result()
+		nodes, _ := pc.ClusterNodes(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(nodes, "slave") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the cluster never became ok with a replica: %v %s %s", err, info, nodes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{primary.Addr}})
+	t.Cleanup(func() { _ = cc.Close() })
+	s, err := New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("Check on a cluster with a replica = %v, want ErrNotDurable", err)
+	}
+	s, err = New(cc, AllowLosingAcknowledgedWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, ownerToken, "owner"); err != nil {
+		t.Fatalf("a claim on a cluster with a replica, AllowLosingAcknowledgedWrites given: %v", err)
+	}
+}

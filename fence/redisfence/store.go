@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -111,6 +112,11 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := durable(ctx, s.c); err != nil && !s.allowLoss {
 		return err
 	}
+	if cluster && !s.allowLoss {
+		if err := clusterWithoutReplicas(ctx, s.c); err != nil {
+			return err
+		}
+	}
 	wait, replicas := !cluster && !s.allowLoss, 0
 	if wait {
 		if replicas, err = connectedReplicas(ctx, s.c); err != nil {
@@ -122,6 +128,28 @@ func (s *Store) Check(ctx context.Context) error {
 		}
 	}
 	s.checked, s.cluster, s.wait, s.replicas = true, cluster, wait, replicas
+	return nil
+}
+
+// clusterWithoutReplicas fails with ErrNotDurable if a node of the cluster is a replica: the
+// store does not wait for a cluster's replicas, so a failover to one could lose acknowledged
+// fence advances.
+func clusterWithoutReplicas(ctx context.Context, c redis.Cmdable) error {
+	nodes, err := c.ClusterNodes(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("redisfence: CLUSTER NODES: %w", err)
+	}
+	var replicas []string
+	for line := range strings.SplitSeq(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && slices.Contains(strings.Split(f[2], ","), "slave") {
+			replicas = append(replicas, f[1])
+		}
+	}
+	if len(replicas) > 0 {
+		return fmt.Errorf("%w: a Redis Cluster with replicas (%s): the store does not wait for them, so a failover to one can lose acknowledged fence advances; run the cluster without replicas, or pass AllowLosingAcknowledgedWrites",
+			ErrNotDurable, strings.Join(replicas, ", "))
+	}
 	return nil
 }
 
