@@ -62,13 +62,13 @@ func Prefix(p string) Option {
 
 // AllowLosingAcknowledgedWrites lets the store run on a server whose settings can lose a write
 // it acknowledged (appendonly no; appendfsync everysec or no), or whose settings it cannot read,
-// and stops it from waiting for a primary's replicas to confirm each fence write. A crash of
-// such a server, or a failover to a replica, can lose fence advances together with the data:
-// the owner's resume position moves back (its batches are applied again) and a zombie whose
-// token only a lost claim had outranked is accepted again until the current owner claims
-// anew. Use it for tests, caches and data you can rebuild; without it the store refuses such
-// a server with [ErrNotDurable], and on a primary with replicas answers a fence write only
-// once they all confirmed it.
+// or on a Redis Cluster with replicas, and stops it from waiting for a standalone server's
+// replicas to confirm each fence write. A crash of such a server, or a failover to a replica,
+// can lose fence advances together with the data: the owner's resume position moves back (its
+// batches are applied again) and a zombie whose token only a lost claim had outranked is
+// accepted again until the current owner claims anew. Use it for tests, caches and data you
+// can rebuild; without it the store refuses such a server with [ErrNotDurable], and on a
+// standalone server answers a fence write only once its replicas all confirmed it.
 func AllowLosingAcknowledgedWrites() Option {
 	return func(s *Store) error { s.allowLoss = true; return nil }
 }
@@ -90,14 +90,17 @@ func New(c redis.Cmdable, opts ...Option) (*Store, error) {
 }
 
 // Check reads the server's persistence settings (CONFIG GET appendonly, appendfsync,
-// no-appendfsync-on-rewrite, maxmemory-policy), whether it runs Redis Cluster, and how many
-// replicas are connected to it (INFO replication), which every fence write then waits for
-// (see "Durability" in the package doc). It fails with [ErrNotDurable] unless appendonly is
-// yes, appendfsync always, no-appendfsync-on-rewrite no and the eviction policy spares keys
-// without a TTL (noeviction or volatile-*), or [AllowLosingAcknowledgedWrites] was given (it
-// also waives the wait); a server that refuses CONFIG (renamed away, or not permitted to this
-// user) cannot be checked and is refused the same way. Once it succeeded it is not repeated: a
-// setting changed, or a replica attached, at runtime later is not seen.
+// no-appendfsync-on-rewrite, maxmemory-policy), whether it runs Redis Cluster, and on a
+// standalone server how many replicas are connected to it (INFO replication), which every
+// fence write then waits for (see "Durability" in the package doc). It fails with
+// [ErrNotDurable] unless appendonly is yes, appendfsync always, no-appendfsync-on-rewrite no
+// and the eviction policy spares keys without a TTL (noeviction or volatile-*), or
+// [AllowLosingAcknowledgedWrites] was given (it also waives the wait); a server that refuses
+// CONFIG (renamed away, or not permitted to this user) cannot be checked and is refused the
+// same way, as are a Redis Cluster with a replica (CLUSTER NODES) and, on a standalone server,
+// a user who may not PUBLISH to the store's channel (which the wait needs). Once it succeeded
+// it is not repeated: a setting changed at runtime later is not seen (the replicas are
+// counted again after each fence write).
 func (s *Store) Check(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
