@@ -73,12 +73,18 @@ func AllowLosingAcknowledgedWrites() Option {
 	return func(s *Store) error { s.allowLoss = true; return nil }
 }
 
-// New returns a store on c (a *redis.Client, a failover client or a *redis.ClusterClient). It
-// does no I/O: the server's settings are checked by [Store.Check], which the first call that
-// reaches the server runs if the caller did not.
+// New returns a store on c (a *redis.Client, a failover client or a *redis.ClusterClient; a
+// *redis.Ring is refused with [fence.ErrInvalid]). It does no I/O: the server's settings are
+// checked by [Store.Check], which the first call that reaches the server runs if the caller
+// did not.
 func New(c redis.Cmdable, opts ...Option) (*Store, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", fence.ErrInvalid)
+	}
+	if _, ok := c.(*redis.Ring); ok {
+		// A Ring sends a keyless command (INFO, CONFIG, WAIT) to a random shard, and a
+		// pipeline's commands to their shards on connections of their own.
+		return nil, fmt.Errorf("%w: a *redis.Ring: the store could not check its shards nor wait on the connection of its writes; use a Client, a failover client or a cluster client", fence.ErrInvalid)
 	}
 	s := &Store{c: c, k: keys{prefix: defaultPrefix}}
 	for _, o := range opts {
