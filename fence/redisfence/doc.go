@@ -107,7 +107,8 @@
 //     did not write itself (a retry answered [fence.ErrDuplicate]); a user who may not
 //     publish to the store's channel (the prefix followed by "replicated") is refused by the
 //     check. The costs: a replication round trip per batch, and no acknowledgement while a
-//     replica once counted is away, the count never going down; after a failover the new
+//     replica once counted is away or still in its initial synchronization (which confirms
+//     nothing until it is done), the count never going down; after a failover the new
 //     primary has one replica fewer until the old one rejoins as a replica, and fence writes
 //     fail until then or until the process makes a new Store (a restart), which counts
 //     afresh. WAIT confirms that a replica received a write, not that it wrote it to its

@@ -257,11 +257,14 @@ func i64(n int64) string { return strconv.FormatInt(n, 10) }
 // needs), and returns its reply as strings. On a standalone server, a script that writes a
 // fence (every one but holdScript's) answers only once its replicas confirmed.
 func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]string, error) {
+	s.mu.Lock()
+	replicated := s.wait && sc != holdScript
+	s.mu.Unlock()
 	wait := time.Millisecond
 	for {
 		var r []string
 		var err error
-		if s.wait && sc != holdScript {
+		if replicated {
 			r, err = s.runReplicated(ctx, sc, keys, args...)
 		} else {
 			r, err = sc.Run(ctx, s.c, keys, args...).StringSlice()
