@@ -111,7 +111,9 @@
 //     nothing until it is done), the count never going down; after a failover the new
 //     primary has one replica fewer until the old one rejoins as a replica, and fence writes
 //     fail until then or until the process makes a new Store (a restart), which counts
-//     afresh. WAIT confirms that a replica received a write, not that it wrote it to its
+//     afresh. After a failover the settings of the server the client reaches now (its
+//     replication ID, read with every write, changed) are checked before a write there is
+//     acknowledged. WAIT confirms that a replica received a write, not that it wrote it to its
 //     disk: a replica that crashes before it is promoted keeps what its own fsync setting
 //     keeps, so give replicas appendfsync always too. A replica that was away while a write
 //     was made, never counted before, and is promoted before it caught up loses that write:

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -428,5 +429,47 @@ func TestCheckRefusesAClusterWithReplicas(t *testing.T) {
 	}
 	if _, err := s.Claim(ctx, failoverKey, ownerToken, "owner"); err != nil {
 		t.Fatalf("a claim on a cluster with a replica, AllowLosingAcknowledgedWrites given: %v", err)
+	}
+}
+
+// TestFailoverChecksTheNewPrimary: after a failover the client reaches another server (as a
+// Sentinel failover client does), whose settings the store never read. A fence write there
+// is not acknowledged until they pass the check: a promoted replica with appendfsync
+// everysec loses acknowledged advances on a crash, as the former primary would have.
+func TestFailoverChecksTheNewPrimary(t *testing.T) {
+	rs := startReplicated(t)
+	ctx := testenv.Context(t, 20*time.Second)
+	if err := rs.rc.ConfigSet(ctx, "appendfsync", "everysec").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var addr atomic.Value
+	addr.Store(rs.primary.Addr)
+	c := redis.NewClient(&redis.Options{Addr: rs.primary.Addr, DisableIdentity: true,
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr.Load().(string))
+		}})
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, zombieToken, "zombie"); err != nil {
+		t.Fatal(err)
+	}
+	rs.primary.Kill()
+	if err := rs.rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	addr.Store(rs.replica.Addr)
+	err = untilReplicated(testenv.Context(t, 5*time.Second), func() error {
+		_, err := s.Claim(ctx, failoverKey, ownerToken, "owner")
+		if err != nil && strings.Contains(err.Error(), "appendfsync everysec") {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the owner's claim on the promoted replica = %v, want ErrNotDurable naming appendfsync everysec", err)
 	}
 }

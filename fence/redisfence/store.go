@@ -39,10 +39,11 @@ type Store struct {
 	allowLoss bool
 
 	mu       sync.Mutex
-	checked  bool // the server's settings were accepted
-	cluster  bool // the server runs Redis Cluster: a transaction's keys must share a slot
-	wait     bool // a standalone server, the wait not waived: each fence write waits for the replicas
-	replicas int  // the most replicas seen connected (at Check or after a fence write): each fence write waits for them
+	checked  bool   // the server's settings were accepted
+	cluster  bool   // the server runs Redis Cluster: a transaction's keys must share a slot
+	wait     bool   // a standalone server, the wait not waived: each fence write waits for the replicas
+	replicas int    // the most replicas seen connected (at Check or after a fence write): each fence write waits for them
+	replid   string // the server's replication ID when its settings were read: another one is another server
 }
 
 // Option configures a [Store].
@@ -105,8 +106,9 @@ func New(c redis.Cmdable, opts ...Option) (*Store, error) {
 // CONFIG (renamed away, or not permitted to this user) cannot be checked and is refused the
 // same way, as are a Redis Cluster with a replica (CLUSTER NODES) and, on a standalone server,
 // a user who may not PUBLISH to the store's channel (which the wait needs). Once it succeeded
-// it is not repeated: a setting changed at runtime later is not seen (the replicas are
-// counted again after each fence write).
+// it is not repeated: a setting changed at runtime later is not seen (on a standalone server
+// the replicas are counted again after each fence write, and the settings of a server reached
+// after a failover are read before a write on it is acknowledged).
 func (s *Store) Check(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -126,9 +128,9 @@ func (s *Store) Check(ctx context.Context) error {
 			return err
 		}
 	}
-	wait, replicas := !cluster && !s.allowLoss, 0
+	wait, replicas, replid := !cluster && !s.allowLoss, 0, ""
 	if wait {
-		if replicas, err = connectedReplicas(ctx, s.c); err != nil {
+		if replicas, replid, err = connectedReplicas(ctx, s.c); err != nil {
 			return err
 		}
 		if err := s.c.Publish(ctx, s.channel(), "").Err(); err != nil {
@@ -136,7 +138,7 @@ func (s *Store) Check(ctx context.Context) error {
 				ErrNotDurable, s.channel(), err, s.channel())
 		}
 	}
-	s.checked, s.cluster, s.wait, s.replicas = true, cluster, wait, replicas
+	s.checked, s.cluster, s.wait, s.replicas, s.replid = true, cluster, wait, replicas, replid
 	return nil
 }
 
@@ -169,13 +171,25 @@ func (s *Store) channel() string { return s.k.prefix + "replicated" }
 const replicaWait = time.Second
 
 // connectedReplicas is the number of replicas connected to the server (INFO replication), 0
-// for a server that is itself a replica.
-func connectedReplicas(ctx context.Context, c redis.Cmdable) (int, error) {
+// for a server that is itself a replica, and the server's replication ID.
+func connectedReplicas(ctx context.Context, c redis.Cmdable) (int, string, error) {
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
-		return 0, fmt.Errorf("redisfence: INFO replication: %w", err)
+		return 0, "", fmt.Errorf("redisfence: INFO replication: %w", err)
 	}
-	return parseReplicas(info)
+	n, err := parseReplicas(info)
+	return n, replicationID(info), err
+}
+
+// replicationID reads master_replid from INFO replication: a primary promoted by a failover,
+// or restarted, has a new one.
+func replicationID(info string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 // parseReplicas reads connected_slaves from INFO replication, 0 for a server that is itself a
@@ -301,7 +315,7 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 // waited for from then on. A replica that goes away is still waited for.
 func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]string, error) {
 	s.mu.Lock()
-	want := s.replicas
+	want, replid := s.replicas, s.replid
 	s.mu.Unlock()
 	for _, load := range []bool{false, true} {
 		p := s.c.Pipeline()
@@ -331,6 +345,16 @@ func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []stri
 		}
 		if err := info.Err(); err != nil {
 			return nil, fmt.Errorf("redisfence: INFO replication: %w", err)
+		}
+		if id := replicationID(info.Val()); id != replid {
+			// Another server than the one checked (a failover client's new primary), or the
+			// same one restarted: its settings decide whether this write is acknowledged.
+			if err := durable(ctx, s.c); err != nil {
+				return nil, fmt.Errorf("the server changed (replication ID %s, checked %s): %w", id, replid, err)
+			}
+			s.mu.Lock()
+			s.replid = id
+			s.mu.Unlock()
 		}
 		now, err := parseReplicas(info.Val())
 		if err != nil {
