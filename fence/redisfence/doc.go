@@ -91,23 +91,39 @@
 //   - A failover to a replica (Sentinel, or REPLICAOF NO ONE by hand) keeps what replication
 //     had delivered, whatever the fsync setting: replication is asynchronous, and a claim the
 //     primary acknowledged but had not yet sent is gone, so the deposed owner's token is
-//     admitted again (TestFailoverWithoutWaitLosesTheClaim shows it). So on a primary with
-//     replicas the store waits for them: every script that writes a fence (Claim, Apply,
-//     Tx.Commit, Recover, SeeTopic, ResetTopic) is followed, in the same pipeline and on the
-//     same connection, by a PUBLISH and WAIT for the replicas connected when [Store.Check]
-//     ran, and the call answers only once all of them confirmed; if they do not within a
-//     second it fails with [ErrNotDurable] (the write may be on the primary; it is not
-//     acknowledged, so the consumer retries the batch and does not move on, and a claim is
-//     not taken as won). An acknowledged advance is then on every replica, and survives the
-//     failover (TestFailoverWithWaitKeepsTheClaim). The cost: a replication round trip per
-//     batch, and no acknowledgement while a replica that was connected at the check is away
-//     (the consumer retries until it is back, or until the store is checked again, as a new
-//     Store does). WAIT confirms that a replica received a write, not that it wrote it to its
+//     admitted again (TestFailoverWithoutWaitLosesTheClaim shows it). So on a standalone
+//     server the store waits for its replicas: every script that writes a fence (Claim,
+//     Apply, Tx.Commit, Recover, SeeTopic, ResetTopic) is followed, in the same pipeline and
+//     on the same connection, by a PUBLISH, WAIT for the replicas and INFO replication, and
+//     the call answers only once all of them confirmed; if they do not within a second it
+//     fails with [ErrNotDurable] (the write may be on the primary; it is not acknowledged, so
+//     the consumer retries the batch and does not move on, and a claim is not taken as won).
+//     The replicas waited for are the most that were ever connected at once, counted by
+//     [Store.Check] and again after every write: a write after which more are connected than
+//     it waited for (a replica attached since, or back from a disconnect) fails the same way
+//     and is retried, waiting for them too. An acknowledged advance is then on every replica
+//     that was connected when it was written, and survives the failover
+//     (TestFailoverWithWaitKeepsTheClaim). The PUBLISH makes WAIT cover what the connection
+//     did not write itself (a retry answered [fence.ErrDuplicate]); a user who may not
+//     publish to the store's channel (the prefix followed by "replicated") is refused by the
+//     check. The costs: a replication round trip per batch, and no acknowledgement while a
+//     replica once counted is away or still in its initial synchronization (which confirms
+//     nothing until it is done), the count never going down; after a failover the new
+//     primary has one replica fewer until the old one rejoins as a replica, and fence writes
+//     fail until then or until the process makes a new Store (a restart), which counts
+//     afresh. After a failover the settings of the server the client reaches now (its
+//     replication ID, read with every write, changed) are checked before a write there is
+//     acknowledged. WAIT confirms that a replica received a write, not that it wrote it to its
 //     disk: a replica that crashes before it is promoted keeps what its own fsync setting
-//     keeps, so give replicas appendfsync always too. A replica attached after the check is
-//     not waited for.
+//     keeps, so give replicas appendfsync always too. A replica that was away while a write
+//     was made, never counted before, and is promoted before it caught up loses that write:
+//     the server's min-replicas-to-write, set to the number of replicas, closes that window.
 //   - On a Redis Cluster the store does not wait (a pipeline's WAIT is not routed to the node
-//     of its script): a cluster failover can lose acknowledged advances, as above.
+//     of its script), so a cluster failover could lose acknowledged advances: [Store.Check]
+//     refuses a cluster with a replica (CLUSTER NODES). A replica added later is not seen.
+//
+// Reads do not wait: Load, Recoveries, TopicHistory and SeeTopic finding the identity already
+// stored may show a write that failed with [ErrNotDurable] and that a failover can still lose.
 //
 // A lost advance moves the fence back together with the data it guards (they are written in
 // one script, so they stay consistent), but the owner's resume position moves back and a
@@ -115,7 +131,8 @@
 // claims anew. So the store refuses, with [ErrNotDurable], a server whose settings (CONFIG GET
 // appendonly, appendfsync, no-appendfsync-on-rewrite, maxmemory-policy, read by [Store.Check]
 // or the first call) can lose an acknowledged write, and one whose settings it cannot read
-// (CONFIG renamed away or not permitted), and waits for the replicas, unless
+// (CONFIG renamed away or not permitted), and a cluster with replicas, and waits for a
+// standalone server's replicas, unless
 // [AllowLosingAcknowledgedWrites] names the risk. Refusing rather than warning: a warning in a
 // log does not stop a zombie write, and the option keeps the choice with the user.
 //

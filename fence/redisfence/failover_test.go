@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,12 +27,27 @@ type replicated struct {
 
 func startReplicated(t *testing.T) *replicated {
 	t.Helper()
+	rs := startPrimary(t)
+	rs.attachReplica(t)
+	return rs
+}
+
+var durableArgs = []string{"--appendonly", "yes", "--appendfsync", "always"}
+
+// startPrimary starts the primary alone; attachReplica gives it its replica.
+func startPrimary(t *testing.T) *replicated {
+	t.Helper()
+	p := testenv.StartRedis(t, append(durableArgs, "--repl-diskless-sync-delay", "0")...)
+	return &replicated{primary: p, pc: client(t, p.Addr)}
+}
+
+// attachReplica starts the replica of rs's primary and waits until it is in sync.
+func (rs *replicated) attachReplica(t *testing.T) {
+	t.Helper()
 	ctx := testenv.Context(t, 15*time.Second)
-	durable := []string{"--appendonly", "yes", "--appendfsync", "always"}
-	p := testenv.StartRedis(t, append(durable, "--repl-diskless-sync-delay", "0")...)
-	host, port, _ := net.SplitHostPort(p.Addr)
-	r := testenv.StartRedis(t, append(durable, "--replicaof", host, port)...)
-	rs := &replicated{primary: p, replica: r, pc: client(t, p.Addr), rc: client(t, r.Addr)}
+	host, port, _ := net.SplitHostPort(rs.primary.Addr)
+	rs.replica = testenv.StartRedis(t, append(durableArgs, "--replicaof", host, port)...)
+	rs.rc = client(t, rs.replica.Addr)
 	for {
 		info, err := rs.rc.Info(ctx, "replication").Result()
 		if err == nil && strings.Contains(info, "master_link_status:up") {
@@ -55,7 +71,6 @@ func startReplicated(t *testing.T) *replicated {
 		t.Fatalf("no process_id in INFO server: %s", info)
 	}
 	t.Cleanup(func() { _ = syscall.Kill(rs.replicaPID, syscall.SIGCONT) })
-	return rs
 }
 
 // synced waits until the replica has everything the primary has written.
@@ -241,7 +256,9 @@ func TestWaitRefusesToAcknowledgeUnreplicated(t *testing.T) {
 	}
 	// A store on a fresh client (the frozen replica is still connected, so it waits for it),
 	// whose connection wrote nothing: WAIT is documented to count a connection's own writes,
-	// and the store's PUBLISH makes it count everything before the duplicate's answer.
+	// and the store's PUBLISH makes it count everything before the duplicate's answer. (Redis
+	// 7.0's WAIT counts everything up to the connection's last command of any kind, so on 7.0
+	// this passes without the PUBLISH too; from 7.2 it needs it.)
 	retry, err := New(client(t, rs.primary.Addr))
 	if err != nil {
 		t.Fatal(err)
@@ -260,5 +277,199 @@ func TestWaitRefusesToAcknowledgeUnreplicated(t *testing.T) {
 	err = untilReplicated(ctx, func() error { return retry.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")) })
 	if !errors.Is(err, fence.ErrDuplicate) {
 		t.Fatalf("the retry once the replica resumed = %v, want ErrDuplicate", err)
+	}
+}
+
+// TestWaitCountsAReplicaAttachedAfterTheCheck: a replica that attaches after the store checked
+// the server (none was connected then: not yet started, or reconnecting) is waited for from
+// then on. While it is stopped, a claim is not answered, since a failover to it would lose
+// the claim.
+func TestWaitCountsAReplicaAttachedAfterTheCheck(t *testing.T) {
+	rs := startPrimary(t)
+	ctx := testenv.Context(t, 15*time.Second)
+	s, err := New(rs.pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, zombieToken, "zombie"); err != nil {
+		t.Fatal(err)
+	}
+	rs.attachReplica(t)
+	rs.freezeReplica(t)
+	if _, err := s.Claim(ctx, failoverKey, ownerToken, "owner"); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("the owner's claim while the replica attached after the check is stopped = %v, want ErrNotDurable", err)
+	}
+	rs.resumeReplica(t)
+	err = untilReplicated(ctx, func() error {
+		_, err := s.Claim(ctx, failoverKey, ownerToken, "owner")
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the owner's claim once the replica resumed: %v", err)
+	}
+	rs.freezeReplica(t)
+	if err := s.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("a batch while the replica is stopped = %v, want ErrNotDurable", err)
+	}
+}
+
+// TestWaitNeedsThePublish: the PUBLISH is what makes WAIT cover a write the connection did not
+// make itself (a retried batch answered as a duplicate, on a connection whose own last write
+// the replica already has). A user who may not publish to the store's channel (Redis 7 gives a
+// new ACL user no channel unless acl-pubsub-default says otherwise) is refused by the check,
+// and a PUBLISH refused later fails the write instead of acknowledging what the replica does
+// not have.
+func TestWaitNeedsThePublish(t *testing.T) {
+	rs := startReplicated(t)
+	ctx := testenv.Context(t, 15*time.Second)
+	acl := func(rules ...any) {
+		t.Helper()
+		if err := rs.pc.Do(ctx, append([]any{"ACL", "SETUSER", "app"}, rules...)...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	app := func() *redis.Client {
+		c := redis.NewClient(&redis.Options{Addr: rs.primary.Addr, Username: "app", Password: "pw", DisableIdentity: true, PoolSize: 1})
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	acl("on", ">pw", "~*", "+@all", "resetchannels")
+	if s, _ := New(app()); !errors.Is(s.Check(ctx), ErrNotDurable) {
+		t.Fatalf("Check for a user who may not publish = %v, want ErrNotDurable", s.Check(ctx))
+	}
+	acl("&*")
+	s, err := New(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry, err := New(app())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retry.Claim(ctx, failoverKey, ownerToken, "owner"); err != nil {
+		t.Fatal(err)
+	}
+	rs.freezeReplica(t)
+	if err := s.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0")); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("a batch while the replica is stopped = %v, want ErrNotDurable", err)
+	}
+	// The retry, on the connection whose last write (the claim) the replica has, by a user who
+	// may no longer publish.
+	acl("resetchannels")
+	err = retry.Apply(ctx, failoverKey, ownerToken, 0, 0, write("owner 0"))
+	if err == nil || errors.Is(err, fence.ErrDuplicate) {
+		t.Fatalf("the retry while the replica is stopped and the PUBLISH refused = %v: a batch the replica does not have is acknowledged", err)
+	}
+	// Redis 7.0 lets WAIT cover what the primary had when the connection's last command ran,
+	// any command; from 7.2 only what the connection itself propagated, so there the unchecked
+	// PUBLISH is an ErrDuplicate. The refusal must be what the error names, on either.
+	if !errors.Is(err, ErrNotDurable) || !strings.Contains(err.Error(), "PUBLISH") {
+		t.Fatalf("the retry while the PUBLISH is refused = %v, want ErrNotDurable naming the PUBLISH", err)
+	}
+}
+
+// TestCheckRefusesAClusterWithReplicas: the store does not wait for a Redis Cluster's
+// replicas, so a cluster with one is refused like any server that can lose an acknowledged
+// write, unless AllowLosingAcknowledgedWrites names the risk.
+func TestCheckRefusesAClusterWithReplicas(t *testing.T) {
+	ctx := testenv.Context(t, 30*time.Second)
+	node := func() (*testenv.RedisServer, *redis.Client) {
+		srv := testenv.StartRedis(t, append(durableArgs, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")...)
+		return srv, client(t, srv.Addr)
+	}
+	primary, pc := node()
+	_, rc := node()
+	if err := pc.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", "0", "16383").Err(); err != nil {
+		t.Fatal(err)
+	}
+	id, err := pc.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	if err := rc.ClusterMeet(ctx, host, port).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		nodes, err := rc.ClusterNodes(ctx).Result()
+		if err == nil && strings.Contains(nodes, id) && rc.ClusterReplicate(ctx, id).Err() == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the second node never learned the first: %v %s", err, nodes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		info, err := pc.ClusterInfo(ctx).Result()
+		nodes, _ := pc.ClusterNodes(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(nodes, "slave") {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the cluster never became ok with a replica: %v %s %s", err, info, nodes)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{primary.Addr}})
+	t.Cleanup(func() { _ = cc.Close() })
+	s, err := New(cc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(ctx); !errors.Is(err, ErrNotDurable) {
+		t.Fatalf("Check on a cluster with a replica = %v, want ErrNotDurable", err)
+	}
+	s, err = New(cc, AllowLosingAcknowledgedWrites())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, ownerToken, "owner"); err != nil {
+		t.Fatalf("a claim on a cluster with a replica, AllowLosingAcknowledgedWrites given: %v", err)
+	}
+}
+
+// TestFailoverChecksTheNewPrimary: after a failover the client reaches another server (as a
+// Sentinel failover client does), whose settings the store never read. A fence write there
+// is not acknowledged until they pass the check: a promoted replica with appendfsync
+// everysec loses acknowledged advances on a crash, as the former primary would have.
+func TestFailoverChecksTheNewPrimary(t *testing.T) {
+	rs := startReplicated(t)
+	ctx := testenv.Context(t, 20*time.Second)
+	if err := rs.rc.ConfigSet(ctx, "appendfsync", "everysec").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var addr atomic.Value
+	addr.Store(rs.primary.Addr)
+	c := redis.NewClient(&redis.Options{Addr: rs.primary.Addr, DisableIdentity: true,
+		Dialer: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, addr.Load().(string))
+		}})
+	t.Cleanup(func() { _ = c.Close() })
+	s, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Claim(ctx, failoverKey, zombieToken, "zombie"); err != nil {
+		t.Fatal(err)
+	}
+	rs.primary.Kill()
+	if err := rs.rc.Do(ctx, "REPLICAOF", "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	addr.Store(rs.replica.Addr)
+	err = untilReplicated(testenv.Context(t, 5*time.Second), func() error {
+		_, err := s.Claim(ctx, failoverKey, ownerToken, "owner")
+		if err != nil && strings.Contains(err.Error(), "appendfsync everysec") {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("the owner's claim on the promoted replica = %v, want ErrNotDurable naming appendfsync everysec", err)
 	}
 }

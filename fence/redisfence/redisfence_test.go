@@ -69,6 +69,17 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
+// TestNewRefusesARing: a Ring spreads a pipeline over its shards and sends a command without
+// a key (WAIT, INFO, CONFIG) to a random one, so the store could neither check the servers
+// that keep its fences nor wait on the connection of its script.
+func TestNewRefusesARing(t *testing.T) {
+	r := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	defer r.Close()
+	if _, err := New(r); !errors.Is(err, fence.ErrInvalid) {
+		t.Fatalf("New(a *redis.Ring) = %v, want ErrInvalid", err)
+	}
+}
+
 // offline returns a store whose server was checked as a cluster and that reaches no server:
 // whatever it refuses, it refused before any I/O.
 func offline(t *testing.T) *Store {

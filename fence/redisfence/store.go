@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,11 +37,13 @@ type Store struct {
 	c         redis.Cmdable
 	k         keys
 	allowLoss bool
-	replicas  int // replicas that must confirm each fence write (connected when Check ran); 0: none
 
-	mu      sync.Mutex
-	checked bool // the server's settings were accepted
-	cluster bool // the server runs Redis Cluster: a transaction's keys must share a slot
+	mu       sync.Mutex
+	checked  bool   // the server's settings were accepted
+	cluster  bool   // the server runs Redis Cluster: a transaction's keys must share a slot
+	wait     bool   // a standalone server, the wait not waived: each fence write waits for the replicas
+	replicas int    // the most replicas seen connected (at Check or after a fence write): each fence write waits for them
+	replid   string // the server's replication ID when its settings were read: another one is another server
 }
 
 // Option configures a [Store].
@@ -60,23 +63,29 @@ func Prefix(p string) Option {
 
 // AllowLosingAcknowledgedWrites lets the store run on a server whose settings can lose a write
 // it acknowledged (appendonly no; appendfsync everysec or no), or whose settings it cannot read,
-// and stops it from waiting for a primary's replicas to confirm each fence write. A crash of
-// such a server, or a failover to a replica, can lose fence advances together with the data:
-// the owner's resume position moves back (its batches are applied again) and a zombie whose
-// token only a lost claim had outranked is accepted again until the current owner claims
-// anew. Use it for tests, caches and data you can rebuild; without it the store refuses such
-// a server with [ErrNotDurable], and on a primary with replicas answers a fence write only
-// once they all confirmed it.
+// or on a Redis Cluster with replicas, and stops it from waiting for a standalone server's
+// replicas to confirm each fence write. A crash of such a server, or a failover to a replica,
+// can lose fence advances together with the data: the owner's resume position moves back (its
+// batches are applied again) and a zombie whose token only a lost claim had outranked is
+// accepted again until the current owner claims anew. Use it for tests, caches and data you
+// can rebuild; without it the store refuses such a server with [ErrNotDurable], and on a
+// standalone server answers a fence write only once its replicas all confirmed it.
 func AllowLosingAcknowledgedWrites() Option {
 	return func(s *Store) error { s.allowLoss = true; return nil }
 }
 
-// New returns a store on c (a *redis.Client, a failover client or a *redis.ClusterClient). It
-// does no I/O: the server's settings are checked by [Store.Check], which the first call that
-// reaches the server runs if the caller did not.
+// New returns a store on c (a *redis.Client, a failover client or a *redis.ClusterClient; a
+// *redis.Ring is refused with [fence.ErrInvalid]). It does no I/O: the server's settings are
+// checked by [Store.Check], which the first call that reaches the server runs if the caller
+// did not.
 func New(c redis.Cmdable, opts ...Option) (*Store, error) {
 	if c == nil {
 		return nil, fmt.Errorf("%w: nil Redis client", fence.ErrInvalid)
+	}
+	if _, ok := c.(*redis.Ring); ok {
+		// A Ring sends a keyless command (INFO, CONFIG, WAIT) to a random shard, and a
+		// pipeline's commands to their shards on connections of their own.
+		return nil, fmt.Errorf("%w: a *redis.Ring: the store could not check its shards nor wait on the connection of its writes; use a Client, a failover client or a cluster client", fence.ErrInvalid)
 	}
 	s := &Store{c: c, k: keys{prefix: defaultPrefix}}
 	for _, o := range opts {
@@ -88,14 +97,18 @@ func New(c redis.Cmdable, opts ...Option) (*Store, error) {
 }
 
 // Check reads the server's persistence settings (CONFIG GET appendonly, appendfsync,
-// no-appendfsync-on-rewrite, maxmemory-policy), whether it runs Redis Cluster, and how many
-// replicas are connected to it (INFO replication), which every fence write then waits for
-// (see "Durability" in the package doc). It fails with [ErrNotDurable] unless appendonly is
-// yes, appendfsync always, no-appendfsync-on-rewrite no and the eviction policy spares keys
-// without a TTL (noeviction or volatile-*), or [AllowLosingAcknowledgedWrites] was given (it
-// also waives the wait); a server that refuses CONFIG (renamed away, or not permitted to this
-// user) cannot be checked and is refused the same way. Once it succeeded it is not repeated: a
-// setting changed, or a replica attached, at runtime later is not seen.
+// no-appendfsync-on-rewrite, maxmemory-policy), whether it runs Redis Cluster, and on a
+// standalone server how many replicas are connected to it (INFO replication), which every
+// fence write then waits for (see "Durability" in the package doc). It fails with
+// [ErrNotDurable] unless appendonly is yes, appendfsync always, no-appendfsync-on-rewrite no
+// and the eviction policy spares keys without a TTL (noeviction or volatile-*), or
+// [AllowLosingAcknowledgedWrites] was given (it also waives the wait); a server that refuses
+// CONFIG (renamed away, or not permitted to this user) cannot be checked and is refused the
+// same way, as are a Redis Cluster with a replica (CLUSTER NODES) and, on a standalone server,
+// a user who may not PUBLISH to the store's channel (which the wait needs). Once it succeeded
+// it is not repeated: a setting changed at runtime later is not seen (on a standalone server
+// the replicas are counted again after each fence write, and the settings of a server reached
+// after a failover are read before a write on it is acknowledged).
 func (s *Store) Check(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -110,27 +123,78 @@ func (s *Store) Check(ctx context.Context) error {
 	if err := durable(ctx, s.c); err != nil && !s.allowLoss {
 		return err
 	}
-	replicas := 0
-	if !cluster && !s.allowLoss {
-		if replicas, err = connectedReplicas(ctx, s.c); err != nil {
+	if cluster && !s.allowLoss {
+		if err := clusterWithoutReplicas(ctx, s.c); err != nil {
 			return err
 		}
 	}
-	s.checked, s.cluster, s.replicas = true, cluster, replicas
+	wait, replicas, replid := !cluster && !s.allowLoss, 0, ""
+	if wait {
+		if replicas, replid, err = connectedReplicas(ctx, s.c); err != nil {
+			return err
+		}
+		if err := s.c.Publish(ctx, s.channel(), "").Err(); err != nil {
+			return fmt.Errorf("%w: PUBLISH %s, which each fence write sends so that WAIT covers it: %v; permit the channel to this user (&%s)",
+				ErrNotDurable, s.channel(), err, s.channel())
+		}
+	}
+	s.checked, s.cluster, s.wait, s.replicas, s.replid = true, cluster, wait, replicas, replid
 	return nil
 }
+
+// clusterWithoutReplicas fails with ErrNotDurable if a node of the cluster is a replica: the
+// store does not wait for a cluster's replicas, so a failover to one could lose acknowledged
+// fence advances.
+func clusterWithoutReplicas(ctx context.Context, c redis.Cmdable) error {
+	nodes, err := c.ClusterNodes(ctx).Result()
+	if err != nil {
+		return fmt.Errorf("redisfence: CLUSTER NODES: %w", err)
+	}
+	var replicas []string
+	for line := range strings.SplitSeq(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 3 && slices.Contains(strings.Split(f[2], ","), "slave") {
+			replicas = append(replicas, f[1])
+		}
+	}
+	if len(replicas) > 0 {
+		return fmt.Errorf("%w: a Redis Cluster with replicas (%s): the store does not wait for them, so a failover to one can lose acknowledged fence advances; run the cluster without replicas, or pass AllowLosingAcknowledgedWrites",
+			ErrNotDurable, strings.Join(replicas, ", "))
+	}
+	return nil
+}
+
+func (s *Store) channel() string { return s.k.prefix + "replicated" }
 
 // replicaWait bounds how long a fence write waits for the replicas to confirm it. It stays
 // below go-redis's default ReadTimeout (3 s), which bounds the pipeline that waits.
 const replicaWait = time.Second
 
 // connectedReplicas is the number of replicas connected to the server (INFO replication), 0
-// for a server that is itself a replica.
-func connectedReplicas(ctx context.Context, c redis.Cmdable) (int, error) {
+// for a server that is itself a replica, and the server's replication ID.
+func connectedReplicas(ctx context.Context, c redis.Cmdable) (int, string, error) {
 	info, err := c.Info(ctx, "replication").Result()
 	if err != nil {
-		return 0, fmt.Errorf("redisfence: INFO replication: %w", err)
+		return 0, "", fmt.Errorf("redisfence: INFO replication: %w", err)
 	}
+	n, err := parseReplicas(info)
+	return n, replicationID(info), err
+}
+
+// replicationID reads master_replid from INFO replication: a primary promoted by a failover,
+// or restarted, has a new one.
+func replicationID(info string) string {
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "master_replid:"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// parseReplicas reads connected_slaves from INFO replication, 0 for a server that is itself a
+// replica.
+func parseReplicas(info string) (int, error) {
 	if !strings.Contains(info, "role:master") {
 		return 0, nil
 	}
@@ -204,14 +268,17 @@ func (s *Store) isCluster() bool {
 func i64(n int64) string { return strconv.FormatInt(n, 10) }
 
 // run runs a script, waiting while it answers "held" (another transaction holds a fence it
-// needs), and returns its reply as strings. On a primary with replicas, a script that writes a
-// fence (every one but holdScript's) answers only once the replicas confirmed.
+// needs), and returns its reply as strings. On a standalone server, a script that writes a
+// fence (every one but holdScript's) answers only once its replicas confirmed.
 func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]string, error) {
+	s.mu.Lock()
+	replicated := s.wait && sc != holdScript
+	s.mu.Unlock()
 	wait := time.Millisecond
 	for {
 		var r []string
 		var err error
-		if s.replicas > 0 && sc != holdScript {
+		if replicated {
 			r, err = s.runReplicated(ctx, sc, keys, args...)
 		} else {
 			r, err = sc.Run(ctx, s.c, keys, args...).StringSlice()
@@ -236,14 +303,20 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, keys []string, args .
 	}
 }
 
-// runReplicated runs a script, a PUBLISH and WAIT in one pipeline, on one connection (WAIT is
-// documented to count the writes of its own connection), and returns the script's reply only
-// if every replica confirmed within replicaWait; otherwise it fails with ErrNotDurable
-// whatever the script answered. The PUBLISH (a message to a channel nobody needs to hear, which the primary
-// sends its replicas) makes WAIT cover everything the primary had written when the script ran,
-// even when the script itself wrote nothing: the retry of a commit the primary had applied is
-// answered fence.ErrDuplicate only once the replicas have that commit too.
+// runReplicated runs a script, a PUBLISH, WAIT and INFO replication in one pipeline, on one
+// connection (WAIT counts the writes of its own connection), and returns the script's reply
+// only if every replica confirmed within replicaWait; otherwise it fails with ErrNotDurable
+// whatever the script answered. The PUBLISH (a message to a channel nobody needs to hear,
+// which the primary sends its replicas) makes WAIT cover everything the primary had written
+// when the script ran, even when the script itself wrote nothing: the retry of a commit the
+// primary had applied is answered fence.ErrDuplicate only once the replicas have that commit
+// too. The INFO counts the replicas connected after the WAIT: one more than it waited for (a
+// replica attached since, or one that was away at the check) fails the write too, and is
+// waited for from then on. A replica that goes away is still waited for.
 func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []string, args ...any) ([]string, error) {
+	s.mu.Lock()
+	want, replid := s.replicas, s.replid
+	s.mu.Unlock()
 	for _, load := range []bool{false, true} {
 		p := s.c.Pipeline()
 		var cmd *redis.Cmd
@@ -252,8 +325,9 @@ func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []stri
 		} else {
 			cmd = sc.EvalSha(ctx, p, keys, args...)
 		}
-		p.Publish(ctx, s.k.prefix+"replicated", "")
-		acks := p.Do(ctx, "WAIT", s.replicas, replicaWait.Milliseconds())
+		pub := p.Publish(ctx, s.channel(), "")
+		acks := p.Do(ctx, "WAIT", want, replicaWait.Milliseconds())
+		info := p.Info(ctx, "replication")
 		_, _ = p.Exec(ctx) // each command's error is read below
 		if !load && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			continue // a server that lost its script cache (a restart, a failover): send it whole
@@ -262,13 +336,40 @@ func (s *Store) runReplicated(ctx context.Context, sc *redis.Script, keys []stri
 		if err != nil {
 			return nil, err
 		}
+		if err := pub.Err(); err != nil {
+			return nil, fmt.Errorf("%w: PUBLISH %s, without which WAIT may not cover the write: %v", ErrNotDurable, s.channel(), err)
+		}
 		n, err := acks.Int64()
 		if err != nil {
 			return nil, fmt.Errorf("redisfence: WAIT: %w", err)
 		}
-		if n < int64(s.replicas) {
+		if err := info.Err(); err != nil {
+			return nil, fmt.Errorf("redisfence: INFO replication: %w", err)
+		}
+		if id := replicationID(info.Val()); id != replid {
+			// Another server than the one checked (a failover client's new primary), or the
+			// same one restarted: its settings decide whether this write is acknowledged.
+			if err := durable(ctx, s.c); err != nil {
+				return nil, fmt.Errorf("the server changed (replication ID %s, checked %s): %w", id, replid, err)
+			}
+			s.mu.Lock()
+			s.replid = id
+			s.mu.Unlock()
+		}
+		now, err := parseReplicas(info.Val())
+		if err != nil {
+			return nil, err
+		}
+		if now > want {
+			s.mu.Lock()
+			s.replicas = max(s.replicas, now)
+			s.mu.Unlock()
+			return nil, fmt.Errorf("%w: %d replicas are connected, the write waited for %d: it is not acknowledged (a failover may lose it); retry",
+				ErrNotDurable, now, want)
+		}
+		if n < int64(want) {
 			return nil, fmt.Errorf("%w: %d of %d replicas confirmed the write within %s: it is not acknowledged (a failover may lose it); retry",
-				ErrNotDurable, n, s.replicas, replicaWait)
+				ErrNotDurable, n, want, replicaWait)
 		}
 		return r, nil
 	}

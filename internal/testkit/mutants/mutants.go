@@ -202,6 +202,8 @@ var All = []Mutant{
 		Bug: "the Redis commit script compares the batch's last position with the stored one, not its first: an overlapping batch is applied again", Safety: true},
 	{Name: "RedisFenceWriteNotWaited", Package: "fence/redisfence", Guards: []string{"TestFailoverWithWaitKeepsTheClaim"}, Want: `the owner's claim was answered \(<nil>\) while the replica was stopped`,
 		Bug: "the Redis store answers a fence write on a primary with replicas before they confirmed it (no WAIT): a failover loses the acknowledged claim and re-admits the zombie", Safety: true},
+	{Name: "RedisFenceReplicaCountFixedAtCheck", Package: "fence/redisfence", Guards: []string{"TestWaitCountsAReplicaAttachedAfterTheCheck"}, Want: `the owner's claim while the replica attached after the check is stopped = <nil>`,
+		Bug: "the Redis store waits only for the replicas connected when it checked the server: a fence write is acknowledged before a replica attached since has it, and a failover to that replica re-admits the zombie", Safety: true},
 
 	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
 	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,
