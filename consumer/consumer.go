@@ -153,6 +153,16 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 // cluster unreachable, authentication failed, the group not joinable). While the client
 // cannot connect or join, the cause is logged at ERROR (at most every 10s while it lasts) and
 // counted (baton.consumer.client_errors); Run keeps trying until ctx ends.
+//
+// It also returns an error, after leaving the group, when this member cannot use its sink: a
+// partition's claim (loading, claiming or recovering its fence) failed for 30s with nothing
+// but errors that no retry fixes: a SQLSTATE of class 28 (a wrong password, a role that may not
+// log in), 3D000, 3F000 (no such database or schema), 42P01 (no such table: run baton
+// migrate) or 42501 (a missing or revoked grant). The error names the partition and wraps the
+// sink's (errors.As finds the *pgconn.PgError), so the member's partitions move to one that
+// can claim them instead of waiting behind this one; restarting the process without fixing
+// the cause repeats it. An outage (a refused connection, a database starting or shutting
+// down, any error without such a SQLSTATE) never ends Run: the partitions wait and retry.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err := protocolAtRun(c.cfg.kafka, c.cfg.protocol); err != nil {
 		return err
@@ -161,6 +171,8 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		health: &health{log: c.log, errs: c.m.clientErrors}, wd: newWatchdog()}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
+	r.pollCtx, r.wake = context.WithCancel(ctx)
+	defer r.wake()
 	c.cur.Store(r)
 	defer c.cur.CompareAndSwap(r, nil)
 
@@ -215,7 +227,11 @@ type run[Tx any] struct {
 	total atomic.Int64  // records handed to live workers and not yet done
 	space chan struct{} // poked when total drops
 	fatal chan error
-	wd    *watchdog // the group session's watchdog
+	// pollCtx is Run's ctx, also cancelled (wake) by fail so that a poll waiting for fetches
+	// returns and sees the error.
+	pollCtx context.Context
+	wake    context.CancelFunc
+	wd      *watchdog // the group session's watchdog
 
 	health *health // client errors, and whether the member ever joined
 
@@ -233,10 +249,15 @@ type run[Tx any] struct {
 // so callbacks publish the client they are given too.
 func (r *run[Tx]) client() *kgo.Client { return r.clp.Load() }
 
+// fail ends the Run with err (the first one, if several): poll returns it, at once even while
+// it waits for a fetch.
 func (r *run[Tx]) fail(err error) {
 	select {
 	case r.fatal <- err:
 	default:
+	}
+	if r.wake != nil {
+		r.wake()
 	}
 }
 
@@ -262,7 +283,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 		default:
 		}
 		stamp := r.seeks.Load() // before the poll: seeks done by now are behind every record it returns
-		fs := r.client().PollFetches(ctx)
+		fs := r.client().PollFetches(r.pollCtx)
 		if fs.IsClientClosed() {
 			return nil
 		}

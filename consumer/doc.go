@@ -42,7 +42,11 @@
 // ERROR (at once, then at most every 10s while it lasts) and counted
 // (baton.consumer.client_errors); if ctx ends before the member ever joined the group (franz-go
 // never called OnPartitionsAssigned, which it does after every successful join and sync), Run
-// returns [ErrNotJoined] wrapping the last cause.
+// returns [ErrNotJoined] wrapping the last cause. A member that cannot use its sink (a
+// partition's claim failing for 30s with only errors no retry fixes: a wrong password, a
+// missing fence table or grant) leaves the group and Run returns the cause, so that its
+// partitions move to a member that can claim them; a database outage never makes it leave
+// ([Consumer.Run]).
 //
 // [Consumer.Readiness] says, at any time and from any goroutine, whether the member is joined
 // (assigned in its current group session, not lost since) and has claimed every partition

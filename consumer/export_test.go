@@ -58,6 +58,7 @@ var (
 	ErrNoBrokers    = errNoBrokers
 	ErrOwnedOption  = errOwnedOption
 	ErrPermanent    = errPermanent
+	ErrSinkUnusable = errSinkUnusable
 )
 
 const (
@@ -76,3 +77,7 @@ func TextMapPropagator(p propagation.TextMapPropagator) Option { return Telemetr
 
 // ClaimWait bounds the assignment callback's wait for the claims.
 func ClaimWait(d time.Duration) Option { return claimWait(d) }
+
+// UnusableSinkAfter bounds how long a claim may fail with errors that say the member cannot
+// use the sink before Run leaves the group.
+func UnusableSinkAfter(d time.Duration) Option { return unusableAfter(d) }

@@ -29,6 +29,7 @@ type config struct {
 	maxInflight        int
 	deadLetterTopic    string
 	retryMin, retryMax time.Duration
+	unusableAfter      time.Duration
 	recoverRegressions bool
 	epochs             epochSource
 	epochsSet          bool   // withEpochs was given
@@ -53,6 +54,7 @@ func defaults() config {
 		maxInflight:        10000,
 		retryMin:           100 * time.Millisecond,
 		retryMax:           10 * time.Second,
+		unusableAfter:      30 * time.Second,
 		recoverRegressions: true,
 		epochs:             classicGeneration{},
 		claimWait:          10 * time.Second,
@@ -212,6 +214,19 @@ func claimWait(d time.Duration) Option {
 			return fmt.Errorf("%w: ClaimWait %v", ErrInvalidOption, d)
 		}
 		c.claimWait = d
+		return nil
+	}
+}
+
+// unusableAfter sets how long a partition's claim may fail with nothing but errors that say
+// this member cannot use the sink (unusable) before Run gives up and leaves the group
+// (errSinkUnusable). Default 30s.
+func unusableAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: unusable-sink bound %v", ErrInvalidOption, d)
+		}
+		c.unusableAfter = d
 		return nil
 	}
 }

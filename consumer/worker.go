@@ -643,12 +643,30 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 // (duplicate, overlap, stale, not claimed, conflict, invalid, permanent) or the worker is
 // cancelled; other errors are transient and
 // retried with bounded exponential backoff, the same work again.
+//
+// In the claim steps (load, claim, recover), errors that say this member cannot use the sink
+// (unusable) for longer than unusableAfter, with nothing else in between, end the Run
+// (run.fail): the member leaves the group and its partitions move to one that can claim them.
 func (w *worker[Tx]) attempt(what string, once func() error) error {
 	backoff := w.r.c.cfg.retryMin
+	var unusableSince time.Time // the start of a run of unusable errors in a claim step
 	for n := 1; ; n++ {
 		err := once()
 		if err == nil || sinkVerdict(err) != nil || IsPermanent(err) || w.ctx.Err() != nil {
 			return err
+		}
+		switch {
+		case what != "load" && what != "claim" && what != "recover", !unusable(err):
+			unusableSince = time.Time{}
+		case unusableSince.IsZero():
+			unusableSince = time.Now()
+		case time.Since(unusableSince) >= w.r.c.cfg.unusableAfter:
+			cause := fmt.Errorf("%w: %s %s failed for %v: %w", errSinkUnusable, what, w.key,
+				time.Since(unusableSince).Round(time.Millisecond), err)
+			w.r.c.log.Error("this member cannot use the sink: leaving the group so that another member claims its partitions",
+				append(w.log(), "op", what, "err", err, "for", w.r.c.cfg.unusableAfter)...)
+			w.r.fail(cause)
+			return cause
 		}
 		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, what))
 		w.r.c.log.Warn("transient failure; partition stalled, retrying", append(w.log(), "op", what, "attempt", n, "backoff", backoff, "err", err)...)
@@ -813,7 +831,7 @@ func (w *worker[Tx]) claimStep(tok fence.Token) claimInput {
 // stuck reports a claim step that failed with an error retrying cannot change (the worker was
 // cancelled otherwise) and returns false.
 func (w *worker[Tx]) stuck(op string, err error) bool {
-	if w.ctx.Err() == nil {
+	if w.ctx.Err() == nil && !errors.Is(err, errSinkUnusable) { // that one attempt reported, and ends the Run
 		w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
 		w.r.c.log.Error("claim step failed; partition left unprocessed", append(w.log(), "op", op, "err", err)...)
 	}
