@@ -131,7 +131,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 	if err := joinAll(errs); err != nil {
 		return nil, err
 	}
-	m, err := newMeters(cfg.meters)
+	m, err := newMeters(cfg.meters, group)
 	if err != nil {
 		return nil, fmt.Errorf("%w: meters: %w", ErrInvalidOption, err)
 	}
@@ -168,7 +168,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		return err
 	}
 	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1),
-		health: &health{log: c.log, errs: c.m.clientErrors}, wd: newWatchdog()}
+		health: &health{log: c.log, errs: c.m.clientErrors, attrs: c.m.kind}, wd: newWatchdog()}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
 	r.pollCtx, r.wake = context.WithCancel(ctx)
@@ -193,8 +193,15 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	}
 	r.clp.CompareAndSwap(nil, cl)
 	stopWatchdog := r.watchSession(cl, wd)
-	r.wg.Add(1)
+	r.wg.Add(2)
 	go r.watchTopics()
+	go r.watchLag()
+	c.m.zeroRun(r.ctx)
+	if reg, err := c.m.meter.RegisterCallback(r.observeLag, c.m.lag); err == nil {
+		defer func() { _ = reg.Unregister() }()
+	} else {
+		c.log.Warn("lag gauge not registered", "err", err)
+	}
 	err = r.poll(ctx)
 	stopWatchdog()
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
@@ -309,10 +316,8 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				if len(p.Records) == 0 {
 					continue
 				}
-				last := p.Records[len(p.Records)-1]
 				id := partition.ID{Topic: t.Topic, Partition: p.Partition}
-				r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
-				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset, stamp)
+				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset, p.HighWatermark, stamp)
 			}
 		})
 		fs.EachError(func(topic string, p int32, err error) {
@@ -344,7 +349,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 // dispatch hands recs, of a poll begun when the seek count was stamp, to the partition's
 // worker. Records of a partition with no live worker (revoked between the fetch and now) are
 // dropped: the next owner re-reads them from the sink's position.
-func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart int64, stamp int64) {
+func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart, hwm int64, stamp int64) {
 	n := int64(len(recs))
 	r.mu.Lock()
 	w := r.workers[k]
@@ -352,6 +357,7 @@ func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Reco
 		r.mu.Unlock()
 		return
 	}
+	w.seeHWM(hwm)
 	if w.checkSeek {
 		// The first batch since the claim's seek. From a poll begun before the seek it may
 		// have been fetched on the cursor the seek replaced (a restarted worker's predecessor's,
@@ -496,7 +502,8 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 			w := newWorker(r, k, epoch)
 			r.workers[k] = w
 			started = append(started, w)
-			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, "assigned"))
+			r.c.m.zeroPartition(r.ctx, k, r.c.cfg.prepare != nil)
+			r.c.m.rebalances.Add(r.ctx, 1, r.c.m.outcome(k, "assigned"))
 		}
 	}
 	r.mu.Unlock()
@@ -617,7 +624,7 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 				w.stopping = true // the watchdog's revive must not replace it (ReviveRacesRevoke)
 				ws = append(ws, w)
 			}
-			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, why))
+			r.c.m.rebalances.Add(r.ctx, 1, r.c.m.outcome(k, why))
 		}
 	}
 	r.mu.Unlock()

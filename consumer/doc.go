@@ -157,8 +157,16 @@
 // .retries, .client_errors (by baton.error.kind: connect, group, fetch), .watchdog.stops
 // (partitions stopped because the member's session expired), .topic_refusals (a partition held
 // because its topic was recreated or grown, by baton.outcome), .records.lost (records deleted
-// from the log before they were applied), .apply.duration (histogram) and .lag (gauge, from the
-// fetch's high watermark). One span per batch ([Telemetry]) linked to the producers' spans
-// found in the records' headers, with topic, partition, token and outcome. Logs go to [Logger]
+// from the log before they were applied), .apply.duration (histogram) and .lag (gauge: the
+// records of a partition the sink has not applied, its high watermark minus the sink's
+// position + 1; the high watermark comes from fetches and, since fetching stops while a
+// partition's sink is stalled, from end offsets listed every 5s; a partition whose claim has not
+// told its position yet is estimated from the group's committed offset). Lag is reported only
+// for the partitions this member owns now: a revoked or lost partition's series ends with it, so
+// sum(baton_consumer_lag) counts each partition once. Every series is labelled by baton.group
+// (the consumer group, as the outbox's are); a partition's counters, and its outcomes known in
+// advance, start at 0 when it is assigned, and the client error kinds when Run starts, so that
+// a rate or increase sees their first event. One span per batch ([Telemetry]) linked to the
+// producers' spans found in the records' headers, with topic, partition, token and outcome. Logs go to [Logger]
 // (default slog.Default(), so refusals are never silent).
 package consumer

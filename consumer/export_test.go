@@ -81,3 +81,9 @@ func ClaimWait(d time.Duration) Option { return claimWait(d) }
 // UnusableSinkAfter bounds how long a claim may fail with errors that say the member cannot
 // use the sink before Run leaves the group.
 func UnusableSinkAfter(d time.Duration) Option { return unusableAfter(d) }
+
+// LagLook sets how often Run lists the end offsets of its partitions for the lag gauge and
+// checks that its topics exist.
+func LagLook(d time.Duration) Option {
+	return func(c *config) error { c.lagLook = d; return nil }
+}

@@ -30,6 +30,7 @@ type config struct {
 	deadLetterTopic    string
 	retryMin, retryMax time.Duration
 	unusableAfter      time.Duration
+	lagLook            time.Duration
 	recoverRegressions bool
 	epochs             epochSource
 	epochsSet          bool   // withEpochs was given
@@ -55,6 +56,7 @@ func defaults() config {
 		retryMin:           100 * time.Millisecond,
 		retryMax:           10 * time.Second,
 		unusableAfter:      30 * time.Second,
+		lagLook:            5 * time.Second,
 		recoverRegressions: true,
 		epochs:             classicGeneration{},
 		claimWait:          10 * time.Second,
