@@ -168,7 +168,8 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 		return err
 	}
 	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1),
-		health: &health{log: c.log, errs: c.m.clientErrors, attrs: c.m.kind}, wd: newWatchdog()}
+		applied: make(chan struct{}, 1),
+		health:  &health{log: c.log, errs: c.m.clientErrors, attrs: c.m.kind}, wd: newWatchdog()}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
 	r.pollCtx, r.wake = context.WithCancel(ctx)
@@ -193,9 +194,10 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	}
 	r.clp.CompareAndSwap(nil, cl)
 	stopWatchdog := r.watchSession(cl, wd)
-	r.wg.Add(2)
+	r.wg.Add(3)
 	go r.watchTopics()
 	go r.watchLag()
+	go r.commitApplied()
 	c.m.zeroRun(r.ctx)
 	if reg, err := c.m.meter.RegisterCallback(r.observeLag, c.m.lag); err == nil {
 		defer func() { _ = reg.Unregister() }()
@@ -233,7 +235,9 @@ type run[Tx any] struct {
 
 	total atomic.Int64  // records handed to live workers and not yet done
 	space chan struct{} // poked when total drops
-	fatal chan error
+	// applied is poked after each batch's offset is marked: commitApplied commits it to Kafka.
+	applied chan struct{}
+	fatal   chan error
 	// pollCtx is Run's ctx, also cancelled (wake) by fail so that a poll waiting for fetches
 	// returns and sees the error.
 	pollCtx context.Context

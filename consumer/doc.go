@@ -62,8 +62,10 @@
 //     they finish.
 //  2. Each batch (what one poll delivered, coalesced with what is queued, at most
 //     [MaxInflightPerPartition] records) goes to Sink.Apply with the handler inside the fenced
-//     transaction; then the Kafka offset is marked and committed in the background. A replayed
-//     batch is skipped; a partly applied one is applied from the sink's position on. Other
+//     transaction; then the Kafka offset is marked and committed in the background, at most
+//     one commit in flight and 100ms apart, so the group's committed offsets (what
+//     kafka-consumer-groups, Burrow or KEDA read as its lag) follow the sink within about
+//     that, not franz-go's 5s auto-commit interval. A replayed batch is skipped; a partly applied one is applied from the sink's position on. Other
 //     errors are transient: the same batch is retried with bounded exponential backoff
 //     ([RetryBackoff]; the retries metric, WARN logs), never reordered or skipped.
 //  3. A write refused by the fence is never retried as is: the member asks the coordinator. A

@@ -144,3 +144,37 @@ func (r *run[Tx]) lookLag(missing map[string]time.Time) {
 		}
 	}
 }
+
+// commitEvery is the least time between two commits of commitApplied: at most this many
+// commit requests per second and member, whatever the batch rate.
+const commitEvery = 100 * time.Millisecond
+
+// commitApplied commits the marked offsets (the sink's positions + 1) to Kafka soon after each
+// batch, so that the group's committed offsets, which kafka-consumer-groups, Burrow and KEDA
+// read as the group's lag, follow the sink within about commitEvery plus a commit's round trip
+// instead of franz-go's auto-commit interval (5s). One commit at a time; batches applied
+// while one is in flight are committed by the next. A failed commit (a rebalance under way,
+// the coordinator moving) is left to the next one, the auto-commit and the revoke's commit:
+// resuming never reads these offsets.
+func (r *run[Tx]) commitApplied() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-r.applied:
+		}
+		ctx, cancel := context.WithTimeout(r.ctx, 10*time.Second)
+		if err := r.client().CommitMarkedOffsets(ctx); err != nil && r.ctx.Err() == nil {
+			r.c.log.Debug("commit of applied offsets failed; the next one retries", "err", err)
+		}
+		cancel()
+		t := time.NewTimer(commitEvery)
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -475,12 +475,16 @@ func outcomeOf(err error) string {
 }
 
 // advanced records that the sink holds everything up to r, and marks the Kafka offset for
-// the next commit (for lag and tooling only; resuming trusts the sink).
+// commitApplied to commit (for lag and tooling only; resuming trusts the sink).
 func (w *worker[Tx]) advanced(r *kgo.Record) {
 	w.setPosition(r.Offset)
 	w.r.client().MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
 		w.id.Topic: {w.id.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}},
 	})
+	select {
+	case w.r.applied <- struct{}{}:
+	default:
+	}
 }
 
 func (w *worker[Tx]) refused(err error) {
