@@ -135,10 +135,12 @@
 //
 // The classic group protocol is the default; Kafka 4.x's consumer protocol is opt-in with
 // [GroupProtocol]("consumer"), proven on Kafka 4.3+. Run starts the Kafka
-// client from Baton's own defaults, which [Kafka] options override: the cooperative-sticky
-// balancer and a 500ms heartbeat interval (franz-go's 3s), because the other members learn
-// that one left or expired only from their next heartbeat; the session timeout stays
-// franz-go's 45s. A graceful handover (Run's ctx cancelled) takes about half a second, a crash
+// client from Baton's own defaults, which [Kafka] options override: the client id
+// "baton-<host>-<pid>" (franz-go's "kgo" is every member's, so owners could not be told apart
+// in the group's description or in baton status; a kgo.ClientID is kept), the
+// cooperative-sticky balancer and a 500ms heartbeat interval (franz-go's 3s), because the
+// other members learn that one left or expired only from their next heartbeat; the session
+// timeout stays franz-go's 45s. A graceful handover (Run's ctx cancelled) takes about half a second, a crash
 // takeover the session timeout plus about a heartbeat interval. A static member
 // (kgo.InstanceID) restarted within the session timeout gets its partitions back without a
 // rebalance; each moves to a new era (which fences the old process), logged at INFO and

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -437,7 +439,8 @@ func GroupProtocol(name string) Option {
 }
 
 // kafkaDefaults are the client settings the consumer starts from, before the [Kafka] options
-// (which override any of them): the cooperative-sticky balancer, and a heartbeat interval
+// (which override any of them): a client id naming the process (defaultClientID), the
+// cooperative-sticky balancer, and a heartbeat interval
 // that makes a handover fast. A member learns that the group is rebalancing only from its
 // next heartbeat, so the interval bounds how long the partitions of a member that left (or
 // whose session expired) wait for the others: franz-go's 3s made a graceful handover take 3s;
@@ -451,8 +454,27 @@ func GroupProtocol(name string) Option {
 // only value [New] accepts): nothing still in the log is skipped.
 func kafkaDefaults() []kgo.Opt {
 	return []kgo.Opt{
+		kgo.ClientID(defaultClientID()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.HeartbeatInterval(500 * time.Millisecond),
 		kgo.ConsumeResetOffset(earliest),
 	}
+}
+
+// defaultClientID is the client id of a member whose Kafka options set none:
+// "baton-<host>-<pid>", so that the group's members (what the coordinator and baton status
+// show as a partition's owner, client id @ address) tell processes apart; franz-go's default,
+// "kgo", is the same for all. Characters of the host name outside [A-Za-z0-9._-] become "_".
+func defaultClientID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	b := []byte(host)
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return "baton-" + string(b) + "-" + strconv.Itoa(os.Getpid())
 }
