@@ -67,7 +67,9 @@
 //     kafka-consumer-groups, Burrow or KEDA read as its lag) follow the sink within about
 //     that, not franz-go's 5s auto-commit interval. A replayed batch is skipped; a partly applied one is applied from the sink's position on. Other
 //     errors are transient: the same batch is retried with bounded exponential backoff
-//     ([RetryBackoff]; the retries metric, WARN logs), never reordered or skipped.
+//     ([RetryBackoff]; the retries metric, WARN logs, ERROR once a step has kept failing for
+//     30s, and a hint naming baton migrate when a table of the fence store is missing),
+//     never reordered or skipped.
 //  3. A write refused by the fence is never retried as is: the member asks the coordinator. A
 //     member that is not the owner (a zombie) leaves the partition alone (WARN, counted in
 //     stale_refusals); an owner whose generation went backwards (a deleted or recreated group)
@@ -100,7 +102,9 @@
 //     outbox relay runs there (consumer.AfterCommit(relay.AfterCommit(), time.Second)), so
 //     relaying a partition's side effects lives exactly where its ownership does.
 //
-// A partition of a topic that was recreated or grew is held (claimed, nothing applied, ERROR,
+// A consumed topic that does not exist is logged at ERROR, at once and then every minute while
+// it stays missing (the member goes on with the others). A partition of a topic that was
+// recreated or grew is held (claimed, nothing applied, ERROR,
 // baton.consumer.topic_refusals) until an operator runs baton topics reset or ack; records
 // deleted from the log before they were applied are reported (ERROR,
 // baton.consumer.records.lost) and processing goes on.

@@ -91,3 +91,17 @@ func unusable(err error) bool {
 	}
 	return false
 }
+
+// migrateHint is logged with an error that says a table of the sink is missing.
+const migrateHint = "a table of the fence store is missing: run 'baton migrate' (or the store's Migrate) with the migration role"
+
+// tableMissing reports whether err is the sink's own (not the handler's) and says a table is
+// missing (SQLSTATE 42P01): the store was not migrated, or the member uses another schema.
+func tableMissing(err error) bool {
+	var h *handlerError
+	if errors.As(err, &h) {
+		return false
+	}
+	var s interface{ SQLState() string }
+	return errors.As(err, &s) && s.SQLState() == "42P01"
+}

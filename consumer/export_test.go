@@ -87,3 +87,8 @@ func UnusableSinkAfter(d time.Duration) Option { return unusableAfter(d) }
 func LagLook(d time.Duration) Option {
 	return func(c *config) error { c.lagLook = d; return nil }
 }
+
+// StalledAfter sets how long a step may keep failing before its retries are logged at ERROR.
+func StalledAfter(d time.Duration) Option {
+	return func(c *config) error { c.stalledAfter = d; return nil }
+}

@@ -33,6 +33,7 @@ type config struct {
 	retryMin, retryMax time.Duration
 	unusableAfter      time.Duration
 	lagLook            time.Duration
+	stalledAfter       time.Duration
 	recoverRegressions bool
 	epochs             epochSource
 	epochsSet          bool   // withEpochs was given
@@ -59,6 +60,7 @@ func defaults() config {
 		retryMax:           10 * time.Second,
 		unusableAfter:      30 * time.Second,
 		lagLook:            5 * time.Second,
+		stalledAfter:       30 * time.Second,
 		recoverRegressions: true,
 		epochs:             classicGeneration{},
 		claimWait:          10 * time.Second,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -213,5 +214,53 @@ func TestRealUnusableSinkGivesPartitionsBack(t *testing.T) {
 				t.Fatalf("%d keys differ from the fold of their records", bad)
 			}
 		})
+	}
+}
+
+// On the real broker, with the real PostgreSQL driver: a database that refuses connections (an
+// outage, here a port nothing listens on) never makes the member leave, however long it
+// lasts past UnusableSinkAfter; its retries turn to ERROR past the bound.
+func TestRealDatabaseOutageKeepsMember(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	topic := testenv.NewTopic(t, brokers, 1)
+	cfg, err := pgxpool.ParseConfig(testenv.PostgresURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, _ := strings.Cut(deadAddr(t), ":")
+	cfg.ConnConfig.Host = host
+	fmt.Sscan(port, &cfg.ConnConfig.Port)
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	down, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(down.Close)
+	sink, err := pgfence.New(down)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var book logBook
+	c, err := consumer.New(testenv.UniqueName("g"), []string{topic}, sink, nil, consumer.PerPartition(pgFolder),
+		consumer.Kafka(realKafka(brokers)...), consumer.Logger(slog.New(&book)),
+		consumer.RetryBackoff(50*time.Millisecond, 200*time.Millisecond),
+		consumer.UnusableSinkAfter(500*time.Millisecond), consumer.StalledAfter(500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, c)
+	waitFor(t, "an ERROR for the stalled claim", time.Minute, func() bool {
+		return len(book.find(slog.LevelError, "partition stalled")) > 0
+	})
+	e := book.find(slog.LevelError, "partition stalled")[0]
+	t.Logf("%s: op %s: %s", e.msg, e.attrs["op"], e.attrs["err"])
+	select {
+	case err := <-m.done:
+		m.done <- err
+		t.Fatalf("Run returned %v during an outage", err)
+	case <-time.After(5 * time.Second): // ten times the bound
+	}
+	if r := c.Readiness(); r.Assigned != 1 {
+		t.Fatalf("the member gave its partition up during an outage: %v", r)
 	}
 }

@@ -657,16 +657,22 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 // cancelled; other errors are transient and
 // retried with bounded exponential backoff, the same work again.
 //
+// Retries are logged at WARN, at ERROR once the step has been failing for stalledAfter (30s).
 // In the claim steps (load, claim, recover), errors that say this member cannot use the sink
 // (unusable) for longer than unusableAfter, with nothing else in between, end the Run
 // (run.fail): the member leaves the group and its partitions move to one that can claim them.
 func (w *worker[Tx]) attempt(what string, once func() error) error {
 	backoff := w.r.c.cfg.retryMin
 	var unusableSince time.Time // the start of a run of unusable errors in a claim step
+	start := time.Now()
 	for n := 1; ; n++ {
 		err := once()
 		if err == nil || sinkVerdict(err) != nil || IsPermanent(err) || w.ctx.Err() != nil {
 			return err
+		}
+		args := append(w.log(), "op", what, "attempt", n, "backoff", backoff, "err", err)
+		if tableMissing(err) {
+			args = append(args, "hint", migrateHint)
 		}
 		switch {
 		case what != "load" && what != "claim" && what != "recover", !unusable(err):
@@ -676,13 +682,23 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 		case time.Since(unusableSince) >= w.r.c.cfg.unusableAfter:
 			cause := fmt.Errorf("%w: %s %s failed for %v: %w", errSinkUnusable, what, w.key,
 				time.Since(unusableSince).Round(time.Millisecond), err)
+			if tableMissing(err) {
+				cause = fmt.Errorf("%w (%s)", cause, migrateHint)
+			}
 			w.r.c.log.Error("this member cannot use the sink: leaving the group so that another member claims its partitions",
-				append(w.log(), "op", what, "err", err, "for", w.r.c.cfg.unusableAfter)...)
+				append(args, "for", w.r.c.cfg.unusableAfter)...)
 			w.r.fail(cause)
 			return cause
 		}
 		w.r.c.m.retries.Add(w.ctx, 1, w.r.c.m.outcome(w.id, what))
-		w.r.c.log.Warn("transient failure; partition stalled, retrying", append(w.log(), "op", what, "attempt", n, "backoff", backoff, "err", err)...)
+		if failing := time.Since(start); failing >= w.r.c.cfg.stalledAfter {
+			// An outage that lasts: at ERROR from the bound on, at every retry (at most
+			// RetryBackoff's limit apart).
+			w.r.c.log.Error("partition stalled: a step has kept failing for longer than the bound; retrying",
+				append(args, "failing_for", failing.Round(time.Millisecond), "bound", w.r.c.cfg.stalledAfter)...)
+		} else {
+			w.r.c.log.Warn("transient failure; partition stalled, retrying", args...)
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-w.ctx.Done():
