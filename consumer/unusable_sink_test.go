@@ -81,7 +81,7 @@ func TestUnusableSinkGivesPartitionsBack(t *testing.T) {
 			mb := start(t, b)
 			waitFor(t, "the bad member is assigned", 30*time.Second, func() bool { return b.Readiness().Assigned > 0 })
 			produceSeq(t, brokers, "orders", keys, 2, n)
-			waitFor(t, "the healthy member applies every partition", 60*time.Second, allApplied(store, keys, n))
+			waitFor(t, "the healthy member applies every partition", 30*time.Second, allApplied(store, keys, n))
 			select {
 			case err := <-mb.done:
 				mb.done <- err // for stop, at cleanup
