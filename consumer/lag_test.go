@@ -9,7 +9,9 @@ import (
 	"github.com/batonhq/baton/consumer"
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/memfence"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -50,6 +52,16 @@ func total(m map[int64]int64) int64 {
 // end offsets; after a partition is revoked the member reports no series for it.
 func TestLagIsApplyLagAndEndsOnRevoke(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(2, "orders"))
+	applyLag(t, brokers, "orders", "g", fastKafka(brokers))
+}
+
+// The same on the real broker.
+func TestRealLagIsApplyLagAndEndsOnRevoke(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	applyLag(t, brokers, testenv.NewTopic(t, brokers, 2), testenv.UniqueName("g"), realKafka(brokers))
+}
+
+func applyLag(t *testing.T, brokers []string, topic, group string, kafka []kgo.Opt) {
 	const keys = 16
 	store := newStore(t)
 	var stalled atomic.Bool
@@ -62,34 +74,34 @@ func TestLagIsApplyLagAndEndsOnRevoke(t *testing.T) {
 	}
 	ma := newMeter()
 	opts := func(m *meter, f *folder) []consumer.Option {
-		return []consumer.Option{consumer.PerPartition(f.factory), consumer.Kafka(fastKafka(brokers)...), consumer.Logger(quiet),
+		return []consumer.Option{consumer.PerPartition(f.factory), consumer.Kafka(kafka...), consumer.Logger(quiet),
 			consumer.MeterProvider(m), consumer.RetryBackoff(20*time.Millisecond, 100*time.Millisecond),
 			consumer.MaxInflightPerPartition(20), consumer.LagLook(200 * time.Millisecond)}
 	}
-	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, opts(ma, fa)...)
+	a, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](store), nil, opts(ma, fa)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start(t, a)
-	produce(t, brokers, "orders", keys, 2)
+	produce(t, brokers, topic, keys, 2)
 	waitFor(t, "the first records applied", 30*time.Second, allApplied(store, keys, 2))
 	waitFor(t, "lag 0 on both partitions", 30*time.Second, func() bool {
-		l := lagPoints(t, ma, "g")
+		l := lagPoints(t, ma, group)
 		return len(l) == 2 && total(l) == 0
 	})
 
 	stalled.Store(true)
 	const waiting = keys * 20 // 320 records, far past the per-partition bound of 20
-	produceSeq(t, brokers, "orders", keys, 3, 12)
+	produceSeq(t, brokers, topic, keys, 3, 12)
 	time.Sleep(time.Second) // fetched until backpressure pauses both partitions: no fetch brings what follows
-	produceSeq(t, brokers, "orders", keys, 13, 22)
+	produceSeq(t, brokers, topic, keys, 13, 22)
 	waitFor(t, "the lag counts every record waiting", 30*time.Second, func() bool {
-		return total(lagPoints(t, ma, "g")) == waiting
+		return total(lagPoints(t, ma, group)) == waiting
 	})
 
 	// A second member: the rebalance revokes one partition from the first.
 	mb := newMeter()
-	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, opts(mb, newFolder())...)
+	b, err := consumer.New(group, []string{topic}, fence.Sink[*memfence.Tx](store), nil, opts(mb, newFolder())...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +111,7 @@ func TestLagIsApplyLagAndEndsOnRevoke(t *testing.T) {
 	})
 	var la, lb map[int64]int64
 	waitFor(t, "each member reports only its own partition", 30*time.Second, func() bool {
-		la, lb = lagPoints(t, ma, "g"), lagPoints(t, mb, "g")
+		la, lb = lagPoints(t, ma, group), lagPoints(t, mb, group)
 		if len(la) != 1 || len(lb) != 1 {
 			return false
 		}
@@ -114,7 +126,7 @@ func TestLagIsApplyLagAndEndsOnRevoke(t *testing.T) {
 	stalled.Store(false)
 	waitFor(t, "everything applied", 30*time.Second, allApplied(store, keys, 22))
 	waitFor(t, "lag 0", 30*time.Second, func() bool {
-		return total(lagPoints(t, ma, "g"))+total(lagPoints(t, mb, "g")) == 0
+		return total(lagPoints(t, ma, group))+total(lagPoints(t, mb, group)) == 0
 	})
 }
 
