@@ -131,7 +131,7 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 	if err := joinAll(errs); err != nil {
 		return nil, err
 	}
-	m, err := newMeters(cfg.meters)
+	m, err := newMeters(cfg.meters, group)
 	if err != nil {
 		return nil, fmt.Errorf("%w: meters: %w", ErrInvalidOption, err)
 	}
@@ -153,14 +153,27 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 // cluster unreachable, authentication failed, the group not joinable). While the client
 // cannot connect or join, the cause is logged at ERROR (at most every 10s while it lasts) and
 // counted (baton.consumer.client_errors); Run keeps trying until ctx ends.
+//
+// It also returns an error, after leaving the group, when this member cannot use its sink: a
+// partition's claim (loading, claiming or recovering its fence) failed for 30s with nothing
+// but errors that no retry fixes: a SQLSTATE of class 28 (a wrong password, a role that may not
+// log in), 3D000, 3F000 (no such database or schema), 42P01 (no such table: run baton
+// migrate) or 42501 (a missing or revoked grant). The error names the partition and wraps the
+// sink's (errors.As finds the *pgconn.PgError), so the member's partitions move to one that
+// can claim them instead of waiting behind this one; restarting the process without fixing
+// the cause repeats it. An outage (a refused connection, a database starting or shutting
+// down, any error without such a SQLSTATE) never ends Run: the partitions wait and retry.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err := protocolAtRun(c.cfg.kafka, c.cfg.protocol); err != nil {
 		return err
 	}
 	r := &run[Tx]{c: c, workers: map[partition.ID]*worker[Tx]{}, space: make(chan struct{}, 1), fatal: make(chan error, 1),
-		health: &health{log: c.log, errs: c.m.clientErrors}, wd: newWatchdog()}
+		applied: make(chan struct{}, 1),
+		health:  &health{log: c.log, errs: c.m.clientErrors, attrs: c.m.kind}, wd: newWatchdog()}
 	r.ctx, r.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	defer r.cancel()
+	r.pollCtx, r.wake = context.WithCancel(ctx)
+	defer r.wake()
 	c.cur.Store(r)
 	defer c.cur.CompareAndSwap(r, nil)
 
@@ -181,8 +194,16 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	}
 	r.clp.CompareAndSwap(nil, cl)
 	stopWatchdog := r.watchSession(cl, wd)
-	r.wg.Add(1)
+	r.wg.Add(3)
 	go r.watchTopics()
+	go r.watchLag()
+	go r.commitApplied()
+	c.m.zeroRun(r.ctx)
+	if reg, err := c.m.meter.RegisterCallback(r.observeLag, c.m.lag); err == nil {
+		defer func() { _ = reg.Unregister() }()
+	} else {
+		c.log.Warn("lag gauge not registered", "err", err)
+	}
 	err = r.poll(ctx)
 	stopWatchdog()
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
@@ -214,8 +235,14 @@ type run[Tx any] struct {
 
 	total atomic.Int64  // records handed to live workers and not yet done
 	space chan struct{} // poked when total drops
-	fatal chan error
-	wd    *watchdog // the group session's watchdog
+	// applied is poked after each batch's offset is marked: commitApplied commits it to Kafka.
+	applied chan struct{}
+	fatal   chan error
+	// pollCtx is Run's ctx, also cancelled (wake) by fail so that a poll waiting for fetches
+	// returns and sees the error.
+	pollCtx context.Context
+	wake    context.CancelFunc
+	wd      *watchdog // the group session's watchdog
 
 	health *health // client errors, and whether the member ever joined
 
@@ -233,10 +260,15 @@ type run[Tx any] struct {
 // so callbacks publish the client they are given too.
 func (r *run[Tx]) client() *kgo.Client { return r.clp.Load() }
 
+// fail ends the Run with err (the first one, if several): poll returns it, at once even while
+// it waits for a fetch.
 func (r *run[Tx]) fail(err error) {
 	select {
 	case r.fatal <- err:
 	default:
+	}
+	if r.wake != nil {
+		r.wake()
 	}
 }
 
@@ -262,7 +294,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 		default:
 		}
 		stamp := r.seeks.Load() // before the poll: seeks done by now are behind every record it returns
-		fs := r.client().PollFetches(ctx)
+		fs := r.client().PollFetches(r.pollCtx)
 		if fs.IsClientClosed() {
 			return nil
 		}
@@ -288,10 +320,8 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 				if len(p.Records) == 0 {
 					continue
 				}
-				last := p.Records[len(p.Records)-1]
 				id := partition.ID{Topic: t.Topic, Partition: p.Partition}
-				r.c.m.lag.Record(ctx, max(0, p.HighWatermark-last.Offset-1), partAttrs(id))
-				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset, stamp)
+				r.dispatch(ctx, id, p.Records, t.TopicID, p.LogStartOffset, p.HighWatermark, stamp)
 			}
 		})
 		fs.EachError(func(topic string, p int32, err error) {
@@ -323,7 +353,7 @@ func (r *run[Tx]) poll(ctx context.Context) error {
 // dispatch hands recs, of a poll begun when the seek count was stamp, to the partition's
 // worker. Records of a partition with no live worker (revoked between the fetch and now) are
 // dropped: the next owner re-reads them from the sink's position.
-func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart int64, stamp int64) {
+func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Record, topicID [16]byte, logStart, hwm int64, stamp int64) {
 	n := int64(len(recs))
 	r.mu.Lock()
 	w := r.workers[k]
@@ -331,6 +361,7 @@ func (r *run[Tx]) dispatch(ctx context.Context, k partition.ID, recs []*kgo.Reco
 		r.mu.Unlock()
 		return
 	}
+	w.seeHWM(hwm)
 	if w.checkSeek {
 		// The first batch since the claim's seek. From a poll begun before the seek it may
 		// have been fetched on the cursor the seek replaced (a restarted worker's predecessor's,
@@ -475,7 +506,8 @@ func (r *run[Tx]) assigned(_ context.Context, cl *kgo.Client, added map[string][
 			w := newWorker(r, k, epoch)
 			r.workers[k] = w
 			started = append(started, w)
-			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, "assigned"))
+			r.c.m.zeroPartition(r.ctx, k, r.c.cfg.prepare != nil)
+			r.c.m.rebalances.Add(r.ctx, 1, r.c.m.outcome(k, "assigned"))
 		}
 	}
 	r.mu.Unlock()
@@ -596,7 +628,7 @@ func (r *run[Tx]) stopPartitions(m map[string][]int32, why string) {
 				w.stopping = true // the watchdog's revive must not replace it (ReviveRacesRevoke)
 				ws = append(ws, w)
 			}
-			r.c.m.rebalances.Add(r.ctx, 1, withOutcome(k, why))
+			r.c.m.rebalances.Add(r.ctx, 1, r.c.m.outcome(k, why))
 		}
 	}
 	r.mu.Unlock()

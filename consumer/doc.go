@@ -42,7 +42,11 @@
 // ERROR (at once, then at most every 10s while it lasts) and counted
 // (baton.consumer.client_errors); if ctx ends before the member ever joined the group (franz-go
 // never called OnPartitionsAssigned, which it does after every successful join and sync), Run
-// returns [ErrNotJoined] wrapping the last cause.
+// returns [ErrNotJoined] wrapping the last cause. A member that cannot use its sink (a
+// partition's claim failing for 30s with only errors no retry fixes: a wrong password, a
+// missing fence table or grant) leaves the group and Run returns the cause, so that its
+// partitions move to a member that can claim them; a database outage never makes it leave
+// ([Consumer.Run]).
 //
 // [Consumer.Readiness] says, at any time and from any goroutine, whether the member is joined
 // (assigned in its current group session, not lost since) and has claimed every partition
@@ -58,10 +62,14 @@
 //     they finish.
 //  2. Each batch (what one poll delivered, coalesced with what is queued, at most
 //     [MaxInflightPerPartition] records) goes to Sink.Apply with the handler inside the fenced
-//     transaction; then the Kafka offset is marked and committed in the background. A replayed
-//     batch is skipped; a partly applied one is applied from the sink's position on. Other
+//     transaction; then the Kafka offset is marked and committed in the background, at most
+//     one commit in flight and 100ms apart, so the group's committed offsets (what
+//     kafka-consumer-groups, Burrow or KEDA read as its lag) follow the sink within about
+//     that, not franz-go's 5s auto-commit interval. A replayed batch is skipped; a partly applied one is applied from the sink's position on. Other
 //     errors are transient: the same batch is retried with bounded exponential backoff
-//     ([RetryBackoff]; the retries metric, WARN logs), never reordered or skipped.
+//     ([RetryBackoff]; the retries metric, WARN logs, ERROR once a step has kept failing for
+//     30s, and a hint naming baton migrate when a table of the fence store is missing),
+//     never reordered or skipped.
 //  3. A write refused by the fence is never retried as is: the member asks the coordinator. A
 //     member that is not the owner (a zombie) leaves the partition alone (WARN, counted in
 //     stale_refusals); an owner whose generation went backwards (a deleted or recreated group)
@@ -94,7 +102,9 @@
 //     outbox relay runs there (consumer.AfterCommit(relay.AfterCommit(), time.Second)), so
 //     relaying a partition's side effects lives exactly where its ownership does.
 //
-// A partition of a topic that was recreated or grew is held (claimed, nothing applied, ERROR,
+// A consumed topic that does not exist is logged at ERROR, at once and then every minute while
+// it stays missing (the member goes on with the others). A partition of a topic that was
+// recreated or grew is held (claimed, nothing applied, ERROR,
 // baton.consumer.topic_refusals) until an operator runs baton topics reset or ack; records
 // deleted from the log before they were applied are reported (ERROR,
 // baton.consumer.records.lost) and processing goes on.
@@ -129,10 +139,12 @@
 //
 // The classic group protocol is the default; Kafka 4.x's consumer protocol is opt-in with
 // [GroupProtocol]("consumer"), proven on Kafka 4.3+. Run starts the Kafka
-// client from Baton's own defaults, which [Kafka] options override: the cooperative-sticky
-// balancer and a 500ms heartbeat interval (franz-go's 3s), because the other members learn
-// that one left or expired only from their next heartbeat; the session timeout stays
-// franz-go's 45s. A graceful handover (Run's ctx cancelled) takes about half a second, a crash
+// client from Baton's own defaults, which [Kafka] options override: the client id
+// "baton-<host>-<pid>" (franz-go's "kgo" is every member's, so owners could not be told apart
+// in the group's description or in baton status; a kgo.ClientID is kept), the
+// cooperative-sticky balancer and a 500ms heartbeat interval (franz-go's 3s), because the
+// other members learn that one left or expired only from their next heartbeat; the session
+// timeout stays franz-go's 45s. A graceful handover (Run's ctx cancelled) takes about half a second, a crash
 // takeover the session timeout plus about a heartbeat interval. A static member
 // (kgo.InstanceID) restarted within the session timeout gets its partitions back without a
 // rebalance; each moves to a new era (which fences the old process), logged at INFO and
@@ -153,8 +165,16 @@
 // .retries, .client_errors (by baton.error.kind: connect, group, fetch), .watchdog.stops
 // (partitions stopped because the member's session expired), .topic_refusals (a partition held
 // because its topic was recreated or grown, by baton.outcome), .records.lost (records deleted
-// from the log before they were applied), .apply.duration (histogram) and .lag (gauge, from the
-// fetch's high watermark). One span per batch ([Telemetry]) linked to the producers' spans
-// found in the records' headers, with topic, partition, token and outcome. Logs go to [Logger]
+// from the log before they were applied), .apply.duration (histogram) and .lag (gauge: the
+// records of a partition the sink has not applied, its high watermark minus the sink's
+// position + 1; the high watermark comes from fetches and, since fetching stops while a
+// partition's sink is stalled, from end offsets listed every 5s; a partition whose claim has not
+// told its position yet is estimated from the group's committed offset). Lag is reported only
+// for the partitions this member owns now: a revoked or lost partition's series ends with it, so
+// sum(baton_consumer_lag) counts each partition once. Every series is labelled by baton.group
+// (the consumer group, as the outbox's are); a partition's counters, and its outcomes known in
+// advance, start at 0 when it is assigned, and the client error kinds when Run starts, so that
+// a rate or increase sees their first event. One span per batch ([Telemetry]) linked to the
+// producers' spans found in the records' headers, with topic, partition, token and outcome. Logs go to [Logger]
 // (default slog.Default(), so refusals are never silent).
 package consumer

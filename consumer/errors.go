@@ -1,6 +1,9 @@
 package consumer
 
-import "errors"
+import (
+	"errors"
+	"strings"
+)
 
 var (
 	// errNoGroup means New was given an empty consumer group name.
@@ -28,6 +31,11 @@ var (
 	// group: the cluster was unreachable, authentication failed or the group could not be
 	// joined. The error carries the last cause franz-go reported.
 	ErrNotJoined = errors.New("consumer: never joined the group")
+	// errSinkUnusable ends a Run whose member cannot use its sink: a claim step (loading,
+	// claiming or recovering a partition's fence) failed for longer than the bound
+	// (unusableAfter, 30s) with nothing but errors no retry can fix (unusable). The error
+	// wraps the sink's, and names the partition and the step.
+	errSinkUnusable = errors.New("consumer: this member cannot use the sink")
 	// errPermanent marks a handler error that retrying cannot fix (a poison record). Wrap
 	// errors with [Permanent]; test with errors.Is.
 	errPermanent = errors.New("consumer: permanent error")
@@ -61,4 +69,39 @@ func IsPermanent(err error) bool {
 	}
 	var p interface{ Permanent() bool }
 	return errors.As(err, &p) && p.Permanent()
+}
+
+// unusable reports whether err says that this member cannot use the sink at all, whatever it
+// retries: its error tree holds a database error whose SQLSTATE (a SQLState() string method:
+// pgconn.PgError, lib/pq's Error) is in class 28 (invalid authorization: a wrong password,
+// a role that may not log in), 3D000 (no such database), 3F000 (no such schema), 42P01
+// (no such table: the fence table was not migrated) or 42501 (insufficient privilege: a
+// missing or revoked grant). Errors of a connection that failed or a database that is
+// starting or shutting down (class 08, 57P0x) are not: they pass when the database is back.
+func unusable(err error) bool {
+	var s interface{ SQLState() string }
+	if !errors.As(err, &s) {
+		return false
+	}
+	switch code := s.SQLState(); {
+	case strings.HasPrefix(code, "28"):
+		return true
+	case code == "3D000", code == "3F000", code == "42P01", code == "42501":
+		return true
+	}
+	return false
+}
+
+// migrateHint is logged with an error that says a table of the sink is missing.
+const migrateHint = "a table of the fence store is missing: run 'baton migrate' (or the store's Migrate) with the migration role"
+
+// tableMissing reports whether err is the sink's own (not the handler's) and says a table is
+// missing (SQLSTATE 42P01): the store was not migrated, or the member uses another schema.
+func tableMissing(err error) bool {
+	var h *handlerError
+	if errors.As(err, &h) {
+		return false
+	}
+	var s interface{ SQLState() string }
+	return errors.As(err, &s) && s.SQLState() == "42P01"
 }

@@ -58,6 +58,7 @@ var (
 	ErrNoBrokers    = errNoBrokers
 	ErrOwnedOption  = errOwnedOption
 	ErrPermanent    = errPermanent
+	ErrSinkUnusable = errSinkUnusable
 )
 
 const (
@@ -76,3 +77,18 @@ func TextMapPropagator(p propagation.TextMapPropagator) Option { return Telemetr
 
 // ClaimWait bounds the assignment callback's wait for the claims.
 func ClaimWait(d time.Duration) Option { return claimWait(d) }
+
+// UnusableSinkAfter bounds how long a claim may fail with errors that say the member cannot
+// use the sink before Run leaves the group.
+func UnusableSinkAfter(d time.Duration) Option { return unusableAfter(d) }
+
+// LagLook sets how often Run lists the end offsets of its partitions for the lag gauge and
+// checks that its topics exist.
+func LagLook(d time.Duration) Option {
+	return func(c *config) error { c.lagLook = d; return nil }
+}
+
+// StalledAfter sets how long a step may keep failing before its retries are logged at ERROR.
+func StalledAfter(d time.Duration) Option {
+	return func(c *config) error { c.stalledAfter = d; return nil }
+}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
 
@@ -30,6 +29,7 @@ const errorLogEvery = 10 * time.Second
 type health struct {
 	log     *slog.Logger
 	errs    metric.Int64Counter
+	attrs   func(kind string) metric.MeasurementOption
 	joined  atomic.Bool // ever joined during this Run
 	session atomic.Bool // in a group session now: assigned since the last join, not lost since
 	closing atomic.Bool // the client is being closed: its errors are ours
@@ -60,7 +60,7 @@ func (h *health) failed(kind string, err error) {
 		errors.Is(err, kgo.ErrClientClosed) {
 		return
 	}
-	h.errs.Add(context.Background(), 1, metric.WithAttributes(attribute.String("baton.error.kind", kind)))
+	h.errs.Add(context.Background(), 1, h.attrs(kind))
 	now := time.Now()
 	h.mu.Lock()
 	h.last = err

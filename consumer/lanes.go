@@ -183,7 +183,7 @@ func (l *laneRun[Tx]) prepare(j laneJob) (any, error) {
 		if err == nil || IsPermanent(err) || l.ctx.Err() != nil {
 			return val, err
 		}
-		w.r.c.m.retries.Add(l.ctx, 1, withOutcome(w.id, "prepare"))
+		w.r.c.m.retries.Add(l.ctx, 1, w.r.c.m.outcome(w.id, "prepare"))
 		w.r.c.log.Warn("transient failure; record's lane stalled, retrying",
 			append(w.log(), "op", "prepare", "offset", j.e.rec.Offset, "attempt", n, "backoff", backoff, "err", err)...)
 		t := time.NewTimer(backoff)
@@ -216,7 +216,7 @@ func (l *laneRun[Tx]) intake(recs []*kgo.Record) {
 		l.backlog = append(l.backlog, e)
 	}
 	if dup > 0 {
-		w.r.c.m.duplicates.Add(w.ctx, dup, partAttrs(w.id))
+		w.r.c.m.duplicates.Add(w.ctx, dup, w.r.c.m.part(w.id))
 	}
 	if dup+skipped > 0 {
 		w.r.done(w, dup+skipped)

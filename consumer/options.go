@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,6 +31,9 @@ type config struct {
 	maxInflight        int
 	deadLetterTopic    string
 	retryMin, retryMax time.Duration
+	unusableAfter      time.Duration
+	lagLook            time.Duration
+	stalledAfter       time.Duration
 	recoverRegressions bool
 	epochs             epochSource
 	epochsSet          bool   // withEpochs was given
@@ -53,6 +58,9 @@ func defaults() config {
 		maxInflight:        10000,
 		retryMin:           100 * time.Millisecond,
 		retryMax:           10 * time.Second,
+		unusableAfter:      30 * time.Second,
+		lagLook:            5 * time.Second,
+		stalledAfter:       30 * time.Second,
 		recoverRegressions: true,
 		epochs:             classicGeneration{},
 		claimWait:          10 * time.Second,
@@ -212,6 +220,19 @@ func claimWait(d time.Duration) Option {
 			return fmt.Errorf("%w: ClaimWait %v", ErrInvalidOption, d)
 		}
 		c.claimWait = d
+		return nil
+	}
+}
+
+// unusableAfter sets how long a partition's claim may fail with nothing but errors that say
+// this member cannot use the sink (unusable) before Run gives up and leaves the group
+// (errSinkUnusable). Default 30s.
+func unusableAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: unusable-sink bound %v", ErrInvalidOption, d)
+		}
+		c.unusableAfter = d
 		return nil
 	}
 }
@@ -420,7 +441,8 @@ func GroupProtocol(name string) Option {
 }
 
 // kafkaDefaults are the client settings the consumer starts from, before the [Kafka] options
-// (which override any of them): the cooperative-sticky balancer, and a heartbeat interval
+// (which override any of them): a client id naming the process (defaultClientID), the
+// cooperative-sticky balancer, and a heartbeat interval
 // that makes a handover fast. A member learns that the group is rebalancing only from its
 // next heartbeat, so the interval bounds how long the partitions of a member that left (or
 // whose session expired) wait for the others: franz-go's 3s made a graceful handover take 3s;
@@ -434,8 +456,27 @@ func GroupProtocol(name string) Option {
 // only value [New] accepts): nothing still in the log is skipped.
 func kafkaDefaults() []kgo.Opt {
 	return []kgo.Opt{
+		kgo.ClientID(defaultClientID()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.HeartbeatInterval(500 * time.Millisecond),
 		kgo.ConsumeResetOffset(earliest),
 	}
+}
+
+// defaultClientID is the client id of a member whose Kafka options set none:
+// "baton-<host>-<pid>", so that the group's members (what the coordinator and baton status
+// show as a partition's owner, client id @ address) tell processes apart; franz-go's default,
+// "kgo", is the same for all. Characters of the host name outside [A-Za-z0-9._-] become "_".
+func defaultClientID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	b := []byte(host)
+	for i, c := range b {
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '_'
+		}
+	}
+	return "baton-" + string(b) + "-" + strconv.Itoa(os.Getpid())
 }

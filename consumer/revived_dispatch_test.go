@@ -38,7 +38,7 @@ func TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim(t *testing.T) {
 		w := newWorker(r, id, 1)
 		w.revived, w.late, w.from = true, true, pred
 		r.workers[id] = w
-		r.dispatch(r.ctx, id, batch(500), [16]byte{}, 0, 0)
+		r.dispatch(r.ctx, id, batch(500), [16]byte{}, 0, -1, 0)
 		want := pred
 		if pred < 0 {
 			want = 500
@@ -51,7 +51,7 @@ func TestRevivedWorkerDropsRecordsFetchedBeforeItsClaim(t *testing.T) {
 		r.mu.Lock()
 		w.claimDone = true
 		r.mu.Unlock()
-		r.dispatch(r.ctx, id, batch(510), [16]byte{}, 0, 0)
+		r.dispatch(r.ctx, id, batch(510), [16]byte{}, 0, -1, 0)
 		if n := len(w.in); n != 1 {
 			t.Fatalf("after the claim: %d batches handed, want 1", n)
 		}
@@ -142,14 +142,14 @@ func TestFirstBatchAfterASeekWithAnUnexplainedGapIsDropped(t *testing.T) {
 	}
 
 	w, before := claimed()
-	r.dispatch(r.ctx, id, batch(500), [16]byte{}, 0, before)
+	r.dispatch(r.ctx, id, batch(500), [16]byte{}, 0, -1, before)
 	if got := handed(w); got >= 0 {
 		t.Fatalf("a batch starting at %d, from a poll begun before the seek to 300, was handed to the restarted worker: 300..499 would be skipped", got)
 	}
 	if w.seekedAt <= before || !w.checkSeek {
 		t.Fatalf("the stale batch was dropped without seeking again (seeked at %d, poll %d)", w.seekedAt, before)
 	}
-	r.dispatch(r.ctx, id, batch(300), [16]byte{}, 0, r.seeks.Load()) // the next poll, after the seek
+	r.dispatch(r.ctx, id, batch(300), [16]byte{}, 0, -1, r.seeks.Load()) // the next poll, after the seek
 	if got := handed(w); got != 300 {
 		t.Fatalf("after the seek again: handed %d, want the batch at 300", got)
 	}
@@ -157,7 +157,7 @@ func TestFirstBatchAfterASeekWithAnUnexplainedGapIsDropped(t *testing.T) {
 
 	// A batch of an earlier poll that starts where the seek says is the seek's own.
 	w, before = claimed()
-	r.dispatch(r.ctx, id, batch(300), [16]byte{}, 0, before)
+	r.dispatch(r.ctx, id, batch(300), [16]byte{}, 0, -1, before)
 	if got := handed(w); got != 300 {
 		t.Fatalf("a batch at the seek's offset: handed %d, want 300", got)
 	}
@@ -165,7 +165,7 @@ func TestFirstBatchAfterASeekWithAnUnexplainedGapIsDropped(t *testing.T) {
 
 	// The log start explains a gap: the log starts at 400, past the seek.
 	w, before = claimed()
-	r.dispatch(r.ctx, id, batch(400), [16]byte{}, 400, before)
+	r.dispatch(r.ctx, id, batch(400), [16]byte{}, 400, -1, before)
 	if got := handed(w); got != 400 {
 		t.Fatalf("a batch at the log start 400, past the seek to 300: handed %d, want 400", got)
 	}
@@ -173,7 +173,7 @@ func TestFirstBatchAfterASeekWithAnUnexplainedGapIsDropped(t *testing.T) {
 
 	// A poll begun after the seek is trusted: its gap is the log's (a transaction marker at 300).
 	w, _ = claimed()
-	r.dispatch(r.ctx, id, batch(301), [16]byte{}, 0, r.seeks.Load())
+	r.dispatch(r.ctx, id, batch(301), [16]byte{}, 0, -1, r.seeks.Load())
 	if got := handed(w); got != 301 {
 		t.Fatalf("a batch of a poll begun after the seek, at 301: handed %d, want 301", got)
 	}

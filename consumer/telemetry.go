@@ -18,9 +18,11 @@ const instrumentation = "github.com/batonhq/baton/consumer"
 type meters struct {
 	applied, duplicates, stale, claims, regressions, recoveries metric.Int64Counter
 	deadLettered, rebalances, retries, staleClaims              metric.Int64Counter
-	clientErrors, topicRefusals, lost, handovers                metric.Int64Counter
+	clientErrors, topicRefusals, lost, handovers, stops         metric.Int64Counter
 	applyLatency                                                metric.Float64Histogram
-	lag                                                         metric.Int64Gauge
+	lag                                                         metric.Int64ObservableGauge
+	meter                                                       metric.Meter // for Run's lag callback
+	group                                                       attribute.KeyValue
 }
 
 // applyBounds are the apply-duration histogram's bucket bounds, in seconds as its unit: from a
@@ -28,10 +30,14 @@ type meters struct {
 // default bounds, 0, 5, 10 ... 10000, are meant for milliseconds.)
 var applyBounds = []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}
 
-func newMeters(p metric.MeterProvider) (*meters, error) {
+// groupAttr is the attribute every consumer series carries: the consumer group, named as the
+// outbox's series name it, so that both join on it.
+const groupAttr = "baton.group"
+
+func newMeters(p metric.MeterProvider, group string) (*meters, error) {
 	m := p.Meter(instrumentation)
 	var (
-		ms  meters
+		ms  = meters{meter: m, group: attribute.String(groupAttr, group)}
 		err error
 	)
 	counter := func(dst *metric.Int64Counter, name, desc string) {
@@ -54,6 +60,7 @@ func newMeters(p metric.MeterProvider) (*meters, error) {
 	counter(&ms.topicRefusals, "baton.consumer.topic_refusals", "partitions held because their topic was recreated or grown (baton.outcome recreated or grown) until an operator resets or acknowledges it")
 	counter(&ms.lost, "baton.consumer.records.lost", "records deleted from the log (retention, truncation) before they were applied: data loss")
 	counter(&ms.clientErrors, "baton.consumer.client_errors", "Kafka client failures: connect (dial, TLS, SASL), group (coordinator, join, sync), fetch")
+	counter(&ms.stops, "baton.consumer.watchdog.stops", "partitions stopped because this member's group session expired while it could not reach the coordinator")
 	if err != nil {
 		return nil, err
 	}
@@ -62,21 +69,66 @@ func newMeters(p metric.MeterProvider) (*meters, error) {
 		metric.WithExplicitBucketBoundaries(applyBounds...)); err != nil {
 		return nil, err
 	}
-	if ms.lag, err = m.Int64Gauge("baton.consumer.lag", metric.WithDescription("records behind the partition's high watermark at the last fetch")); err != nil {
+	if ms.lag, err = m.Int64ObservableGauge("baton.consumer.lag", metric.WithDescription(
+		"records of a partition this member owns that the sink has not applied: the partition's high watermark minus the sink's position + 1")); err != nil {
 		return nil, err
 	}
 	return &ms, nil
 }
 
-func partAttrs(id partition.ID) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("messaging.destination.name", id.Topic),
+// Outcomes known in advance, whose series start at 0 (zeroPartition, zeroRun) so that an
+// increase() sees their first event.
+var (
+	rebalanceOutcomes = []string{"assigned", "revoked", "lost"}
+	retryOutcomes     = []string{"apply", "load", "claim", "verify", "recover", "recover-conflict", "dead-letter", "after-commit"}
+	refusalOutcomes   = []string{"recreated", "grown"}
+	clientErrorKinds  = []string{"connect", "group", "fetch", "topic"}
+)
+
+// zeroPartition starts the series of partition id at 0: every per-partition counter, and
+// those of its outcomes known in advance.
+func (m *meters) zeroPartition(ctx context.Context, id partition.ID, lanes bool) {
+	for _, c := range []metric.Int64Counter{m.applied, m.duplicates, m.stale, m.staleClaims, m.claims, m.regressions,
+		m.recoveries, m.handovers, m.deadLettered, m.lost, m.stops} {
+		c.Add(ctx, 0, m.part(id))
+	}
+	for _, o := range rebalanceOutcomes {
+		m.rebalances.Add(ctx, 0, m.outcome(id, o))
+	}
+	for _, o := range retryOutcomes {
+		m.retries.Add(ctx, 0, m.outcome(id, o))
+	}
+	if lanes {
+		m.retries.Add(ctx, 0, m.outcome(id, "prepare"))
+	}
+	for _, o := range refusalOutcomes {
+		m.topicRefusals.Add(ctx, 0, m.outcome(id, o))
+	}
+}
+
+// zeroRun starts the client error series at 0.
+func (m *meters) zeroRun(ctx context.Context) {
+	for _, k := range clientErrorKinds {
+		m.clientErrors.Add(ctx, 0, m.kind(k))
+	}
+}
+
+// part is the attributes of a partition's series.
+func (m *meters) part(id partition.ID) metric.MeasurementOption {
+	return metric.WithAttributes(m.group, attribute.String("messaging.destination.name", id.Topic),
 		attribute.Int("messaging.destination.partition.id", int(id.Partition)))
 }
 
-func withOutcome(id partition.ID, outcome string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("messaging.destination.name", id.Topic),
+// outcome is the attributes of a partition's series for one outcome.
+func (m *meters) outcome(id partition.ID, outcome string) metric.MeasurementOption {
+	return metric.WithAttributes(m.group, attribute.String("messaging.destination.name", id.Topic),
 		attribute.Int("messaging.destination.partition.id", int(id.Partition)),
 		attribute.String("baton.outcome", outcome))
+}
+
+// kind is the attributes of a client error series.
+func (m *meters) kind(kind string) metric.MeasurementOption {
+	return metric.WithAttributes(m.group, attribute.String("baton.error.kind", kind))
 }
 
 // headerCarrier adapts record headers to the propagator, as kotel does.

@@ -111,7 +111,7 @@ func (w *worker[Tx]) hold(why giveUp) bool {
 	if !w.holding {
 		w.holding = true
 		outcome := map[giveUp]string{holdRecreated: "recreated", holdGrown: "grown"}[why]
-		w.r.c.m.topicRefusals.Add(w.ctx, 1, withOutcome(w.id, outcome))
+		w.r.c.m.topicRefusals.Add(w.ctx, 1, w.r.c.m.outcome(w.id, outcome))
 		msg := "topic recreated: its ID differs from the one stored with the fences; partition held (nothing applied) until an operator resets it with baton topics reset"
 		if why == holdGrown {
 			msg = "topic grown: this partition is at or above the acknowledged partition count; partition held (nothing applied) until an operator drains the older partitions and acknowledges the growth with baton topics ack"
@@ -148,7 +148,7 @@ func (w *worker[Tx]) lost(first int64) {
 		return
 	}
 	n := min(first, start) - next
-	w.r.c.m.lost.Add(w.ctx, n, partAttrs(w.id))
+	w.r.c.m.lost.Add(w.ctx, n, w.r.c.m.part(w.id))
 	w.r.c.log.Error("records deleted from the log before they were applied (retention or truncation): data loss",
 		append(w.log(), "from", next, "to", next+n-1, "lost", n, "log_start", start)...)
 }

@@ -186,8 +186,7 @@ func (r *run[Tx]) watchSession(cl *kgo.Client, d *watchdog) (stop func()) {
 		close(done)
 		return cancel
 	}
-	stops, _ := r.c.cfg.meters.Meter(instrumentation).Int64Counter("baton.consumer.watchdog.stops",
-		metric.WithDescription("partitions stopped because this member's group session expired while it could not reach the coordinator"))
+	stops := r.c.m.stops
 	go func() {
 		defer close(done)
 		d.watch(ctx, func(since time.Duration) { r.expire(ctx, since, stops) }, r.revive)
@@ -209,7 +208,7 @@ func (r *run[Tx]) expire(ctx context.Context, since time.Duration, stops metric.
 		r.setPause(w, pauseWatchdog, true)
 		parts[id.Topic] = append(parts[id.Topic], id.Partition)
 		if stops != nil {
-			stops.Add(ctx, 1, partAttrs(id))
+			stops.Add(ctx, 1, r.c.m.part(id))
 		}
 		n++
 	}
@@ -266,6 +265,8 @@ func (r *run[Tx]) successor(old *worker[Tx]) *worker[Tx] {
 	r.release(old)
 	w := newWorker(r, old.id, old.cs.Epoch)
 	w.claimant, w.late, w.revived, w.from = old.claimant, true, true, old.from
+	w.applied.Store(old.applied.Load())
+	w.hwm.Store(old.hwm.Load())
 	r.workers[old.id] = w
 	r.setPause(w, pauseClaiming, true)
 	return w

@@ -68,6 +68,12 @@ type worker[Tx any] struct {
 	seenParts atomic.Int32             // the partition count the last claim compared
 	recheck   atomic.Bool              // the topic changed since: compare again before the next batch
 
+	// For the lag gauge (lag.go), read by its callback: the sink's position as this worker
+	// last knew it (unknownPosition before its claim, or an estimate from the group's
+	// committed offset), and the partition's high watermark (-1 before any).
+	applied atomic.Int64
+	hwm     atomic.Int64
+
 	// Owned by the goroutine.
 	token    fence.Token // the claimed token every write carries
 	tried    fence.Token // the token of the last claim or write attempt (for reports)
@@ -85,7 +91,7 @@ func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 	ctx, cancel := context.WithCancel(r.ctx)
 	member, _ := r.client().GroupMetadata()
 	identity := memberIdentity(r.client())
-	return &worker[Tx]{
+	w := &worker[Tx]{
 		r: r, id: id, epoch: epoch, claimant: newClaimant(identity, member),
 		key:    id.Key(r.c.group),
 		ctx:    ctx,
@@ -100,6 +106,9 @@ func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 		from:     -1,
 		cs:       claimState{Epoch: epoch, Recover: r.c.cfg.recoverRegressions, Identity: identity},
 	}
+	w.applied.Store(unknownPosition)
+	w.hwm.Store(-1)
+	return w
 }
 
 func (w *worker[Tx]) log() []any {
@@ -243,7 +252,7 @@ func (w *worker[Tx]) afterCommit() bool {
 		w.refused(err)
 		return w.resettle(claimInput{Event: evWriteStale, Stored: se.Stored})
 	}
-	w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, "after-commit"))
+	w.r.c.m.retries.Add(w.ctx, 1, w.r.c.m.outcome(w.id, "after-commit"))
 	w.r.c.log.Warn("after-commit hook failed; retried after the next commit or idle interval", append(w.log(), "err", err)...)
 	return true
 }
@@ -256,7 +265,7 @@ func (w *worker[Tx]) process(recs []*kgo.Record) bool {
 	}
 	fresh := w.fresh(recs)
 	if d := len(recs) - len(fresh); d > 0 {
-		w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.id))
+		w.r.c.m.duplicates.Add(w.ctx, int64(d), w.r.c.m.part(w.id))
 	}
 	if len(fresh) == 0 {
 		return true
@@ -324,7 +333,7 @@ func (w *worker[Tx]) apply(recs []*kgo.Record) bool {
 			return true
 		case errors.Is(v, fence.ErrDuplicate):
 			// Already applied (a retried commit that had succeeded): skip it.
-			w.r.c.m.duplicates.Add(w.ctx, int64(len(recs)), partAttrs(w.id))
+			w.r.c.m.duplicates.Add(w.ctx, int64(len(recs)), w.r.c.m.part(w.id))
 			w.advanced(last)
 			return true
 		case errors.Is(v, fence.ErrOverlap):
@@ -354,7 +363,7 @@ func (w *worker[Tx]) apply(recs []*kgo.Record) bool {
 		}
 		fresh := w.fresh(recs)
 		if d := len(recs) - len(fresh); d > 0 {
-			w.r.c.m.duplicates.Add(w.ctx, int64(d), partAttrs(w.id))
+			w.r.c.m.duplicates.Add(w.ctx, int64(d), w.r.c.m.part(w.id))
 		}
 		if len(fresh) == 0 {
 			w.advanced(last)
@@ -379,7 +388,7 @@ func (w *worker[Tx]) reload() bool {
 	if st.Position == w.position && !w.sleep(w.r.c.cfg.retryMin) { // no progress: do not spin
 		return false
 	}
-	w.position = st.Position
+	w.setPosition(st.Position)
 	return true
 }
 
@@ -436,13 +445,13 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 		return nil
 	})
 	outcome := outcomeOf(err)
-	w.r.c.m.applyLatency.Record(w.ctx, time.Since(start).Seconds(), withOutcome(w.id, outcome))
+	w.r.c.m.applyLatency.Record(w.ctx, time.Since(start).Seconds(), w.r.c.m.outcome(w.id, outcome))
 	span.SetAttributes(attribute.String("baton.outcome", outcome))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())
 		return err
 	}
-	w.r.c.m.applied.Add(w.ctx, int64(len(recs)), partAttrs(w.id))
+	w.r.c.m.applied.Add(w.ctx, int64(len(recs)), w.r.c.m.part(w.id))
 	w.advanced(last)
 	return nil
 }
@@ -466,12 +475,16 @@ func outcomeOf(err error) string {
 }
 
 // advanced records that the sink holds everything up to r, and marks the Kafka offset for
-// the next commit (for lag and tooling only; resuming trusts the sink).
+// commitApplied to commit (for lag and tooling only; resuming trusts the sink).
 func (w *worker[Tx]) advanced(r *kgo.Record) {
-	w.position = r.Offset
+	w.setPosition(r.Offset)
 	w.r.client().MarkCommitOffsets(map[string]map[int32]kgo.EpochOffset{
 		w.id.Topic: {w.id.Partition: {Epoch: r.LeaderEpoch, Offset: r.Offset + 1}},
 	})
+	select {
+	case w.r.applied <- struct{}{}:
+	default:
+	}
 }
 
 func (w *worker[Tx]) refused(err error) {
@@ -481,7 +494,7 @@ func (w *worker[Tx]) refused(err error) {
 	if se != nil {
 		args = append(args, "presented", se.Presented.String(), "stored", se.Stored.String())
 	}
-	w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
+	w.r.c.m.stale.Add(w.ctx, 1, w.r.c.m.part(w.id))
 	w.r.c.log.Warn("fence refused this member's write as stale; asking the coordinator whether this member still owns the partition", args...)
 }
 
@@ -600,7 +613,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 		v := sinkVerdict(err)
 		switch {
 		case err == nil && refusedAs == fence.Duplicate:
-			w.r.c.m.duplicates.Add(w.ctx, 1, partAttrs(w.id))
+			w.r.c.m.duplicates.Add(w.ctx, 1, w.r.c.m.part(w.id))
 			w.r.c.log.Warn("poison record is a copy of one already applied or dead-lettered: dropped", append(w.log(), "offset", r.Offset, "reason", cause)...)
 			w.advanced(r)
 			return true
@@ -609,7 +622,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 			w.advanced(r)
 			return true
 		case err == nil:
-			w.r.c.m.deadLettered.Add(w.ctx, 1, partAttrs(w.id))
+			w.r.c.m.deadLettered.Add(w.ctx, 1, w.r.c.m.part(w.id))
 			w.r.c.log.Warn("poison record dead-lettered", append(w.log(), "offset", r.Offset, "dlq", topic, "in_tx", viaTx, "reason", cause)...)
 			w.advanced(r)
 			return true
@@ -643,15 +656,49 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 // (duplicate, overlap, stale, not claimed, conflict, invalid, permanent) or the worker is
 // cancelled; other errors are transient and
 // retried with bounded exponential backoff, the same work again.
+//
+// Retries are logged at WARN, at ERROR once the step has been failing for stalledAfter (30s).
+// In the claim steps (load, claim, recover), errors that say this member cannot use the sink
+// (unusable) for longer than unusableAfter, with nothing else in between, end the Run
+// (run.fail): the member leaves the group and its partitions move to one that can claim them.
 func (w *worker[Tx]) attempt(what string, once func() error) error {
 	backoff := w.r.c.cfg.retryMin
+	var unusableSince time.Time // the start of a run of unusable errors in a claim step
+	start := time.Now()
 	for n := 1; ; n++ {
 		err := once()
 		if err == nil || sinkVerdict(err) != nil || IsPermanent(err) || w.ctx.Err() != nil {
 			return err
 		}
-		w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, what))
-		w.r.c.log.Warn("transient failure; partition stalled, retrying", append(w.log(), "op", what, "attempt", n, "backoff", backoff, "err", err)...)
+		args := append(w.log(), "op", what, "attempt", n, "backoff", backoff, "err", err)
+		if tableMissing(err) {
+			args = append(args, "hint", migrateHint)
+		}
+		switch {
+		case what != "load" && what != "claim" && what != "recover", !unusable(err):
+			unusableSince = time.Time{}
+		case unusableSince.IsZero():
+			unusableSince = time.Now()
+		case time.Since(unusableSince) >= w.r.c.cfg.unusableAfter:
+			cause := fmt.Errorf("%w: %s %s failed for %v: %w", errSinkUnusable, what, w.key,
+				time.Since(unusableSince).Round(time.Millisecond), err)
+			if tableMissing(err) {
+				cause = fmt.Errorf("%w (%s)", cause, migrateHint)
+			}
+			w.r.c.log.Error("this member cannot use the sink: leaving the group so that another member claims its partitions",
+				append(args, "for", w.r.c.cfg.unusableAfter)...)
+			w.r.fail(cause)
+			return cause
+		}
+		w.r.c.m.retries.Add(w.ctx, 1, w.r.c.m.outcome(w.id, what))
+		if failing := time.Since(start); failing >= w.r.c.cfg.stalledAfter {
+			// An outage that lasts: at ERROR from the bound on, at every retry (at most
+			// RetryBackoff's limit apart).
+			w.r.c.log.Error("partition stalled: a step has kept failing for longer than the bound; retrying",
+				append(args, "failing_for", failing.Round(time.Millisecond), "bound", w.r.c.cfg.stalledAfter)...)
+		} else {
+			w.r.c.log.Warn("transient failure; partition stalled, retrying", args...)
+		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-w.ctx.Done():
@@ -718,7 +765,7 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 					w.key.Group, step.Epoch, w.cs.Holder, w.claimant)
 			} else {
 				reg := &fence.RegressionError{Key: w.key, Stored: step.Token, Presented: w.tried}
-				w.r.c.m.regressions.Add(w.ctx, 1, partAttrs(w.id))
+				w.r.c.m.regressions.Add(w.ctx, 1, w.r.c.m.part(w.id))
 				w.r.c.log.Error("epoch regression: the coordinator confirms this member owns the partition, yet the sink refused its token",
 					append(w.log(), "err", reg, "presented", reg.Presented.String(), "stored", reg.Stored.String(), "recover", true)...)
 				reason = fmt.Sprintf("consumer group %s: member verified as the owner at generation %d with the coordinator; sink held %s against its %s",
@@ -731,16 +778,16 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 			})
 			switch {
 			case err == nil && step.Handover:
-				w.r.c.m.handovers.Add(w.ctx, 1, partAttrs(w.id))
+				w.r.c.m.handovers.Add(w.ctx, 1, w.r.c.m.part(w.id))
 				w.r.c.log.Info("partition handed over at the same generation: the previous claimant of this member fenced by a new era",
 					append(w.log(), "generation", step.Epoch, "previous", w.cs.Holder, "claimant", w.claimant, "from", step.Token.String(), "to", to.String())...)
 				in = claimInput{Event: evRecovered, Token: to}
 			case err == nil:
-				w.r.c.m.recoveries.Add(w.ctx, 1, partAttrs(w.id))
+				w.r.c.m.recoveries.Add(w.ctx, 1, w.r.c.m.part(w.id))
 				w.r.c.log.Warn("epoch regression recovered", append(w.log(), "from", step.Token.String(), "to", to.String())...)
 				in = claimInput{Event: evRecovered, Token: to}
 			case errors.Is(err, fence.ErrConflict):
-				w.r.c.m.retries.Add(w.ctx, 1, withOutcome(w.id, "recover-conflict"))
+				w.r.c.m.retries.Add(w.ctx, 1, w.r.c.m.outcome(w.id, "recover-conflict"))
 				w.r.c.log.Warn("recovery lost its compare-and-set: the stored token moved; reloading", append(w.log(), "err", err)...)
 				if !w.sleep(backoff) {
 					return false
@@ -797,11 +844,12 @@ func (w *worker[Tx]) claimStep(tok fence.Token) claimInput {
 	var stale *fence.StaleError
 	switch {
 	case err == nil:
-		w.token, w.position = tok, got.Position
-		w.r.c.m.claims.Add(w.ctx, 1, partAttrs(w.id))
+		w.token = tok
+		w.setPosition(got.Position)
+		w.r.c.m.claims.Add(w.ctx, 1, w.r.c.m.part(w.id))
 		return claimInput{Event: evClaimed, State: got}
 	case errors.As(err, &stale):
-		w.r.c.m.staleClaims.Add(w.ctx, 1, partAttrs(w.id))
+		w.r.c.m.staleClaims.Add(w.ctx, 1, w.r.c.m.part(w.id))
 		w.r.c.log.Info("claim refused as stale; asking the coordinator whether this member owns the partition",
 			append(w.log(), "err", err, "presented", tok.String(), "stored", stale.Stored.String())...)
 		return claimInput{Event: evClaimStale, Stored: stale.Stored, Presented: tok}
@@ -813,8 +861,8 @@ func (w *worker[Tx]) claimStep(tok fence.Token) claimInput {
 // stuck reports a claim step that failed with an error retrying cannot change (the worker was
 // cancelled otherwise) and returns false.
 func (w *worker[Tx]) stuck(op string, err error) bool {
-	if w.ctx.Err() == nil {
-		w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
+	if w.ctx.Err() == nil && !errors.Is(err, errSinkUnusable) { // that one attempt reported, and ends the Run
+		w.r.c.m.stale.Add(w.ctx, 1, w.r.c.m.part(w.id))
 		w.r.c.log.Error("claim step failed; partition left unprocessed", append(w.log(), "op", op, "err", err)...)
 	}
 	return false
@@ -825,15 +873,15 @@ func (w *worker[Tx]) gaveUp(why giveUp) {
 	args := append(w.log(), "presented", w.tried.String(), "stored", w.cs.Stale.String(), "epoch", w.cs.Epoch)
 	switch why {
 	case giveUpNotCurrent:
-		w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
+		w.r.c.m.stale.Add(w.ctx, 1, w.r.c.m.part(w.id))
 		w.r.c.log.Warn("the coordinator says this member no longer owns the partition: left unprocessed", args...)
 	case giveUpNoRecovery:
 		reg := &fence.RegressionError{Key: w.key, Stored: w.cs.Stale, Presented: w.tried}
-		w.r.c.m.regressions.Add(w.ctx, 1, partAttrs(w.id))
+		w.r.c.m.regressions.Add(w.ctx, 1, w.r.c.m.part(w.id))
 		w.r.c.log.Error("epoch regression and RecoverRegressions is off: partition left unprocessed until an operator recovers the fence",
 			append(args, "err", reg)...)
 	case giveUpConflicts, giveUpRederived:
-		w.r.c.m.stale.Add(w.ctx, 1, partAttrs(w.id))
+		w.r.c.m.stale.Add(w.ctx, 1, w.r.c.m.part(w.id))
 		w.r.c.log.Warn("the partition's fence kept moving under this member's claims: left unprocessed", append(args, "conflicts", w.cs.Conflicts, "rederived", w.cs.Rederived)...)
 	}
 }

@@ -33,8 +33,8 @@ type instrument struct {
 }
 
 var (
-	partAttrs    = []string{"messaging.destination.name", "messaging.destination.partition.id"}
-	outcomeAttrs = []string{"messaging.destination.name", "messaging.destination.partition.id", "baton.outcome"}
+	partAttrs    = []string{"baton.group", "messaging.destination.name", "messaging.destination.partition.id"}
+	outcomeAttrs = []string{"baton.group", "messaging.destination.name", "messaging.destination.partition.id", "baton.outcome"}
 	sourceAttrs  = []string{"baton.group", "messaging.source.name", "messaging.source.partition.id"}
 )
 
@@ -53,7 +53,7 @@ var batonInstruments = []instrument{
 	{"consumer", "baton.consumer.records.dead_lettered", "counter", "", partAttrs},
 	{"consumer", "baton.consumer.rebalances", "counter", "", outcomeAttrs},
 	{"consumer", "baton.consumer.retries", "counter", "", outcomeAttrs},
-	{"consumer", "baton.consumer.client_errors", "counter", "", []string{"baton.error.kind"}},
+	{"consumer", "baton.consumer.client_errors", "counter", "", []string{"baton.group", "baton.error.kind"}},
 	{"consumer", "baton.consumer.watchdog.stops", "counter", "", partAttrs},
 	{"consumer", "baton.consumer.topic_refusals", "counter", "", outcomeAttrs},
 	{"consumer", "baton.consumer.records.lost", "counter", "", partAttrs},
