@@ -20,11 +20,11 @@
 // Handler and checks this table; `baton status -http` serves the baton_status_* gauges.
 //
 //	metric                                     labels
-//	baton_consumer_records_applied_total       messaging_destination_name, messaging_destination_partition_id
-//	baton_consumer_claims_total                messaging_destination_name, messaging_destination_partition_id
-//	baton_consumer_rebalances_total            baton_outcome
-//	baton_consumer_apply_duration_seconds      messaging_destination_name, messaging_destination_partition_id
-//	baton_consumer_lag                         messaging_destination_name, messaging_destination_partition_id
+//	baton_consumer_records_applied_total       baton_group, messaging_destination_name, messaging_destination_partition_id
+//	baton_consumer_claims_total                baton_group, messaging_destination_name, messaging_destination_partition_id
+//	baton_consumer_rebalances_total            baton_group, baton_outcome
+//	baton_consumer_apply_duration_seconds      baton_group, messaging_destination_name, messaging_destination_partition_id
+//	baton_consumer_lag                         baton_group, messaging_destination_name, messaging_destination_partition_id
 //	baton_status_lag                           baton_group, messaging_destination_name, messaging_destination_partition_id
 //	baton_status_outbox_backlog                baton_group, messaging_destination_name, messaging_destination_partition_id
 //	baton_status_owned                         baton_group, messaging_destination_name, messaging_destination_partition_id
