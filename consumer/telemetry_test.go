@@ -242,12 +242,26 @@ func TestTelemetrySpansLinksAndMetrics(t *testing.T) {
 	if got := m.sum(t, "baton.consumer.retries"); got != 1 {
 		t.Errorf("retries %d, want 1", got)
 	}
+	// Each apply-duration point carries exemplars naming the trace of a batch span, so a slow
+	// bucket leads to the batch's trace.
+	traces := map[trace.TraceID]bool{}
+	for _, s := range spans {
+		traces[s.SpanContext().TraceID()] = true
+	}
 	var histCount uint64
 	for _, sm := range rm.ScopeMetrics {
 		for _, mt := range sm.Metrics {
 			if h, ok := mt.Data.(metricdata.Histogram[float64]); ok && mt.Name == "baton.consumer.apply.duration" {
 				for _, dp := range h.DataPoints {
 					histCount += dp.Count
+					if dp.Count > 0 && len(dp.Exemplars) == 0 {
+						t.Errorf("apply.duration point %v has no exemplar", dp.Attributes.ToSlice())
+					}
+					for _, ex := range dp.Exemplars {
+						if !traces[trace.TraceID(ex.TraceID)] {
+							t.Errorf("apply.duration exemplar with trace %x, not a batch span's", ex.TraceID)
+						}
+					}
 				}
 			}
 		}

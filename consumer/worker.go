@@ -445,7 +445,7 @@ func (w *worker[Tx]) applyOnce(recs []*kgo.Record) error {
 		return nil
 	})
 	outcome := outcomeOf(err)
-	w.r.c.m.applyLatency.Record(w.ctx, time.Since(start).Seconds(), w.r.c.m.outcome(w.id, outcome))
+	w.r.c.m.applyLatency.Record(ctx, time.Since(start).Seconds(), w.r.c.m.outcome(w.id, outcome)) // the span's context: its trace is the exemplar
 	span.SetAttributes(attribute.String("baton.outcome", outcome))
 	if err != nil {
 		span.SetStatus(codes.Error, err.Error())

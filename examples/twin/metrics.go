@@ -32,5 +32,5 @@ func newMetrics(service string) (*sdkmetric.MeterProvider, http.Handler, error) 
 		return nil, nil, err
 	}
 	return sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp), sdkmetric.WithResource(res)),
-		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}), nil
 }

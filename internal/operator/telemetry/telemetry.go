@@ -160,14 +160,16 @@ func New(ctx context.Context, opts ...Option) (*Metrics, error) {
 	}
 	return &Metrics{
 		provider: sdkmetric.NewMeterProvider(popts...),
-		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		handler:  promhttp.HandlerFor(reg, promhttp.HandlerOpts{EnableOpenMetrics: true}),
 	}, nil
 }
 
 // Provider returns the meter provider to give Baton's packages (or otel.SetMeterProvider).
 func (m *Metrics) Provider() *sdkmetric.MeterProvider { return m.provider }
 
-// Handler serves the metrics in the Prometheus text format (mount it at /metrics).
+// Handler serves the metrics in the Prometheus text format, or in OpenMetrics to a scraper that
+// asks for it, which then also gets the histograms' exemplars (the trace of a recorded batch)
+// (mount it at /metrics).
 func (m *Metrics) Handler() http.Handler { return m.handler }
 
 // Shutdown flushes the OTLP exporter (if any) and stops the provider.

@@ -7,6 +7,9 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // TestHandlerServesProcessSeries: /metrics carries the Go runtime's, the process's and the
@@ -94,4 +97,39 @@ func TestNewLogger(t *testing.T) {
 			t.Errorf("NewLogger(%q, %q) accepted", bad[0], bad[1])
 		}
 	}
+}
+
+// TestHandlerServesExemplars: a scraper that asks for OpenMetrics gets a histogram's exemplars
+// with the trace id of the span its value was recorded under (Prometheus stores them with
+// --enable-feature=exemplar-storage; Grafana links a slow bucket to the trace).
+func TestHandlerServesExemplars(t *testing.T) {
+	m, err := New(context.Background(), ServiceName("test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Shutdown(context.Background()) }()
+	h, err := m.Provider().Meter("github.com/batonhq/baton/test").Float64Histogram("baton.test.duration", metric.WithUnit("s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid := trace.TraceID{0x4b, 0xf9, 0x2f, 0x35, 0x77, 0xb3, 0x4d, 0xa6, 0xa3, 0xce, 0x92, 0x9d, 0x0e, 0x0e, 0x47, 0x36}
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1, 2, 3, 4, 5, 6, 7, 8}, TraceFlags: trace.FlagsSampled})
+	h.Record(trace.ContextWithSpanContext(context.Background(), sc), 0.003)
+	req := httptest.NewRequest("GET", "/metrics", nil)
+	req.Header.Set("Accept", "application/openmetrics-text; version=1.0.0")
+	rec := httptest.NewRecorder()
+	m.Handler().ServeHTTP(rec, req)
+	if body := rec.Body.String(); !strings.Contains(body, `trace_id="`+tid.String()+`"`) {
+		t.Errorf("/metrics in OpenMetrics has no exemplar with trace id %s:\n%s", tid, grepLines(body, "baton_test_duration"))
+	}
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
