@@ -17,6 +17,7 @@ import (
 	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // sqlStateError is a database error carrying a SQLSTATE, as pgconn.PgError does.
@@ -263,4 +264,59 @@ func TestRealDatabaseOutageKeepsMember(t *testing.T) {
 	if r := c.Readiness(); r.Assigned != 1 {
 		t.Fatalf("the member gave its partition up during an outage: %v", r)
 	}
+}
+
+// A static member (kgo.InstanceID) that cannot use its sink: closing its client sends no
+// LeaveGroup, so without more its partitions would stay assigned to its instance for the whole
+// session timeout (30s here), and come back to it if it restarted within it. Its Run leaves
+// the group by its instance id: the healthy member claims and applies its partitions well
+// within the session timeout.
+func TestUnusableSinkStaticMemberLeaves(t *testing.T) {
+	for _, protocol := range []string{"classic", "consumer"} {
+		t.Run(protocol, func(t *testing.T) { unusableStaticMemberLeaves(t, protocol) })
+	}
+}
+
+func unusableStaticMemberLeaves(t *testing.T, protocol string) {
+	brokers := fakeKafka(t, kfake.SeedTopics(4, "orders"))
+	const keys, n = 64, 5
+	store := newStore(t)
+	f := newFolder()
+	bad := newFailingSink(store, &sqlStateError{code: "28P01", msg: "password authentication failed"})
+	opts := []consumer.Option{consumer.PerPartition(f.factory), consumer.Logger(quiet), consumer.GroupProtocol(protocol),
+		consumer.RetryBackoff(50*time.Millisecond, 200*time.Millisecond),
+		consumer.UnusableSinkAfter(time.Second), consumer.ClaimWait(100 * time.Millisecond)}
+	a, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil,
+		append(opts, consumer.Kafka(fastKafka(brokers)...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ma := start(t, a)
+	produce(t, brokers, "orders", keys, 1)
+	waitFor(t, "the healthy member applies the first records", 30*time.Second, allApplied(store, keys, 1))
+	b, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](bad), nil,
+		append(opts, consumer.Kafka(append(fastKafka(brokers), kgo.InstanceID("bad"), kgo.SessionTimeout(30*time.Second))...))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb := start(t, b)
+	waitFor(t, "the bad member is assigned", 30*time.Second, func() bool { return b.Readiness().Assigned > 0 })
+	select {
+	case err := <-mb.done:
+		mb.done <- err // for stop, at cleanup
+		if !errors.Is(err, consumer.ErrSinkUnusable) {
+			t.Fatalf("the bad member's Run returned %v, want ErrSinkUnusable", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the bad member's Run did not return")
+	}
+	ended := time.Now()
+	produceSeq(t, brokers, "orders", keys, 2, n)
+	waitFor(t, "the healthy member applies every partition within half the static member's session timeout",
+		15*time.Second, allApplied(store, keys, n))
+	t.Logf("the static member's partitions applied by the healthy member %v after its Run ended", time.Since(ended).Round(time.Millisecond))
+	if err := ma.stop(); err != nil {
+		t.Fatalf("healthy member: %v", err)
+	}
+	checkFold(t, store, keys, n)
 }
