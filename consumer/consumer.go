@@ -165,8 +165,11 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 // sink's (errors.As finds the *pgconn.PgError), so the member's partitions move to one that
 // can claim them instead of waiting behind this one (a static member, kgo.InstanceID, whose
 // closing client does not leave, is removed by its instance id); restarting the process
-// without fixing the cause repeats it. An outage (a refused connection, a database starting or shutting
-// down, any error without such a SQLSTATE) never ends Run: the partitions wait and retry.
+// without fixing the cause repeats it. An outage (a refused connection, a database starting or
+// shutting down, any error without such a SQLSTATE) never ends Run: the partitions wait and
+// retry. Only errors carrying a SQLSTATE count (pgfence's, or a sink's wrapping lib/pq's):
+// sqlitefence's and redisfence's carry none, so a member on those retries a missing table, a
+// read-only file, or Redis's NOAUTH, WRONGPASS or NOPERM for as long as it runs.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err := protocolAtRun(c.cfg.kafka, c.cfg.protocol); err != nil {
 		return err
