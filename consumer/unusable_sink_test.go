@@ -144,7 +144,10 @@ func TestTransientSinkOutageKeepsMember(t *testing.T) {
 // UnusableSinkAfter it leaves the group naming the SQLSTATE, and the healthy member claims and
 // applies its partitions.
 func TestRealUnusableSinkGivesPartitionsBack(t *testing.T) {
-	for _, tc := range []struct{ name, code string }{{"wrong password", "28P01"}, {"missing table", "42P01"}} {
+	for _, tc := range []struct {
+		name, code string
+		static     bool // the bad member is static (kgo.InstanceID), with a 5 minute session timeout
+	}{{"wrong password", "28P01", false}, {"missing table", "42P01", false}, {"wrong password, static member", "28P01", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			brokers := testenv.KafkaBrokers(t)
 			pool, sink := newPG(t)
@@ -184,7 +187,15 @@ func TestRealUnusableSinkGivesPartitionsBack(t *testing.T) {
 			ma := start(t, a)
 			produceSeq(t, brokers, topic, keys, 1, 1)
 			waitFor(t, "the healthy member applies the first records", time.Minute, func() bool { return pgApplied(t, pool) >= keys })
-			b, err := consumer.New(group, []string{topic}, badSink, nil, opts...)
+			badOpts, bound := opts, time.Minute
+			if tc.static {
+				// Well under the session timeout: the partitions move because the member is
+				// removed, not because its session expired.
+				badOpts = append(opts[1:len(opts):len(opts)], consumer.Kafka(append(realKafka(brokers),
+					kgo.InstanceID(testenv.UniqueName("static")), kgo.SessionTimeout(5*time.Minute))...))
+				bound = 30 * time.Second
+			}
+			b, err := consumer.New(group, []string{topic}, badSink, nil, badOpts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -192,7 +203,7 @@ func TestRealUnusableSinkGivesPartitionsBack(t *testing.T) {
 			waitFor(t, "the bad member is assigned", time.Minute, func() bool { return b.Readiness().Assigned > 0 })
 			began := time.Now()
 			produceSeq(t, brokers, topic, keys, 2, n)
-			waitFor(t, "the healthy member applies every partition", time.Minute, func() bool { return pgApplied(t, pool) >= keys*n })
+			waitFor(t, "the healthy member applies every partition", bound, func() bool { return pgApplied(t, pool) >= keys*n })
 			t.Logf("the bad member's partitions applied by the healthy member %v after it was assigned them", time.Since(began).Round(time.Millisecond))
 			select {
 			case err := <-mb.done:
