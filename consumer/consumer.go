@@ -1,10 +1,12 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -160,9 +163,13 @@ func New[Tx any](group string, topics []string, sink fence.Sink[Tx], handler Han
 // log in), 3D000, 3F000 (no such database or schema), 42P01 (no such table: run baton
 // migrate) or 42501 (a missing or revoked grant). The error names the partition and wraps the
 // sink's (errors.As finds the *pgconn.PgError), so the member's partitions move to one that
-// can claim them instead of waiting behind this one; restarting the process without fixing
-// the cause repeats it. An outage (a refused connection, a database starting or shutting
-// down, any error without such a SQLSTATE) never ends Run: the partitions wait and retry.
+// can claim them instead of waiting behind this one (a static member, kgo.InstanceID, whose
+// closing client does not leave, is removed by its instance id); restarting the process
+// without fixing the cause repeats it. An outage (a refused connection, a database starting or
+// shutting down, any error without such a SQLSTATE) never ends Run: the partitions wait and
+// retry. Only errors carrying a SQLSTATE count (pgfence's, or a sink's wrapping lib/pq's):
+// sqlitefence's and redisfence's carry none, so a member on those retries a missing table, a
+// read-only file, or Redis's NOAUTH, WRONGPASS or NOPERM for as long as it runs.
 func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	if err := protocolAtRun(c.cfg.kafka, c.cfg.protocol); err != nil {
 		return err
@@ -206,6 +213,7 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	}
 	err = r.poll(ctx)
 	stopWatchdog()
+	member, _ := cl.GroupMetadata()
 	// Close leaves the group; leaving revokes every partition through r.revoked, which stops
 	// the workers after their in-flight batch and commits what was applied.
 	r.health.closing.Store(true)
@@ -213,11 +221,63 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	r.stopAll() // anything left (e.g. after a fatal error) is stopped; nothing commits it
 	r.cancel()  // ends watchTopics
 	r.wg.Wait()
+	if errors.Is(err, errSinkUnusable) {
+		c.leaveStatic(cl, member)
+	}
 	if err == nil && !r.health.joined.Load() {
 		// A run that never joined did no work: never report it as a clean one.
 		return r.health.neverJoined(c.group)
 	}
 	return err
+}
+
+// leaveStatic ends the membership of a static member (kgo.InstanceID) whose Run gives up on
+// its sink, once its client is closed and its workers have returned. Closing the client leaves
+// a dynamic member's group, not a static one's: the group would keep the member's partitions
+// for its session timeout, and give them back to it if it restarted within that, so they
+// would never move to a member that can claim them. member is the member id it had: a restart
+// that rejoined meanwhile has another, and the coordinator refuses to remove that one.
+func (c *Consumer[Tx]) leaveStatic(closed *kgo.Client, member string) {
+	instance, _ := closed.OptValue(kgo.InstanceID).(string)
+	if instance == "" || member == "" {
+		return
+	}
+	cl, err := kgo.NewClient(slices.Concat(c.cfg.kafka,
+		[]kgo.Opt{kgo.ConsumerGroup(""), kgo.ConsumeTopics(), kgo.ConsumePartitions(nil)})...)
+	if err != nil {
+		c.log.Warn("static member not removed from the group: its partitions move after the session timeout", "instance", instance, "err", err)
+		return
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c.cfg.protocol == protocolConsumer {
+		req := kmsg.NewPtrConsumerGroupHeartbeatRequest()
+		req.Group, req.MemberID, req.InstanceID, req.MemberEpoch = c.group, member, &instance, -1 // -1: leave for good
+		var resp *kmsg.ConsumerGroupHeartbeatResponse
+		if resp, err = req.RequestWith(ctx, cl); err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+		}
+	} else {
+		req := kmsg.NewPtrLeaveGroupRequest()
+		req.Group = c.group
+		m := kmsg.NewLeaveGroupRequestMember()
+		m.MemberID, m.InstanceID = member, &instance
+		m.Reason = kmsg.StringPtr("baton: this member cannot use its sink")
+		req.Members = append(req.Members, m)
+		var resp *kmsg.LeaveGroupResponse
+		if resp, err = req.RequestWith(ctx, cl); err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+			for _, m := range resp.Members {
+				err = cmp.Or(err, kerr.ErrorForCode(m.ErrorCode))
+			}
+		}
+	}
+	if err != nil {
+		c.log.Warn("static member not removed from the group: its partitions move after the session timeout", "instance", instance, "err", err)
+		return
+	}
+	c.log.Info("static member removed from the group so that its partitions move now", "instance", instance, "member", member)
 }
 
 // run is the state of one Run: the Kafka client and the registry of partition workers. The

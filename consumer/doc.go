@@ -45,8 +45,9 @@
 // returns [ErrNotJoined] wrapping the last cause. A member that cannot use its sink (a
 // partition's claim failing for 30s with only errors no retry fixes: a wrong password, a
 // missing fence table or grant) leaves the group and Run returns the cause, so that its
-// partitions move to a member that can claim them; a database outage never makes it leave
-// ([Consumer.Run]).
+// partitions move to a member that can claim them; a database outage never makes it leave,
+// and only PostgreSQL's errors (SQLSTATE) are judged so: a sqlitefence or redisfence member
+// retries for as long as it runs ([Consumer.Run]).
 //
 // [Consumer.Readiness] says, at any time and from any goroutine, whether the member is joined
 // (assigned in its current group session, not lost since) and has claimed every partition

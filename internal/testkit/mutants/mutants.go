@@ -88,6 +88,8 @@ var All = []Mutant{
 		Bug: "a claim failing on a database outage (an error without a SQLSTATE) taken for an unusable sink: the member leaves the group"},
 	{Name: "UnusableSinkKept", Package: "consumer", Guards: []string{"TestUnusableSinkGivesPartitionsBack/28P01"}, Want: `timed out waiting for the healthy member applies every partition`,
 		Bug: "a member that cannot use its sink (wrong password, missing table or grant) keeps its partitions unclaimed", Liveness: true},
+	{Name: "StaticMemberKept", Package: "consumer", Guards: []string{"TestUnusableSinkStaticMemberLeaves/classic"}, Want: `timed out waiting for the healthy member applies every partition within half`,
+		Bug: "a static member that cannot use its sink is not removed from the group: its partitions wait for its session timeout, and come back to it when it restarts within that", Liveness: true},
 	{Name: "StaleClaimNotCounted", Package: "consumer", Guards: []string{"TestRegressionRecovered"}, Want: `stale claims counted 0`,
 		Bug: "the stale-claim refusal not counted in its metric"},
 	{Name: "BlindHeartbeatProof", Package: "consumer", Guards: []string{"TestStaleClaimOfZombieNeverRecovers"}, Want: "not current raised the era",
