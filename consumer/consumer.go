@@ -221,6 +221,14 @@ func (c *Consumer[Tx]) Run(ctx context.Context) error {
 	r.stopAll() // anything left (e.g. after a fatal error) is stopped; nothing commits it
 	r.cancel()  // ends watchTopics
 	r.wg.Wait()
+	if err == nil {
+		// A fatal error that raced the caller's cancellation, or came while the workers
+		// stopped, is still the run's result: never report it as a clean shutdown.
+		select {
+		case err = <-r.fatal:
+		default:
+		}
+	}
 	if errors.Is(err, errSinkUnusable) {
 		c.leaveStatic(cl, member)
 	}
