@@ -70,7 +70,7 @@ func newMeters(p metric.MeterProvider, group string) (*meters, error) {
 		return nil, err
 	}
 	if ms.lag, err = m.Int64ObservableGauge("baton.consumer.lag", metric.WithDescription(
-		"records of a partition this member owns that the sink has not applied: the partition's high watermark minus the sink's position + 1")); err != nil {
+		"records of a partition this member owns that the sink has not applied: the partition's high watermark minus the next offset to apply (the sink's position + 1)")); err != nil {
 		return nil, err
 	}
 	return &ms, nil
