@@ -380,6 +380,28 @@ func (a *Auditor) record(ctx context.Context, found []Violation) int {
 
 const maxRecent = 200
 
+// byKey groups recoveries by their fence, oldest first as read.
+func byKey(recs []fence.Recovery) map[fence.Key][]fence.Recovery {
+	m := map[fence.Key][]fence.Recovery{}
+	for _, r := range recs {
+		m[r.Key] = append(m[r.Key], r)
+	}
+	return m
+}
+
+// eraIn reports whether tok's era is era 0 (never recovered) or one a recovery moved to.
+func eraIn(tok fence.Token, recs []fence.Recovery) bool {
+	if tok.Era == 0 {
+		return true
+	}
+	for _, r := range recs {
+		if r.To.Era == tok.Era {
+			return true
+		}
+	}
+	return false
+}
+
 // violation builds a violation of partition k.
 func violation(c Check, k fence.Key, at time.Time, id, what string, ev ...Field) Violation {
 	return Violation{Check: c, Group: k.Group, Topic: k.Topic, Partition: k.Partition, What: what, Evidence: ev, At: at.UTC(),
@@ -391,19 +413,34 @@ func f(name string, v any) Field { return Field{Name: name, Value: v} }
 // storeChecks reads the store and judges the checks it feeds: Skipped, Tokens and Liveness
 // against the Kafka state read before it (nil when Kafka could not be read), Outbox, and Inbox.
 func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.KafkaState, now time.Time, r *Report, add func(Violation)) error {
-	fences, err := st.Fences(ctx, a.cfg.Group)
+	// The recoveries are read before the fences: a recovery moves its fence and records itself
+	// in one transaction, so every recovery read is already in the fences read after it, and a
+	// fence below one of them went back. The other way round, a recovery made between the two
+	// reads would show a fence below it that is not.
+	recs, err := st.Recoveries(ctx, a.cfg.Group)
 	if err != nil && !errors.Is(err, status.ErrNotFound) {
 		return err
 	}
-	recs, err := st.Recoveries(ctx, a.cfg.Group)
+	fences, err := st.Fences(ctx, a.cfg.Group)
 	if err != nil && !errors.Is(err, status.ErrNotFound) {
 		return err
 	}
 	want := func(topic string) bool { return len(a.cfg.Topics) == 0 || slices.Contains(a.cfg.Topics, topic) }
 	held := map[fence.Key]status.Fence{}
-	recovered := map[fence.Key][]fence.Recovery{}
-	for _, r := range recs {
-		recovered[r.Key] = append(recovered[r.Key], r)
+	recovered := byKey(recs)
+	// A fence whose era a recovery made between the two reads has its record after the first:
+	// read them again, only then, to tell that from an era nobody recorded.
+	eras := recovered
+	for _, fr := range fences {
+		k := fence.Key{Group: a.cfg.Group, Topic: fr.Topic, Partition: fr.Partition}
+		if want(fr.Topic) && !eraIn(fr.Token, recovered[k]) {
+			later, err := st.Recoveries(ctx, a.cfg.Group)
+			if err != nil && !errors.Is(err, status.ErrNotFound) {
+				return err
+			}
+			eras = byKey(later)
+			break
+		}
 	}
 	for _, fr := range fences {
 		if !want(fr.Topic) {
@@ -418,7 +455,7 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 				add(v)
 			}
 		}
-		for _, v := range judgeToken(k, fr.Token, prev, recovered[k], now) {
+		for _, v := range judgeToken(k, fr.Token, prev, recovered[k], eras[k], now) {
 			add(v)
 		}
 		cur := &partState{tok: fr.Token, pos: fr.Position, progressAt: now, progressHWM: -1}

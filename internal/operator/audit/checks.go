@@ -41,8 +41,9 @@ func judgeLog(k fence.Key, tok fence.Token, pos int64, prev *partState, kv *stat
 }
 
 // judgeToken is the Tokens check of one fence: its stored token against the previous
-// observation and the partition's recorded recoveries (oldest first).
-func judgeToken(k fence.Key, tok fence.Token, prev *partState, recs []fence.Recovery, now time.Time) []Violation {
+// observation and the partition's recorded recoveries (oldest first): recs read before the
+// fence, eras read after it whenever recs lacked the fence's era.
+func judgeToken(k fence.Key, tok fence.Token, prev *partState, recs, eras []fence.Recovery, now time.Time) []Violation {
 	var out []Violation
 	if prev != nil && tok.Compare(prev.tok) < 0 {
 		out = append(out, violation(Tokens, k, now, prev.tok.String()+">"+tok.String(), "stored token went back",
@@ -50,22 +51,19 @@ func judgeToken(k fence.Key, tok fence.Token, prev *partState, recs []fence.Reco
 	}
 	var top fence.Token
 	var last *fence.Recovery
-	eraRecorded := tok.Era == 0
 	for i := range recs {
 		if top.Compare(recs[i].To) < 0 {
 			top, last = recs[i].To, &recs[i]
 		}
-		if recs[i].To.Era == tok.Era {
-			eraRecorded = true
-		}
 	}
+	eraRecorded := eraIn(tok, eras)
 	if last != nil && tok.Compare(top) < 0 {
 		out = append(out, violation(Tokens, k, now, tok.String()+"<"+top.String(), "stored token below a recorded recovery",
 			f("stored", tok.String()), f("recovered_to", top.String()), f("recovery_reason", last.Reason), f("recovered_at", last.At)))
 	}
 	if !eraRecorded {
 		out = append(out, violation(Tokens, k, now, tok.String(), "era with no recorded recovery",
-			f("stored", tok.String()), f("recoveries", len(recs))))
+			f("stored", tok.String()), f("recoveries", len(eras))))
 	}
 	return out
 }
