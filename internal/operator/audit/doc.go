@@ -54,4 +54,16 @@
 // which shows no assignment of a KIP-848 group: its claims are not compared with its owners (its
 // commits still are with its fences). The inbox judged is the store's whole keyed table,
 // whichever receivers wrote it.
+//
+// Its reads are not one snapshot: each check reads what can move in the order that keeps a
+// correct member's concurrent write from looking like a violation (the recoveries before the
+// fences, Kafka's offsets before the sink's positions, the outbox cursor before the dead letters
+// before the output topics' ends). Where that is not enough it raises false alarms, known and
+// not yet filtered: a topic recreated and held before 'baton topics reset' shows its fences'
+// positions past the new log's end; a Kafka outage on the auditor's side longer than Stall
+// followed by new records reads as a stall; an old incarnation's committed offsets left in
+// Kafka after a reset whose first commit failed read as a committed offset ahead; a store URL
+// pointing at a lagging hot standby makes positions, fences and admissions look behind Kafka
+// (audit the primary); dead letters deleted by hand, or output topics' retention passing the
+// reader, before a pass has read their copies look like delivery holes.
 package audit
