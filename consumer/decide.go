@@ -1,6 +1,9 @@
 package consumer
 
-import "github.com/batonhq/baton/fence"
+import (
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/claimant"
+)
 
 // The claim decision: which step a partition's worker takes next to become (or stay) the
 // fence's writer, as a pure function of what it knows and what its last step returned. The
@@ -18,7 +21,7 @@ import "github.com/batonhq/baton/fence"
 //
 // A claim refused because the stored token equals ours while another claimant holds it is
 // told apart by who that claimant is: a claimant of this member's own identity (the same
-// group.instance.id, or the same member id: see claimant.go) is this member's previous
+// group.instance.id, or the same member id: see internal/claimant) is this member's previous
 // worker, handing the partition over at the same generation (a static member restarted
 // without a rebalance, a KIP-848 member rejoining in place); any other is an epoch source
 // that went backwards (a recreated group back at the stored generation). Both are recovered
@@ -142,7 +145,7 @@ func decideClaim(s claimState, in claimInput) (claimState, claimStep) {
 				// worker makes this a handover. Either way only the coordinator's proof lets
 				// us recover; a handover skips nothing but the ERROR.
 				s.Holder = in.State.Claimant
-				s.Handover = sameIdentity(s.Identity, in.State.Claimant)
+				s.Handover = claimant.Same(s.Identity, in.State.Claimant)
 				return s, claimStep{Op: opVerify, Epoch: s.Epoch}
 			}
 			// The fence moved since the refusal (a recovery, a reset): as after a confirming

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/claimant"
 	"github.com/batonhq/baton/internal/fencecheck"
 )
 
@@ -55,13 +56,13 @@ func tok8of(t fence.Token) tok8   { return tok8{era: int8(t.Era), epoch: int8(t.
 
 // Every process is a static member: its group.instance.id (inst) is its identity, which a
 // static replacement hands to the replacing process. identityName is the real identity of
-// instance i (claimant.go), and claimantOf a claimant of that identity in newClaimant's shape,
+// instance i (internal/claimant), and claimantOf a claimant of that identity in claimant.New's shape,
 // with the worker id in place of the random bits.
 func identityName(inst int8) string {
 	if inst == 0 {
 		return ""
 	}
-	return identityOf(fmt.Sprintf("i%d", inst), "")
+	return claimant.Identity(fmt.Sprintf("i%d", inst), "")
 }
 func claimantOf(id, inst int8) string { return fmt.Sprintf("%s/%016x", identityName(inst), id) }
 func (s *mstate) sinkState() fence.State {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/internal/claimant"
 	"github.com/batonhq/baton/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.opentelemetry.io/otel/attribute"
@@ -23,7 +24,7 @@ type worker[Tx any] struct {
 	id       partition.ID
 	key      fence.Key
 	epoch    int64
-	claimant string // this worker incarnation's identity at the sink (claimant.go): member identity + "/" + random
+	claimant string // this worker incarnation's identity at the sink (internal/claimant): member identity + "/" + random
 
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -92,7 +93,7 @@ func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
 	member, _ := r.client().GroupMetadata()
 	identity := memberIdentity(r.client())
 	w := &worker[Tx]{
-		r: r, id: id, epoch: epoch, claimant: newClaimant(identity, member),
+		r: r, id: id, epoch: epoch, claimant: claimant.New(identity, member),
 		key:    id.Key(r.c.group),
 		ctx:    ctx,
 		cancel: cancel,

@@ -1,4 +1,4 @@
-package consumer
+package claimant
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"github.com/batonhq/baton/internal/fencecheck"
 )
 
-// The claimant's identity: what makes an equal-token refusal a handover (claimant.go).
+// The claimant's identity: what makes an equal-token refusal a handover (Identity, Same).
 func TestClaimantIdentity(t *testing.T) {
 	long := strings.Repeat("x", 2*fencecheck.MaxIdentifierLen)
 	cases := []struct {
@@ -25,11 +25,11 @@ func TestClaimantIdentity(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			id := identityOf(c.instance, c.member)
+			id := Identity(c.instance, c.member)
 			if c.identity != "" && id != c.identity {
 				t.Errorf("identity %q, want %q", id, c.identity)
 			}
-			a, b := newClaimant(id, c.member), newClaimant(id, c.member)
+			a, b := New(id, c.member), New(id, c.member)
 			if a == b {
 				t.Errorf("two claimants of one identity are equal: %q", a)
 			}
@@ -39,15 +39,15 @@ func TestClaimantIdentity(t *testing.T) {
 				}
 			}
 			if id == "" {
-				if sameIdentity(id, a) {
+				if Same(id, a) {
 					t.Errorf("no identity matched %q", a)
 				}
 				return
 			}
-			if !sameIdentity(id, a) || !sameIdentity(id, b) {
+			if !Same(id, a) || !Same(id, b) {
 				t.Errorf("claimants %q, %q not of identity %q", a, b, id)
 			}
-			if other := identityOf(c.instance+"2", c.member+"2"); sameIdentity(other, a) {
+			if other := Identity(c.instance+"2", c.member+"2"); Same(other, a) {
 				t.Errorf("claimant %q taken for identity %q", a, other)
 			}
 		})
@@ -56,11 +56,11 @@ func TestClaimantIdentity(t *testing.T) {
 	// no identity, or not a static member's.
 	for _, c := range []string{"operator:me@host", "test", "N", "static:inst-a", "static:inst-a/xyz", "static:inst-a/0123456789ABCDEF",
 		"inst-a-6f1c/0123456789abcdef"} {
-		if sameIdentity("static:inst-a", c) {
+		if Same("static:inst-a", c) {
 			t.Errorf("%q taken for a claimant of static:inst-a", c)
 		}
 	}
-	if !sameIdentity("kgo-1", "kgo-1/0123456789abcdef") { // the shape before static identities
+	if !Same("kgo-1", "kgo-1/0123456789abcdef") { // the shape before static identities
 		t.Error("a dynamic member's claimant of the previous shape not recognised")
 	}
 }
