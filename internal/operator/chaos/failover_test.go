@@ -1,0 +1,334 @@
+package chaos_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/internal/operator/chaos"
+	"github.com/batonhq/baton/internal/testkit/testenv"
+	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/pgoutbox"
+)
+
+// replicaScript runs deploy/local/postgres-replica.sh (a primary with a streaming standby of
+// its own, on its own ports) with PG_STANDBY=mode and returns its output.
+func replicaScript(t *testing.T, mode string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(deployDir(t), "postgres-replica.sh"), args...)
+	cmd.Env = append(os.Environ(), "PG_STANDBY="+mode)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("postgres-replica.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// replica starts a primary with a standby in mode (sync or async), deleted when the test
+// ends, and returns its multi-host URL and the environment that points postgres.sh at it. It
+// runs where deploy/local's PostgreSQL does (the tests' exported one says the server binaries
+// are installed).
+func replica(t *testing.T, mode string) (url string, scriptEnv []string) {
+	t.Helper()
+	testenv.PostgresURL(t)
+	t.Cleanup(func() {
+		cmd := exec.Command(filepath.Join(deployDir(t), "postgres-replica.sh"), "reset")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("postgres-replica.sh reset: %v\n%s", err, out)
+		}
+	})
+	replicaScript(t, mode, "start")
+	for _, line := range strings.Split(replicaScript(t, mode, "env"), "\n") {
+		if v, ok := strings.CutPrefix(line, "export BATON_REPLICA_POSTGRES_URL='"); ok {
+			url = strings.TrimSuffix(v, "'")
+		}
+		if v, ok := strings.CutPrefix(line, "export BATON_REPLICA_SCRIPT_ENV='"); ok {
+			scriptEnv = strings.Fields(strings.TrimSuffix(v, "'"))
+		}
+	}
+	if url == "" || len(scriptEnv) == 0 {
+		t.Fatal("postgres-replica.sh env printed no BATON_REPLICA_POSTGRES_URL or BATON_REPLICA_SCRIPT_ENV")
+	}
+	return url, scriptEnv
+}
+
+// TestChaosDBFailover fails the workers' PostgreSQL over twice under synchronous replication:
+// each time the primary is SIGKILLed mid-run, its standby promoted, the workers reconnect
+// through the multi-host URL, and the old primary is rebuilt as the new standby. Nothing
+// acknowledged may be lost: every invariant holds and the backlog is applied.
+func TestChaosDBFailover(t *testing.T) {
+	brokers := testenv.KafkaBrokers(t)
+	url, scriptEnv := replica(t, "sync")
+	ctx := testenv.Context(t, 5*time.Minute)
+	var progress bytes.Buffer
+	cfg := chaos.Config{
+		Mode: chaos.Fenced, Workers: 3, Partitions: 6, LogDir: t.TempDir(),
+		Workload: chaos.Workload{Keys: 60, PerKey: 12, CommandEvery: 4}, Rate: 300,
+		Faults: []chaos.FaultKind{chaos.FaultDBFailover}, NumFaults: 2, Seed: 7,
+		Brokers: brokers, Binary: binary(t), DeployDir: deployDir(t), ScriptEnv: scriptEnv,
+		Progress: &progress, Settle: time.Minute,
+	}
+	res, _, cleanup, err := chaos.RunPostgres(ctx, cfg, url)
+	if cleanup != nil {
+		defer cleanup()
+	}
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	var verdict bytes.Buffer
+	chaos.WriteVerdict(&verdict, res)
+	t.Logf("verdict:\n%s", verdict.String())
+	if !res.OK() {
+		t.Errorf("invariants violated across a synchronous failover: %v (settled %v)", res.Verdict.Violations(), res.Settled)
+	}
+	n := 0
+	for _, f := range res.Faults {
+		if f.Kind != chaos.FaultDBFailover {
+			continue
+		}
+		n++
+		if !f.Bit {
+			t.Errorf("failover of %s not proven: %s", f.Target, f.Detail)
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d failovers injected, want 2", n)
+	}
+}
+
+// TestAsyncFailoverLoss shows, deterministically, what a failover under asynchronous
+// replication loses and which of Baton's guarantees that breaks. The standby is stopped (a
+// standby that lags), writes are acknowledged on the primary, the primary is SIGKILLed and the
+// standby, which never received them, promoted. Every Baton write is one transaction (fence,
+// effects, outbox rows, admissions), so the promoted database is consistent with itself at an
+// earlier point; what breaks is everything that left it after the acknowledgement:
+//
+//   - a takeover's claim is lost: the superseded owner's token is current again, and that
+//     zombie's batch, refused on the old primary, is admitted (a zombie writes);
+//   - an advance is lost but not the claim: the owner's next batch is admitted across the gap,
+//     so the records of the lost batch are never applied (the fence has no gap check: Kafka
+//     offsets have gaps of their own);
+//   - a relayed outbox row is lost: the message is in Kafka, and the next append reuses its
+//     sequence and derived idempotency key for another row;
+//   - an inbox admission is lost: the redelivered record is admitted again (an effect outside
+//     the database, made once per admission, is made twice).
+func TestAsyncFailoverLoss(t *testing.T) {
+	url, _ := replica(t, "async")
+	ctx := testenv.Context(t, 2*time.Minute)
+	schema := fmt.Sprintf("loss_%d", time.Now().UnixNano())
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".effects (k text PRIMARY KEY, n bigint NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close(ctx)
+	pool, err := pgxpool.New(ctx, url+"&search_path="+schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := pgfence.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	box, err := pgoutbox.New(pool, store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := box.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	t1, t2 := fence.Token{Epoch: 1}, fence.Token{Epoch: 2}
+	kTake := fence.Key{Group: "g", Topic: "src", Partition: 0}    // taken over from a by b
+	kAdvance := fence.Key{Group: "g", Topic: "src", Partition: 1} // b's advance alone is lost
+	const scope, entity = "inbox|g/src/0|dst/0", "order-1"
+	// apply writes a batch of partition k under tok: the effect (one per record) and, if msg is
+	// set, an outbox row, in one transaction with the fence.
+	apply := func(k fence.Key, tok fence.Token, first, last int64, msg string) error {
+		return store.Apply(ctx, k, tok, first, last, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET n = effects.n + $2`, k.String(), last-first+1); err != nil {
+				return err
+			}
+			if msg == "" {
+				return nil
+			}
+			return box.Append(ctx, tx, k, tok, outbox.Message{Topic: "dst", Key: []byte(entity), Value: []byte(msg)})
+		})
+	}
+	// admit admits (tok, seq) for the entity in the receiver's inbox and, if admitted, applies
+	// its effect, in one transaction.
+	admit := func(tok fence.Token, seq int64) fence.Verdict {
+		var v fence.Verdict
+		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			var err error
+			if v, err = store.Admit(ctx, tx, scope, entity, tok, seq); err != nil || v != fence.Admitted {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO effects VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = effects.n + 1`, entity)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("admit %s/%d: %v", tok, seq, err)
+		}
+		return v
+	}
+	effect := func(k string) int64 {
+		var n int64
+		if err := pool.QueryRow(ctx, `SELECT coalesce((SELECT n FROM effects WHERE k = $1), 0)`, k).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	must := func(what string, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+
+	// Replicated: a owns partition 0, b partition 1; one message relayed, one admission.
+	_, err = store.Claim(ctx, kTake, t1, "a")
+	must("a claims 0", err)
+	must("a applies 0..9", apply(kTake, t1, 0, 9, "a:1"))
+	_, err = box.MarkDelivered(ctx, kTake, t1, 1)
+	must("relay delivers seq 1", err)
+	_, err = store.Claim(ctx, kAdvance, t2, "b")
+	must("b claims 1", err)
+	must("b applies 1: 0..9", apply(kAdvance, t2, 0, 9, ""))
+	if v := admit(t1, 1); v != fence.Admitted {
+		t.Fatalf("first admission: %s", v)
+	}
+	waitReplayed(t, ctx, url)
+
+	// The standby stops receiving; the primary goes on alone and acknowledges.
+	replicaScript(t, "async", "standby", "stop")
+	_, err = store.Claim(ctx, kTake, t2, "b")
+	must("b takes 0 over", err)
+	var stale *fence.StaleError
+	if err := apply(kTake, t1, 10, 19, "a:2"); !errors.As(err, &stale) {
+		t.Fatalf("the zombie a's batch on the primary: %v, want a *fence.StaleError", err)
+	}
+	must("b applies 0: 10..19", apply(kTake, t2, 10, 19, "b:2"))
+	rows, err := box.Pending(ctx, kTake, t2, 10)
+	must("relay reads", err)
+	if len(rows) != 1 || rows[0].Seq != 2 {
+		t.Fatalf("pending rows %+v, want b's seq 2", rows)
+	}
+	relayed := rows[0]
+	_, err = box.MarkDelivered(ctx, kTake, t2, 2) // published to Kafka, acknowledged
+	must("relay delivers seq 2", err)
+	must("b applies 1: 10..19", apply(kAdvance, t2, 10, 19, ""))
+	if v := admit(t2, 2); v != fence.Admitted {
+		t.Fatalf("second admission: %s", v)
+	}
+	if v := admit(t2, 2); v != fence.Duplicate {
+		t.Fatalf("the redelivered record on the primary: %s, want Duplicate", v)
+	}
+
+	// The primary crashes; the standby, which has none of that, is promoted.
+	out := replicaScript(t, "async", "failover")
+	t.Logf("failover: %s", strings.TrimSpace(lastLineOf(out)))
+	pool.Reset() // the connections to the dead primary; new ones find the promoted node
+
+	// 1. The takeover is gone: a's token is current again and the zombie's batch is admitted.
+	st, err := store.Load(ctx, kTake)
+	must("load 0", err)
+	if st.Token != t1 || st.Position != 9 {
+		t.Fatalf("partition 0 after the failover: %s at %d, want the lost takeover's predecessor %s at 9", st.Token, st.Position, t1)
+	}
+	if err := apply(kTake, t1, 10, 19, "a:2"); err != nil {
+		t.Fatalf("the zombie a's batch after the failover: %v; expected it admitted (the loss this test shows)", err)
+	}
+	t.Logf("partition 0: b's claim (%s) and batch 10..19 lost; the zombie a (%s) wrote 10..19 on the promoted node", t2, t1)
+
+	// 2. The outbox's sequence 2 was relayed, then lost: a's row now has it, and its key.
+	rows, err = box.Pending(ctx, kTake, t1, 10)
+	must("relay reads after the failover", err)
+	if len(rows) != 1 || rows[0].Seq != relayed.Seq || rows[0].IdempotencyKey != relayed.IdempotencyKey || string(rows[0].Value) == string(relayed.Value) {
+		t.Fatalf("pending after the failover %+v, want another row under the relayed seq %d and key %q", rows, relayed.Seq, relayed.IdempotencyKey)
+	}
+	t.Logf("outbox: seq %d (key %q) was published as %q under %s, and is now %q under %s",
+		relayed.Seq, relayed.IdempotencyKey, relayed.Value, relayed.Token, rows[0].Value, rows[0].Token)
+
+	// 3. b's advance of partition 1 is gone, its claim is not: b's next batch skips 10..19.
+	st, err = store.Load(ctx, kAdvance)
+	must("load 1", err)
+	if st.Token != t2 || st.Position != 9 {
+		t.Fatalf("partition 1 after the failover: %s at %d, want %s at 9", st.Token, st.Position, t2)
+	}
+	if err := apply(kAdvance, t2, 20, 29, ""); err != nil {
+		t.Fatalf("b's next batch 20..29: %v; expected it admitted across the gap", err)
+	}
+	if got := effect(kAdvance.String()); got != 20 {
+		t.Fatalf("partition 1 applied %d records, want 20 (0..9 and 20..29: 10..19 lost)", got)
+	}
+	t.Logf("partition 1: batch 10..19 lost, 20..29 admitted after position 9: 10 records never applied")
+
+	// 4. The admission is gone: the redelivered record is admitted again.
+	if v := admit(t2, 2); v != fence.Admitted {
+		t.Fatalf("the redelivered record after the failover: %s, want Admitted (the loss this test shows)", v)
+	}
+	t.Logf("inbox: (%s, seq 2) of %s admitted twice, once on each side of the failover", t2, entity)
+}
+
+// waitReplayed waits until every node of url in recovery has replayed the primary's WAL.
+func waitReplayed(t *testing.T, ctx context.Context, url string) {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lsn := func(c *pgx.ConnConfig, q string) string {
+		conn, err := pgx.ConnectConfig(ctx, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(ctx)
+		var s string
+		if err := conn.QueryRow(ctx, q).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	primary := cfg.Copy()
+	want := lsn(primary, `SELECT pg_current_wal_lsn()::text`)
+	standby := cfg.Copy()
+	standby.Host, standby.Port, standby.Fallbacks, standby.ValidateConnect = cfg.Fallbacks[0].Host, cfg.Fallbacks[0].Port, nil, nil
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		caught := lsn(standby, `SELECT (pg_last_wal_replay_lsn() >= '`+want+`'::pg_lsn)::text`)
+		if caught == "true" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the standby did not replay up to %s", want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func lastLineOf(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return s[i+1:]
+	}
+	return s
+}
