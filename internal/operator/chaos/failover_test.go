@@ -64,7 +64,8 @@ func replica(t *testing.T, mode string) (url string, scriptEnv []string) {
 	return url, scriptEnv
 }
 
-// TestChaosDBFailover fails the workers' PostgreSQL over twice under synchronous replication:
+// TestChaosDBFailover fails the workers' PostgreSQL over twice (BATON_CHAOS_FAULTS times in a
+// soak) under synchronous replication:
 // each time the primary is SIGKILLed mid-run, its standby promoted, the workers reconnect
 // through the multi-host URL, and the old primary is rebuilt as the new standby. Nothing
 // acknowledged may be lost: every invariant holds and the backlog is applied.
@@ -76,7 +77,7 @@ func TestChaosDBFailover(t *testing.T) {
 	cfg := chaos.Config{
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6, LogDir: t.TempDir(),
 		Workload: chaos.Workload{Keys: 60, PerKey: 12, CommandEvery: 4}, Rate: 300,
-		Faults: []chaos.FaultKind{chaos.FaultDBFailover}, NumFaults: 2, Seed: 7,
+		Faults: []chaos.FaultKind{chaos.FaultDBFailover}, NumFaults: soak(t, 2), Seed: 7,
 		Brokers: brokers, Binary: binary(t), DeployDir: deployDir(t), ScriptEnv: scriptEnv,
 		Progress: &progress, Settle: time.Minute,
 	}
@@ -104,8 +105,8 @@ func TestChaosDBFailover(t *testing.T) {
 			t.Errorf("failover of %s not proven: %s", f.Target, f.Detail)
 		}
 	}
-	if n != 2 {
-		t.Errorf("%d failovers injected, want 2", n)
+	if n != cfg.NumFaults {
+		t.Errorf("%d failovers injected, want %d", n, cfg.NumFaults)
 	}
 }
 
@@ -128,51 +129,15 @@ func TestChaosDBFailover(t *testing.T) {
 func TestAsyncFailoverLoss(t *testing.T) {
 	url, _ := replica(t, "async")
 	ctx := testenv.Context(t, 2*time.Minute)
-	schema := fmt.Sprintf("loss_%d", time.Now().UnixNano())
-	admin, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".effects (k text PRIMARY KEY, n bigint NOT NULL)"); err != nil {
-		t.Fatal(err)
-	}
-	admin.Close(ctx)
-	pool, err := pgxpool.New(ctx, url+"&search_path="+schema)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, store, box := failoverStores(t, ctx, url)
 	defer pool.Close()
-	store, err := pgfence.New(pool)
-	if err != nil {
-		t.Fatal(err)
-	}
-	box, err := pgoutbox.New(pool, store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := store.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := box.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
 
 	t1, t2 := fence.Token{Epoch: 1}, fence.Token{Epoch: 2}
 	kTake := fence.Key{Group: "g", Topic: "src", Partition: 0}    // taken over from a by b
 	kAdvance := fence.Key{Group: "g", Topic: "src", Partition: 1} // b's advance alone is lost
-	const scope, entity = "inbox|g/src/0|dst/0", "order-1"
-	// apply writes a batch of partition k under tok: the effect (one per record) and, if msg is
-	// set, an outbox row, in one transaction with the fence.
+	const scope, entity = "inbox|g/src/0|dst/0", failoverEntity
 	apply := func(k fence.Key, tok fence.Token, first, last int64, msg string) error {
-		return store.Apply(ctx, k, tok, first, last, func(ctx context.Context, tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET n = effects.n + $2`, k.String(), last-first+1); err != nil {
-				return err
-			}
-			if msg == "" {
-				return nil
-			}
-			return box.Append(ctx, tx, k, tok, outbox.Message{Topic: "dst", Key: []byte(entity), Value: []byte(msg)})
-		})
+		return applyBatch(ctx, store, box, k, tok, first, last, msg)
 	}
 	// admit admits (tok, seq) for the entity in the receiver's inbox and, if admitted, applies
 	// its effect, in one transaction.
@@ -206,7 +171,7 @@ func TestAsyncFailoverLoss(t *testing.T) {
 	}
 
 	// Replicated: a owns partition 0, b partition 1; one message relayed, one admission.
-	_, err = store.Claim(ctx, kTake, t1, "a")
+	_, err := store.Claim(ctx, kTake, t1, "a")
 	must("a claims 0", err)
 	must("a applies 0..9", apply(kTake, t1, 0, 9, "a:1"))
 	_, err = box.MarkDelivered(ctx, kTake, t1, 1)
@@ -288,6 +253,112 @@ func TestAsyncFailoverLoss(t *testing.T) {
 		t.Fatalf("the redelivered record after the failover: %s, want Admitted (the loss this test shows)", v)
 	}
 	t.Logf("inbox: (%s, seq 2) of %s admitted twice, once on each side of the failover", t2, entity)
+}
+
+// TestSyncFailoverWindow shows the window synchronous replication leaves. With the standby
+// stopped, a batch's commit waits for it; cancelled (the caller's context ends), the commit is
+// not acknowledged (pgfence.ErrCommitUnknown) but is committed on the primary, where the relay
+// reads its outbox row as pending, and so would publish it. The standby, which never received
+// it, is promoted: nothing acknowledged is lost (position and outbox as the last acknowledged
+// commit left them), but the row the relay could read is gone and its sequence will be reused.
+func TestSyncFailoverWindow(t *testing.T) {
+	url, _ := replica(t, "sync")
+	ctx := testenv.Context(t, 2*time.Minute)
+	pool, store, box := failoverStores(t, ctx, url)
+	defer pool.Close()
+	k, tok := fence.Key{Group: "g", Topic: "src", Partition: 0}, fence.Token{Epoch: 1}
+	if _, err := store.Claim(ctx, k, tok, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyBatch(ctx, store, box, k, tok, 0, 9, "a:1"); err != nil {
+		t.Fatal(err)
+	}
+
+	replicaScript(t, "sync", "standby", "stop")
+	wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	err := applyBatch(wctx, store, box, k, tok, 10, 19, "a:2")
+	cancel()
+	if !errors.Is(err, pgfence.ErrCommitUnknown) {
+		t.Fatalf("a commit waiting for a stopped synchronous standby, cancelled: %v, want pgfence.ErrCommitUnknown (never acknowledged)", err)
+	}
+	st, err := store.Load(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := box.Pending(ctx, k, tok, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Position != 19 || len(rows) != 2 || rows[1].Seq != 2 {
+		t.Fatalf("on the primary after the cancelled wait: position %d, pending %+v; want the unacknowledged batch visible (position 19, seq 2 pending)", st.Position, rows)
+	}
+	t.Logf("primary: the unacknowledged batch is visible: position %d, outbox seq %d %q pending for the relay", st.Position, rows[1].Seq, rows[1].Value)
+
+	out := replicaScript(t, "sync", "failover")
+	t.Logf("failover: %s", lastLineOf(out))
+	pool.Reset()
+	if st, err = store.Load(ctx, k); err != nil {
+		t.Fatal(err)
+	}
+	if rows, err = box.Pending(ctx, k, tok, 10); err != nil {
+		t.Fatal(err)
+	}
+	if st.Position != 9 || len(rows) != 1 || rows[0].Seq != 1 {
+		t.Fatalf("on the promoted node: position %d, pending %+v; want the last acknowledged state (position 9, seq 1 pending)", st.Position, rows)
+	}
+	t.Logf("promoted: position %d, outbox seq 1 pending: the unacknowledged batch is gone, and seq 2 with it", st.Position)
+}
+
+// failoverStores makes a schema with the fence, outbox and effects tables at url and returns
+// a pool on it (closed by the caller) and the stores.
+func failoverStores(t *testing.T, ctx context.Context, url string) (*pgxpool.Pool, *pgfence.Store, *pgoutbox.Store) {
+	t.Helper()
+	schema := fmt.Sprintf("failover_%d", time.Now().UnixNano())
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".effects (k text PRIMARY KEY, n bigint NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	admin.Close(ctx)
+	pool, err := pgxpool.New(ctx, url+"&search_path="+schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgfence.New(pool)
+	if err == nil {
+		err = store.Migrate(ctx)
+	}
+	var box *pgoutbox.Store
+	if err == nil {
+		box, err = pgoutbox.New(pool, store)
+	}
+	if err == nil {
+		err = box.Migrate(ctx)
+	}
+	if err != nil {
+		pool.Close()
+		t.Fatal(err)
+	}
+	return pool, store, box
+}
+
+// failoverEntity is the record key of the messages the failover tests append and admit.
+const failoverEntity = "order-1"
+
+// applyBatch writes a batch of partition k under tok: the effect (one per record) and, if msg
+// is set, an outbox row, in one transaction with the fence.
+func applyBatch(ctx context.Context, store *pgfence.Store, box *pgoutbox.Store, k fence.Key, tok fence.Token, first, last int64, msg string) error {
+	return store.Apply(ctx, k, tok, first, last, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO effects VALUES ($1, $2) ON CONFLICT (k) DO UPDATE SET n = effects.n + $2`, k.String(), last-first+1); err != nil {
+			return err
+		}
+		if msg == "" {
+			return nil
+		}
+		return box.Append(ctx, tx, k, tok, outbox.Message{Topic: "dst", Key: []byte(failoverEntity), Value: []byte(msg)})
+	})
 }
 
 // waitReplayed waits until every node of url in recovery has replayed the primary's WAL.
