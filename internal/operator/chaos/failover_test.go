@@ -17,6 +17,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
+	"github.com/batonhq/baton/internal/memfence"
 	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox"
@@ -123,7 +124,9 @@ func TestChaosDBFailover(t *testing.T) {
 //     so the records of the lost batch are never applied (the fence has no gap check: Kafka
 //     offsets have gaps of their own);
 //   - a relayed outbox row is lost: the message is in Kafka, and the next append reuses its
-//     sequence and derived idempotency key for another row;
+//     sequence and derived idempotency key for another row (the zombie's); a receiver whose
+//     inbox did not fail over drops that row as stale, and so holds a version of the batch
+//     the source database no longer has;
 //   - an inbox admission is lost: the redelivered record is admitted again (an effect outside
 //     the database, made once per admission, is made twice).
 func TestAsyncFailoverLoss(t *testing.T) {
@@ -170,12 +173,40 @@ func TestAsyncFailoverLoss(t *testing.T) {
 		}
 	}
 
+	// The receiver of partition 0's messages keeps its inbox in a database that does not fail
+	// over (here in memory); receive admits a relayed row there.
+	remote, err := memfence.New()
+	must("receiver's store", err)
+	receive := func(r outbox.Row) fence.Verdict {
+		t.Helper()
+		tx, err := remote.Begin(ctx)
+		must("receiver begins", err)
+		v, err := remote.Admit(ctx, tx, "receiver|"+r.Source.String()+"|dst/0", failoverEntity, r.Token, r.Seq)
+		must("receiver admits", err)
+		must("receiver commits", tx.Commit())
+		return v
+	}
+	relay := func(k fence.Key, tok fence.Token) []outbox.Row {
+		t.Helper()
+		rows, err := box.Pending(ctx, k, tok, 10)
+		must("relay reads", err)
+		for _, r := range rows {
+			if v := receive(r); v != fence.Admitted {
+				t.Fatalf("the receiver's inbox: %s for seq %d under %s, want Admitted", v, r.Seq, r.Token)
+			}
+		}
+		if len(rows) > 0 {
+			_, err = box.MarkDelivered(ctx, k, tok, rows[len(rows)-1].Seq)
+			must("relay marks delivered", err)
+		}
+		return rows
+	}
+
 	// Replicated: a owns partition 0, b partition 1; one message relayed, one admission.
-	_, err := store.Claim(ctx, kTake, t1, "a")
+	_, err = store.Claim(ctx, kTake, t1, "a")
 	must("a claims 0", err)
 	must("a applies 0..9", apply(kTake, t1, 0, 9, "a:1"))
-	_, err = box.MarkDelivered(ctx, kTake, t1, 1)
-	must("relay delivers seq 1", err)
+	relay(kTake, t1)
 	_, err = store.Claim(ctx, kAdvance, t2, "b")
 	must("b claims 1", err)
 	must("b applies 1: 0..9", apply(kAdvance, t2, 0, 9, ""))
@@ -193,14 +224,11 @@ func TestAsyncFailoverLoss(t *testing.T) {
 		t.Fatalf("the zombie a's batch on the primary: %v, want a *fence.StaleError", err)
 	}
 	must("b applies 0: 10..19", apply(kTake, t2, 10, 19, "b:2"))
-	rows, err := box.Pending(ctx, kTake, t2, 10)
-	must("relay reads", err)
+	rows := relay(kTake, t2) // published to Kafka, admitted by the receiver, acknowledged
 	if len(rows) != 1 || rows[0].Seq != 2 {
-		t.Fatalf("pending rows %+v, want b's seq 2", rows)
+		t.Fatalf("relayed %+v, want b's seq 2", rows)
 	}
 	relayed := rows[0]
-	_, err = box.MarkDelivered(ctx, kTake, t2, 2) // published to Kafka, acknowledged
-	must("relay delivers seq 2", err)
 	must("b applies 1: 10..19", apply(kAdvance, t2, 10, 19, ""))
 	if v := admit(t2, 2); v != fence.Admitted {
 		t.Fatalf("second admission: %s", v)
@@ -233,6 +261,23 @@ func TestAsyncFailoverLoss(t *testing.T) {
 	}
 	t.Logf("outbox: seq %d (key %q) was published as %q under %s, and is now %q under %s",
 		relayed.Seq, relayed.IdempotencyKey, relayed.Value, relayed.Token, rows[0].Value, rows[0].Token)
+	// The receiver's inbox drops the zombie's row as stale; b, back, finds its batch applied by
+	// the zombie and goes on: the receiver holds b's version of 10..19, the source a's.
+	if v := receive(rows[0]); v != fence.Stale {
+		t.Fatalf("the receiver's inbox on the zombie's row: %s, want Stale", v)
+	}
+	_, err = box.MarkDelivered(ctx, kTake, t1, rows[0].Seq)
+	must("relay marks the zombie's row delivered", err)
+	_, err = store.Claim(ctx, kTake, t2, "b")
+	must("b claims 0 again", err)
+	if err := apply(kTake, t2, 10, 19, "b:2"); !errors.Is(err, fence.ErrDuplicate) {
+		t.Fatalf("b's batch 10..19 again: %v, want fence.ErrDuplicate (the zombie applied it)", err)
+	}
+	must("b applies 0: 20..29", apply(kTake, t2, 20, 29, "b:3"))
+	if rows := relay(kTake, t2); len(rows) != 1 || rows[0].Seq != 3 {
+		t.Fatalf("relayed %+v, want b's seq 3", rows)
+	}
+	t.Logf("receiver: %q dropped as stale; it has b's version of 10..19 (%q), the source database a's (%q)", "a:2", relayed.Value, "a:2")
 
 	// 3. b's advance of partition 1 is gone, its claim is not: b's next batch skips 10..19.
 	st, err = store.Load(ctx, kAdvance)
