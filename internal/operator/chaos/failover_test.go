@@ -75,12 +75,17 @@ func TestChaosDBFailover(t *testing.T) {
 	url, scriptEnv := replica(t, "sync")
 	ctx := testenv.Context(t, 5*time.Minute)
 	var progress bytes.Buffer
+	logDir := t.TempDir()
+	if d := os.Getenv("BATON_CHAOS_LOGS"); d != "" {
+		logDir = d // kept after the run, to read a failure's worker logs
+	}
 	cfg := chaos.Config{
-		Mode: chaos.Fenced, Workers: 3, Partitions: 6, LogDir: t.TempDir(),
+		Mode: chaos.Fenced, Workers: 3, Partitions: 6, LogDir: logDir,
 		Workload: chaos.Workload{Keys: 60, PerKey: 12, CommandEvery: 4}, Rate: 300,
 		Faults: []chaos.FaultKind{chaos.FaultDBFailover}, NumFaults: soak(t, 2), Seed: 7,
 		Brokers: brokers, Binary: binary(t), DeployDir: deployDir(t), ScriptEnv: scriptEnv,
 		Progress: &progress, Settle: time.Minute,
+		Audit: time.Second, // baton audit beside the run, on the same multi-host URL
 	}
 	res, _, cleanup, err := chaos.RunPostgres(ctx, cfg, url)
 	if cleanup != nil {
@@ -105,6 +110,9 @@ func TestChaosDBFailover(t *testing.T) {
 		if !f.Bit {
 			t.Errorf("failover of %s not proven: %s", f.Target, f.Detail)
 		}
+	}
+	if a := res.Audit; len(a.Violations) != 0 || a.Partitions == 0 {
+		t.Errorf("baton audit across the failovers: %d violations (want 0: %v), %d fences judged (want some)", len(a.Violations), a.Violations, a.Partitions)
 	}
 	if n != cfg.NumFaults {
 		t.Errorf("%d failovers injected, want %d", n, cfg.NumFaults)
