@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +15,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/metric/noop"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/memfence"
+	"github.com/batonhq/baton/internal/operator/audit"
 	"github.com/batonhq/baton/internal/operator/chaos"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 	"github.com/batonhq/baton/outbox"
@@ -142,6 +145,7 @@ func TestAsyncFailoverLoss(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 	pool, store, box := failoverStores(t, ctx, url)
 	defer pool.Close()
+	schema := pool.Config().ConnConfig.RuntimeParams["search_path"]
 
 	t1, t2 := fence.Token{Epoch: 1}, fence.Token{Epoch: 2}
 	kTake := fence.Key{Group: "g", Topic: "src", Partition: 0}    // taken over from a by b
@@ -245,10 +249,32 @@ func TestAsyncFailoverLoss(t *testing.T) {
 		t.Fatalf("the redelivered record on the primary: %s, want Duplicate", v)
 	}
 
+	// baton audit beside it (with a broker to ask), a pass before the failover.
+	var auditor *audit.Auditor
+	if brokers := os.Getenv("BATON_KAFKA_BROKERS"); brokers != "" {
+		auditor, err = audit.New(audit.Config{Brokers: strings.Split(brokers, ","), Store: url + "&search_path=" + schema,
+			Group: "g", Timeout: 5 * time.Second, Logger: slog.New(slog.DiscardHandler), Meter: noop.NewMeterProvider()})
+		must("auditor", err)
+		defer auditor.Close()
+		auditPass(t, ctx, auditor)
+	}
+
 	// The primary crashes; the standby, which has none of that, is promoted.
 	out := replicaScript(t, "async", "failover")
 	t.Logf("failover: %s", strings.TrimSpace(lastLineOf(out)))
 	pool.Reset() // the connections to the dead primary; new ones find the promoted node
+
+	// 0. The auditor sees the rewind: the stored token went back, and the admission.
+	if auditor != nil {
+		found := map[audit.Check]int{}
+		for _, v := range auditPass(t, ctx, auditor).Violations {
+			found[v.Check]++
+			t.Logf("baton audit: %s %s/%d: %s %v", v.Check, v.Topic, v.Partition, v.What, v.Evidence)
+		}
+		if found[audit.Tokens] == 0 || found[audit.Inbox] == 0 {
+			t.Errorf("baton audit after the failover: %v, want the token that went back (tokens) and the admission (inbox)", found)
+		}
+	}
 
 	// 1. The takeover is gone: a's token is current again and the zombie's batch is admitted.
 	st, err := store.Load(ctx, kTake)
@@ -360,6 +386,22 @@ func TestSyncFailoverWindow(t *testing.T) {
 		t.Fatalf("on the promoted node: position %d, pending %+v; want the last acknowledged state (position 9, seq 1 pending)", st.Position, rows)
 	}
 	t.Logf("promoted: position %d, outbox seq 1 pending: the unacknowledged batch is gone, and seq 2 with it", st.Position)
+}
+
+// auditPass makes passes until one reads every source (the first after a failover may meet
+// a dead connection), and returns it.
+func auditPass(t *testing.T, ctx context.Context, a *audit.Auditor) *audit.Report {
+	t.Helper()
+	for i := 0; ; i++ {
+		r, err := a.Pass(ctx)
+		if err == nil {
+			return r
+		}
+		if i == 10 {
+			t.Fatalf("baton audit: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
 }
 
 // failoverStores makes a schema with the fence, outbox and effects tables at url and returns
