@@ -295,12 +295,14 @@ primary_node() {
 timeline() { psql_super postgres -tAc "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int"; }
 
 # replication_mode N sets, on primary node N, synchronous_standby_names for PG_STANDBY (sync: '*',
-# async: empty) and waits until a standby streams (sync: as the synchronous one).
+# async: empty; unset: as it is) and waits until a standby streams (sync: as the synchronous one).
 replication_mode() {
   local p=$1 names="" want="async|potential|sync" st=""
   [[ "$PG_STANDBY" == sync ]] && { names='*'; want=sync; }
-  on_node "$p" psql_super postgres -c "ALTER SYSTEM SET synchronous_standby_names = '$names'" \
-    -c "ALTER SYSTEM SET wal_keep_size = '256MB'" -c "SELECT pg_reload_conf()" >/dev/null
+  if [[ -n "$PG_STANDBY" ]]; then
+    on_node "$p" psql_super postgres -c "ALTER SYSTEM SET synchronous_standby_names = '$names'" \
+      -c "ALTER SYSTEM SET wal_keep_size = '256MB'" -c "SELECT pg_reload_conf()" >/dev/null
+  fi
   for _ in $(seq 1 300); do
     st="$(on_node "$p" psql_super postgres -tAc "SELECT sync_state FROM pg_stat_replication WHERE state = 'streaming' LIMIT 1")"
     [[ -n "$st" && "$st" =~ ^($want)$ ]] && { log "node $p (port ${NODE_PORT[$p]}) is the primary, its standby streams ($st)"; return 0; }
@@ -325,9 +327,11 @@ make_standby() {
   on_node "$s" start
 }
 
+# standby_start [keep]: 'keep' (start after a stop) leaves the replication mode as it was when
+# PG_STANDBY is unset.
 standby_start() {
   [[ -z "$PG_SECURE" ]] || die "a standby is for the plaintext cluster only"
-  [[ "$PG_STANDBY" =~ ^(sync|async)$ ]] || die "set PG_STANDBY=sync or PG_STANDBY=async"
+  [[ "$PG_STANDBY" =~ ^(sync|async)$ || ( -z "$PG_STANDBY" && "${1:-}" == keep ) ]] || die "set PG_STANDBY=sync or PG_STANDBY=async"
   local p s; p="$(primary_node)" || die "no primary is running (postgres.sh start)"
   s="$(other "$p")"
   record_primary "$p"
@@ -391,7 +395,7 @@ start_cmd() {
   if ! has_standby; then start; return; fi
   local p; p="$(recorded_primary)"
   on_node "$p" start
-  PG_STANDBY="${PG_STANDBY:-async}" standby_start
+  standby_start keep
 }
 stop_cmd() {
   local mode=$1
