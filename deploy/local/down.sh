@@ -9,4 +9,6 @@ rc=0
 "$HERE/etcd.sh" stop || rc=$?
 "$HERE/zookeeper.sh" stop || rc=$?
 "$HERE/postgres-secure.sh" "${1:-stop}" || rc=$?
+# Started by the failover tests only (they reset it when they end): a safety net.
+"$HERE/postgres-replica.sh" "${1:-stop}" || rc=$?
 exit $rc

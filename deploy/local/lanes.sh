@@ -24,6 +24,7 @@ lane_b_env() {
   export KAFKA_SECURE_PORT=$((KAFKA_PORT + 2))
   export PG_PORT=$((${PG_PORT:-15432} + off))
   export PG_SECURE_PORT=$((${PG_SECURE_PORT:-15433} + off))
+  export PG_REPLICA_PORT=$((${PG_REPLICA_PORT:-15435} + off))
   export REDIS_PORT=$((${REDIS_PORT:-16379} + off))
   export ETCD_PORT=$((${ETCD_PORT:-12379} + off))
   export ETCD_PEER_PORT=$((${ETCD_PEER_PORT:-12380} + off))

@@ -19,6 +19,8 @@ started=()
 cleanup() {
   local s
   for s in "${started[@]}"; do "$HERE/$s.sh" stop || true; done
+  # The failover tests' own primary and standby (they reset it; this catches a killed run).
+  "$HERE/postgres-replica.sh" stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM

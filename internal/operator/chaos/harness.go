@@ -87,6 +87,7 @@ func ParseFaults(s string) ([]FaultKind, error) {
 		for _, a := range EveryFault {
 			ok = ok || a == k
 		}
+		ok = ok || slices.Contains(FailoverFaults, k)
 		if !ok {
 			return nil, fmt.Errorf("chaos: unknown fault %q", f)
 		}
@@ -316,10 +317,10 @@ func (c *Config) defaults() error {
 		c.Topic = "chaos-" + string(c.Mode) + "-" + suffix
 	}
 	for _, f := range c.Faults {
-		if (f == FaultBrokerRestart || f == FaultDBRestart || f == FaultPausedBrokerRestart || f == FaultCoordinatorKill) && c.DeployDir == "" {
+		if (f == FaultBrokerRestart || f == FaultDBRestart || f == FaultDBFailover || f == FaultPausedBrokerRestart || f == FaultCoordinatorKill) && c.DeployDir == "" {
 			return fmt.Errorf("chaos: fault %s needs DeployDir (deploy/local)", f)
 		}
-		if (f == FaultDBRestart || f == FaultDelay) && c.PostgresURL == "" {
+		if (f == FaultDBRestart || f == FaultDBFailover || f == FaultDelay) && c.PostgresURL == "" {
 			return fmt.Errorf("chaos: fault %s needs PostgreSQL", f)
 		}
 	}
@@ -572,6 +573,8 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		h.topicGrow(ctx, f)
 	case FaultRedisRestart:
 		h.redisRestart(ctx, f)
+	case FaultDBFailover:
+		h.dbFailover(ctx, f)
 	case FaultDBRestart:
 		f.Target = "postgres"
 		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")

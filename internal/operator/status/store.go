@@ -136,7 +136,19 @@ func OpenStore(ctx context.Context, addr string, tables Tables, access Access) (
 		}
 		cfg.MaxConns = 4
 		if !writable {
-			cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+			// Set once connected, not as a startup parameter: there it would make every host
+			// look read-only to target_session_attrs=read-write, and a multi-host URL that
+			// follows the primary would find none.
+			after := cfg.AfterConnect
+			cfg.AfterConnect = func(ctx context.Context, c *pgx.Conn) error {
+				if after != nil {
+					if err := after(ctx, c); err != nil {
+						return err
+					}
+				}
+				_, err := c.Exec(ctx, "SET default_transaction_read_only = on")
+				return err
+			}
 		}
 		s.pg, err = pgxpool.NewWithConfig(ctx, cfg)
 		if err != nil {
