@@ -28,8 +28,10 @@ type Placement struct {
 
 // Shard returns the name of the shard k lives on under p.
 func (p Placement) Shard(k fence.Key) string {
-	if s, ok := p.Entries[k]; ok {
-		return s
+	if len(p.Entries) > 0 {
+		if s, ok := p.Entries[k]; ok {
+			return s
+		}
 	}
 	if len(p.Shards) == 0 {
 		return ""

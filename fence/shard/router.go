@@ -56,12 +56,20 @@ func retired(claimant string) bool { return strings.HasPrefix(claimant, retiredP
 const retiredEpoch = math.MaxInt64
 
 // shardCtx marks the ctx a router passes to Apply's fn with the shard whose transaction fn
-// holds, for the calls fn makes with that transaction (Admit, Advance).
+// holds, for the calls fn makes with that transaction (Admit, Advance). The value is the
+// shard's *member, made once in New, so marking a ctx allocates nothing but the ctx.
 type shardCtx struct{}
+
+// member is one shard of a router: its name and its store.
+type member[Tx any] struct {
+	name  string
+	store Shard[Tx]
+}
 
 type router[Tx any] struct {
 	home   string
 	shards map[string]Shard[Tx]
+	byName map[string]*member[Tx]
 	store  Placements
 	cur    atomic.Pointer[Placement]
 }
@@ -85,7 +93,10 @@ func New[Tx any](ctx context.Context, home string, shards map[string]Shard[Tx], 
 	if _, ok := shards[home]; !ok {
 		return nil, fmt.Errorf("%w: shard: home shard %q is not among the shards", fence.ErrInvalid, home)
 	}
-	r := &router[Tx]{home: home, shards: shards, store: placements}
+	r := &router[Tx]{home: home, shards: shards, store: placements, byName: map[string]*member[Tx]{}}
+	for name, s := range shards {
+		r.byName[name] = &member[Tx]{name, s}
+	}
 	p, err := placements.Load(ctx)
 	if err != nil {
 		return nil, err
@@ -128,12 +139,20 @@ func (r *router[Tx]) reload(ctx context.Context) Placement {
 }
 
 func (r *router[Tx]) route(p Placement, k fence.Key) (string, Shard[Tx], error) {
-	name := p.Shard(k)
-	s, ok := r.shards[name]
-	if !ok {
-		return name, nil, fmt.Errorf("%w: shard: %s is placed on shard %q, which this router was not given", fence.ErrInvalid, k, name)
+	m, err := r.member(p, k)
+	if err != nil {
+		return "", nil, err
 	}
-	return name, s, nil
+	return m.name, m.store, nil
+}
+
+func (r *router[Tx]) member(p Placement, k fence.Key) (*member[Tx], error) {
+	name := p.Shard(k)
+	m, ok := r.byName[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: shard: %s is placed on shard %q, which this router was not given", fence.ErrInvalid, k, name)
+	}
+	return m, nil
 }
 
 func (r *router[Tx]) moved(k fence.Key, name string, st fence.State) error {
@@ -170,13 +189,12 @@ func (r *router[Tx]) Load(ctx context.Context, k fence.Key) (fence.State, error)
 }
 
 func (r *router[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx Tx) error) error {
-	name, s, err := r.route(*r.cur.Load(), k)
+	m, err := r.member(*r.cur.Load(), k)
 	if err != nil {
 		return err
 	}
-	return s.Apply(ctx, k, t, first, last, func(ctx context.Context, tx Tx) error {
-		return fn(context.WithValue(ctx, shardCtx{}, name), tx)
-	})
+	// A store passes fn a ctx derived from the one it was given, so the mark reaches fn.
+	return m.store.Apply(context.WithValue(ctx, shardCtx{}, m), k, t, first, last, fn)
 }
 
 // Advance runs in the caller's transaction, which must belong to k's shard: the fence check
@@ -187,8 +205,8 @@ func (r *router[Tx]) Advance(ctx context.Context, tx Tx, k fence.Key, t fence.To
 	if err != nil {
 		return err
 	}
-	if in, ok := ctx.Value(shardCtx{}).(string); ok && in != name {
-		return fmt.Errorf("%w: %s lives on shard %q, the transaction is shard %q's", ErrMoved, k, name, in)
+	if in, ok := ctx.Value(shardCtx{}).(*member[Tx]); ok && in.name != name {
+		return fmt.Errorf("%w: %s lives on shard %q, the transaction is shard %q's", ErrMoved, k, name, in.name)
 	}
 	return s.Advance(ctx, tx, k, t, first, last)
 }
@@ -226,11 +244,11 @@ func (r *router[Tx]) Recoveries(ctx context.Context, k fence.Key) ([]fence.Recov
 
 // Admit runs in a transaction the router began: fn's ctx in Apply names its shard.
 func (r *router[Tx]) Admit(ctx context.Context, tx Tx, scope, id string, t fence.Token, seq int64) (fence.Verdict, error) {
-	name, ok := ctx.Value(shardCtx{}).(string)
+	in, ok := ctx.Value(shardCtx{}).(*member[Tx])
 	if !ok {
 		return 0, fmt.Errorf("%w: shard: Admit through a router needs the ctx of the router's Apply (it names the transaction's shard); admit through the shard's store otherwise", fence.ErrInvalid)
 	}
-	return r.shards[name].Admit(ctx, tx, scope, id, t, seq)
+	return in.store.Admit(ctx, tx, scope, id, t, seq)
 }
 
 // SeeTopic reads and adopts topic identities in the home shard only: one authority per
