@@ -9,4 +9,5 @@ rc=0
 "$HERE/etcd.sh" stop || rc=$?
 "$HERE/zookeeper.sh" stop || rc=$?
 "$HERE/postgres-secure.sh" "${1:-stop}" || rc=$?
+if [[ -n "${BATON_PG_SHARDS:-}" ]]; then "$HERE/postgres-shards.sh" "${1:-stop}" || rc=$?; fi
 exit $rc
