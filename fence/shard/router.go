@@ -124,18 +124,32 @@ func (r *router[Tx]) Placement() Placement { return *r.cur.Load() }
 
 // reload re-reads the placement and routes by it if it is newer. A failed read keeps the
 // placement held: routing by an older placement is safe (a key's old fence is retired before
-// a placement moves it), it only fails with ErrMoved until a read succeeds.
-func (r *router[Tx]) reload(ctx context.Context) Placement {
+// a placement moves it), it only fails with ErrMoved until a read succeeds. A newer placement
+// naming a shard this router was not given is a configuration error: it is returned, and the
+// placement held is kept.
+func (r *router[Tx]) reload(ctx context.Context) (Placement, error) {
 	p, err := r.store.Load(ctx)
 	for {
 		cur := r.cur.Load()
-		if err != nil || p.Version <= cur.Version || r.known(p) != nil {
-			return *cur
+		if err != nil || p.Version <= cur.Version {
+			return *cur, nil
+		}
+		if err := r.known(p); err != nil {
+			return *cur, err
 		}
 		if r.cur.CompareAndSwap(cur, &p) {
-			return p
+			return p, nil
 		}
 	}
+}
+
+// fresh is the placement re-read for a claim step.
+func (r *router[Tx]) fresh(ctx context.Context, k fence.Key) (string, Shard[Tx], error) {
+	p, err := r.reload(ctx)
+	if err != nil {
+		return "", nil, err
+	}
+	return r.route(p, k)
 }
 
 func (r *router[Tx]) route(p Placement, k fence.Key) (string, Shard[Tx], error) {
@@ -171,7 +185,7 @@ func (r *router[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token, clai
 	if err := refuseRetired(claimant); err != nil {
 		return fence.State{}, err
 	}
-	_, s, err := r.route(r.reload(ctx), k)
+	_, s, err := r.fresh(ctx, k)
 	if err != nil {
 		return fence.State{}, err
 	}
@@ -181,7 +195,7 @@ func (r *router[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token, clai
 // Load routes by the placement re-read from the home shard (the one held if that fails): a
 // claim starts with it.
 func (r *router[Tx]) Load(ctx context.Context, k fence.Key) (fence.State, error) {
-	_, s, err := r.route(r.reload(ctx), k)
+	_, s, err := r.fresh(ctx, k)
 	if err != nil {
 		return fence.State{}, err
 	}
@@ -217,7 +231,7 @@ func (r *router[Tx]) Recover(ctx context.Context, k fence.Key, expected fence.To
 	if err := refuseRetired(claimant); err != nil {
 		return fence.Token{}, err
 	}
-	name, s, err := r.route(r.reload(ctx), k)
+	name, s, err := r.fresh(ctx, k)
 	if err != nil {
 		return fence.Token{}, err
 	}
@@ -228,7 +242,7 @@ func (r *router[Tx]) Recover(ctx context.Context, k fence.Key, expected fence.To
 		return fence.Token{}, err
 	}
 	if retired(st.Claimant) {
-		r.reload(ctx)
+		_, _ = r.reload(ctx)
 		return fence.Token{}, r.moved(k, name, st)
 	}
 	return s.Recover(ctx, k, expected, epoch, claimant, reason)
@@ -321,7 +335,10 @@ func latest(ctx context.Context, s fence.Topics, group, topic string) (fence.Top
 // to a new era without a claimant although the placement puts their keys elsewhere. Every key
 // that ever moved is listed in Entries (Publish keeps entries), so the list is complete.
 func (r *router[Tx]) reretire(ctx context.Context, name, group, topic, reason string) error {
-	p := r.reload(ctx)
+	p, err := r.reload(ctx)
+	if err != nil {
+		return err
+	}
 	s := r.shards[name]
 	for k, at := range p.Entries {
 		if k.Group != group || k.Topic != topic || at == name {
@@ -342,7 +359,10 @@ func (r *router[Tx]) reretire(ctx context.Context, name, group, topic, reason st
 }
 
 func (r *router[Tx]) Retire(ctx context.Context, k fence.Key, version int64, reason string) error {
-	p := r.reload(ctx)
+	p, err := r.reload(ctx)
+	if err != nil {
+		return err
+	}
 	if version != p.Version+1 {
 		return fmt.Errorf("%w: retiring %s for placement %d, the placement in force is %d", fence.ErrConflict, k, version, p.Version)
 	}
@@ -382,7 +402,10 @@ func (r *router[Tx]) Publish(ctx context.Context, next Placement, reason string)
 	if err := r.known(next); err != nil {
 		return err
 	}
-	cur := r.reload(ctx)
+	cur, err := r.reload(ctx)
+	if err != nil {
+		return err
+	}
 	if next.Version != cur.Version+1 {
 		return fmt.Errorf("%w: placement %d is not one above the placement in force, %d", fence.ErrConflict, next.Version, cur.Version)
 	}
@@ -408,8 +431,8 @@ func (r *router[Tx]) Publish(ctx context.Context, next Placement, reason string)
 	if err := r.store.Publish(ctx, next, reason); err != nil {
 		return err
 	}
-	r.reload(ctx)
-	return nil
+	_, err = r.reload(ctx)
+	return err
 }
 
 // movedKeys lists the keys whose shard differs between from and to. The rule is the same in

@@ -293,3 +293,17 @@ func TestPlacementRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A placement naming a shard the router was not given is reported at the next claim step,
+// and the router keeps routing by the placement it holds.
+func TestPlacementNamingUnknownShard(t *testing.T) {
+	shards, _, pl := liteShards(t, names3...)
+	r := newRouter(t, shards, pl)
+	k := keyOn(t, r.Placement(), "g", "a")
+	must(t, pl.Publish(t.Context(), Placement{Version: 2, Shards: names3, Entries: map[fence.Key]string{k: "d"}}, "a shard this member lacks"))
+	_, err := r.Load(t.Context(), k)
+	wantIs(t, "Load under a placement naming an unknown shard", err, fence.ErrInvalid)
+	if v := r.Placement().Version; v != 1 {
+		t.Fatalf("placement in force = %d, want 1 kept", v)
+	}
+}
