@@ -12,7 +12,8 @@ import (
 )
 
 // TestConformancePostgres runs the fence conformance suite over a router of three shards, a
-// schema each on the PostgreSQL server of BATON_POSTGRES_URL. The caller-held transaction
+// schema each on the PostgreSQL server of BATON_POSTGRES_URL, or on the three clusters of
+// BATON_POSTGRES_SHARD_URLS when it is set. The caller-held transaction
 // cases (Advance) are skipped: a transaction belongs to one shard, and the suite picks keys.
 // So are the keyed cases: a keyed fence is per shard, and the suite admits one entity in
 // transactions of scratch keys that live on different shards (TestAdmitInTheKeysShard covers

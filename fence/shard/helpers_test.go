@@ -4,9 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -47,14 +49,28 @@ func liteShards(t testing.TB, names ...string) (map[string]Shard[*sql.Tx], map[s
 	return shards, stores, pl
 }
 
-// pgShards makes a schema per name on the shared PostgreSQL server, each with the fence
-// tables and a kv table, and publishes placement version 1 in the first one, the home.
-func pgShards(t testing.TB, names ...string) (map[string]Shard[pgx.Tx], map[string]*pgxpool.Pool, Placements) {
+// pgShards makes a schema per name, each with the fence tables and a kv table, and publishes
+// placement version 1 in the first one, the home. The schemas are on the clusters of
+// BATON_POSTGRES_SHARD_URLS, one each, when it is set (deploy/local: BATON_PG_SHARDS=3 make
+// up), else all on the server of BATON_POSTGRES_URL.
+func pgShards(t *testing.T, names ...string) (map[string]Shard[pgx.Tx], map[string]*pgxpool.Pool, Placements) {
 	t.Helper()
+	var urls []string
+	if v := os.Getenv("BATON_POSTGRES_SHARD_URLS"); v != "" {
+		urls = strings.Split(v, ",")
+		if len(urls) < len(names) {
+			t.Fatalf("BATON_POSTGRES_SHARD_URLS names %d clusters, want %d", len(urls), len(names))
+		}
+	}
 	shards := map[string]Shard[pgx.Tx]{}
 	pools := map[string]*pgxpool.Pool{}
-	for _, n := range names {
-		pool, _ := testenv.Postgres(t)
+	for i, n := range names {
+		var pool *pgxpool.Pool
+		if urls != nil {
+			pool = schemaOn(t, urls[i])
+		} else {
+			pool, _ = testenv.Postgres(t)
+		}
 		shards[n] = pgStore(t, pool)
 		pools[n] = pool
 	}
@@ -144,4 +160,35 @@ func wantIs(t testing.TB, what string, err, target error) {
 	}
 }
 
-var _ = fmt.Sprint
+// schemaOn makes a fresh schema on the cluster at url and returns a pool using it; both are
+// removed when t ends.
+func schemaOn(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("connect to a cluster of BATON_POSTGRES_SHARD_URLS: %v", err)
+	}
+	schema := testenv.UniqueName("shard")
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pool.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		_ = admin.Close(ctx)
+	})
+	return pool
+}
