@@ -11,4 +11,5 @@ rc=0
 "$HERE/postgres-secure.sh" "${1:-stop}" || rc=$?
 # Started by the failover tests only (they reset it when they end): a safety net.
 "$HERE/postgres-replica.sh" "${1:-stop}" || rc=$?
+if [[ -n "${BATON_PG_SHARDS:-}" ]]; then "$HERE/postgres-shards.sh" "${1:-stop}" || rc=$?; fi
 exit $rc

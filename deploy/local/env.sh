@@ -10,3 +10,4 @@ HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 "$HERE/zookeeper.sh" env
 "$HERE/chromium.sh" env
 if [[ -n "${BATON_SECURE:-}" ]]; then "$HERE/postgres-secure.sh" env; fi
+if [[ -n "${BATON_PG_SHARDS:-}" ]]; then "$HERE/postgres-shards.sh" env; fi

@@ -211,6 +211,21 @@ var All = []Mutant{
 	{Name: "RedisFenceReplicaCountFixedAtCheck", Package: "fence/redisfence", Guards: []string{"TestWaitCountsAReplicaAttachedAfterTheCheck"}, Want: `the owner's claim while the replica attached after the check is stopped = <nil>`,
 		Bug: "the Redis store waits only for the replicas connected when it checked the server: a fence write is acknowledged before a replica attached since has it, and a failover to that replica re-admits the zombie", Safety: true},
 
+	// The shard router: a key's old fence is retired before a placement moves it, and nothing
+	// brings a retired fence back. Guards on SQLite.
+	{Name: "RetiredFenceRecovered", Package: "fence/shard", Guards: []string{"TestRecoverRefusedOnRetiredFence", "TestMoveDuringBatchNeverWritesOldShard"}, Want: `ecover of the retired fence: got <nil>|Recover of a retired fence: got <nil>`,
+		Bug: "the router lets a verified owner recover a retired fence: a member holding an old placement raises its era and writes on the shard its key left", Safety: true},
+	{Name: "RetiredClaimantAccepted", Package: "fence/shard", Guards: []string{"TestRetiredClaimantRefused"}, Want: `by a retired fence's claimant: got <nil>`,
+		Bug: "the router accepts the retired fences' reserved claimant from a caller, who could then hold a retired fence's token", Safety: true},
+	{Name: "PublishWithoutRetire", Package: "fence/shard", Guards: []string{"TestPublishRefusesMoveOfLiveFence"}, Want: `Publish moving a live fence: got <nil>`,
+		Bug: "a placement moving a key is published while the key's old fence still admits its owner's writes", Safety: true},
+	{Name: "RetiredEpochZero", Package: "fence/shard", Guards: []string{"TestRecoverRefusedOnRetiredFence", "TestMoveDuringBatchNeverWritesOldShard", "TestRetireNeverClaimedFence"}, Want: `claim (of a retired|in the retired).*got <nil>|= <nil>, want stale`,
+		Bug: "a retired fence's token has epoch 0: any claim in its era outranks it and writes on the shard its key left", Safety: true},
+	{Name: "ResetUnretires", Package: "fence/shard", Guards: []string{"TestResetTopicKeepsRetiredFencesRetired"}, Want: `after the reset = .*want retired`,
+		Bug: "a topic reset leaves the retired fences of moved keys in a new era without a claimant, claimable again on the shard the keys left", Safety: true},
+	{Name: "ApplyByRuleOnly", Package: "fence/shard", Guards: []string{"TestPublishRefusesMoveOfLiveFence", "TestMoveDuringBatchNeverWritesOldShard"}, Want: `got <nil>, want shard: key moved|routes .* to a after reading placement 2`,
+		Bug: "the router ignores a placement's entries: moved keys are routed by the rule to the shard they left", Safety: true},
+
 	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
 	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,
 	// and CI (CI set) fails the guard instead.

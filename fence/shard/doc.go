@@ -1,0 +1,80 @@
+// Package shard spreads a consumer group's partitions over several databases, each partition's
+// fence next to its data: a [Router] is a fence sink over named shards (one store each, e.g.
+// a *pgfence.Store per PostgreSQL database) that sends every call for a fence key to the shard
+// the key is placed on. Nothing in Baton's protocol needs one database: partition p's fence
+// row, its state rows and its outbox rows only have to live together, in p's database.
+//
+//	r, err := shard.New(ctx, "a", map[string]shard.Shard[pgx.Tx]{"a": a, "b": b, "c": c}, shard.Postgres(poolA))
+//	c, err := consumer.New("devices", []string{"telemetry"}, r, handler) // handler gets its shard's pgx.Tx
+//
+// # The placement
+//
+// A [Placement] is explicit, versioned and stored: its history is a table (baton_placements)
+// in the home shard's database, one row per version, written by [Placements.Publish] and read
+// by the router at [New] and again at every claim (Load, Claim, Recover), so a member picks up
+// a new version before it claims a partition. A key listed in Entries lives on the shard named
+// there; every other key follows a default rule stored with the placement: its Shards, in
+// order, round-robin by partition from a start hashed from (group, topic). The rule is chosen
+// over a table of every key filled at creation because keys appear after it: new groups, new
+// topics, partitions added to a topic; a rule places them with no operator step, evenly. It
+// is fixed for the placement's history (Publish refuses to change Shards): a new rule would
+// move an unknown set of keys at once, and every move must retire the key's old fence first.
+// Keys move one at a time, as entries, and an entry once listed stays listed. Shard names
+// map to stores in code, in the map given to New: connection strings are never stored.
+//
+// # Why a placement change cannot let a write land on the wrong shard
+//
+// The interleaving to fear: a member applies a batch of key k under placement v1 on shard A
+// while the operator moves k to shard B under v2. A's database alone decides what commits on
+// A, so the protocol makes A refuse k before B accepts it:
+//
+//  1. [Router.Retire] raises k's fence on A, through A's own Recover (or Claim, for a fence
+//     never claimed), to the token (era+1, MaxInt64) held by a reserved claimant
+//     ("baton.shard/retired@v2"). It takes the fence row like any write, so it waits for the
+//     batch in flight on A; every later Apply on A under the member's token fails with
+//     fence.ErrStale, inside A's transaction, whatever placement the member holds.
+//  2. No claim on A can take the fence back: every token of era+1 is below (era+1, MaxInt64);
+//     a later era only comes from Recover, which the router refuses on a retired fence
+//     ([ErrMoved]: the consumer recovers after a stale claim, once the coordinator says it
+//     owns the partition); and the reserved claimant is refused as a claimant. A recovery
+//     racing the retirement presents the token it read before, so its compare-and-set fails.
+//     A topic reset, which moves every fence of a topic to a new era without a claimant, is
+//     followed by the router retiring again the fences of the keys placed elsewhere.
+//  3. [Router.Publish] stores v2 only if every key it moves is retired on its old shard for
+//     v2, and the version is one above the newest stored (two operators cannot both publish).
+//
+// So a router holding an old placement (its home shard unreachable, or a batch under way)
+// can route k to A, but nothing of k commits there: safety never depends on the freshness of
+// the placement, only liveness does. Routing itself is a map lookup and a hash per call, with
+// no database round trip on the Apply path.
+//
+// What a move needs besides (not in this package yet): copying k's state rows and outbox
+// rows from A to B and setting k's fence on B to A's position, between the retirement and
+// the publication. Until then Publish checks only that A refuses k.
+//
+// # Transactions, keyed fences, topics, outboxes
+//
+// Apply runs fn in the shard's transaction and marks fn's ctx with the shard: [Router]'s
+// Admit (the inbox's keyed fences) needs that ctx and admits in that shard, and Advance in a
+// transaction of another shard's key fails with [ErrMoved]. A keyed fence is per shard: all
+// admissions of a scope must run in transactions of one shard, as the inbox's do (its scope
+// names the receiving partition). Topic identities live in the home shard (SeeTopic,
+// TopicHistory); ResetTopic resets the other shards first and the home shard last, so
+// consumers see a new identity only once every shard is reset.
+//
+// The outbox needs no router: outbox rows are appended in the handler's transaction, so they
+// commit in the partition's shard (pgoutbox's Append checks the fence in that transaction),
+// and each shard gets its own outbox store and relay; the consumer's after-commit hook picks
+// the relay of the shard that r.Placement().Shard(k) names.
+//
+// # One transaction type
+//
+// A router is typed by its shards' transaction type, so its shards are all PostgreSQL
+// (pgx.Tx) or all SQLite (*sql.Tx): a mix of databases of one engine (different servers,
+// versions, schemas, table names). A PostgreSQL shard and an SQLite shard cannot share a
+// router, since one handler cannot take both transaction types; two consumer groups, one per
+// engine, can.
+//
+// Not supported: a transaction over two shards (a handler writing rows of keys placed on
+// different shards, or a saga step spanning databases). Each batch commits in one database.
+package shard
