@@ -145,7 +145,11 @@
 // in the group's description or in baton status; a kgo.ClientID is kept), the
 // cooperative-sticky balancer and a 500ms heartbeat interval (franz-go's 3s), because the
 // other members learn that one left or expired only from their next heartbeat; the session
-// timeout stays franz-go's 45s. A graceful handover (Run's ctx cancelled) takes about half a second, a crash
+// timeout stays franz-go's 45s. Fetches take at most 64 KiB of a partition (franz-go's 1 MiB
+// of small records is tens of thousands of records, far past [MaxInflightPerPartition], all
+// held in memory) and wait at most 100ms for data (franz-go's 5s: a partition resumed after
+// backpressure joins only the next fetch, and waited that long behind a fetch of caught-up
+// partitions). A graceful handover (Run's ctx cancelled) takes about half a second, a crash
 // takeover the session timeout plus about a heartbeat interval. A static member
 // (kgo.InstanceID) restarted within the session timeout gets its partitions back without a
 // rebalance; each moves to a new era (which fences the old process), logged at INFO and

@@ -72,8 +72,10 @@ func defaults() config {
 // session and rebalance timeouts, fetch sizes. The consumer adds ConsumerGroup,
 // ConsumeTopics, its rebalance callbacks and AutoCommitMarks (only offsets of applied batches
 // are committed); it starts from its own defaults (the cooperative-sticky balancer and a
-// 500ms heartbeat interval: see Handovers in the package documentation), which these options
-// override.
+// 500ms heartbeat interval: see Handovers in the package documentation; fetches of at most
+// 64 KiB per partition and a 100ms fetch max wait, so that a fetch holds about what the
+// backpressure lets through and a resumed partition waits at most 100ms behind an idle
+// fetch), which these options override.
 //
 // The options Baton owns are refused with [ErrInvalidOption], naming the option: ConsumerGroup,
 // ShareGroup, ConsumeRegex, ConsumePartitions, OnPartitionsAssigned, OnPartitionsRevoked,
@@ -446,20 +448,34 @@ func GroupProtocol(name string) Option {
 // that makes a handover fast. A member learns that the group is rebalancing only from its
 // next heartbeat, so the interval bounds how long the partitions of a member that left (or
 // whose session expired) wait for the others: franz-go's 3s made a graceful handover take 3s;
-// 500ms brings it under a second, for two heartbeats a second per member. The fetch max wait
-// and the metadata min age, also suspects, made no measured difference (franz-go restarts its
-// fetch session when partitions are assigned) and stay franz-go's. So does the session
+// 500ms brings it under a second, for two heartbeats a second per member. The metadata min
+// age made no measured difference to a handover and stays franz-go's. So does the session
 // timeout (45s, Kafka's default): a crash takeover takes it plus about a heartbeat
 // interval; set kgo.SessionTimeout for faster takeovers at the risk of expiring members that
 // pause. Measured by 'baton bench handover' (see Handovers in the package documentation).
+//
 // A resume point below the log start resumes at the log start (kgo.ConsumeResetOffset, the
 // only value [New] accepts): nothing still in the log is skipped.
+//
+// Two fetch settings follow from the backpressure ([MaxInflightPerPartition] pauses a
+// partition that has that many records in flight). A fetch of franz-go's default size (1 MiB
+// of a partition, compressed) of small records holds tens of thousands of records per
+// partition: all of them decoded and held in memory before the first is applied, most of
+// them past the bound, and those of paused partitions dropped and fetched again. 64 KiB of a
+// partition is still hundreds of records of a hundred bytes, and bounds the heap of a member
+// of many partitions; while a transaction runs, the next fetches queue for the one after it.
+// And a partition resumed while a fetch is in flight joins only the next fetch: when every
+// partition in the flight is caught up, the broker holds it for the fetch max wait,
+// franz-go's 5s, and the resumed partition waits as long with records to fetch. 100ms bounds
+// that wait, at about ten empty fetches a second per broker for an idle member.
 func kafkaDefaults() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.ClientID(defaultClientID()),
 		kgo.Balancers(kgo.CooperativeStickyBalancer()),
 		kgo.HeartbeatInterval(500 * time.Millisecond),
 		kgo.ConsumeResetOffset(earliest),
+		kgo.FetchMaxPartitionBytes(64 << 10),
+		kgo.FetchMaxWait(100 * time.Millisecond),
 	}
 }
 

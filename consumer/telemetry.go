@@ -164,7 +164,12 @@ func (c headerCarrier) Keys() []string {
 var _ propagation.TextMapCarrier = headerCarrier{}
 
 // producerLinks returns one link per distinct producer span found in the records' headers.
+// A propagator that reads no header (no fields: the global one while none is set) finds none,
+// so the records are not looked at.
 func producerLinks(p propagation.TextMapPropagator, recs []*kgo.Record) []trace.Link {
+	if len(p.Fields()) == 0 {
+		return nil
+	}
 	var links []trace.Link
 	seen := map[trace.SpanID]bool{}
 	for _, r := range recs {

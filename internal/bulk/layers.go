@@ -88,29 +88,55 @@ func keyOfRow(key []int, norm []Norm, row []any) keyOf {
 // MaxKeyColumns, compared by their canonical values normalised by norm, one per key column)
 // appears twice, to be written in order: with merge, one group in which each key's rows are
 // folded into a copy of its first row by merge(into, row) in order; without, the n-th rows
-// of every key in the n-th group.
+// of every key in the n-th group. A key's first row is copied only when a later row is merged
+// into it: rows are never modified.
 func Layers(rows [][]any, key []int, norm []Norm, merge func(into, row []any)) [][][]any {
 	if len(rows) == 0 {
 		return nil
 	}
+	if len(key) == 1 {
+		// One key column (the common case): the map is keyed by the value itself, a
+		// quarter of a keyOf's size and hashed once.
+		i := key[0]
+		var n Norm
+		if len(norm) > 0 {
+			n = norm[0]
+		}
+		return layers(rows, merge, func(row []any) any {
+			v := Canonical(row[i])
+			if n != nil {
+				v = n(v)
+			}
+			return v
+		})
+	}
+	return layers(rows, merge, func(row []any) keyOf { return keyOfRow(key, norm, row) })
+}
+
+func layers[K comparable](rows [][]any, merge func(into, row []any), keyOf func([]any) K) [][][]any {
 	if merge != nil {
-		at := make(map[keyOf]int, len(rows))
+		at := make(map[K]int)
 		merged := make([][]any, 0, len(rows))
+		var copied []bool // copied[i]: merged[i] is a copy of the key's first row, for merge to change
 		for _, r := range rows {
-			k := keyOfRow(key, norm, r)
+			k := keyOf(r)
 			if i, ok := at[k]; ok {
+				if !copied[i] {
+					merged[i], copied[i] = slices.Clone(merged[i]), true
+				}
 				merge(merged[i], r)
 				continue
 			}
 			at[k] = len(merged)
-			merged = append(merged, slices.Clone(r))
+			merged = append(merged, r)
+			copied = append(copied, false)
 		}
 		return [][][]any{merged}
 	}
-	seen := make(map[keyOf]int, len(rows))
+	seen := make(map[K]int)
 	var layers [][][]any
 	for _, r := range rows {
-		k := keyOfRow(key, norm, r)
+		k := keyOf(r)
 		n := seen[k]
 		seen[k] = n + 1
 		if n == len(layers) {
