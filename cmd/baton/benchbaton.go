@@ -125,7 +125,7 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 }
 
 // countingSink times each committed Apply (begin to commit) and counts its records from the
-// advance of the partition's position: the topic's offsets are dense, every group is new and
+// advance of the partition's position (with 'baton bench latency', each one's latency): the topic's offsets are dense, every group is new and
 // every fence fresh, so a partition starts at offset 0.
 type countingSink[Tx any] struct {
 	fence.Sink[Tx]
@@ -147,8 +147,18 @@ func (s *countingSink[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token
 	}
 	s.pos[k.Partition] = position
 	s.mu.Unlock()
-	s.rec.Committed(position-prev, d)
+	s.rec.CommittedRange(k.Partition, prev+1, position, d)
 	return nil
+}
+
+// Claim is the sink's, noting when the last partition's fence was claimed (a phase before the
+// first commit).
+func (s *countingSink[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	st, err := s.Sink.Claim(ctx, k, t, claimant)
+	if err == nil {
+		s.rec.Phase(bench.PhaseClaimed, true)
+	}
+	return st, err
 }
 
 // unfencedSink keeps no fence: every claim starts from Kafka's committed offset and every
@@ -183,6 +193,7 @@ func (unfencedSink) Recoveries(context.Context, fence.Key) ([]fence.Recovery, er
 // set, the runtime's and the Kafka client's debug timeline into a file beside the profile.
 func benchLogging(job bench.Job, rec *bench.Recorder) (*slog.Logger, []kgo.Opt, func(), error) {
 	kopts := []kgo.Opt{kgo.SeedBrokers(job.Brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithHooks(fetchCount{rec})}
+	kopts = append(kopts, job.ConsumerTiming(rec)...)
 	if job.Profile == "" {
 		return quietLogger, kopts, func() {}, nil
 	}

@@ -91,6 +91,13 @@ type Job struct {
 	Timeout    time.Duration `json:"timeout"`
 	Profile    string        `json:"profile,omitempty"` // a directory: the worker writes a CPU profile of its run there
 	SQLite     string        `json:"sqlite,omitempty"`  // the SQLite designs' database file (created by the worker)
+	// Latency: the worker times every record from its produce timestamp to the commit of the
+	// batch holding it ([Report.Latency]), over the records produced Warmup or more after its
+	// first commit. Set by 'baton bench latency', whose producer writes while the design runs.
+	Latency bool          `json:"latency,omitempty"`
+	Warmup  time.Duration `json:"warmup,omitempty"`
+	// FetchMaxWait, when positive, is the consumer's kgo.FetchMaxWait (franz-go's default: 5s).
+	FetchMaxWait time.Duration `json:"fetch_max_wait,omitempty"`
 }
 
 // RedisKey is the Redis hash holding key's fold in the redis- designs. Its hash tag
@@ -136,6 +143,11 @@ type Report struct {
 	// above Records, records were fetched more than once (franz-go drops what it buffered
 	// for a partition that is paused by the time it is polled, and fetches it again).
 	Fetched int64 `json:"fetched,omitempty"`
+	// Latency is the end-to-end latency over the steady window, with Job.Latency.
+	Latency *Latency `json:"latency,omitempty"`
+	// Phases are the moments before the first commit, from Recorder.Start, for the designs
+	// that report them (Baton's consumers): see [Recorder.Phase].
+	Phases []Phase `json:"phases,omitempty"`
 }
 
 // Rate is records per second.
@@ -152,6 +164,8 @@ type Recorder struct {
 	once    sync.Once
 	mu      sync.Mutex
 	lat     []time.Duration
+	e2e     *latencies // with Job.Latency (latency.go)
+	phases  []phaseAt  // under mu
 }
 
 // NewRecorder returns a recorder that is done after want records.
@@ -224,6 +238,9 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 		return fmt.Errorf("bench worker: unknown design %q", job.Design)
 	}
 	rec := NewRecorder(job.Records)
+	if job.Latency {
+		rec.e2e = newLatencies(job.Warmup)
+	}
 	if job.Profile != "" {
 		stop, err := startProfile(job)
 		if err != nil {
@@ -265,6 +282,8 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 	n, p50, p99 := rec.quantiles()
 	rep := Report{Design: job.Design, Records: rec.Applied(), Wall: wall, Batches: n, P50: p50, P99: p99, RSS: procStatus("VmHWM")}
 	rep.Fetched = rec.fetched.Load()
+	rep.Latency = rec.latency()
+	rep.Phases = rec.phaseList()
 	if f := rec.first.Load(); f != nil {
 		rep.First = f.Sub(start)
 	}

@@ -76,6 +76,7 @@ const Reference = "baton-fast"
 // Config is one 'baton bench' run.
 type Config struct {
 	Records, Keys, Partitions int
+	Size                      int           // bytes of a record (key, value, headers), padded with a header; 0: unpadded
 	SlowRecords               int           // records of the topic the slow designs run on
 	Rounds                    int           // each design runs once per round, the order rotating
 	Designs                   []string      // names from All; empty: all
@@ -160,7 +161,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 		defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), t) }()
 		t0 := time.Now()
-		if err := produce(ctx, cl, t, Records(cfg.Keys, records[slow]/int64(cfg.Keys))); err != nil {
+		recs := Records(cfg.Keys, records[slow]/int64(cfg.Keys))
+		pad(recs, cfg.Size)
+		if err := produce(ctx, cl, t, recs); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(out, "produced %d records over %d keys to %s (%d partitions) in %s\n", records[slow], cfg.Keys, t, cfg.Partitions, time.Since(t0).Round(time.Millisecond))
@@ -225,6 +228,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			r := res.Report
 			fmt.Fprintf(out, "round %d %-15s %8.0f records/s  %7d records  %6d tx  first %6.1fms  p50 %6.1fms  p99 %7.1fms  rss %4d MiB  fetched %.2fx  (load %s)\n",
 				round+1, e.name, r.Rate(), r.Records, r.Batches, ms(r.First), ms(r.P50), ms(r.P99), r.RSS>>20, float64(r.Fetched)/float64(r.Records), LoadAvg())
+			if len(r.Phases) > 0 {
+				fmt.Fprintf(out, "        %-15s before the first commit: %s\n", "", PhaseLine(r.Phases))
+			}
 		}
 	}
 	sum := Summarize(results)
