@@ -107,7 +107,7 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 			}
 		}
 	}
-	if err := pool.Ping(ctx); err != nil {
+	if err := bench.Warm(ctx, pool); err != nil {
 		return err
 	}
 	logger, kopts, closeLog, err := benchLogging(job, rec)

@@ -226,7 +226,7 @@ func Ceiling(ctx context.Context, job Job, rec *Recorder) error {
 		p := part.Partition(r, job.Partitions)
 		parts[p] = append(parts[p], [2]any{string(r.Key), mustValue(r.Value)})
 	}
-	if err := pool.Ping(ctx); err != nil {
+	if err := Warm(ctx, pool); err != nil {
 		return err
 	}
 	rec.Start()

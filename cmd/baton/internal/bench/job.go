@@ -115,15 +115,51 @@ var RedisFields = []string{"n", "total", "first", "last", "bad"}
 func (j Job) PerKey() int64 { return j.Records / int64(j.Keys) }
 
 // Pool connects to the job's database with the run's schema as search_path and at most
-// conns connections.
+// conns connections, never more than MaxConns.
 func (j Job) Pool(ctx context.Context, conns int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(j.Postgres)
 	if err != nil {
 		return nil, err
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = j.Schema
-	cfg.MaxConns = int32(max(conns, 1))
+	cfg.MaxConns = int32(min(max(conns, 1), MaxConns))
 	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// MaxConns bounds a design's connections: a pool of one connection per partition would
+// exceed PostgreSQL's max_connections (100 by default, shared) at hundreds of partitions.
+const MaxConns = 64
+
+// Warm opens the pool's connections (all it may hold) before the run is timed: connecting is
+// setup, like migrating, and a cold pool would charge every new backend to the first
+// transactions (the claims of a consumer's first assignment).
+func Warm(ctx context.Context, pool *pgxpool.Pool) error {
+	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
+	defer func() {
+		for _, c := range conns {
+			c.Release()
+		}
+	}()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var first error
+	for range pool.Config().MaxConns {
+		wg.Go(func() {
+			c, err := pool.Acquire(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				first = cmpErr(first, err)
+				return
+			}
+			conns = append(conns, c)
+		})
+	}
+	wg.Wait()
+	if first == nil {
+		first = conns[0].Ping(ctx)
+	}
+	return first
 }
 
 // Report is what a worker prints, as one JSON line on stdout, when its design applied every
