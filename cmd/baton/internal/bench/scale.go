@@ -122,7 +122,12 @@ func RunScale(ctx context.Context, cfg ScaleConfig) ([]ScaleResult, error) {
 	load0 := LoadAvg()
 	t0 := time.Now()
 	var results []ScaleResult
+	var last time.Time
 	for _, p := range cfg.Points() {
+		for time.Now().Unix() == last.Unix() { // Run names its schema and topics by the second
+			time.Sleep(50 * time.Millisecond)
+		}
+		last = time.Now()
 		c := cfg.Config
 		c.Records, c.Keys, c.Partitions, c.Size = p.Records, p.Keys, p.Partitions, p.Size
 		c.Rounds, c.Out = 1, ""
