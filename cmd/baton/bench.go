@@ -69,6 +69,7 @@ handover' the time partitions take to move between members: see their -h.
 	fs.StringVar(&peers, "peers", os.Getenv("BATON_BENCH_PEERS"), "the peers binary (default $BATON_BENCH_PEERS, else built from cmd/baton/internal/bench/peers)")
 	fs.StringVar(&cfg.Profile, "profile", "", "directory to write each worker's CPU profile to (pprof; none if empty)")
 	fs.StringVar(&cfg.Out, "out", "", "directory to write RESULTS.md and chart.svg to (none if empty)")
+	benchFetchFlags(fs, &cfg.Fetch, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

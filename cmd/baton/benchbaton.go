@@ -135,6 +135,7 @@ type countingSink[Tx any] struct {
 }
 
 func (s *countingSink[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, Tx) error) error {
+	s.rec.Phase(bench.PhaseApplying, false)
 	start := time.Now()
 	if err := s.Sink.Apply(ctx, k, t, first, position, fn); err != nil {
 		return err

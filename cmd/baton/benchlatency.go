@@ -46,6 +46,7 @@ Designs: Baton's consumer designs and kafka-read (the floor: the broker's delive
 	fs.DurationVar(&cfg.Duration, "duration", 10*time.Second, "about how long the window lasts (the producer writes for -warmup + -duration + 1s)")
 	fs.StringVar(&waits, "fetch-max-wait", "100ms", "variants, comma-separated (empty: none): every design also runs at the first rate with this kgo.FetchMaxWait")
 	fs.DurationVar(&cfg.Linger, "linger", 0, "the producer's kgo.ProducerLinger")
+	benchFetchFlags(fs, &cfg.Fetch, false)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -106,6 +107,7 @@ than one per key).
 	fs.StringVar(&maxBytes, "max-bytes", "268435456", "bound of a point's records in bytes (records x size)")
 	fs.StringVar(&conns, "conns", "4", "the ceiling's connection counts to try at each point (the best counts)")
 	fs.DurationVar(&cfg.Timeout, "timeout", 5*time.Minute, "bound of one design's run")
+	benchFetchFlags(fs, &cfg.Fetch, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -127,6 +129,29 @@ than one per key).
 	}
 	_, err = bench.RunScale(ctx, cfg)
 	return usageOr(err)
+}
+
+// benchFetchFlags adds the flags of the consumer designs' fetch options (wait: with
+// -fetch-max-wait too).
+func benchFetchFlags(fs *flag.FlagSet, f *bench.FetchSettings, wait bool) {
+	if wait {
+		fs.DurationVar(&f.FetchMaxWait, "fetch-max-wait", 0, "Baton's designs' and kafka-read's kgo.FetchMaxWait (0: franz-go's 5s)")
+	}
+	fs.Func("fetch-max-bytes", "Baton's designs' and kafka-read's kgo.FetchMaxBytes (default: franz-go's 50 MiB)", func(s string) error {
+		return positiveInt32(s, &f.FetchMaxBytes)
+	})
+	fs.Func("fetch-max-partition-bytes", "Baton's designs' and kafka-read's kgo.FetchMaxPartitionBytes (default: franz-go's 1 MiB)", func(s string) error {
+		return positiveInt32(s, &f.FetchMaxPartitionBytes)
+	})
+}
+
+func positiveInt32(s string, to *int32) error {
+	n, err := strconv.ParseInt(s, 10, 32)
+	if err != nil || n < 1 {
+		return fmt.Errorf("%q: want a positive number of bytes", s)
+	}
+	*to = int32(n)
+	return nil
 }
 
 // benchServiceFlags adds the flags the bench's modes share: the services, the designs, the

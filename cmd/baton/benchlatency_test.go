@@ -29,6 +29,8 @@ func TestBenchLatencyAndScaleFlags(t *testing.T) {
 		{"bench", "latency", "-designs", "ceiling", "-brokers", "x", "-postgres", "y"},
 		{"bench", "scale", "-axis-keys", "a"},
 		{"bench", "scale", "-max-bytes", "0"},
+		{"bench", "-fetch-max-bytes", "0"},
+		{"bench", "scale", "-fetch-max-partition-bytes", "x"},
 		{"bench", "scale", "-designs", "naive", "-brokers", "x", "-postgres", "y"},
 	} {
 		var out bytes.Buffer

@@ -181,11 +181,7 @@ func lockedWrite(ctx context.Context, lock *redislock.Client, pool interface {
 // database's ceiling. A "transaction" is one poll.
 func KafkaRead(ctx context.Context, job Job, rec *Recorder) error {
 	rec.Start()
-	opts := []kgo.Opt{kgo.WithHooks(phaseHook{rec})}
-	if job.FetchMaxWait > 0 {
-		opts = append(opts, kgo.FetchMaxWait(job.FetchMaxWait))
-	}
-	cl, err := kgo.NewClient(job.Kafka(opts...)...)
+	cl, err := kgo.NewClient(job.Kafka(append(job.FetchOpts(), kgo.WithHooks(phaseHook{rec}))...)...)
 	if err != nil {
 		return err
 	}

@@ -96,8 +96,15 @@ type Job struct {
 	// first commit. Set by 'baton bench latency', whose producer writes while the design runs.
 	Latency bool          `json:"latency,omitempty"`
 	Warmup  time.Duration `json:"warmup,omitempty"`
-	// FetchMaxWait, when positive, is the consumer's kgo.FetchMaxWait (franz-go's default: 5s).
-	FetchMaxWait time.Duration `json:"fetch_max_wait,omitempty"`
+	FetchSettings
+}
+
+// FetchSettings are a consumer design's fetch options: when positive, the kgo options of
+// those names (franz-go's defaults: 5s, 50 MiB, 1 MiB; Baton keeps them).
+type FetchSettings struct {
+	FetchMaxWait           time.Duration `json:"fetch_max_wait,omitempty"`
+	FetchMaxBytes          int32         `json:"fetch_max_bytes,omitempty"`
+	FetchMaxPartitionBytes int32         `json:"fetch_max_partition_bytes,omitempty"`
 }
 
 // RedisKey is the Redis hash holding key's fold in the redis- designs. Its hash tag

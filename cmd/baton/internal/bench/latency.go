@@ -229,19 +229,32 @@ const (
 	PhaseProved      = "proved"         // the last ownership proof's DescribeGroups response
 	PhaseListed      = "start offsets"  // the ListOffsets response: the client's start offsets
 	PhaseFetched     = "first fetch"    // the first fetched batch decoded
+	PhaseApplying    = "first apply"    // the first transaction begun (the sink's Apply called)
 	PhaseFirstCommit = "first commit"
 )
 
-// ConsumerTiming returns the Kafka options that time a consumer design: the phases before its
-// first commit, and with Latency each fetched record's produce timestamp (for
-// [Recorder.CommittedRange]) and FetchMaxWait.
+// ConsumerTiming returns the Kafka options that time a consumer design (the phases before its
+// first commit, and with Latency each fetched record's produce timestamp, for
+// [Recorder.CommittedRange]) and its fetch settings ([Job.FetchOpts]).
 func (j Job) ConsumerTiming(rec *Recorder) []kgo.Opt {
 	opts := []kgo.Opt{kgo.WithHooks(phaseHook{rec})}
 	if j.Latency {
 		opts = append(opts, kgo.WithHooks(stampHook{rec}))
 	}
+	return append(opts, j.FetchOpts()...)
+}
+
+// FetchOpts returns the settings that differ from franz-go's defaults, as kgo options.
+func (j FetchSettings) FetchOpts() []kgo.Opt {
+	var opts []kgo.Opt
 	if j.FetchMaxWait > 0 {
 		opts = append(opts, kgo.FetchMaxWait(j.FetchMaxWait))
+	}
+	if j.FetchMaxBytes > 0 {
+		opts = append(opts, kgo.FetchMaxBytes(j.FetchMaxBytes))
+	}
+	if j.FetchMaxPartitionBytes > 0 {
+		opts = append(opts, kgo.FetchMaxPartitionBytes(j.FetchMaxPartitionBytes))
 	}
 	return opts
 }

@@ -113,3 +113,13 @@ func TestPad(t *testing.T) {
 		t.Errorf("a record larger than the size was padded: %v", small[0].Headers)
 	}
 }
+
+// TestFetchOpts: only the settings given become options.
+func TestFetchOpts(t *testing.T) {
+	if n := len((FetchSettings{}).FetchOpts()); n != 0 {
+		t.Errorf("no settings gave %d options", n)
+	}
+	if n := len((FetchSettings{FetchMaxWait: time.Second, FetchMaxPartitionBytes: 1 << 17}).FetchOpts()); n != 2 {
+		t.Errorf("two settings gave %d options", n)
+	}
+}

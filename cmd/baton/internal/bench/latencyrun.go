@@ -148,7 +148,7 @@ func RunLatency(ctx context.Context, cfg LatencyConfig) ([]LatencyResult, error)
 		}
 	}()
 	base := Job{Brokers: cfg.Brokers, Partitions: cfg.Partitions, Postgres: cfg.Postgres, Schema: schema,
-		Redis: cfg.Redis, Keys: cfg.Keys, Profile: cfg.Profile}
+		Redis: cfg.Redis, Keys: cfg.Keys, Profile: cfg.Profile, FetchSettings: cfg.Fetch}
 	db, err := base.Pool(ctx, 2)
 	if err != nil {
 		return nil, err
@@ -244,7 +244,11 @@ func RunLatency(ctx context.Context, cfg LatencyConfig) ([]LatencyResult, error)
 		j := base
 		j.Design, j.Topic, j.Records = e.info.Name, t, perKey*int64(cfg.Keys)
 		j.Timeout = cfg.Timeout + span
-		j.Latency, j.Warmup, j.FetchMaxWait = true, cfg.Warmup, e.wait
+		j.Latency, j.Warmup = true, cfg.Warmup
+		if e.wait > 0 {
+			j.FetchMaxWait = e.wait
+		}
+		res.FetchMaxWait = j.FetchMaxWait
 		j.Group = fmt.Sprintf("baton-bench-lat-%s-%s-%d", e.info.Name, stamp, i)
 		groups = append(groups, j.Group)
 		res.Report, res.Produced, res.Err = latencyOne(ctx, cfg, e.info, j, db, cl, res.Target, perKey)

@@ -77,6 +77,7 @@ const Reference = "baton-fast"
 type Config struct {
 	Records, Keys, Partitions int
 	Size                      int           // bytes of a record (key, value, headers), padded with a header; 0: unpadded
+	Fetch                     FetchSettings // the consumer designs' fetch options
 	SlowRecords               int           // records of the topic the slow designs run on
 	Rounds                    int           // each design runs once per round, the order rotating
 	Designs                   []string      // names from All; empty: all
@@ -131,7 +132,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}()
 	job := Job{Brokers: cfg.Brokers, Partitions: cfg.Partitions, Postgres: cfg.Postgres, Schema: schema,
-		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout, Profile: cfg.Profile}
+		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout, Profile: cfg.Profile, FetchSettings: cfg.Fetch}
 	db, err := job.Pool(ctx, 2)
 	if err != nil {
 		return nil, err
