@@ -432,7 +432,9 @@ const latencyNotes = `
   slower than that: **produced/s** says what the producer achieved, **steady records/s**
   what the design did.
 - **commit p50/p99** are of the window's transactions, begin to commit (the sink's Apply,
-  the handler inside it); **records/tx** is the mean batch.
+  the handler inside it); **records/tx** is the mean batch. **RSS** includes the timing's own
+  memory: the stamps of the records fetched and not yet committed, and 8 bytes per record of
+  the window.
 
 ## What sets the floor
 
