@@ -123,7 +123,7 @@ func RunLatency(ctx context.Context, cfg LatencyConfig) ([]LatencyResult, error)
 		errs = append(errs, fmt.Errorf("-warmup %v, -duration %v: want >= 0 and > 0", cfg.Warmup, cfg.Duration))
 	}
 	for _, d := range cfg.designs() {
-		if d.Slow || d.Peer || d.Redis || strings.HasPrefix(d.Name, "ceiling") || d.Name == SQLiteCeiling {
+		if d.Slow || d.Peer || strings.HasPrefix(d.Name, "ceiling") || d.Name == SQLiteCeiling {
 			errs = append(errs, fmt.Errorf("design %s: a latency run takes Baton's consumer designs and kafka-read", d.Name))
 		}
 	}
