@@ -116,7 +116,7 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 	}
 	defer closeLog()
 	rec.Start()
-	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[pgx.Tx]{Sink: sink, rec: rec, pos: map[int32]int64{}}, nil, consumer.PerPartition(factory),
+	c, err := consumer.New(job.Group, []string{job.Topic}, counting[pgx.Tx](sink, rec), nil, consumer.PerPartition(factory),
 		consumer.Kafka(kopts...), consumer.Logger(logger))
 	if err != nil {
 		return err
