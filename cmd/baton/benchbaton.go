@@ -22,7 +22,8 @@ import (
 // batonDesigns are the bench's designs that run Baton: its default handler shape and the
 // fast write path, fenced, and the fast path over a sink without a fence.
 //
-// This file is the bench's only user of fence.Sink: countingSink.Apply and unfencedSink.
+// This file and benchcounting.go are the bench's only users of fence.Sink: countingSink and
+// unfencedSink here, the wrapper that keeps a counted sink's fence.Topics there.
 func batonDesigns() map[string]bench.Design {
 	return map[string]bench.Design{
 		"baton": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
