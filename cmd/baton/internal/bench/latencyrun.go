@@ -175,7 +175,7 @@ func RunLatency(ctx context.Context, cfg LatencyConfig) ([]LatencyResult, error)
 			return fmt.Errorf("create topic %s: %w", name, err)
 		}
 		topics = append(topics, name)
-		return nil
+		return awaitTopic(ctx, adm, name, cfg.Partitions)
 	}
 
 	// The throughput of the designs a Fraction rate needs, on one pre-produced topic.

@@ -161,6 +161,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, fmt.Errorf("create topic %s: %w", t, err)
 		}
 		defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), t) }()
+		if err := awaitTopic(ctx, adm, t, cfg.Partitions); err != nil {
+			return nil, err
+		}
 		t0 := time.Now()
 		recs := Records(cfg.Keys, records[slow]/int64(cfg.Keys))
 		pad(recs, cfg.Size)
@@ -408,3 +411,32 @@ func LoadAvg() string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// awaitTopic waits, up to a minute, until every partition of a topic just created has a
+// leader: a broker busy with other topics (one of hundreds of partitions deleted just before)
+// can take longer than a producer's retries of an unknown topic.
+func awaitTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		tds, err := adm.ListTopics(ctx, topic)
+		if err == nil {
+			td := tds[topic]
+			ready := td.Err == nil && len(td.Partitions) == partitions
+			for _, p := range td.Partitions {
+				ready = ready && p.Err == nil && p.Leader >= 0
+			}
+			if ready {
+				return nil
+			}
+			err = cmpErr(td.Err, fmt.Errorf("%d of %d partitions listed", len(td.Partitions), partitions))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s not ready after a minute: %w", topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
