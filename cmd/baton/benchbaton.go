@@ -126,8 +126,9 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 }
 
 // countingSink times each committed Apply (begin to commit) and counts its records from the
-// advance of the partition's position (with 'baton bench latency', each one's latency): the topic's offsets are dense, every group is new and
-// every fence fresh, so a partition starts at offset 0.
+// advance of the partition's position (with 'baton bench latency', times each one too): the
+// topic's offsets are dense, every group is new and every fence fresh, so a partition starts
+// at offset 0. Build it with counting, which keeps the counted sink's fence.Topics.
 type countingSink[Tx any] struct {
 	fence.Sink[Tx]
 	rec *bench.Recorder
