@@ -113,12 +113,17 @@ BENCHFLAGS ?=
 bench:
 	deploy/local/with-services.sh $(GO) run ./cmd/baton bench -out docs/bench $(BENCHFLAGS)
 
-# bench-smoke checks every design's correctness (its fold), not its speed: tiny sizes, seconds.
+# bench-smoke checks every design's correctness (its fold), not its speed: tiny sizes, seconds;
+# and the latency and scale modes' code paths, on a few hundred records.
 # It also vets and staticchecks the peers' module (cmd/baton/internal/bench/peers), which ./... does not reach.
 bench-smoke:
 	@echo "== go vet, staticcheck (cmd/baton/internal/bench/peers)"; cd cmd/baton/internal/bench/peers && $(GO) vet ./... && $(GO) tool -modfile=../../../../../go.mod staticcheck ./...
 	@echo "== baton bench (smoke)"
 	$(GO) run ./cmd/baton bench -records 1200 -keys 60 -partitions 3 -slow-records 240 -conns 1,2 -timeout 2m
+	@echo "== baton bench latency (smoke: every record timed, every fold checked)"
+	$(GO) run ./cmd/baton bench latency -rates 500 -keys 60 -partitions 3 -warmup 200ms -duration 1s -fetch-max-wait '' -designs baton-fast,baton,kafka-read -timeout 1m
+	@echo "== baton bench scale (smoke: a default point and one more, every fold checked)"
+	$(GO) run ./cmd/baton bench scale -records 600 -keys 60 -partitions 3 -axis-partitions 3,6 -axis-keys 60 -axis-sizes 100 -conns 1 -timeout 1m
 
 # gobench runs the Go benchmarks (go test -bench) against the real services.
 gobench:

@@ -18,8 +18,15 @@ import (
 )
 
 func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == "handover" {
-		return benchHandover(ctx, args[1:], stdout, stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "handover":
+			return benchHandover(ctx, args[1:], stdout, stderr)
+		case "latency":
+			return benchLatency(ctx, args[1:], stdout, stderr)
+		case "scale":
+			return benchScale(ctx, args[1:], stdout, stderr)
+		}
 	}
 	fs := newFlagSet("bench", "[flags]", `Benchmarks Baton against what you would otherwise write, side by side in one run: the same
 job (fold keyed records from a real Kafka topic into PostgreSQL, exactly once, per-key order
@@ -38,6 +45,10 @@ Uses the services 'make up' starts ('eval "$(make -s env)"' exports their addres
 watermill design runs in a binary built from the nested module cmd/baton/internal/bench/peers (its
 dependencies stay out of Baton's module graph): 'baton bench' builds it with 'go build' when
 run inside the repository, or takes -peers.
+
+'baton bench latency' measures end-to-end latency at a steady rate, 'baton bench scale' how
+records/s, latency and memory grow with partitions, keys and record size, and 'baton bench
+handover' the time partitions take to move between members: see their -h.
 `, stderr)
 	var (
 		cfg                     bench.Config
@@ -58,6 +69,7 @@ run inside the repository, or takes -peers.
 	fs.StringVar(&peers, "peers", os.Getenv("BATON_BENCH_PEERS"), "the peers binary (default $BATON_BENCH_PEERS, else built from cmd/baton/internal/bench/peers)")
 	fs.StringVar(&cfg.Profile, "profile", "", "directory to write each worker's CPU profile to (pprof; none if empty)")
 	fs.StringVar(&cfg.Out, "out", "", "directory to write RESULTS.md and chart.svg to (none if empty)")
+	benchFetchFlags(fs, &cfg.Fetch, true)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -22,7 +22,8 @@ import (
 // batonDesigns are the bench's designs that run Baton: its default handler shape and the
 // fast write path, fenced, and the fast path over a sink without a fence.
 //
-// This file is the bench's only user of fence.Sink: countingSink.Apply and unfencedSink.
+// This file and benchcounting.go are the bench's only users of fence.Sink: countingSink and
+// unfencedSink here, the wrapper that keeps a counted sink's fence.Topics there.
 func batonDesigns() map[string]bench.Design {
 	return map[string]bench.Design{
 		"baton": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
@@ -107,7 +108,7 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 			}
 		}
 	}
-	if err := pool.Ping(ctx); err != nil {
+	if err := bench.Warm(ctx, pool); err != nil {
 		return err
 	}
 	logger, kopts, closeLog, err := benchLogging(job, rec)
@@ -116,7 +117,7 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 	}
 	defer closeLog()
 	rec.Start()
-	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[pgx.Tx]{Sink: sink, rec: rec, pos: map[int32]int64{}}, nil, consumer.PerPartition(factory),
+	c, err := consumer.New(job.Group, []string{job.Topic}, counting[pgx.Tx](sink, rec), nil, consumer.PerPartition(factory),
 		consumer.Kafka(kopts...), consumer.Logger(logger))
 	if err != nil {
 		return err
@@ -125,8 +126,9 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 }
 
 // countingSink times each committed Apply (begin to commit) and counts its records from the
-// advance of the partition's position: the topic's offsets are dense, every group is new and
-// every fence fresh, so a partition starts at offset 0.
+// advance of the partition's position (with 'baton bench latency', times each one too): the
+// topic's offsets are dense, every group is new and every fence fresh, so a partition starts
+// at offset 0. Build it with counting, which keeps the counted sink's fence.Topics.
 type countingSink[Tx any] struct {
 	fence.Sink[Tx]
 	rec *bench.Recorder
@@ -135,6 +137,7 @@ type countingSink[Tx any] struct {
 }
 
 func (s *countingSink[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, first, position int64, fn func(context.Context, Tx) error) error {
+	s.rec.Phase(bench.PhaseApplying, false)
 	start := time.Now()
 	if err := s.Sink.Apply(ctx, k, t, first, position, fn); err != nil {
 		return err
@@ -147,8 +150,18 @@ func (s *countingSink[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token
 	}
 	s.pos[k.Partition] = position
 	s.mu.Unlock()
-	s.rec.Committed(position-prev, d)
+	s.rec.CommittedRange(k.Partition, prev+1, position, d)
 	return nil
+}
+
+// Claim is the sink's, noting when the last partition's fence was claimed (a phase before the
+// first commit).
+func (s *countingSink[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token, claimant string) (fence.State, error) {
+	st, err := s.Sink.Claim(ctx, k, t, claimant)
+	if err == nil {
+		s.rec.Phase(bench.PhaseClaimed, true)
+	}
+	return st, err
 }
 
 // unfencedSink keeps no fence: every claim starts from Kafka's committed offset and every
@@ -183,6 +196,7 @@ func (unfencedSink) Recoveries(context.Context, fence.Key) ([]fence.Recovery, er
 // set, the runtime's and the Kafka client's debug timeline into a file beside the profile.
 func benchLogging(job bench.Job, rec *bench.Recorder) (*slog.Logger, []kgo.Opt, func(), error) {
 	kopts := []kgo.Opt{kgo.SeedBrokers(job.Brokers...), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.WithHooks(fetchCount{rec})}
+	kopts = append(kopts, job.ConsumerTiming(rec)...)
 	if job.Profile == "" {
 		return quietLogger, kopts, func() {}, nil
 	}

@@ -125,7 +125,7 @@ func runRedis(ctx context.Context, job bench.Job, rec *bench.Recorder, fenced bo
 	defer closeLog()
 	if !fenced {
 		rec.Start()
-		cons, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[*pipeTx]{Sink: unfencedRedis{c}, rec: rec, pos: map[int32]int64{}}, nil,
+		cons, err := consumer.New(job.Group, []string{job.Topic}, counting[*pipeTx](unfencedRedis{c}, rec), nil,
 			consumer.PerPartition(redisFoldHandler[*pipeTx](c, job)), consumer.Kafka(kopts...), consumer.Logger(logger))
 		if err != nil {
 			return err
@@ -137,7 +137,7 @@ func runRedis(ctx context.Context, job bench.Job, rec *bench.Recorder, fenced bo
 		return err
 	}
 	rec.Start()
-	cons, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[*redisfence.Tx]{Sink: s, rec: rec, pos: map[int32]int64{}}, nil,
+	cons, err := consumer.New(job.Group, []string{job.Topic}, counting[*redisfence.Tx](s, rec), nil,
 		consumer.PerPartition(redisFoldHandler[*redisfence.Tx](c, job)), consumer.Kafka(kopts...), consumer.Logger(logger))
 	if err != nil {
 		return err

@@ -85,7 +85,7 @@ func runSQLite(ctx context.Context, job bench.Job, rec *bench.Recorder, fenced b
 	}
 	defer closeLog()
 	rec.Start()
-	c, err := consumer.New(job.Group, []string{job.Topic}, &countingSink[*sql.Tx]{Sink: sink, rec: rec, pos: map[int32]int64{}}, nil, consumer.PerPartition(factory),
+	c, err := consumer.New(job.Group, []string{job.Topic}, counting[*sql.Tx](sink, rec), nil, consumer.PerPartition(factory),
 		consumer.Kafka(kopts...), consumer.Logger(logger))
 	if err != nil {
 		return err

@@ -181,7 +181,7 @@ func lockedWrite(ctx context.Context, lock *redislock.Client, pool interface {
 // database's ceiling. A "transaction" is one poll.
 func KafkaRead(ctx context.Context, job Job, rec *Recorder) error {
 	rec.Start()
-	cl, err := kgo.NewClient(job.Kafka()...)
+	cl, err := kgo.NewClient(job.Kafka(append(job.FetchOpts(), kgo.WithHooks(phaseHook{rec}))...)...)
 	if err != nil {
 		return err
 	}
@@ -195,7 +195,10 @@ func KafkaRead(ctx context.Context, job Job, rec *Recorder) error {
 		if err := fetchErr(fs); err != nil {
 			return err
 		}
-		if n := fs.NumRecords(); n > 0 {
+		switch n := fs.NumRecords(); {
+		case n > 0 && job.Latency:
+			rec.Seen(fs.Records(), time.Since(start))
+		case n > 0:
 			rec.Committed(int64(n), time.Since(start))
 		}
 	}
@@ -219,7 +222,7 @@ func Ceiling(ctx context.Context, job Job, rec *Recorder) error {
 		p := part.Partition(r, job.Partitions)
 		parts[p] = append(parts[p], [2]any{string(r.Key), mustValue(r.Value)})
 	}
-	if err := pool.Ping(ctx); err != nil {
+	if err := Warm(ctx, pool); err != nil {
 		return err
 	}
 	rec.Start()
@@ -309,13 +312,36 @@ func Records(keys int, perKey int64) []*kgo.Record {
 	out := make([]*kgo.Record, 0, int64(keys)*perKey)
 	for v := int64(1); v <= perKey; v++ {
 		for k := range keys {
-			key := fmt.Sprintf("k%05d", k)
-			out = append(out, &kgo.Record{Key: []byte(key), Value: strconv.AppendInt(nil, v, 10),
-				Headers: []kgo.RecordHeader{{Key: "_watermill_message_uuid", Value: fmt.Appendf(nil, "%s-%d", key, v)},
-					{Key: "key", Value: []byte(key)}}})
+			out = append(out, record(k, v))
 		}
 	}
 	return out
+}
+
+// record is the v-th record of the k-th key.
+func record(k int, v int64) *kgo.Record {
+	key := fmt.Sprintf("k%05d", k)
+	return &kgo.Record{Key: []byte(key), Value: strconv.AppendInt(nil, v, 10),
+		Headers: []kgo.RecordHeader{{Key: "_watermill_message_uuid", Value: fmt.Appendf(nil, "%s-%d", key, v)},
+			{Key: "key", Value: []byte(key)}}}
+}
+
+// PadHeader is the header that pads a record to Config.Size; no design reads it.
+const PadHeader = "pad"
+
+// pad grows each record to size bytes (its key, value and headers' keys and values) with a
+// [PadHeader] header of zeros, where it is smaller.
+func pad(recs []*kgo.Record, size int) {
+	zeros := make([]byte, size)
+	for _, r := range recs {
+		n := len(r.Key) + len(r.Value) + len(PadHeader)
+		for _, h := range r.Headers {
+			n += len(h.Key) + len(h.Value)
+		}
+		if fill := size - n; fill > 0 {
+			r.Headers = append(r.Headers, kgo.RecordHeader{Key: PadHeader, Value: zeros[:fill]})
+		}
+	}
 }
 
 func fetchErr(fs kgo.Fetches) error {

@@ -92,6 +92,20 @@ type Job struct {
 	Timeout    time.Duration `json:"timeout"`
 	Profile    string        `json:"profile,omitempty"` // a directory: the worker writes a CPU profile of its run there
 	SQLite     string        `json:"sqlite,omitempty"`  // the SQLite designs' database file (created by the worker)
+	// Latency: the worker times every record from its produce timestamp to the commit of the
+	// batch holding it ([Report.Latency]), over the records produced Warmup or more after its
+	// first commit. Set by 'baton bench latency', whose producer writes while the design runs.
+	Latency bool          `json:"latency,omitempty"`
+	Warmup  time.Duration `json:"warmup,omitempty"`
+	FetchSettings
+}
+
+// FetchSettings are a consumer design's fetch options: when positive, the kgo options of
+// those names (franz-go's defaults: 5s, 50 MiB, 1 MiB; Baton keeps them).
+type FetchSettings struct {
+	FetchMaxWait           time.Duration `json:"fetch_max_wait,omitempty"`
+	FetchMaxBytes          int32         `json:"fetch_max_bytes,omitempty"`
+	FetchMaxPartitionBytes int32         `json:"fetch_max_partition_bytes,omitempty"`
 }
 
 // RedisKey is the Redis hash holding key's fold in the redis- designs. Its hash tag
@@ -109,35 +123,61 @@ var RedisFields = []string{"n", "total", "first", "last", "bad"}
 func (j Job) PerKey() int64 { return j.Records / int64(j.Keys) }
 
 // Pool connects to the job's database with the run's schema as search_path and at most
-// conns connections, all of them opened before it returns: a design's setup, not its run,
-// pays for connecting (each one a SCRAM exchange, whose key derivation is CPU the designs
-// would otherwise spend in their timed run, by how many connections they open).
+// conns connections (never more than MaxConns), all of them opened before it returns ([Warm]):
+// a design's setup, not its run, pays for connecting (each one a SCRAM exchange, whose key
+// derivation is CPU the designs would otherwise spend in their timed run).
 func (j Job) Pool(ctx context.Context, conns int) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(j.Postgres)
 	if err != nil {
 		return nil, err
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = j.Schema
-	cfg.MaxConns = int32(max(conns, 1))
+	cfg.MaxConns = int32(min(max(conns, 1), MaxConns))
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	held := make([]*pgxpool.Conn, 0, cfg.MaxConns)
+	if err := Warm(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return pool, nil
+}
+
+// MaxConns bounds a design's connections: a pool of one connection per partition would
+// exceed PostgreSQL's max_connections (100 by default, shared) at hundreds of partitions.
+const MaxConns = 64
+
+// Warm opens the pool's connections (all it may hold) before the run is timed: connecting is
+// setup, like migrating, and a cold pool would charge every new backend to the first
+// transactions (the claims of a consumer's first assignment).
+func Warm(ctx context.Context, pool *pgxpool.Pool) error {
+	conns := make([]*pgxpool.Conn, 0, pool.Config().MaxConns)
 	defer func() {
-		for _, c := range held {
+		for _, c := range conns {
 			c.Release()
 		}
 	}()
-	for range cfg.MaxConns {
-		c, err := pool.Acquire(ctx) // a new connection each: the ones acquired are held
-		if err != nil {
-			pool.Close()
-			return nil, err
-		}
-		held = append(held, c)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var first error
+	for range pool.Config().MaxConns {
+		wg.Go(func() {
+			c, err := pool.Acquire(ctx)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				first = cmpErr(first, err)
+				return
+			}
+			conns = append(conns, c)
+		})
 	}
-	return pool, nil
+	wg.Wait()
+	if first == nil {
+		first = conns[0].Ping(ctx)
+	}
+	return first
 }
 
 // Report is what a worker prints, as one JSON line on stdout, when its design applied every
@@ -157,6 +197,11 @@ type Report struct {
 	// above Records, records were fetched more than once (franz-go drops what it buffered
 	// for a partition that is paused by the time it is polled, and fetches it again).
 	Fetched int64 `json:"fetched,omitempty"`
+	// Latency is the end-to-end latency over the steady window, with Job.Latency.
+	Latency *Latency `json:"latency,omitempty"`
+	// Phases are the moments before the first commit, from Recorder.Start, for the designs
+	// that report them (Baton's consumers): see [Recorder.Phase].
+	Phases []Phase `json:"phases,omitempty"`
 }
 
 // Rate is records per second.
@@ -173,6 +218,8 @@ type Recorder struct {
 	once    sync.Once
 	mu      sync.Mutex
 	lat     []time.Duration
+	e2e     *latencies // with Job.Latency (latency.go)
+	phases  []phaseAt  // under mu
 }
 
 // NewRecorder returns a recorder that is done after want records.
@@ -252,6 +299,9 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 		return fmt.Errorf("bench worker: unknown design %q", job.Design)
 	}
 	rec := NewRecorder(job.Records)
+	if job.Latency {
+		rec.e2e = newLatencies(job.Warmup)
+	}
 	if job.Profile != "" {
 		stop, err := startProfile(job)
 		if err != nil {
@@ -293,6 +343,8 @@ func Serve(ctx context.Context, args []string, designs map[string]Design, stdout
 	n, p50, p99 := rec.quantiles()
 	rep := Report{Design: job.Design, Records: rec.Applied(), Wall: wall, Batches: n, P50: p50, P99: p99, RSS: procStatus("VmHWM")}
 	rep.Fetched = rec.fetched.Load()
+	rep.Latency = rec.latency()
+	rep.Phases = rec.phaseList()
 	if f := rec.first.Load(); f != nil {
 		rep.First = f.Sub(start)
 	}

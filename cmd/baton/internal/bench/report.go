@@ -360,6 +360,12 @@ these results come from (load average 25 to 40):
   hundred; the first fetch, which franz-go sizes at up to 1 MiB per partition, brings most of
   a 200k-record topic at once and takes the rest (the broker reading and sending it, the
   client decoding it), while the ceilings start writing at once.
+- Each Baton run prints the moments before its first commit, from the client's start:
+  **joined** (the SyncGroup answer), **fences claimed** (the last partition's claim in the
+  sink), **proved** (the last ownership proof's DescribeGroups answer), **start offsets**
+  (franz-go's ListOffsets answer, once the assignment callback returned), **first fetch**
+  (the first batch decoded) and **first commit**. The connections are opened before the run
+  is timed (setup), so the claims pay no new backend.
 - After it, partitions wait for records more than the database waits for batches: kafka-read
   shows how fast this broker delivers the topic when it has the machine, and Baton shares the
   machine between delivering and writing (see "vs bound").
@@ -373,6 +379,13 @@ these results come from (load average 25 to 40):
   partition paused by the time it is polled, and a fetch for the others waits up to
   kgo.FetchMaxWait); larger batches (MaxInflightPerPartition) made the ceiling's comparison
   unfair unless its chunks grow too. Baton's defaults were left as they are.
+
+## Latency and scale
+
+` + "`baton bench latency -out docs/bench`" + ` writes LATENCY.md (end-to-end latency at a steady
+rate, and what sets its floor) and ` + "`baton bench scale -out docs/bench`" + ` writes SCALE.md
+and scale.svg (records/s, p99 and memory as partitions, keys and record size grow): see
+docs/bench/README.md for the commands.
 
 ## What a quiet machine would need
 

@@ -76,6 +76,8 @@ const Reference = "baton-fast"
 // Config is one 'baton bench' run.
 type Config struct {
 	Records, Keys, Partitions int
+	Size                      int           // bytes of a record (key, value, headers), padded with a header; 0: unpadded
+	Fetch                     FetchSettings // the consumer designs' fetch options
 	SlowRecords               int           // records of the topic the slow designs run on
 	Rounds                    int           // each design runs once per round, the order rotating
 	Designs                   []string      // names from All; empty: all
@@ -130,7 +132,7 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 		}
 	}()
 	job := Job{Brokers: cfg.Brokers, Partitions: cfg.Partitions, Postgres: cfg.Postgres, Schema: schema,
-		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout, Profile: cfg.Profile}
+		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout, Profile: cfg.Profile, FetchSettings: cfg.Fetch}
 	db, err := job.Pool(ctx, 2)
 	if err != nil {
 		return nil, err
@@ -159,8 +161,13 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			return nil, fmt.Errorf("create topic %s: %w", t, err)
 		}
 		defer func() { _, _ = adm.DeleteTopics(context.WithoutCancel(ctx), t) }()
+		if err := awaitTopic(ctx, adm, t, cfg.Partitions); err != nil {
+			return nil, err
+		}
 		t0 := time.Now()
-		if err := produce(ctx, cl, t, Records(cfg.Keys, records[slow]/int64(cfg.Keys))); err != nil {
+		recs := Records(cfg.Keys, records[slow]/int64(cfg.Keys))
+		pad(recs, cfg.Size)
+		if err := produce(ctx, cl, t, recs); err != nil {
 			return nil, err
 		}
 		fmt.Fprintf(out, "produced %d records over %d keys to %s (%d partitions) in %s\n", records[slow], cfg.Keys, t, cfg.Partitions, time.Since(t0).Round(time.Millisecond))
@@ -225,6 +232,9 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 			r := res.Report
 			fmt.Fprintf(out, "round %d %-15s %8.0f records/s  %7d records  %6d tx  first %6.1fms  p50 %6.1fms  p99 %7.1fms  rss %4d MiB  fetched %.2fx  (load %s)\n",
 				round+1, e.name, r.Rate(), r.Records, r.Batches, ms(r.First), ms(r.P50), ms(r.P99), r.RSS>>20, float64(r.Fetched)/float64(r.Records), LoadAvg())
+			if len(r.Phases) > 0 {
+				fmt.Fprintf(out, "        %-15s before the first commit: %s\n", "", PhaseLine(r.Phases))
+			}
 		}
 	}
 	sum := Summarize(results)
@@ -401,3 +411,32 @@ func LoadAvg() string {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// awaitTopic waits, up to a minute, until every partition of a topic just created has a
+// leader: a broker busy with other topics (one of hundreds of partitions deleted just before)
+// can take longer than a producer's retries of an unknown topic.
+func awaitTopic(ctx context.Context, adm *kadm.Client, topic string, partitions int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		tds, err := adm.ListTopics(ctx, topic)
+		if err == nil {
+			td := tds[topic]
+			ready := td.Err == nil && len(td.Partitions) == partitions
+			for _, p := range td.Partitions {
+				ready = ready && p.Err == nil && p.Leader >= 0
+			}
+			if ready {
+				return nil
+			}
+			err = cmpErr(td.Err, fmt.Errorf("%d of %d partitions listed", len(td.Partitions), partitions))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("topic %s not ready after a minute: %w", topic, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
