@@ -34,6 +34,8 @@ lane_env() {
   export ETCD_PORT=$((${ETCD_PORT:-12379} + o))
   export ETCD_PEER_PORT=$((${ETCD_PEER_PORT:-12380} + o))
   export ZOOKEEPER_PORT=$((${ZOOKEEPER_PORT:-12181} + o))
+  # The chaos package's three-broker cluster (started by the tests that need it).
+  export BATON_CHAOS_CLUSTER_PORT=$((${BATON_CHAOS_CLUSTER_PORT:-29092} + o))
   if [[ $2 == c ]]; then
     unset BATON_SECURE
     export BATON_SERVICES="postgres kafka redis"
