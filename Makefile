@@ -12,21 +12,23 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test test-lane-a test-lane-b gotest-main gotest-chaos test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test test-lane-a test-lane-b test-lane-c gotest-main gotest-chaos gotest-faults test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
 
 # test is the README's test command and what .ci/run runs: lint, every test, the safety-critical
 # mutants, the bench's smoke run (every design's fold checked), the KIP-848 run and the
-# outside-module check. It runs in two lanes at once, each against its own services
-# (deploy/local/lanes.sh): lane B the wait-bound packages (the chaos runs, which restart their
-# broker and database) and the mutants, lane A everything else.
+# outside-module check. It runs in three lanes at once, each against its own services
+# (deploy/local/lanes.sh): lane B the wait-bound chaos packages (which restart their broker and
+# database) and the mutants, lane C the database failover and network-fault runs and the KIP-848
+# run, lane A everything else.
 test:
-	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b
+	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b test-lane-c
 
 test-lane-a: lint gotest-main fuzz bench-smoke outside
-test-lane-b: gotest-chaos mutants-safety test-kip848
+test-lane-b: gotest-chaos mutants-safety
+test-lane-c: gotest-faults test-kip848
 
 # ci is an alias of test.
 ci: test
@@ -44,11 +46,18 @@ lint:
 
 # gotest is every test: gotest-chaos runs the wait-bound packages, gotest-main the rest.
 CHAOS_PKGS := ./internal/operator/chaos ./examples/saga
-gotest: gotest-main gotest-chaos
+gotest: gotest-main gotest-chaos gotest-faults
 
+# FAULT_TESTS are the chaos package's runs that fail the database over or cut network links:
+# gotest-faults runs them (lane C), gotest-chaos the rest of the chaos packages (lane B).
+FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow)$$
 gotest-chaos:
-	@echo "== go test $(CHAOS_PKGS) ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
-	$(GO) test $(GOTESTFLAGS) $(CHAOS_PKGS)
+	@echo "== go test $(CHAOS_PKGS) but the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
+	$(GO) test $(GOTESTFLAGS) -skip '$(FAULT_TESTS)' $(CHAOS_PKGS)
+
+gotest-faults:
+	@echo "== go test ./internal/operator/chaos: the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
+	$(GO) test $(GOTESTFLAGS) -run '$(FAULT_TESTS)' ./internal/operator/chaos
 
 gotest-main:
 	@echo "== go test ./... but $(CHAOS_PKGS) ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
