@@ -1,10 +1,15 @@
 package chaos_test
 
 import (
+	"bytes"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/operator/chaos"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // needNet skips a test of the network faults where they cannot run: they need root, iproute2
@@ -64,7 +69,7 @@ func TestChaosNetBaselines(t *testing.T) {
 			if mode == chaos.Lock && os.Getenv("BATON_REDIS_ADDR") == "" {
 				t.Skip("BATON_REDIS_ADDR is not set: run 'make up' and export what 'make env' prints")
 			}
-			res, _ := run(t, mode, []chaos.FaultKind{chaos.FaultNetBrokerCut}, 2)
+			res, _ := run(t, mode, []chaos.FaultKind{chaos.FaultNetBrokerCut}, 1)
 			v := res.Verdict
 			bit := 0
 			for _, f := range res.Faults {
@@ -79,5 +84,59 @@ func TestChaosNetBaselines(t *testing.T) {
 				t.Errorf("under %s: %d zombie writes committed (want some), verdict OK %v (want false)", mode, v.ZombieCommitted, v.OK())
 			}
 		})
+	}
+}
+
+// TestChaosNetMutant runs the network kinds that make a zombie (net-broker-cut,
+// net-heal-mid-tx) in workers built with a mutant (internal/testkit/mutants) reintroducing a
+// bug, named by BATON_CHAOS_NET_MUTANT: the checker must fail the run. It builds a patched copy
+// of the module, so it runs on demand only.
+func TestChaosNetMutant(t *testing.T) {
+	needNet(t)
+	name := os.Getenv("BATON_CHAOS_NET_MUTANT")
+	if name == "" {
+		t.Skip("set BATON_CHAOS_NET_MUTANT to a mutant's name to run the network faults against it")
+	}
+	t.Cleanup(func() { noNetLeftovers(t) })
+	brokers := testenv.KafkaBrokers(t)
+	pool, schema := testenv.Postgres(t)
+	url := testenv.PostgresURL(t)
+	ctx := testenv.Context(t, 10*time.Minute)
+	db := chaos.PgDB(pool)
+	store, err := pgfence.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := chaos.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	sep := "?"
+	if strings.Contains(url, "?") {
+		sep = "&"
+	}
+	var progress bytes.Buffer
+	cfg := chaos.Config{
+		Mode: chaos.Fenced, Workers: 3, Partitions: 6, LogDir: t.TempDir(),
+		Workload: chaos.Workload{Keys: 60, PerKey: 20}, Rate: 600,
+		Faults: []chaos.FaultKind{chaos.FaultNetBrokerCut, chaos.FaultNetHealMidTx}, NumFaults: 4, Seed: 7,
+		Brokers: brokers, PostgresURL: url + sep + "search_path=" + schema,
+		Binary: mutantBinary(t, name), Progress: &progress, Settle: time.Minute,
+	}
+	if d := os.Getenv("BATON_CHAOS_LOGS"); d != "" {
+		cfg.LogDir = d
+	}
+	res, err := chaos.Run(ctx, cfg, db)
+	t.Logf("progress:\n%s", progress.String())
+	if err != nil {
+		t.Fatalf("chaos run: %v", err)
+	}
+	var verdict bytes.Buffer
+	chaos.WriteVerdict(&verdict, res)
+	t.Logf("verdict:\n%s", verdict.String())
+	if res.OK() {
+		t.Errorf("the checker passed %s under the network faults", name)
 	}
 }
