@@ -129,3 +129,22 @@ func TestMapLoopback(t *testing.T) {
 		t.Errorf("without a host: %q", got)
 	}
 }
+
+func TestParseFaultsNamesTheNetworkKinds(t *testing.T) {
+	got, err := ParseFaults("net-broker-cut,net-db-cut,net-flaky,net-heal-mid-tx")
+	if err != nil || len(got) != len(NetFaults) {
+		t.Fatalf("ParseFaults = %v, %v; want %v", got, err, NetFaults)
+	}
+	every, err := ParseFaults("every")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range every {
+		if isNetFault(k) {
+			t.Errorf("'every' holds %s: the network kinds need root and are named one by one", k)
+		}
+	}
+	if _, err := ParseFaults("net-bogus"); err == nil {
+		t.Error("ParseFaults accepted an unknown kind")
+	}
+}
