@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -368,6 +369,23 @@ func (h *harness) inGroup(ctx context.Context, id string) (bool, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	if os.Getenv("BATON_GROUP_PROTOCOL") == "consumer" { // KIP-848 groups (protocol.go)
+		described, err := h.adm.DescribeConsumerGroups(ctx, groups...)
+		if err == nil {
+			err = described.Error()
+		}
+		if err != nil {
+			return false, err
+		}
+		for _, g := range described {
+			for _, m := range g.Members {
+				if m.ClientID == id {
+					return true, nil
+				}
+			}
+		}
+		return false, nil
+	}
 	described, err := h.adm.DescribeGroups(ctx, groups...)
 	if err != nil {
 		return false, err
