@@ -22,7 +22,7 @@ import (
 // The network faults (faults_net.go) need links the harness can cut, so a run with one of them
 // puts every worker process in a network namespace of its own:
 //
-//	worker (netns bnP-wN) ── veth bnP-nN | bnP-hN ── bridge bnP-b (10.A.B.1/24) ── forwarder ── 127.0.0.1:port
+//	worker (netns bnP_R-wN) ── veth bnP_R-nN | bnP_R-hN ── bridge bnP_R-b (10.A.B.1/24) ── forwarder ── 127.0.0.1:port
 //
 // The services (the brokers, PostgreSQL, Redis) listen on, and the brokers advertise, 127.0.0.1,
 // which inside a namespace is the namespace's own loopback. The harness does not reconfigure
@@ -36,6 +36,9 @@ import (
 // Every name carries the run's prefix, "bn" + the harness's pid (base 36) + "_" + a run number:
 // at the start of a run, whatever carries the prefix of a process no longer alive (a run that
 // was killed) is removed; at its end, and on SIGINT or SIGTERM, everything the run created is.
+// On a signal the removal comes first, then the signal is delivered again: a test binary (no
+// handler of its own) dies of it as before; a program that handles it (baton chaos) winds its
+// run down with the workers already cut off from the services.
 
 // NetHostEnv is the environment variable through which a worker in a network namespace learns
 // the address at which it reaches the host's loopback services.
