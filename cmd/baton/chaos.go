@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -33,7 +34,7 @@ invariant is violated.
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
-	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject): "+kinds())
+	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject; the network kinds, which need root, are named one by one): "+kinds())
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
 	fs.DurationVar(&cfg.For, "for", 0, "stop injecting faults after this long (0: no bound), then settle and check")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")
@@ -95,7 +96,7 @@ invariant is violated.
 
 func kinds() string {
 	var s []string
-	for _, k := range chaos.EveryFault {
+	for _, k := range slices.Concat(chaos.EveryFault, chaos.NetFaults) {
 		s = append(s, string(k))
 	}
 	return strings.Join(s, ",")

@@ -72,7 +72,7 @@ var EveryFault = append(append(append([]FaultKind(nil), AllFaults...), CoordFaul
 
 // ParseFaults parses a comma-separated list of kinds ("all" for the worker, broker and
 // database kinds, "every" for those, the coordinator and static-membership kinds and the topic
-// faults).
+// faults; the network kinds, NetFaults, are named one by one).
 func ParseFaults(s string) ([]FaultKind, error) {
 	if s == "" || s == "all" {
 		return append([]FaultKind(nil), AllFaults...), nil
@@ -87,7 +87,7 @@ func ParseFaults(s string) ([]FaultKind, error) {
 		for _, a := range EveryFault {
 			ok = ok || a == k
 		}
-		ok = ok || slices.Contains(FailoverFaults, k)
+		ok = ok || slices.Contains(FailoverFaults, k) || slices.Contains(NetFaults, k)
 		if !ok {
 			return nil, fmt.Errorf("chaos: unknown fault %q", f)
 		}
@@ -225,7 +225,8 @@ type harness struct {
 	cl      *kgo.Client // the harness's client: creates topics, produces the workload
 	logs    []string    // every worker's log file, in start order
 	workers sync.WaitGroup
-	primed  bool // the coordinator's log was filled (LoadFiller)
+	primed  bool      // the coordinator's log was filled (LoadFiller)
+	net     *netLayer // the workers' network namespaces, for the network faults (faults_net.go)
 }
 
 func (c *Config) defaults() error {
@@ -357,6 +358,10 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 		h.builtin = newBuiltin(cfg.Workload, cfg.Mode)
 		h.app = h.builtin
 	}
+	if err := h.openNetFor(ctx); err != nil {
+		return nil, err
+	}
+	defer h.closeNet()
 	return h.runApp(ctx, cl)
 }
 
@@ -398,9 +403,13 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 	} else {
 		args.App = h.app.Name()
 	}
-	cmd := exec.Command(h.cfg.Binary, append([]string{WorkerCommand}, args.argv()...)...)
+	argv, err := h.netWrap(id, append([]string{h.cfg.Binary, WorkerCommand}, args.argv()...))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
-	cmd.Env = append(os.Environ(), h.cfg.WorkerEnv...)
+	cmd.Env = append(append(os.Environ(), h.cfg.WorkerEnv...), h.netEnv()...)
 	if h.cfg.WorkerKafka.Enabled() {
 		cmd.Env = append(cmd.Env, h.cfg.WorkerKafka.Env(WorkerKafkaEnv)...)
 	}
@@ -420,6 +429,7 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 	go func() {
 		defer h.workers.Done()
 		_ = cmd.Wait()
+		h.netExited(id)
 		if logf != nil {
 			_ = logf.Close()
 		}
@@ -575,6 +585,8 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		h.redisRestart(ctx, f)
 	case FaultDBFailover:
 		h.dbFailover(ctx, f)
+	case FaultNetBrokerCut, FaultNetDBCut, FaultNetFlaky, FaultNetHealMidTx:
+		h.injectNet(ctx, f)
 	case FaultDBRestart:
 		f.Target = "postgres"
 		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")

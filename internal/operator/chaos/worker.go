@@ -116,11 +116,16 @@ func (c *WorkerConfig) kafkaOpts() []kgo.Opt {
 // takeover. PostgreSQL's idle_in_transaction_session_timeout (which the workers set to twice
 // their session timeout, as DESIGN.md recommends) then ends the held transaction, releasing
 // the fence row to the new owner; the zombie's commit fails when it wakes.
+//
+// sigHold and sigHoldInTx arm the same two freezes as holds for the network faults: the write
+// (or the transaction) waits for SIGCONT while the rest of the process runs on, heartbeating if
+// its link lets it (faults_net.go).
 type freezer struct {
 	id      string
 	db      DB
 	armed   atomic.Bool
 	delay   atomic.Bool
+	run     atomic.Bool  // the armed freeze holds the write without stopping the process (network faults)
 	gate    sync.RWMutex // writes hold it shared; a freeze holds it exclusively
 	stopSig chan os.Signal
 	cont    chan os.Signal // SIGCONT: the freeze is over
@@ -166,7 +171,7 @@ func newFreezer(id string, db DB) *freezer {
 // watch arms the freezer on SIGUSR1 (freeze before the next write) and SIGUSR2 (freeze inside
 // the next transaction) until ctx ends; the caller waits for it.
 func (f *freezer) watch(ctx context.Context) {
-	signal.Notify(f.stopSig, syscall.SIGUSR1, syscall.SIGUSR2)
+	signal.Notify(f.stopSig, syscall.SIGUSR1, syscall.SIGUSR2, sigHold, sigHoldInTx)
 	defer signal.Stop(f.stopSig)
 	defer signal.Stop(f.cont)
 	for {
@@ -174,7 +179,8 @@ func (f *freezer) watch(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case sig := <-f.stopSig:
-			if sig == syscall.SIGUSR2 {
+			f.run.Store(sig == sigHold || sig == sigHoldInTx)
+			if sig == syscall.SIGUSR2 || sig == sigHoldInTx {
 				f.delay.Store(true)
 			} else {
 				f.armed.Store(true)
@@ -191,10 +197,18 @@ func (f *freezer) point(ctx context.Context, topic string, part int32, tok fence
 	}
 	f.gate.Lock()
 	defer f.gate.Unlock()
-	logAttempt(ctx, f.db, f.id, topic, part, tok, first, last, OutcomeFrozen, false, "freezing before the write")
+	logAttempt(ctx, f.db, f.id, topic, part, tok, first, last, OutcomeFrozen, false, f.what("before the write"))
 	f.stopSelf()
 	f.hold(topic, part, tok.Epoch)
 	return true
+}
+
+// what describes a freeze about to happen at where.
+func (f *freezer) what(where string) string {
+	if f.run.Load() {
+		return "holding " + where + " (the process runs on)"
+	}
+	return "freezing " + where
 }
 
 // stopSelf stops the whole process and returns once it was continued. A process-directed
@@ -204,7 +218,9 @@ func (f *freezer) stopSelf() {
 	for len(f.cont) > 0 {
 		<-f.cont
 	}
-	_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	if !f.run.Load() {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+	}
 	select {
 	case <-f.cont:
 	case <-time.After(10 * time.Minute): // the harness died without continuing us
@@ -217,7 +233,7 @@ func (f *freezer) delayPoint(ctx context.Context, topic string, part int32, tok 
 	if !f.delay.CompareAndSwap(true, false) {
 		return false
 	}
-	logAttempt(ctx, f.db, f.id, topic, part, tok, -1, last, OutcomeDelayed, false, "freezing inside the transaction, before commit")
+	logAttempt(ctx, f.db, f.id, topic, part, tok, -1, last, OutcomeDelayed, false, f.what("inside the transaction, before commit"))
 	f.stopSelf()
 	f.hold(topic, part, tok.Epoch)
 	return true

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/sqlitefence"
@@ -156,6 +157,12 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 			return err
 		}
 	}
+	// In a network namespace (netns.go), the host's loopback services are at netHost.
+	netHost := os.Getenv(NetHostEnv)
+	if netHost != "" {
+		cfg.Kafka = append(cfg.Kafka, kgo.Dialer(loopbackDialer(netHost)))
+		cfg.RedisAddr, a.RedisSink = mapLoopback(netHost, cfg.RedisAddr), mapLoopback(netHost, a.RedisSink)
+	}
 	if a.SQLitePath != "" {
 		store, err := sqlitefence.Open(a.SQLitePath)
 		if err != nil {
@@ -191,6 +198,9 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	timeout := cfg.SessionTimeout
 	if timeout <= 0 {
 		timeout = 3 * time.Second
+	}
+	if netHost != "" {
+		pcfg.ConnConfig.DialFunc = loopbackDialer(netHost)
 	}
 	pcfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt((2 * timeout).Milliseconds(), 10)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)

@@ -231,6 +231,8 @@ var All = []Mutant{
 	// and CI (CI set) fails the guard instead.
 	{Name: "BulkAdvanceOwnTransaction", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkRollsBackTheLazyAdvanceWithTheData"}, Want: `the fence committed at position \d+ while the data rolled back`,
 		Bug: "pgbulk's lazily advanced fence (a handler writing through Exec, QueryRow or CopyFrom) advanced in a transaction of its own: it commits while the data rolls back", Safety: true},
+	{Name: "PgAdvanceUnconditional", Package: "fence/pgfence", Guards: []string{"TestConformance/LowerTokenRefused"}, Want: `error = <nil>, want ErrStale`,
+		Bug: "pgfence's advance is an unconditional upsert (its WHERE compares neither the token nor the position): a zombie's write commits", Safety: true},
 	{Name: "ZkTokenFromDataVersion", Package: "fence/lease/zklease", Guards: []string{"TestTokenIsTheNodeCzxid"}, Want: `its epoch is not its node's czxid`,
 		Bug: "zklease's token taken from the node's data version, not its czxid: every holder gets the same token", Safety: true},
 

@@ -1,0 +1,150 @@
+package chaos
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// netChildEnv makes the test binary a process that opens a network layer with one worker's
+// namespace, says "ready" and waits to be signalled.
+const netChildEnv = "BATON_CHAOS_NETNS_CHILD"
+
+func TestNetLayerChild(t *testing.T) {
+	if os.Getenv(netChildEnv) == "" {
+		t.Skip("the child process of TestNetLayerRemovedOnSignalOrSwept")
+	}
+	n, err := openNet([]int{9})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	if _, err := n.link("w1"); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	if err := n.cut(n.linkOf("w1"), []int{9}); err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// netChild starts TestNetLayerChild and returns it once its network is up, with the prefix of
+// its names.
+func netChild(t *testing.T) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^TestNetLayerChild$")
+	cmd.Env = append(os.Environ(), netChildEnv+"=1")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("child: %q", line)
+	}
+	return cmd, fmt.Sprintf("bn%s_", strconv.FormatInt(int64(cmd.Process.Pid), 36))
+}
+
+// netOf lists the namespaces, links and qdiscs whose names start with prefix.
+func netOf(prefix string) []string {
+	var out []string
+	for _, name := range netNames() {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, name)
+		}
+	}
+	for _, line := range strings.Split(cmdOut("tc", "qdisc", "show"), "\n") {
+		if strings.Contains(line, " dev "+prefix) {
+			out = append(out, "qdisc: "+line)
+		}
+	}
+	return out
+}
+
+// TestNetLayerRemovedOnSignalOrSwept proves the network layer's cleanup: a run that gets
+// SIGTERM removes its bridge, namespace, veth pair and qdiscs before it dies; what a run killed
+// with SIGKILL left behind, the next run's sweep removes.
+func TestNetLayerRemovedOnSignalOrSwept(t *testing.T) {
+	if why := NetSupported(); why != "" {
+		t.Skip("skipping the network layer: " + why)
+	}
+	cmd, prefix := netChild(t)
+	// Three links (bridge, the worker's veth pair, its end in the namespace is not listed on
+	// the host) and the namespace: at least the bridge, the host's veth end and the namespace.
+	if got := netOf(prefix); len(got) < 3 {
+		t.Fatalf("the child's network: %v, want its bridge, veth and namespace", got)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGTERM {
+		t.Errorf("the child ended with %v, want death by SIGTERM after its cleanup", err)
+	}
+	if left := netOf(prefix); len(left) > 0 {
+		t.Errorf("left behind after SIGTERM: %v", left)
+	}
+
+	cmd, prefix = netChild(t)
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if left := netOf(prefix); len(left) < 3 {
+		t.Fatalf("after SIGKILL: %v, want the child's network still there", left)
+	}
+	SweepNet()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(netOf(prefix)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if left := netOf(prefix); len(left) > 0 {
+		t.Errorf("left behind after the sweep: %v", left)
+	}
+}
+
+func TestMapLoopback(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"127.0.0.1:9092", "10.1.2.1:9092"},
+		{"localhost:5432", "10.1.2.1:5432"},
+		{"[::1]:6379", "10.1.2.1:6379"},
+		{"192.0.2.7:9092", "192.0.2.7:9092"},
+		{"kafka:9092", "kafka:9092"},
+	} {
+		if got := mapLoopback("10.1.2.1", c.in); got != c.want {
+			t.Errorf("mapLoopback(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	if got := mapLoopback("", "127.0.0.1:1"); got != "127.0.0.1:1" {
+		t.Errorf("without a host: %q", got)
+	}
+}
+
+func TestParseFaultsNamesTheNetworkKinds(t *testing.T) {
+	got, err := ParseFaults("net-broker-cut,net-db-cut,net-flaky,net-heal-mid-tx")
+	if err != nil || len(got) != len(NetFaults) {
+		t.Fatalf("ParseFaults = %v, %v; want %v", got, err, NetFaults)
+	}
+	every, err := ParseFaults("every")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range every {
+		if isNetFault(k) {
+			t.Errorf("'every' holds %s: the network kinds need root and are named one by one", k)
+		}
+	}
+	if _, err := ParseFaults("net-bogus"); err == nil {
+		t.Error("ParseFaults accepted an unknown kind")
+	}
+}
