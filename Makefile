@@ -50,7 +50,7 @@ gotest: gotest-main gotest-chaos gotest-faults
 
 # FAULT_TESTS are the chaos package's runs that fail the database over or cut network links:
 # gotest-faults runs them (lane C), gotest-chaos the rest of the chaos packages (lane B).
-FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow)$$
+FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*)$$
 gotest-chaos:
 	@echo "== go test $(CHAOS_PKGS) but the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
 	$(GO) test $(GOTESTFLAGS) -skip '$(FAULT_TESTS)' $(CHAOS_PKGS)
@@ -58,6 +58,9 @@ gotest-chaos:
 gotest-faults:
 	@echo "== go test ./internal/operator/chaos: the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
 	$(GO) test $(GOTESTFLAGS) -run '$(FAULT_TESTS)' ./internal/operator/chaos
+	@echo "== network namespaces, links and qdiscs the network faults created: none may be left"
+	@left="$$(ip netns list 2>/dev/null | grep '^bn' || true; ip -o link show 2>/dev/null | grep -o ' bn[^:@]*' || true)"; \
+	if [ -n "$$left" ]; then echo "left behind:"; echo "$$left"; exit 1; fi
 
 gotest-main:
 	@echo "== go test ./... but $(CHAOS_PKGS) ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
