@@ -41,7 +41,9 @@
 //     A topic reset, which moves every fence of a topic to a new era without a claimant, is
 //     followed by the router retiring again the fences of the keys placed elsewhere.
 //  3. [Router.Publish] stores v2 only if every key it moves is retired on its old shard for
-//     v2, and the version is one above the newest stored (two operators cannot both publish).
+//     v2, its fence on the new shard stands at the old one's position (what the old shard
+//     applied is there: the partition resumes after it, not from an earlier offset), and the
+//     version is one above the newest stored (two operators cannot both publish).
 //
 // So a router holding an old placement (its home shard unreachable, or a batch under way)
 // can route k to A, but nothing of k commits there: safety never depends on the freshness of
@@ -50,7 +52,9 @@
 //
 // What a move needs besides (not in this package yet): copying k's state rows and outbox
 // rows from A to B and setting k's fence on B to A's position, between the retirement and
-// the publication. Until then Publish checks only that A refuses k.
+// the publication. Until then a key that has applied anything cannot move: Publish refuses
+// it while B's fence is behind A's position. A key that never applied (a new partition)
+// moves with Retire and Publish alone.
 //
 // # Transactions, keyed fences, topics, outboxes
 //

@@ -427,6 +427,18 @@ func (r *router[Tx]) Publish(ctx context.Context, next Placement, reason string)
 		if st.Claimant != marker {
 			return fmt.Errorf("%w: placement %d moves %s from shard %q to %q, but its fence there is not retired for it (Retire first)", ErrMoved, next.Version, k, from, next.Shard(k))
 		}
+		// The new shard must already hold what the old one applied: a fence there behind the
+		// old position would resume the partition from an earlier offset, re-applying records
+		// to rows that never saw the ones before (the copy of the partition's rows and fence is
+		// the move's step between Retire and Publish).
+		to := next.Shard(k)
+		dst, err := r.shards[to].Load(ctx, k)
+		if err != nil {
+			return fmt.Errorf("shard: publishing placement %d: loading %s on shard %q: %w", next.Version, k, to, err)
+		}
+		if dst.Position != st.Position {
+			return fmt.Errorf("%w: placement %d moves %s from shard %q, where it has applied up to position %d, to shard %q, whose fence stands at %d: copy the partition's rows and fence to %q first", ErrMoved, next.Version, k, from, st.Position, to, dst.Position, to)
+		}
 	}
 	if err := r.store.Publish(ctx, next, reason); err != nil {
 		return err

@@ -4,10 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
 )
 
 func tok(era, epoch int64) fence.Token { return fence.Token{Era: era, Epoch: epoch} }
@@ -164,6 +166,7 @@ func TestMoveDuringBatchNeverWritesOldShard(t *testing.T) {
 	must(t, <-retiredAt)
 	// The member's router cannot read the home shard: it keeps placement 1, and a, for k.
 	home.down = true
+	seedFence(t, stores["b"], k, 10) // the move's copy step (the partition's rows are not this test's subject)
 	next := Placement{Version: 2, Shards: names3, Entries: map[fence.Key]string{k: "b"}}
 	must(t, operator.Publish(ctx, next, "move to b"))
 	err = member.Apply(ctx, k, tok(0, 5), 11, 11, func(ctx context.Context, tx *sql.Tx) error {
@@ -305,5 +308,46 @@ func TestPlacementNamingUnknownShard(t *testing.T) {
 	wantIs(t, "Load under a placement naming an unknown shard", err, fence.ErrInvalid)
 	if v := r.Placement().Version; v != 1 {
 		t.Fatalf("placement in force = %d, want 1 kept", v)
+	}
+}
+
+// seedFence sets k's fence on s at position pos, as a move's copy step does before the
+// placement is published: claimed by a copier, advanced over 0..pos in one transaction.
+func seedFence(t *testing.T, s *sqlitefence.Store, k fence.Key, pos int64) {
+	t.Helper()
+	_, err := s.Claim(t.Context(), k, tok(0, 1), "copier")
+	must(t, err)
+	must(t, s.Apply(t.Context(), k, tok(0, 1), 0, pos, func(context.Context, *sql.Tx) error { return nil }))
+}
+
+// A move published before the new shard holds what the old one applied would resume the
+// partition there from an earlier offset: records re-applied to rows that never saw the ones
+// before them. Publish refuses until the new shard's fence stands at the old one's position.
+func TestPublishRefusesMoveBeforeTheNewShardHoldsThePosition(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	r := newRouter(t, shards, pl)
+	ctx := t.Context()
+	k := keyOn(t, r.Placement(), "g", "a")
+	_, err := r.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, r.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "k", "v")
+	}))
+	must(t, r.Retire(ctx, k, 2, "move to b"))
+	next := Placement{Version: 2, Shards: names3, Entries: map[fence.Key]string{k: "b"}}
+	err = r.Publish(ctx, next, "move to b")
+	wantIs(t, "Publish moving a key its new shard has not caught up with", err, ErrMoved)
+	if err != nil && !strings.Contains(err.Error(), "whose fence stands at -1") {
+		t.Fatalf("Publish = %v, want the new shard's position named", err)
+	}
+	seedFence(t, stores["b"], k, 9)
+	wantIs(t, "Publish moving a key its new shard holds only in part", r.Publish(ctx, next, "move to b"), ErrMoved)
+	if got := r.Placement().Version; got != 1 {
+		t.Fatalf("placement in force after the refused publishes = %d, want 1", got)
+	}
+	must(t, stores["b"].Apply(ctx, k, tok(0, 1), 10, 10, func(context.Context, *sql.Tx) error { return nil }))
+	must(t, r.Publish(ctx, next, "move to b"))
+	if got := r.Placement().Shard(k); got != "b" {
+		t.Fatalf("%s routed to %s after the move, want b", k, got)
 	}
 }

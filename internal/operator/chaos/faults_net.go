@@ -279,14 +279,18 @@ func (h *harness) netDBCut(ctx context.Context, f *Fault, p *proc, l *netLink) {
 		sleep(ctx, 250*time.Millisecond)
 	}
 	toDB, _ := h.net.dropped(l)
+	// Counted before the heal, on the harness's own connection (not cut): what committed
+	// while the link was down. A batch logged during the cut (at_ms is the worker's clock when
+	// it wrote the row) may still commit after the heal, when TCP retransmits it: that is no
+	// commit while cut. A batch logged just before the cut may commit just after it, its
+	// packets already past the link: a grace period.
 	healAt := time.Now()
-	_ = h.net.heal(l)
-	f.End = healAt
-	// A commit acknowledged just before the cut may be logged just after it: a grace period.
 	from, to := cutAt.Add(500*time.Millisecond).UnixMilli(), healAt.UnixMilli()
 	var own, others int64
 	_ = h.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE worker = $1), count(*) FILTER (WHERE worker <> $1) FROM chaos_applied WHERE at_ms BETWEEN $2 AND $3`,
 		p.id, from, to).Scan(&own, &others)
+	_ = h.net.heal(l)
+	f.End = healAt
 	f.Detail = fmt.Sprintf("database ports %v cut for %.1fs: %d packets to the database dropped; member kept in the group (%d looks): %v; commits while cut: %d by it, %d by the others",
 		h.net.dbPorts, healAt.Sub(cutAt).Seconds(), toDB, looks, kept && looks > 0, own, others)
 	f.Bit = toDB > 0 && kept && looks > 0 && own == 0 && others > 0

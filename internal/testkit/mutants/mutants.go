@@ -219,6 +219,8 @@ var All = []Mutant{
 		Bug: "the router accepts the retired fences' reserved claimant from a caller, who could then hold a retired fence's token", Safety: true},
 	{Name: "PublishWithoutRetire", Package: "fence/shard", Guards: []string{"TestPublishRefusesMoveOfLiveFence"}, Want: `Publish moving a live fence: got <nil>`,
 		Bug: "a placement moving a key is published while the key's old fence still admits its owner's writes", Safety: true},
+	{Name: "PublishBeforeCopy", Package: "fence/shard", Guards: []string{"TestPublishRefusesMoveBeforeTheNewShardHoldsThePosition"}, Want: `Publish moving a key its new shard has not caught up with: got <nil>`,
+		Bug: "a placement moving a key is published while the new shard's fence is behind the old one's position: the partition resumes there from an earlier offset", Safety: true},
 	{Name: "RetiredEpochZero", Package: "fence/shard", Guards: []string{"TestRecoverRefusedOnRetiredFence", "TestMoveDuringBatchNeverWritesOldShard", "TestRetireNeverClaimedFence"}, Want: `claim (of a retired|in the retired).*got <nil>|= <nil>, want stale`,
 		Bug: "a retired fence's token has epoch 0: any claim in its era outranks it and writes on the shard its key left", Safety: true},
 	{Name: "ResetUnretires", Package: "fence/shard", Guards: []string{"TestResetTopicKeepsRetiredFencesRetired"}, Want: `after the reset = .*want retired`,
