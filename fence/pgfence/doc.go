@@ -57,6 +57,29 @@
 // round trips as an unfenced one (begin, one pipelined batch, commit); the caller's
 // statements execute after the fence has taken its lock and are rolled back if it refused.
 //
+// # The handler's transaction pipelines
+//
+// The pgx.Tx that Apply (and pgbulk's Sink) hands fn pipelines Exec: Exec queues the statement
+// and returns at once, with an empty pgconn.CommandTag and a nil error. The queued statements
+// are sent in one pgx.Batch, one round trip, in the order fn issued them, at the next flush
+// point: Query and QueryRow (so a read sees the writes queued before it), CopyFrom, SendBatch
+// (the queued statements first), Prepare, Begin (a savepoint, whose statements run at once),
+// LargeObjects, Conn, and before the commit. A handler of one statement per record therefore
+// costs begin, the fence, one batch and commit, not a round trip per record. An Exec without
+// arguments (pgx sends it with the simple protocol, one string may hold several statements)
+// or with a pgx.QueryExecMode runs at once, after the queued ones.
+//
+// To read what a statement did (rows affected, RETURNING), use QueryRow or Query: Exec's tag
+// is empty. A queued statement's error surfaces at the next flush point (a read's error, or
+// Apply's), wrapped with the statement's position in the transaction and its SQL (shortened);
+// errors.As still finds the *pgconn.PgError. Every later call of the transaction fails with
+// it, nothing queued after it is sent, and nothing commits, whatever fn returns. Its error is
+// permanent for the consumer (consumer.IsPermanent) when the server refused the statement for
+// its data, SQLSTATE class 22 or 23 but a foreign key's 23503: the consumer then applies the
+// batch one record at a time and dead-letters the record that fails alone. Store.Admit, and
+// pgoutbox's Append, read their statements' outcomes through a query, so they work in this
+// transaction as in any other.
+//
 // A commit that fails without an answer from the server (connection lost, context ended)
 // returns [ErrCommitUnknown]: the batch may have committed. Retrying it is safe: if it had
 // committed, the retry fails with fence.ErrDuplicate, which is the proof.

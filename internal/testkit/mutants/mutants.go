@@ -216,6 +216,14 @@ var All = []Mutant{
 	// and CI (CI set) fails the guard instead.
 	{Name: "BulkAdvanceOwnTransaction", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkRollsBackTheLazyAdvanceWithTheData"}, Want: `the fence committed at position \d+ while the data rolled back`,
 		Bug: "pgbulk's lazily advanced fence (a handler writing through Exec, QueryRow or CopyFrom) advanced in a transaction of its own: it commits while the data rolls back", Safety: true},
+	{Name: "PipeRefusalDropped", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkStatementsAfterARefusedFenceNeverCommit"}, Want: `a statement queued after a refused fence committed`,
+		Bug: "pgbulk's pipelining transaction forgets the fence's refusal: what the handler queues after it is sent and commits, without the fence advance", Safety: true},
+	{Name: "PipeQueueDroppedAtCommit", Package: "fence/pgfence", Guards: []string{"TestApplyQueuedStatementsCommit", "TestApplyQueuedStatementFailureCommitsNothing"}, Want: `the queued statements were not all committed|Apply = <nil>: want the failing statement's check violation`,
+		Bug: "pgfence's Apply commits without sending the handler's queued statements: the fence advances over records whose writes (and failures) were dropped", Safety: true},
+	{Name: "AdmitReadsAQueuedTag", Package: "fence/pgfence", Guards: []string{"TestAdmitInApplysTransaction"}, Want: `want \[Admitted Duplicate\]`,
+		Bug: "Admit reads the command tag of its statement with Exec, which the handler's pipelining transaction only queues: an admitted entity is reported a duplicate and its record dropped", Safety: true},
+	{Name: "PipeReadBeforeQueuedWrites", Package: "fence/pgfence", Guards: []string{"TestApplyReadSeesQueuedWrites"}, Want: `QueryRow after two queued writes read ""`,
+		Bug: "a read in the handler's pipelining transaction runs before the statements queued ahead of it"},
 	{Name: "ZkTokenFromDataVersion", Package: "fence/lease/zklease", Guards: []string{"TestTokenIsTheNodeCzxid"}, Want: `its epoch is not its node's czxid`,
 		Bug: "zklease's token taken from the node's data version, not its czxid: every holder gets the same token", Safety: true},
 
