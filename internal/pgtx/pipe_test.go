@@ -1,0 +1,36 @@
+package pgtx
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// A queued statement's error names its position and its SQL on one line, cut short; the
+// server's error stays reachable; it is permanent only when the server refused the
+// statement's data (class 22 or 23, not a foreign key's 23503).
+func TestStatementError(t *testing.T) {
+	sql := "INSERT INTO twins VALUES ($1, $2, 1)\n\t\tON CONFLICT (device) DO UPDATE SET reading = excluded.reading, updates = updates + 1"
+	for code, permanent := range map[string]bool{
+		"23505": true, "23514": true, "22P02": true, "23503": false, "40001": false, "40P01": false, "57014": false, "": false,
+	} {
+		err := error(&statementError{what: "pgfence", pos: 3, sql: sql, err: &pgconn.PgError{Code: code, Message: "refused"}})
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != code {
+			t.Errorf("%s: errors.As does not find the server's error in %v", code, err)
+		}
+		var p interface{ Permanent() bool }
+		if !errors.As(err, &p) || p.Permanent() != permanent {
+			t.Errorf("%s: permanent %v, want %v", code, p != nil && p.Permanent(), permanent)
+		}
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "pgfence: statement 3 of the transaction (INSERT INTO twins VALUES ($1, $2, 1) ON CONFLICT (device)...): ") {
+			t.Errorf("%s: message %q does not name the statement on one line, cut short", code, msg)
+		}
+	}
+	if p := (&statementError{err: errors.New("connection reset")}); p.Permanent() {
+		t.Error("an error that is not the server's is permanent")
+	}
+}
