@@ -218,6 +218,8 @@ var All = []Mutant{
 		Bug: "pgbulk's lazily advanced fence (a handler writing through Exec, QueryRow or CopyFrom) advanced in a transaction of its own: it commits while the data rolls back", Safety: true},
 	{Name: "PipeRefusalDropped", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkStatementsAfterARefusedFenceNeverCommit"}, Want: `a statement queued after a refused fence committed`,
 		Bug: "pgbulk's pipelining transaction forgets the fence's refusal: what the handler queues after it is sent and commits, without the fence advance", Safety: true},
+	{Name: "PipeStatementsBeforeFence", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkZombieQueuedStatementsCommitNothing"}, Want: `a zombie's queued write committed`,
+		Bug: "pgbulk's first flush sends the handler's queued statements ahead of the fence statement: they run before the fence row's lock, and the fence's result is read from the handler's first statement, so a zombie's writes commit", Safety: true},
 	{Name: "PipeQueueDroppedAtCommit", Package: "fence/pgfence", Guards: []string{"TestApplyQueuedStatementsCommit", "TestApplyQueuedStatementFailureCommitsNothing"}, Want: `the queued statements were not all committed|Apply = <nil>: want the failing statement's check violation`,
 		Bug: "pgfence's Apply commits without sending the handler's queued statements: the fence advances over records whose writes (and failures) were dropped", Safety: true},
 	{Name: "AdmitReadsAQueuedTag", Package: "fence/pgfence", Guards: []string{"TestAdmitInApplysTransaction"}, Want: `want \[Admitted Duplicate\]`,
