@@ -121,7 +121,19 @@ func TestApplyConstraintViolationPermanenceIndependentOfHowItWasSent(t *testing.
 	s, pool := newStore(t)
 	ctx := testenv.Context(t, 30*time.Second)
 	k, tok := claimed(t, s)
-	if _, err := pool.Exec(ctx, `CREATE TABLE dk (k text, CONSTRAINT dk_k UNIQUE (k) DEFERRABLE INITIALLY DEFERRED)`); err != nil {
+	// A constraint checked at the commit that refuses the data itself: a deferred constraint
+	// trigger raising a check violation (a deferred unique constraint's 23505 is one a
+	// concurrent writer can cause, retried however it was sent).
+	if _, err := pool.Exec(ctx, `CREATE TABLE dk (k text);
+		CREATE FUNCTION dk_refuse() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF (SELECT count(*) FROM dk WHERE k = NEW.k) > 1 THEN
+				RAISE EXCEPTION 'dk: % twice', NEW.k USING ERRCODE = 'check_violation';
+			END IF;
+			RETURN NULL;
+		END $$;
+		CREATE CONSTRAINT TRIGGER dk_k AFTER INSERT ON dk DEFERRABLE INITIALLY DEFERRED
+			FOR EACH ROW EXECUTE FUNCTION dk_refuse()`); err != nil {
 		t.Fatal(err)
 	}
 	ways := []struct {
@@ -141,7 +153,7 @@ func TestApplyConstraintViolationPermanenceIndependentOfHowItWasSent(t *testing.
 			var n int
 			return tx.QueryRow(ctx, `WITH w AS (`+upsertKV+` RETURNING 1) SELECT count(*) FROM w`, "a", "fail").Scan(&n)
 		}},
-		{"deferred, at the commit", "23505", func(ctx context.Context, tx pgx.Tx) error {
+		{"deferred, at the commit", "23514", func(ctx context.Context, tx pgx.Tx) error {
 			for range 2 {
 				if _, err := tx.Exec(ctx, `INSERT INTO dk VALUES ($1)`, "x"); err != nil {
 					return err

@@ -305,14 +305,14 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, la
 	if err := s.Advance(ctx, tx, k, t, first, last); err != nil {
 		return err
 	}
-	p := pgtx.NewPipe(tx, "pgfence", nil, false)
+	p := pgtx.NewPipe(ctx, tx, "pgfence", nil, false)
 	if err := fn(ctx, p); err != nil {
-		return err
+		return pgtx.Classify(err)
 	}
 	if err := p.Flush(ctx); err != nil { // fn's queued statements; a failure commits nothing
-		return err
+		return pgtx.Classify(err)
 	}
-	return commit(ctx, tx, k)
+	return pgtx.Classify(commit(ctx, tx, k))
 }
 
 // AdvanceBatch is Advance pipelined with the caller's statements inside the caller's tx: the
@@ -338,7 +338,7 @@ func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fenc
 	tag, ferr := br.Exec()
 	cerr := br.Close() // reads the caller's results, running their callbacks
 	if ferr != nil {
-		return fmt.Errorf("pgfence: advance %s: %w", k, ferr)
+		return pgtx.Fence(fmt.Errorf("pgfence: advance %s: %w", k, ferr))
 	}
 	if tag.RowsAffected() == 1 {
 		return cerr

@@ -10,11 +10,12 @@ import (
 
 // A queued statement's error names its position and its SQL on one line, cut short; the
 // server's error stays reachable; it is permanent only when the server refused the
-// statement's data (class 22 or 23, not a foreign key's 23503).
+// statement's data (class 22 or 23, but 23503, 23505 and 23P01, which a concurrent writer
+// can cause).
 func TestStatementError(t *testing.T) {
 	sql := "INSERT INTO twins VALUES ($1, $2, 1)\n\t\tON CONFLICT (device) DO UPDATE SET reading = excluded.reading, updates = updates + 1"
 	for code, permanent := range map[string]bool{
-		"23505": true, "23514": true, "22P02": true, "23503": false, "40001": false, "40P01": false, "57014": false, "": false,
+		"23505": false, "23P01": false, "23502": true, "23514": true, "22P02": true, "23503": false, "40001": false, "40P01": false, "57014": false, "": false,
 	} {
 		err := error(&statementError{what: "pgfence", pos: 3, sql: sql, err: &pgconn.PgError{Code: code, Message: "refused"}})
 		var pe *pgconn.PgError

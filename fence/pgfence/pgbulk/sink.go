@@ -66,7 +66,7 @@ func (s *Sink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos
 		return fmt.Errorf("pgbulk: apply %s: begin: %w", k, err)
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }() // no-op after a commit
-	p := pgtx.NewPipe(tx, "pgbulk", func(ctx context.Context, tx pgx.Tx, queue func(*pgx.Batch) error) error {
+	p := pgtx.NewPipe(ctx, tx, "pgbulk", func(ctx context.Context, tx pgx.Tx, queue func(*pgx.Batch) error) error {
 		return s.AdvanceBatch(ctx, tx, k, t, first, position, queue)
 	}, true)
 	ferr := fn(ctx, p)
@@ -82,10 +82,10 @@ func (s *Sink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, pos
 				return err
 			}
 		}
-		return ferr
+		return pgtx.Classify(ferr)
 	}
 	if err := p.Flush(ctx); err != nil { // the fence (if fn sent nothing) and fn's queued statements
-		return err
+		return pgtx.Classify(err)
 	}
-	return pgtx.Commit(ctx, tx, "pgbulk", k, pgfence.ErrCommitUnknown)
+	return pgtx.Classify(pgtx.Commit(ctx, tx, "pgbulk", k, pgfence.ErrCommitUnknown))
 }
