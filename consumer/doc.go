@@ -82,9 +82,15 @@
 //     default), moves the fence to a new, recorded era and goes on. A restarted static member
 //     that finds its own token is handed over the same way, logged at INFO.
 //  4. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], which
-//     returns a *partition.RecordError, or found by applying one record at a time), or a
-//     statement queued in pgfence's transaction that the database refused for its data, rolls the
-//     batch back; the records before it are applied, the poison record is dead-lettered in a
+//     returns a *partition.RecordError, or found by applying one record at a time), or an
+//     error of a statement in pgfence's (or pgbulk's) transaction that the database refused for
+//     its data, rolls the batch back. The latter is read from the SQLSTATE, the same way
+//     however the statement was sent (queued Exec, Exec without arguments, Query, QueryRow,
+//     SendBatch) or at the commit (a deferred constraint): class 22 (data exception) and class
+//     23 (integrity constraint violation) are permanent, but 23503 (foreign key), 23505
+//     (unique) and 23P01 (exclusion), which a concurrent writer can cause, are retried; the
+//     fence's own errors and errors that are not the database's never are. The batch is rolled
+//     back; the records before it are applied, the poison record is dead-lettered in a
 //     fenced transaction that advances the fence over it, and processing goes on after it. The
 //     copy goes to [DeadLetterTopic] (default "<topic>.dlq", which must exist, with the headers
 //     baton.dlq.*). With [FencedDeadLetters] (outboxconsumer.DeadLetters)

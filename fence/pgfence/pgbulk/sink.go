@@ -13,8 +13,9 @@ import (
 
 // Sink is a pgfence store whose Apply sends the fence statement in the same round trip as
 // the handler's first batch: the fast write path's other half. A consumer over it costs, per
-// batch, begin, one batch (fence and writes) and commit, the same round trips as the same
-// writes without a fence; over the store itself the fence is a round trip of its own.
+// batch, begin, one batch (fence and writes) and commit when the handler sends one SendBatch
+// ([Upsert.Exec]), the same round trips as the same writes without a fence; over the store
+// itself the fence is a round trip of its own.
 //
 // Apply begins a transaction and hands fn a pgx.Tx that pipelines, as pgfence's Apply does
 // (see package pgfence: Exec queues its statement and returns an empty pgconn.CommandTag;
@@ -30,8 +31,12 @@ import (
 //     only the batch's first error, from Close (its Exec, Query and QueryRow fail with the
 //     error "pgbulk: the results of a batch pipelined with the fence reach QueuedQuery
 //     callbacks only").
-//   - a read (Query, QueryRow) or CopyFrom, Prepare, Begin, LargeObjects, Conn: the fence and
-//     the queued statements are sent first in one batch, then the call runs.
+//   - the first Exec: the fence statement and the Exec's travel as one batch, at once, and
+//     Exec returns the fence's refusal or its statement's error, so a zombie's handler stops
+//     at its first write; the Execs after it are queued.
+//   - a read (Query, QueryRow) or CopyFrom, Prepare, Begin, LargeObjects, Conn, or an Exec
+//     without arguments: the fence (and the queued statements) are sent first in one batch,
+//     then the call runs.
 //
 // If fn sends nothing, the fence travels with the queued statements before the commit; if fn
 // fails before anything was sent, the fence is advanced alone so that its refusal is reported
