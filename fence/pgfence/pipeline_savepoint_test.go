@@ -183,3 +183,24 @@ func permanent(err error) bool {
 	var p interface{ Permanent() bool }
 	return errors.As(err, &p) && p.Permanent()
 }
+
+// An Exec without arguments runs after the statements queued before it: it sees their writes,
+// and what it writes is not overwritten by them at the commit.
+func TestApplyExecWithoutArgumentsRunsAfterTheQueuedOnes(t *testing.T) {
+	s, pool := newStore(t)
+	ctx := testenv.Context(t, 30*time.Second)
+	k, tok := claimed(t, s)
+	err := s.Apply(ctx, k, tok, 0, 0, func(ctx context.Context, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, upsertKV, "k", "queued"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `UPDATE kv SET v = v || ', then at once' WHERE k = 'k'`)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+	if v, _ := readKV(t, pool, "k"); v != "queued, then at once" {
+		t.Errorf("kv k = %q, want %q: the Exec without arguments ran before the statement queued ahead of it", v, "queued, then at once")
+	}
+}

@@ -1,10 +1,13 @@
 package pgtx
 
 import (
+	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -33,5 +36,41 @@ func TestStatementError(t *testing.T) {
 	}
 	if p := (&statementError{err: errors.New("connection reset")}); p.Permanent() {
 		t.Error("an error that is not the server's is permanent")
+	}
+}
+
+// countTx is a transaction that counts the statements of the batches sent on it.
+type countTx struct {
+	pgx.Tx
+	sent int
+}
+
+func (t *countTx) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
+	t.sent += len(b.QueuedQueries)
+	return errResults{}
+}
+
+// Several goroutines calling Exec on one Pipe lose no statement: each one queued is sent.
+func TestPipeConcurrentExecLosesNoStatement(t *testing.T) {
+	tx := &countTx{}
+	p := NewPipe(context.Background(), tx, "pgfence", nil, false)
+	const goroutines, each = 16, 50
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Go(func() {
+			for i := range each {
+				if _, err := p.Exec(context.Background(), `INSERT INTO kv VALUES ($1, $2)`, g, i); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := p.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if tx.sent != goroutines*each {
+		t.Errorf("the flush sent %d statements, want the %d queued by %d goroutines", tx.sent, goroutines*each, goroutines)
 	}
 }
