@@ -76,6 +76,8 @@ var All = []Mutant{
 		Bug: "a stale claim recovered without asking the coordinator", Safety: true},
 	{Name: "DeadLetterBeforeFence", Package: "consumer", Guards: []string{"TestDeposedOwnerDoesNotDeadLetter"}, Want: `dead-letter topic holds \d+ records, want 1`,
 		Bug: "the dead-letter record produced before the fence check", Safety: true},
+	{Name: "DirectDeadLetterUnflushed", Package: "consumer", Guards: []string{"TestDirectDeadLetterOverPgbulkChecksTheFenceFirst"}, Want: `which the fence already refused: a zombie dead-lettered`,
+		Bug: "the direct dead letter produced from a dead-letter transaction that has not sent its fence statement yet (pgbulk's Sink): a zombie dead-letters", Safety: true},
 	{Name: "DeadLetterProducedDirectly", Package: "consumer", Guards: []string{"TestZombieNeverDeadLettersThroughTheTransaction"}, Want: `bypassing the transaction`,
 		Bug: "a DeadLetterer handler bypassed: the copy produced to Kafka inside the transaction", Safety: true},
 	{Name: "DeadLetterErrorReadAsVerdict", Package: "consumer", Guards: []string{"TestDeadLetterErrorWrappingAFenceSentinelIsNotAVerdict"}, Want: `skipped with no dead letter`,
@@ -226,6 +228,8 @@ var All = []Mutant{
 		Bug: "Admit reads the command tag of its statement with Exec, which the handler's pipelining transaction only queues: an admitted entity is reported a duplicate and its record dropped", Safety: true},
 	{Name: "PipeReadBeforeQueuedWrites", Package: "fence/pgfence", Guards: []string{"TestApplyReadSeesQueuedWrites"}, Want: `QueryRow after two queued writes read ""`,
 		Bug: "a read in the handler's pipelining transaction runs before the statements queued ahead of it"},
+	{Name: "PipeExecWithoutArgumentsUnflushed", Package: "fence/pgfence", Guards: []string{"TestApplyExecWithoutArgumentsRunsAfterTheQueuedOnes"}, Want: `ran before the statement queued ahead of it`,
+		Bug: "an Exec without arguments in the handler's pipelining transaction runs before the statements queued ahead of it, which then overwrite what it wrote at the commit (and, over pgbulk, before the fence statement)", Safety: true},
 	{Name: "ZkTokenFromDataVersion", Package: "fence/lease/zklease", Guards: []string{"TestTokenIsTheNodeCzxid"}, Want: `its epoch is not its node's czxid`,
 		Bug: "zklease's token taken from the node's data version, not its czxid: every holder gets the same token", Safety: true},
 
