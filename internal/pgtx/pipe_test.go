@@ -3,12 +3,15 @@ package pgtx
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/batonhq/baton/fence"
 )
 
 // A queued statement's error names its position and its SQL on one line, cut short; the
@@ -72,5 +75,36 @@ func TestPipeConcurrentExecLosesNoStatement(t *testing.T) {
 	}
 	if tx.sent != goroutines*each {
 		t.Errorf("the flush sent %d statements, want the %d queued by %d goroutines", tx.sent, goroutines*each, goroutines)
+	}
+}
+
+// Classify marks permanent what the server refused for its data, and never the fence's own
+// errors, its verdicts, or errors that are not the server's.
+func TestClassify(t *testing.T) {
+	check := &pgconn.PgError{Code: "23514", Message: "check"}
+	perm := func(err error) bool {
+		var p interface{ Permanent() bool }
+		return errors.As(err, &p) && p.Permanent()
+	}
+	for _, c := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"a statement's check violation", fmt.Errorf("apply: %w", check), true},
+		{"a data exception", &pgconn.PgError{Code: "22P02"}, true},
+		{"a concurrent writer's unique violation", &pgconn.PgError{Code: "23505"}, false},
+		{"a foreign key", &pgconn.PgError{Code: "23503"}, false},
+		{"an exclusion", &pgconn.PgError{Code: "23P01"}, false},
+		{"the fence's own", Fence(fmt.Errorf("pgfence: advance: %w", check)), false},
+		{"the fence's refusal", fmt.Errorf("%w: %w", fence.ErrInvalid, check), false},
+		{"not the server's", errors.New("connection reset"), false},
+	} {
+		if got := perm(Classify(c.err)); got != c.want {
+			t.Errorf("%s: permanent %v, want %v", c.name, got, c.want)
+		}
+	}
+	if Classify(nil) != nil {
+		t.Error("Classify(nil) is not nil")
 	}
 }
