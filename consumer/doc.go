@@ -71,6 +71,10 @@
 //     ([RetryBackoff]; the retries metric, WARN logs, ERROR once a step has kept failing for
 //     30s, and a hint naming baton migrate when a table of the fence store is missing),
 //     never reordered or skipped.
+//     The handler's writes need not be batched by hand: pgfence's transaction (and pgbulk's)
+//     queues each Exec and sends the queued statements in one round trip at the next read or
+//     before the commit, so their errors surface there, naming the statement (see package
+//     pgfence).
 //  3. A write refused by the fence is never retried as is: the member asks the coordinator. A
 //     member that is not the owner (a zombie) leaves the partition alone (WARN, counted in
 //     stale_refusals); an owner whose generation went backwards (a deleted or recreated group)
@@ -78,8 +82,15 @@
 //     default), moves the fence to a new, recorded era and goes on. A restarted static member
 //     that finds its own token is handed over the same way, logged at INFO.
 //  4. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], which
-//     returns a *partition.RecordError, or found by applying one record at a time) rolls the
-//     batch back; the records before it are applied, the poison record is dead-lettered in a
+//     returns a *partition.RecordError, or found by applying one record at a time), or an
+//     error of a statement in pgfence's (or pgbulk's) transaction that the database refused for
+//     its data, rolls the batch back. The latter is read from the SQLSTATE, the same way
+//     however the statement was sent (queued Exec, Exec without arguments, Query, QueryRow,
+//     SendBatch) or at the commit (a deferred constraint): class 22 (data exception) and class
+//     23 (integrity constraint violation) are permanent, but 23503 (foreign key), 23505
+//     (unique) and 23P01 (exclusion), which a concurrent writer can cause, are retried; the
+//     fence's own errors and errors that are not the database's never are. The batch is rolled
+//     back; the records before it are applied, the poison record is dead-lettered in a
 //     fenced transaction that advances the fence over it, and processing goes on after it. The
 //     copy goes to [DeadLetterTopic] (default "<topic>.dlq", which must exist, with the headers
 //     baton.dlq.*). With [FencedDeadLetters] (outboxconsumer.DeadLetters)

@@ -95,11 +95,14 @@ func unusable(err error) bool {
 // migrateHint is logged with an error that says a table of the sink is missing.
 const migrateHint = "a table of the fence store is missing: run 'baton migrate' (or the store's Migrate) with the migration role"
 
-// tableMissing reports whether err is the sink's own (not the handler's) and says a table is
-// missing (SQLSTATE 42P01): the store was not migrated, or the member uses another schema.
+// tableMissing reports whether err is the sink's own (not the handler's, nor one of the
+// handler's statements that the sink sent: an error with a Statement() string method) and
+// says a table is missing (SQLSTATE 42P01): the store was not migrated, or the member uses
+// another schema.
 func tableMissing(err error) bool {
 	var h *handlerError
-	if errors.As(err, &h) {
+	var st interface{ Statement() string }
+	if errors.As(err, &h) || errors.As(err, &st) {
 		return false
 	}
 	var s interface{ SQLState() string }

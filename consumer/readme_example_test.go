@@ -13,44 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/batonhq/baton/consumer"
-	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/readme"
 )
-
-// consume is the README's first program (README.md, "Using it"; TestReadmeProgram keeps the
-// two the same text).
-func consume(ctx context.Context, path string, brokers []string) error {
-	store, err := sqlitefence.Open(path) // the fence lives next to your data: pgfence.New(pool) for PostgreSQL
-	if err != nil {
-		return err
-	}
-	defer store.Close()
-	c, err := consumer.New("devices", []string{"telemetry"}, store,
-		func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
-			// your writes, in the fenced transaction: a zombie's commit is refused
-			return applyTwinUpdates(ctx, tx, b.Records)
-		},
-		consumer.Kafka(kgo.SeedBrokers(brokers...)), // any franz-go option: TLS, SASL, ...
-	)
-	if err != nil {
-		return err // every misconfiguration at once, before anything starts
-	}
-	return c.Run(ctx) // blocks; nil after a clean shutdown (ctx cancelled)
-}
-
-// applyTwinUpdates folds each record (key: device, value: reading) into the device's twin.
-func applyTwinUpdates(ctx context.Context, tx *sql.Tx, recs []*kgo.Record) error {
-	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS twins (device TEXT PRIMARY KEY, reading TEXT, updates INTEGER)`); err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO twins VALUES (?, ?, 1)
-			ON CONFLICT (device) DO UPDATE SET reading = excluded.reading, updates = updates + 1`, string(r.Key), string(r.Value)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
 
 // The README's first program, run on an in-process Kafka (kfake) and an SQLite file: each
 // device's telemetry folded into its twin, every batch in one fenced transaction.
@@ -78,7 +42,7 @@ func Example() {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- consume(ctx, path, brokers) }()
+	go func() { done <- readme.Consume(ctx, path, brokers) }()
 
 	db, err := sql.Open("sqlite", path)
 	if err != nil {
@@ -112,15 +76,15 @@ func Example() {
 	// d3 20.5 1
 }
 
-// The README's first program is consume, word for word: the README's "Using it" block and
-// consume's declaration are the same text, so the program the README shows is the one Example
-// compiles and runs.
+// The README's first program is readme.Consume, word for word: the README's "Using it" block
+// and Consume's declaration are the same text, so the program the README shows is the one
+// Example runs and 'baton bench' measures.
 func TestReadmeProgram(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readmeMD, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, after, ok := strings.Cut(string(readme), "\n## Using it\n")
+	_, after, ok := strings.Cut(string(readmeMD), "\n## Using it\n")
 	if !ok {
 		t.Fatal(`README.md has no "## Using it" section`)
 	}
@@ -132,17 +96,17 @@ func TestReadmeProgram(t *testing.T) {
 	if !ok {
 		t.Fatal(`README.md's "Using it" go block is not closed`)
 	}
-	src, err := os.ReadFile("readme_example_test.go")
+	src, err := os.ReadFile("../internal/readme/readme.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, decl, ok := strings.Cut(string(src), "\nfunc consume(")
+	_, decl, ok := strings.Cut(string(src), "\nfunc Consume(")
 	if !ok {
-		t.Fatal("readme_example_test.go has no func consume")
+		t.Fatal("internal/readme/readme.go has no func Consume")
 	}
 	decl, _, _ = strings.Cut(decl, "\n}\n")
-	decl = "func consume(" + decl + "\n}\n"
+	decl = "func Consume(" + decl + "\n}\n"
 	if block != decl {
-		t.Errorf("README.md's first program differs from consume in readme_example_test.go:\nREADME:\n%s\nconsume:\n%s", block, decl)
+		t.Errorf("README.md's first program differs from Consume in internal/readme/readme.go:\nREADME:\n%s\nConsume:\n%s", block, decl)
 	}
 }

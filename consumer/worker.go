@@ -604,6 +604,13 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 					}
 					return nil
 				}
+				// A transaction that defers the fence statement to its first flush sends it
+				// now: the dead letter is produced only once the fence admitted it.
+				if f, ok := any(tx).(interface{ Flush(context.Context) error }); ok {
+					if err := f.Flush(ctx); err != nil {
+						return err
+					}
+				}
 				return produce(ctx)
 			})
 		})

@@ -32,9 +32,13 @@ func benchCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 job (fold keyed records from a real Kafka topic into PostgreSQL, exactly once, per-key order
 kept) done by each design in a process of its own, in rotating order (every other round
 backwards), every run's fold checked; a run whose fold is wrong does not count and makes the
-command fail. The sqlite- designs fold into an SQLite file instead, the redis- designs into
-hashes on the Redis server (its durability settings are printed with the results); kafka-read
-only reads the topic. Prints records/s, the time to the first commit, p50/p99 transaction latency, peak RSS
+command fail. The baton design is the README's first program itself (its handler, one
+statement per record, into an SQLite file; checked from its twins table); baton-pg runs that
+handler shape on PostgreSQL through pgfence, whose transaction pipelines the statements, and
+baton-pg-sync the same without the pipelining, so the two are compared in one run. The
+sqlite- designs fold into an SQLite file instead, the redis- designs into hashes on the Redis
+server (its durability settings are printed with the results); kafka-read only reads the
+topic. Prints records/s, the time to the first commit, p50/p99 transaction latency, peak RSS
 and each design's ratio to Baton (baton-fast), to the ceiling and to the bound of reading and
 writing on one machine; with -out, writes RESULTS.md (with the performance targets as measured)
 and chart.svg there.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"log/slog"
 	"os"
@@ -14,20 +15,27 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/pgfence/pgbulk"
+	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/readme"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// batonDesigns are the bench's designs that run Baton: its default handler shape and the
-// fast write path, fenced, and the fast path over a sink without a fence.
+// batonDesigns are the bench's designs that run Baton: the README's program, its handler
+// shape on PostgreSQL pipelined and not, the fast write path, fenced, and the fast path over a
+// sink without a fence.
 //
-// This file and benchcounting.go are the bench's only users of fence.Sink: countingSink and
-// unfencedSink here, the wrapper that keeps a counted sink's fence.Topics there.
+// This file and benchcounting.go are the bench's only users of fence.Sink: countingSink,
+// syncSink and unfencedSink here, the wrapper that keeps a counted sink's fence.Topics there.
 func batonDesigns() map[string]bench.Design {
 	return map[string]bench.Design{
-		"baton": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
+		"baton": runReadme,
+		"baton-pg": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
 			return runBaton(ctx, job, rec, "pgfence", rowPerRecord)
+		},
+		"baton-pg-sync": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
+			return runBaton(ctx, job, rec, "sync", rowPerRecord)
 		},
 		"baton-fast": func(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
 			return runBaton(ctx, job, rec, "pgbulk", fastPath)
@@ -38,8 +46,33 @@ func batonDesigns() map[string]bench.Design {
 	}
 }
 
-// rowPerRecord is the handler shape of Baton's docs and examples: one statement per record
-// in the batch's transaction.
+// runReadme runs the README's program's handler (readme.ApplyTwinUpdates) as the README's
+// program does, over the store it opens (sqlitefence.Open), on the job's topic and group.
+func runReadme(ctx context.Context, job bench.Job, rec *bench.Recorder) error {
+	store, err := sqlitefence.Open(job.SQLite)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	logger, kopts, closeLog, err := benchLogging(job, rec)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	rec.Start()
+	c, err := consumer.New(job.Group, []string{job.Topic}, counting[*sql.Tx](store, rec),
+		func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
+			return readme.ApplyTwinUpdates(ctx, tx, b.Records)
+		},
+		consumer.Kafka(kopts...), consumer.Logger(logger))
+	if err != nil {
+		return err
+	}
+	return c.Run(ctx)
+}
+
+// rowPerRecord is the README's handler shape on PostgreSQL: one statement per record in the
+// batch's transaction.
 func rowPerRecord(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx], error) {
 	return consumer.Handler[pgx.Tx](func(ctx context.Context, tx pgx.Tx, b *consumer.Batch) error {
 		for _, r := range b.Records {
@@ -85,7 +118,8 @@ func fastPath(context.Context, fence.Key, fence.Token) (consumer.Handler[pgx.Tx]
 }
 
 // runBaton runs a consumer over sink ("pgfence", "pgbulk": pgfence with the fence pipelined
-// into the handler's first batch, or "none").
+// into the handler's first batch, "sync": pgfence's Advance in a transaction of the bench's,
+// which does not pipeline, or "none").
 func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind string, factory consumer.Factory[pgx.Tx]) error {
 	pool, err := job.Pool(ctx, job.Partitions)
 	if err != nil {
@@ -102,10 +136,13 @@ func runBaton(ctx context.Context, job bench.Job, rec *bench.Recorder, sinkKind 
 			return err
 		}
 		sink = s
-		if sinkKind == "pgbulk" {
+		switch sinkKind {
+		case "pgbulk":
 			if sink, err = pgbulk.NewSink(s, pool); err != nil {
 				return err
 			}
+		case "sync":
+			sink = syncSink{Store: s, pool: pool}
 		}
 	}
 	if err := bench.Warm(ctx, pool); err != nil {
@@ -162,6 +199,22 @@ func (s *countingSink[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token
 		s.rec.Phase(bench.PhaseClaimed, true)
 	}
 	return st, err
+}
+
+// syncSink is pgfence's Apply without its pipelining transaction: begin, the store's Advance,
+// fn with the transaction itself (each Exec a round trip), commit.
+type syncSink struct {
+	*pgfence.Store
+	pool *pgxpool.Pool
+}
+
+func (s syncSink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(context.Context, pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.Advance(ctx, tx, k, t, first, last); err != nil {
+			return err
+		}
+		return fn(ctx, tx)
+	})
 }
 
 // unfencedSink keeps no fence: every claim starts from Kafka's committed offset and every

@@ -57,6 +57,46 @@
 // round trips as an unfenced one (begin, one pipelined batch, commit); the caller's
 // statements execute after the fence has taken its lock and are rolled back if it refused.
 //
+// # The handler's transaction pipelines
+//
+// The pgx.Tx that Apply (and pgbulk's Sink) hands fn pipelines Exec: Exec queues the statement
+// and returns at once, with an empty pgconn.CommandTag and a nil error. The queued statements
+// are sent in one pgx.Batch, one round trip, in the order fn issued them, at the next flush
+// point: Query and QueryRow (so a read sees the writes queued before it), CopyFrom, SendBatch
+// (the queued statements first), Prepare, Begin, LargeObjects, Conn, and before the commit. A
+// handler of one statement per record therefore costs begin, the fence, one batch and commit,
+// not a round trip per record. Over pgbulk's Sink the first Exec is a flush point too: it
+// sends the fence statement and its own in one batch, at once, and returns the fence's
+// refusal or its statement's error, so a zombie's handler stops at its first write as it does
+// without pipelining; the statements after it are queued.
+//
+// Once fn calls Begin, Conn or LargeObjects, or runs an Exec without arguments or with a
+// pgx.QueryExecMode (pgx sends it with the simple protocol: one string may hold several
+// statements, SAVEPOINT among them), the queue is flushed and every later Exec of the
+// transaction runs at once and returns its own error, which fn may recover from (ROLLBACK TO
+// SAVEPOINT): statements run in the order fn issues them on the transaction, a savepoint or
+// the connection. Conn and LargeObjects, which take no context, flush with Apply's.
+//
+// To read what a statement did (rows affected, RETURNING), use QueryRow or Query: Exec's tag
+// is empty. A queued statement's error surfaces at the next flush point (a read's error, or
+// Apply's), wrapped with the statement's position in the transaction and its SQL (shortened);
+// errors.As still finds the *pgconn.PgError. Every later call of the transaction fails with
+// it, nothing queued after it is sent, and nothing commits, whatever fn returns. A batch that
+// the server refuses to prepare names the statement that failed (or, if it cannot be told,
+// the handler's queued statements), not the fence.
+//
+// Every error Apply (and pgbulk's Sink) returns from fn's statements and the commit, however
+// they were sent (a queued Exec, an Exec without arguments, Query, QueryRow, SendBatch, a
+// deferred constraint failing at the commit), is permanent for the consumer
+// (consumer.IsPermanent) when its SQLSTATE says the server refused the statement for its
+// data: class 22 (data exception) or 23 (integrity constraint violation), but 23503 (foreign
+// key), 23505 (unique) and 23P01 (exclusion), which a concurrent writer can cause and a retry
+// can pass. The fence's own errors and errors that are not a *pgconn.PgError never are. The
+// consumer then applies the batch one record at a time and dead-letters the record that fails
+// alone. Store.Admit, and
+// pgoutbox's Append, read their statements' outcomes through a query, so they work in this
+// transaction as in any other.
+//
 // A commit that fails without an answer from the server (connection lost, context ended)
 // returns [ErrCommitUnknown]: the batch may have committed. Retrying it is safe: if it had
 // committed, the retry fails with fence.ErrDuplicate, which is the proof.

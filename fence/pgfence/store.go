@@ -255,7 +255,7 @@ func (s *Store) Advance(ctx context.Context, tx pgx.Tx, k fence.Key, t fence.Tok
 	}
 	args := s.advanceArgs(k, t, first, last)
 	for range maxAttempts {
-		tag, err := tx.Exec(ctx, s.sqlAdvance, args...)
+		tag, err := pgtx.Exec(ctx, tx, s.sqlAdvance, args...) // its tag, in a pipelining tx too
 		if err != nil {
 			return fmt.Errorf("pgfence: advance %s: %w", k, err)
 		}
@@ -287,8 +287,12 @@ func (s *Store) refused(ctx context.Context, q queryRower, k fence.Key, t fence.
 }
 
 // Apply runs fn in a new transaction after Advance, and commits both or neither. See
-// fence.Sink. A commit whose outcome is unknown fails with [ErrCommitUnknown]. For batches of
-// statements prefer [Store.ApplyBatch], which saves the fence's round trip.
+// fence.Sink. fn's transaction pipelines: its Exec queues the statement and returns an empty
+// pgconn.CommandTag, and the queued statements travel in one round trip at the next read
+// (Query, QueryRow), SendBatch, CopyFrom, Prepare, Begin, LargeObjects, Conn or before the
+// commit; a statement's error surfaces there, naming the statement, and nothing commits (see
+// the package documentation). A commit whose outcome is unknown fails with
+// [ErrCommitUnknown]. [Store.ApplyBatch] also saves the fence's round trip.
 func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if err := fencecheck.ValidateWrite(k, t, first, last); err != nil {
 		return err
@@ -301,10 +305,14 @@ func (s *Store) Apply(ctx context.Context, k fence.Key, t fence.Token, first, la
 	if err := s.Advance(ctx, tx, k, t, first, last); err != nil {
 		return err
 	}
-	if err := fn(ctx, tx); err != nil {
-		return err
+	p := pgtx.NewPipe(ctx, tx, "pgfence", nil, false)
+	if err := fn(ctx, p); err != nil {
+		return pgtx.Classify(err)
 	}
-	return commit(ctx, tx, k)
+	if err := p.Flush(ctx); err != nil { // fn's queued statements; a failure commits nothing
+		return pgtx.Classify(err)
+	}
+	return pgtx.Classify(commit(ctx, tx, k))
 }
 
 // AdvanceBatch is Advance pipelined with the caller's statements inside the caller's tx: the
@@ -330,7 +338,7 @@ func (s *Store) AdvanceBatch(ctx context.Context, tx pgx.Tx, k fence.Key, t fenc
 	tag, ferr := br.Exec()
 	cerr := br.Close() // reads the caller's results, running their callbacks
 	if ferr != nil {
-		return fmt.Errorf("pgfence: advance %s: %w", k, ferr)
+		return pgtx.Fence(fmt.Errorf("pgfence: advance %s: %w", k, ferr))
 	}
 	if tag.RowsAffected() == 1 {
 		return cerr
@@ -426,7 +434,7 @@ func (s *Store) Admit(ctx context.Context, tx pgx.Tx, scope, id string, t fence.
 	if err := fencecheck.ValidateAdmit(scope, id, t, seq); err != nil {
 		return 0, err
 	}
-	tag, err := tx.Exec(ctx, s.sqlAdmit, scope, id, t.Era, t.Epoch, seq)
+	tag, err := pgtx.Exec(ctx, tx, s.sqlAdmit, scope, id, t.Era, t.Epoch, seq) // its tag, in a pipelining tx too
 	if err != nil {
 		return 0, fmt.Errorf("pgfence: admit %s/%s: %w", scope, id, err)
 	}

@@ -79,8 +79,14 @@ var layers = []struct {
 	{what: "the operator application: the chaos harness, status, timeline, telemetry wiring, the baseline lock",
 		patterns: []string{"internal/operator/..."}, sdk: true},
 	{what: "the chaos harness's public face, for a user's own workload", patterns: []string{"consumer/chaos/..."}},
+	// The README's first program: an example (public packages only) that a command imports
+	// too ('baton bench' measures its handler), so it cannot live under examples/.
+	{what: "the README's first program", patterns: []string{readmeProgram}},
 	{what: "programs: commands (with their own internal packages) and examples", patterns: []string{"cmd/...", "examples/..."}, sdk: true},
 }
+
+// readmeProgram is the package of the README's first program.
+const readmeProgram = "internal/readme"
 
 // layer returns the index in layers of package r (relative to the module).
 func layer(r string) int {
@@ -116,7 +122,7 @@ func checkImport(r, ir string) string {
 	switch {
 	case isProgram(ir) && !ownInternal(r, ir):
 		return "nothing imports cmd/ or examples/ (but a command its own internal packages)"
-	case under(r, "examples") && (under(ir, "internal") || strings.Contains(ir, "/internal/")):
+	case (under(r, "examples") || r == readmeProgram) && (under(ir, "internal") || strings.Contains(ir, "/internal/")):
 		return "an example imports only public packages: a user copies it out of this module"
 	case slices.ContainsFunc(testPlumbing, func(d string) bool { return under(ir, d) && !under(r, d) }):
 		return "test plumbing is for _test.go files only"
@@ -191,6 +197,10 @@ func TestLayerRules(t *testing.T) {
 		{"internal/pgmigrate", "internal/operator/status", false},
 		{"fence", "internal/sqlident", false},
 		{"cmd/baton", "internal/operator/telemetry", true},
+		{"cmd/baton", "internal/readme", true},
+		{"internal/readme", "consumer", true},
+		{"internal/readme", "internal/lanes", false},
+		{"consumer", "internal/readme", false},
 		{"examples/twin", "outbox/outboxconsumer", true},
 		{"examples/saga", "consumer/chaos", true},
 		{"cmd/baton", "cmd/baton/internal/bench", true},

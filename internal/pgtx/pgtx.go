@@ -1,5 +1,7 @@
-// Package pgtx classifies how a PostgreSQL commit failed, for the write paths that commit a
-// fenced transaction of their own (fence/pgfence's Apply and fence/pgfence/pgbulk's Sink).
+// Package pgtx is what the write paths that run a fenced transaction of their own
+// (fence/pgfence's Apply and fence/pgfence/pgbulk's Sink) share: the transaction they hand the
+// handler, which pipelines its statements ([Pipe]), and the classification of a failed
+// commit ([Commit]).
 package pgtx
 
 import (

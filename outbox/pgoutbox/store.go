@@ -15,6 +15,7 @@ import (
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/internal/pgmigrate"
+	"github.com/batonhq/baton/internal/pgtx"
 	"github.com/batonhq/baton/outbox"
 	"github.com/batonhq/baton/outbox/internal/outboxsql"
 	"github.com/batonhq/baton/outbox/internal/outboxstore"
@@ -195,7 +196,7 @@ func (s *Store) Append(ctx context.Context, tx pgx.Tx, src fence.Key, tok fence.
 	if err != nil || args == nil {
 		return err
 	}
-	tag, err := tx.Exec(ctx, s.appendSQL, args...)
+	tag, err := pgtx.Exec(ctx, tx, s.appendSQL, args...) // its tag, in a pipelining tx too (pgfence's Apply)
 	if err != nil {
 		return fmt.Errorf("pgoutbox: append to %s: %w", src, err)
 	}

@@ -424,6 +424,30 @@ func CheckSQLite(ctx context.Context, path string, keys int, perKey int64) error
 	return nil
 }
 
+// CheckTwins is [Check] of the README's program in the SQLite file at path: every one of keys
+// keys (devices) in its twins table, with perKey updates and the last value, perKey, as its
+// reading. It sees fewer faults than the fold (a reordering that ends on the last value
+// passes), which the other designs' checks cover.
+func CheckTwins(ctx context.Context, path string, keys int, perKey int64) error {
+	db, err := sql.Open("sqlite", "file://"+path+"?mode=ro")
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	defer db.Close()
+	var rows, wrong int
+	var sample string
+	err = db.QueryRowContext(ctx, `SELECT count(*), count(*) FILTER (WHERE updates <> ?1 OR reading <> CAST(?1 AS TEXT)),
+		coalesce(min(format('%s: updates=%d reading=%s', device, updates, reading)) FILTER (WHERE updates <> ?1 OR reading <> CAST(?1 AS TEXT)), '')
+		FROM twins`, perKey).Scan(&rows, &wrong, &sample)
+	if err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	if rows != keys || wrong != 0 {
+		return fmt.Errorf("check: %d twins (want %d), %d wrong (want updates=%d, reading %d)%s", rows, keys, wrong, perKey, perKey, when(sample != "", "; e.g. "+sample))
+	}
+	return nil
+}
+
 // CheckFold is [Check] of folds read from elsewhere (Redis): folds maps each key ("k00000",
 // ...) to its n, total, first, last, bad; a key missing from it is missing from the fold.
 func CheckFold(keys int, perKey int64, folds map[string][]int64) error {

@@ -125,7 +125,7 @@ func Summarize(results []Result) []Row {
 				vsB = append(vsB, r.Report.Rate()/ref)
 			}
 			c := best(r.Round)
-			if strings.HasPrefix(name, "sqlite-") { // SQLite's designs against SQLite's ceiling
+			if i, _ := order(name); strings.HasPrefix(name, "sqlite-") || i >= 0 && All[i].SQLite { // SQLite's designs against SQLite's ceiling
 				c = rate[r.Round][SQLiteCeiling]
 			}
 			if strings.HasPrefix(name, "redis-") { // no ceiling of Redis's is measured
@@ -244,6 +244,12 @@ func WriteTargets(w io.Writer, rows []Row) {
 	rf, okRF := by["redis-fast"]
 	_, okRU := by["redis-unfenced"]
 	line("redis-fast / redis-unfenced (fenced vs unfenced, Redis; same-round ratio)", rf.VsUnfenced, okRF && okRU, 0.9, batchSize(rf)+noise(rf.VsUnfenced))
+	rd, okR := by["baton"]
+	unpiped, okS := by["baton-pg-sync"]
+	line("baton (the README's program) / baton-pg-sync (its handler shape on PostgreSQL, unpipelined; ratio of the median rates)", rd.Rate/unpiped.Rate, okR && okS, 3, "")
+	if pg, okP := by["baton-pg"]; okP && okS && unpiped.Rate > 0 {
+		fmt.Fprintf(w, "- baton-pg / baton-pg-sync (the per-record handler on PostgreSQL, pipelined vs not; ratio of the median rates): %s (no target)\n", ratio(pg.Rate/unpiped.Rate))
+	}
 	naive, okN := by["naive"]
 	line("baton-fast vs naive (one row per transaction)", 1/naive.VsBaton, okRef && okN, 10, "")
 	rl, okRL := by["redislock"]

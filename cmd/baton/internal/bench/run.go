@@ -37,11 +37,16 @@ type Info struct {
 	// Redis: the design folds into Redis hashes ([Job.RedisKey]) instead of PostgreSQL; the
 	// run checks them through Config.RedisFold.
 	Redis bool
+	// Twins: the design runs the README's program, which keeps each key's last value and
+	// count in its twins table (in the SQLite file) instead of the fold: [CheckTwins].
+	Twins bool
 }
 
 // All lists every design, in the order of the table. Baton's are served by cmd/baton.
 var All = []Info{
-	{Name: "baton", About: "Baton, fenced (pgfence), its default handler shape: one upsert statement per record in the batch's transaction"},
+	{Name: "baton", About: "the README's program (internal/readme): Baton, fenced, into SQLite (sqlitefence), its handler one upsert statement per record in the batch's transaction, into the twins table (last value and count per key)", SQLite: true, Twins: true},
+	{Name: "baton-pg", About: "the same handler shape on PostgreSQL: Baton, fenced (pgfence), one upsert statement per record, which the handler's transaction queues and sends in one round trip before the commit"},
+	{Name: "baton-pg-sync", About: "baton-pg without the pipelining: the store's Advance, then one upsert statement per record, each a round trip of its own, in a transaction the bench holds"},
 	{Name: "baton-fast", About: "Baton, fenced, the fast write path: pgbulk unnest upserts (1000 rows a statement, merged per key) sent in one batch with the fence statement (pgbulk.Sink over pgfence)"},
 	{Name: "baton-unfenced", About: "Baton's runtime over a sink that keeps no fence (begin, handler, commit), the same pgbulk handler: the fence's cost"},
 	{Name: "watermill", About: "watermill: Kafka subscriber -> SQL (PostgreSQL) pub/sub -> SQL subscriber applying each message in the transaction that consumes it (TxFromContext)", Slow: true, Peer: true},
@@ -356,6 +361,8 @@ func runOne(ctx context.Context, cfg Config, info Info, job Job, db *pgxpool.Poo
 	switch {
 	case info.ReadOnly:
 		return rep, nil
+	case info.Twins:
+		return rep, CheckTwins(ctx, job.SQLite, job.Keys, job.PerKey())
 	case info.SQLite:
 		return rep, CheckSQLite(ctx, job.SQLite, job.Keys, job.PerKey())
 	case info.Redis:
