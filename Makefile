@@ -12,7 +12,7 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test test-lane-a test-lane-b test-lane-c gotest-main gotest-chaos gotest-faults test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test test-lane-a test-lane-b test-lane-c gotest-main gotest-consumer gotest-chaos gotest-faults test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
@@ -21,14 +21,14 @@ demo:
 # mutants, the bench's smoke run (every design's fold checked), the KIP-848 run and the
 # outside-module check. It runs in three lanes at once, each against its own services
 # (deploy/local/lanes.sh): lane B the wait-bound chaos packages (which restart their broker and
-# database) and the mutants, lane C the database failover and network-fault runs and the KIP-848
-# run, lane A everything else.
+# database) and the mutants, lane C the database failover and network-fault runs, the consumer
+# package (wait-bound on its real broker) and the KIP-848 run, lane A everything else.
 test:
 	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b test-lane-c
 
 test-lane-a: lint gotest-main fuzz bench-smoke outside
 test-lane-b: gotest-chaos mutants-safety
-test-lane-c: gotest-faults test-kip848
+test-lane-c: gotest-faults gotest-consumer test-kip848
 
 # ci is an alias of test.
 ci: test
@@ -46,7 +46,7 @@ lint:
 
 # gotest is every test: gotest-chaos runs the wait-bound packages, gotest-main the rest.
 CHAOS_PKGS := ./internal/operator/chaos ./examples/saga
-gotest: gotest-main gotest-chaos gotest-faults
+gotest: gotest-main gotest-consumer gotest-chaos gotest-faults
 
 # FAULT_TESTS are the chaos package's runs that fail the database over or cut network links:
 # gotest-faults runs them (lane C), gotest-chaos the rest of the chaos packages (lane B).
@@ -62,9 +62,13 @@ gotest-faults:
 	@left="$$(ip netns list 2>/dev/null | grep '^bn' || true; ip -o link show 2>/dev/null | grep -o ' bn[^:@]*' || true)"; \
 	if [ -n "$$left" ]; then echo "left behind:"; echo "$$left"; exit 1; fi
 
+gotest-consumer:
+	@echo "== go test ./consumer ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
+	$(GO) test $(GOTESTFLAGS) ./consumer
+
 gotest-main:
-	@echo "== go test ./... but $(CHAOS_PKGS) ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
-	$(GO) test $(GOTESTFLAGS) $$($(GO) list ./... | grep -v -x -F $(foreach p,$(CHAOS_PKGS),-e github.com/batonhq/baton/$(patsubst ./%,%,$(p))))
+	@echo "== go test ./... but ./consumer and $(CHAOS_PKGS) ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
+	$(GO) test $(GOTESTFLAGS) $$($(GO) list ./... | grep -v -x -F -e github.com/batonhq/baton/consumer $(foreach p,$(CHAOS_PKGS),-e github.com/batonhq/baton/$(patsubst ./%,%,$(p))))
 	@echo "== go test fence/lease/k8slease (its own module: client-go stays out of Baton's graph)"
 	cd fence/lease/k8slease && $(GO) vet ./... && $(GO) test $(GOTESTFLAGS) ./...
 	@echo "== go test internal/deploytest (its own module: the Kubernetes and compose libraries stay out of Baton's graph)"

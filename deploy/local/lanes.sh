@@ -9,9 +9,6 @@
 # ports LANES_OFFSET (default 1000) above lane A's, lane C's twice that, their state under
 # $BATON_STATE_DIR/lane-b and lane-c. Their tests may restart their broker and database (the
 # chaos runs do); lane A never sees it. Their output is streamed with a "B| " or "C| " prefix.
-# Lane C starts only PostgreSQL, Kafka and Redis, without the secure services (its tests need no
-# more).
-#
 # lanes.sh down - stop lanes B's and C's services (a safety net after a failure; with-services.sh
 # stops them).
 set -euo pipefail
@@ -36,10 +33,6 @@ lane_env() {
   export ZOOKEEPER_PORT=$((${ZOOKEEPER_PORT:-12181} + o))
   # The chaos package's three-broker cluster (started by the tests that need it).
   export BATON_CHAOS_CLUSTER_PORT=$((${BATON_CHAOS_CLUSTER_PORT:-29092} + o))
-  if [[ $2 == c ]]; then
-    unset BATON_SECURE
-    export BATON_SERVICES="postgres kafka redis"
-  fi
 }
 
 if [[ "${1:-}" == down && $# -eq 1 ]]; then

@@ -25,8 +25,7 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# BATON_SERVICES names a subset (e.g. "postgres kafka redis") for a run that needs no more.
-read -r -a services <<<"${BATON_SERVICES:-postgres kafka redis etcd zookeeper}"
+services=(postgres kafka redis etcd zookeeper)
 if [[ -n "${BATON_SECURE:-}" ]]; then services+=(postgres-secure); fi
 for s in "${services[@]}"; do
   if ! "$HERE/$s.sh" status 2>/dev/null; then
