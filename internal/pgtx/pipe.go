@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -43,17 +44,18 @@ type Advance func(ctx context.Context, tx pgx.Tx, queue func(b *pgx.Batch) error
 // the statements of a transaction still run one at a time, in the order the calls took it.
 type Pipe struct {
 	pgx.Tx
-	mu      sync.Mutex
-	ctx     context.Context // Apply's: bounds the flushes of the calls that take no context
-	what    string
-	advance Advance // nil once the fence was sent, or with no fence
-	fuse    bool    // a SendBatch before the fence travels in the fence's batch (pgbulk)
-	direct  bool    // every Exec runs at once (a savepoint, the connection, the simple protocol)
-	queue   []*pgx.QueuedQuery
-	pos     []int // the position of each queued statement in the transaction
-	n       int   // statements the handler issued, the position of the next one is n+1
-	err     error // the first failure: every later call returns it
-	refusal error // the fence's verdict, if it refused
+	mu       sync.Mutex
+	flushing atomic.Bool     // a flush is under way: its batch's QueuedQuery callbacks may be running
+	ctx      context.Context // Apply's: bounds the flushes of the calls that take no context
+	what     string
+	advance  Advance // nil once the fence was sent, or with no fence
+	fuse     bool    // a SendBatch before the fence travels in the fence's batch (pgbulk)
+	direct   bool    // every Exec runs at once (a savepoint, the connection, the simple protocol)
+	queue    []*pgx.QueuedQuery
+	pos      []int // the position of each queued statement in the transaction
+	n        int   // statements the handler issued, the position of the next one is n+1
+	err      error // the first failure: every later call returns it
+	refusal  error // the fence's verdict, if it refused
 }
 
 // NewPipe returns the pipelining transaction over tx. ctx (Apply's) bounds the flushes of
@@ -121,6 +123,8 @@ func (p *Pipe) send(ctx context.Context, extra []*pgx.QueuedQuery, at int) error
 		pos = append(pos, at+i)
 	}
 	p.queue, p.pos = nil, nil
+	p.flushing.Store(true)
+	defer p.flushing.Store(false)
 	var err error
 	withFence := p.advance != nil
 	if adv := p.advance; adv != nil {
@@ -292,6 +296,9 @@ func Shorten(sql string) string {
 }
 
 func (p *Pipe) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if p.flushing.Load() {
+		return pgconn.CommandTag{}, p.busy()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
@@ -322,6 +329,9 @@ func isMode(a any) bool {
 }
 
 func (p *Pipe) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if p.flushing.Load() {
+		return errRows{p.busy()}, p.busy()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.send(ctx, nil, 0); err != nil {
@@ -332,6 +342,9 @@ func (p *Pipe) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, er
 }
 
 func (p *Pipe) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if p.flushing.Load() {
+		return errRow{p.busy()}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.send(ctx, nil, 0); err != nil {
@@ -345,6 +358,9 @@ func (p *Pipe) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 // three travel as one batch and b's results reach its QueuedQuery callbacks only: the
 // returned pgx.BatchResults reports the batch's first error from Close.
 func (p *Pipe) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if p.flushing.Load() {
+		return errResults{what: p.what, err: p.busy()}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.err != nil {
@@ -363,6 +379,9 @@ func (p *Pipe) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 }
 
 func (p *Pipe) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string, src pgx.CopyFromSource) (int64, error) {
+	if p.flushing.Load() {
+		return 0, p.busy()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.send(ctx, nil, 0); err != nil {
@@ -373,6 +392,9 @@ func (p *Pipe) CopyFrom(ctx context.Context, table pgx.Identifier, cols []string
 }
 
 func (p *Pipe) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if p.flushing.Load() {
+		return nil, p.busy()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.send(ctx, nil, 0); err != nil {
@@ -383,6 +405,9 @@ func (p *Pipe) Prepare(ctx context.Context, name, sql string) (*pgconn.Statement
 
 // Begin flushes, then begins a savepoint: from then on every statement runs at once.
 func (p *Pipe) Begin(ctx context.Context) (pgx.Tx, error) {
+	if p.flushing.Load() {
+		return nil, p.busy()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.direct = true
@@ -395,25 +420,51 @@ func (p *Pipe) Begin(ctx context.Context) (pgx.Tx, error) {
 // LargeObjects flushes with Apply's context, then returns the large objects: from then on
 // every statement runs at once.
 func (p *Pipe) LargeObjects() pgx.LargeObjects {
+	if p.flushing.Load() {
+		return p.Tx.LargeObjects() // inside a flush: as it is, nothing sent (the connection is busy)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.direct = true
-	_ = p.send(p.ctx, nil, 0) // a failure is sticky: the next call and Apply return it
+	if err := p.send(p.ctx, nil, 0); err != nil {
+		p.abort() // a failure is sticky: the next call and Apply return it
+	}
 	return p.Tx.LargeObjects()
 }
 
 // Conn flushes with Apply's context, then returns the connection: from then on every
 // statement runs at once, in the order the handler issues it on either.
 func (p *Pipe) Conn() *pgx.Conn {
+	if p.flushing.Load() {
+		return p.Tx.Conn() // inside a flush: as it is, nothing sent (the connection is busy)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.direct = true
-	_ = p.send(p.ctx, nil, 0) // a failure is sticky: the next call and Apply return it
+	if err := p.send(p.ctx, nil, 0); err != nil {
+		p.abort() // a failure is sticky: the next call and Apply return it
+	}
 	return p.Tx.Conn()
+}
+
+// busy is the error of a call made while a flush is under way: from a QueuedQuery callback of
+// the batch being sent, or from another goroutine (a transaction is not for concurrent use).
+func (p *Pipe) busy() error {
+	return fmt.Errorf("%s: the transaction is busy sending its queued statements (a call from a batch callback, or from another goroutine)", p.what)
+}
+
+// abort leaves the transaction failed after a failed flush (a refused fence leaves it usable:
+// the refusal was read in it), so a statement the handler then runs on the raw connection or
+// large objects fails too and nothing it does in the transaction succeeds.
+func (p *Pipe) abort() {
+	_, _ = p.Tx.Exec(p.ctx, `DO $$BEGIN RAISE EXCEPTION 'the transaction failed: its fence refused it or a statement failed'; END$$`)
 }
 
 // Commit flushes and commits only if every statement succeeded (and the fence admitted them).
 func (p *Pipe) Commit(ctx context.Context) error {
+	if p.flushing.Load() {
+		return p.busy()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.send(ctx, nil, 0); err != nil {
@@ -423,6 +474,9 @@ func (p *Pipe) Commit(ctx context.Context) error {
 }
 
 func (p *Pipe) Rollback(ctx context.Context) error {
+	if p.flushing.Load() {
+		return p.busy()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.queue, p.pos = nil, nil

@@ -30,7 +30,10 @@ import (
 //     set with QueuedQuery.Exec, Query or QueryRow; the returned pgx.BatchResults reports
 //     only the batch's first error, from Close (its Exec, Query and QueryRow fail with the
 //     error "pgbulk: the results of a batch pipelined with the fence reach QueuedQuery
-//     callbacks only").
+//     callbacks only"). The callbacks run as the results arrive, before the fence's verdict
+//     is read: a zombie's callbacks may see its statements succeed (they roll back). Act on
+//     them only inside the transaction; a callback that calls the transaction gets an error
+//     saying it is busy (Conn and LargeObjects return as they are, nothing sent).
 //   - the first Exec: the fence statement and the Exec's travel as one batch, at once, and
 //     Exec returns the fence's refusal or its statement's error, so a zombie's handler stops
 //     at its first write; the Execs after it are queued.
@@ -42,7 +45,10 @@ import (
 // fails before anything was sent, the fence is advanced alone so that its refusal is reported
 // over fn's error. A refused fence fails Apply with the store's error (*fence.StaleError,
 // fence.ErrDuplicate, fence.ErrInvalid), whatever fn did with it, and nothing fn wrote
-// commits. Every other method is the store's.
+// commits; after a refusal sent by Conn or LargeObjects, every statement fn runs on them fails.
+// One case reports a statement's error instead: a first batch whose statement PostgreSQL
+// cannot prepare fails before the fence statement runs, so Apply returns that statement's
+// error (nothing runs, nothing commits). Every other method is the store's.
 type Sink struct {
 	*pgfence.Store
 	db Beginner

@@ -239,6 +239,8 @@ var All = []Mutant{
 		Bug: "pgfence's advance is an unconditional upsert (its WHERE compares neither the token nor the position): a zombie's write commits", Safety: true},
 	{Name: "PipeRefusalDropped", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkStatementsAfterARefusedFenceNeverCommit"}, Want: `a statement queued after a refused fence committed`,
 		Bug: "pgbulk's pipelining transaction forgets the fence's refusal: what the handler queues after it is sent and commits, without the fence advance", Safety: true},
+	{Name: "PipeConnKeepsRefusedTransactionUsable", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkZombieHandlerStopsAtItsFirstWriteThroughConn"}, Want: `its write through Conn succeeded under a refused fence`,
+		Bug: "a refused fence sent by the pipelining transaction's Conn leaves the transaction usable: a zombie's statements on the raw connection succeed (they roll back) and its handler goes on to its side effects", Safety: true},
 	{Name: "PipeStatementsBeforeFence", Package: "fence/pgfence/pgbulk", Guards: []string{"TestSinkZombieQueuedStatementsCommitNothing"}, Want: `a zombie's queued write committed`,
 		Bug: "pgbulk's first flush sends the handler's queued statements ahead of the fence statement: they run before the fence row's lock, and the fence's result is read from the handler's first statement, so a zombie's writes commit", Safety: true},
 	{Name: "PipeQueueDroppedAtCommit", Package: "fence/pgfence", Guards: []string{"TestApplyQueuedStatementsCommit", "TestApplyQueuedStatementFailureCommitsNothing"}, Want: `the queued statements were not all committed|Apply = <nil>: want the failing statement's check violation`,
