@@ -80,7 +80,8 @@ type LatencyConfig struct {
 	Rates            []Rate
 	Warmup, Duration time.Duration // the window: from first commit + Warmup; production lasts Warmup + Duration + a second
 	// FetchMaxWaits are variants: every design also runs at the first rate with each of these
-	// kgo.FetchMaxWait (the main runs keep franz-go's default, 5s).
+	// kgo.FetchMaxWait (the main runs keep the design's default: Baton's consumer sets 100ms,
+	// kafka-read keeps franz-go's 5s).
 	FetchMaxWaits []time.Duration
 	Linger        time.Duration // the producer's kgo.ProducerLinger
 }
@@ -379,7 +380,7 @@ func WriteLatencyTable(w io.Writer, results []LatencyResult, cfg LatencyConfig, 
 	fmt.Fprintln(w, "| design | fetch max wait | rate asked | produced/s | steady records/s | p50 ms | p99 ms | max ms | commit p50 ms | commit p99 ms | records/tx | first commit s | RSS MiB | fold |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, r := range results {
-		wait := "5s (default)"
+		wait := "default"
 		if r.FetchMaxWait > 0 {
 			wait = r.FetchMaxWait.String()
 		}
@@ -442,8 +443,9 @@ A record's latency is the sum of:
 
 1. the producer's linger (` + "`-linger`" + `) and the broker appending the batch;
 2. the fetch: a consumer's fetch returns as soon as the broker holds any byte it asks for
-   (kgo.FetchMinBytes 1), so at a steady rate it waits about nothing; kgo.FetchMaxWait (5 s,
-   franz-go's default, which Baton keeps) only bounds a fetch when no record arrives at all. The
+   (kgo.FetchMinBytes 1), so at a steady rate it waits about nothing; kgo.FetchMaxWait ("default": 100 ms
+   in Baton's consumer, franz-go's 5 s in kafka-read) only bounds a fetch when no record arrives
+   at all. The
    rows with a lower fetch max wait show whether it matters here;
 3. decoding, and the consumer handing the partition's records to its worker: a worker
    coalesces what is queued for it into one batch of at most MaxInflightPerPartition (1000)
