@@ -93,7 +93,7 @@ func count(t *testing.T, table, name string) int64 {
 
 // checkFenced asserts what a fenced run must show: every invariant held and was put to the
 // test (the saga's seven over a run that took every path, the harness's with a frozen worker
-// taken over), and no frozen worker's write committed.
+// taken over), and no frozen worker's write committed but where its freeze did not bite.
 func checkFenced(t *testing.T, res *chaos.Result, table string) {
 	t.Helper()
 	if !res.Pass {
@@ -111,9 +111,23 @@ func checkFenced(t *testing.T, res *chaos.Result, table string) {
 	if saga != 7 {
 		t.Errorf("%d saga invariants judged, want 7", saga)
 	}
-	if n := count(t, table, "zombie writes committed"); n != 0 {
-		t.Errorf("%d zombie writes committed", n)
+	// A frozen worker's write commits legitimately when its freeze did not bite (no takeover
+	// while it was stopped: the fault is then not proven): at most one such write per
+	// unproven freeze. A write after a takeover is the invariant above.
+	if n, unproven := count(t, table, "zombie writes committed"), unprovenFreezes(table); n > unproven {
+		t.Errorf("%d zombie writes committed, %d freezes unproven", n, unproven)
 	}
+}
+
+// unprovenFreezes is how many freeze faults the verdict table counts injected but not proven.
+func unprovenFreezes(table string) int64 {
+	m := regexp.MustCompile(`(?m)^faults: freeze\s+(\d+) injected, (\d+) proven`).FindStringSubmatch(table)
+	if m == nil {
+		return 0
+	}
+	injected, _ := strconv.ParseInt(m[1], 10, 64)
+	proven, _ := strconv.ParseInt(m[2], 10, 64)
+	return injected - proven
 }
 
 // TestSagaEmbedded is the saga under chaos as CI runs it on every commit: an embedded broker
