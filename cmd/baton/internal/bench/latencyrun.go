@@ -15,7 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -135,19 +134,11 @@ func RunLatency(ctx context.Context, cfg LatencyConfig) ([]LatencyResult, error)
 	stamp := time.Now().UTC().Format("20060102t150405")
 	load0 := LoadAvg()
 	schema := "baton_bench_" + stamp
-	admin, err := pgxpool.New(ctx, cfg.Postgres)
+	dropSchema, err := createSchema(ctx, cfg.Postgres, schema, out)
 	if err != nil {
 		return nil, err
 	}
-	defer admin.Close()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("create schema: %w", err)
-	}
-	defer func() {
-		if _, err := admin.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			fmt.Fprintf(out, "drop schema %s: %v\n", schema, err)
-		}
-	}()
+	defer dropSchema()
 	base := Job{Brokers: cfg.Brokers, Partitions: cfg.Partitions, Postgres: cfg.Postgres, Schema: schema,
 		Redis: cfg.Redis, Keys: cfg.Keys, Profile: cfg.Profile, FetchSettings: cfg.Fetch}
 	db, err := base.Pool(ctx, 2)

@@ -123,19 +123,11 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	load0 := LoadAvg()
 
 	schema := "baton_bench_" + stamp
-	admin, err := pgxpool.New(ctx, cfg.Postgres)
+	dropSchema, err := createSchema(ctx, cfg.Postgres, schema, out)
 	if err != nil {
 		return nil, err
 	}
-	defer admin.Close()
-	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("create schema: %w", err)
-	}
-	defer func() {
-		if _, err := admin.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			fmt.Fprintf(out, "drop schema %s: %v\n", schema, err)
-		}
-	}()
+	defer dropSchema()
 	job := Job{Brokers: cfg.Brokers, Partitions: cfg.Partitions, Postgres: cfg.Postgres, Schema: schema,
 		Redis: cfg.Redis, Keys: cfg.Keys, Timeout: cfg.Timeout, Profile: cfg.Profile, FetchSettings: cfg.Fetch}
 	db, err := job.Pool(ctx, 2)
@@ -446,4 +438,23 @@ func awaitTopic(ctx context.Context, adm *kadm.Client, topic string, partitions 
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// createSchema creates the run's schema on the database at url and returns the function that
+// drops it (a failure to drop is reported on out).
+func createSchema(ctx context.Context, url, schema string, out io.Writer) (func(), error) {
+	admin, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
+		admin.Close()
+		return nil, fmt.Errorf("create schema: %w", err)
+	}
+	return func() {
+		defer admin.Close()
+		if _, err := admin.Exec(context.WithoutCancel(ctx), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			fmt.Fprintf(out, "drop schema %s: %v\n", schema, err)
+		}
+	}, nil
 }
