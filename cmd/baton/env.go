@@ -12,11 +12,12 @@ import (
 // The environment every Baton program reads (the baton command, the twin example's member and
 // migration, deploy/local's env.sh, deploy/compose and deploy/k8s): one name per setting.
 const (
-	envBrokers   = "BATON_KAFKA_BROKERS" // Kafka seed brokers, comma separated
-	envPostgres  = "BATON_POSTGRES_URL"  // the PostgreSQL URL (the fence store)
-	envGroup     = "BATON_GROUP"         // the consumer group
-	envLogFormat = "BATON_LOG_FORMAT"    // text or json
-	envLogLevel  = "BATON_LOG_LEVEL"     // debug, info, warn or error
+	envBrokers   = "BATON_KAFKA_BROKERS"       // Kafka seed brokers, comma separated
+	envPostgres  = "BATON_POSTGRES_URL"        // the PostgreSQL URL (the fence store)
+	envShards    = "BATON_POSTGRES_SHARD_URLS" // a sharded sink's databases, NAME=URL or URL, comma separated, home first
+	envGroup     = "BATON_GROUP"               // the consumer group
+	envLogFormat = "BATON_LOG_FORMAT"          // text or json
+	envLogLevel  = "BATON_LOG_LEVEL"           // debug, info, warn or error
 )
 
 // renamedEnv names, for each variable an earlier release read, what replaces it. A program
