@@ -70,14 +70,33 @@ func runTest(t *testing.T, args ...string) (*chaos.Result, string, string) {
 	defer cancel()
 	var out bytes.Buffer
 	s := &Saga{StepTimeout: 4 * time.Second}
+	report := t.TempDir()
+	t.Cleanup(func() { logWorkers(t, report) })
 	args = append([]string{"-brokers=", "-postgres=", "-worker-binary", binary(t), "-rate=20", "-workers=3", "-partitions=4",
-		"-session-timeout=2s", "-settle=90s", "-seed=7"}, args...)
+		"-session-timeout=2s", "-settle=90s", "-seed=7", "-report", report}, args...)
 	res, err := chaos.Run(ctx, s, args, &out)
 	t.Logf("output:\n%s\n%s", out.String(), s.Story())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return res, out.String(), s.Story()
+}
+
+// logWorkers writes the end of each worker's log into the test's output when the test failed,
+// so that a run which broke or stalled in CI says what its workers were doing.
+func logWorkers(t *testing.T, dir string) {
+	if !t.Failed() {
+		return
+	}
+	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	for _, l := range logs {
+		b, err := os.ReadFile(l)
+		if err != nil {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		t.Logf("%s (last %d of %d lines):\n%s", filepath.Base(l), min(len(lines), 60), len(lines), strings.Join(lines[max(0, len(lines)-60):], "\n"))
+	}
 }
 
 // count reads a count from the verdict table's line that starts with name.
