@@ -87,6 +87,16 @@ func (o ShardOutage) String() string {
 		o.Others, o.Down.Seconds(), o.OthersGap.Seconds(), o.OthersGapPart)
 }
 
+// Verdict is the outage's line in the verdict table.
+func (o ShardOutage) Verdict() string {
+	s := "isolated"
+	if !o.Isolated() {
+		s = "NOT isolated"
+	}
+	return fmt.Sprintf("%s: other shards applied %d records during %.1f s of outage (longest pause of one of their partitions %.1f s); %d records of its %d partitions pending, applied %.1f s after its restart began",
+		s, o.Others, o.Down.Seconds(), o.OthersGap.Seconds(), o.Pending, len(o.Partitions), o.CaughtUp.Seconds())
+}
+
 // shardName names the shard at position i of Config.ShardURLs.
 func shardName(i int) string { return "shard-" + strconv.Itoa(i+1) }
 
