@@ -32,7 +32,8 @@ func shardURLs(t *testing.T, n int) []string {
 
 // TestChaosShardOutage runs Baton's workers over a sharded sink of three PostgreSQL clusters
 // (deploy/local/postgres-shards.sh) while each non-home shard's database is stopped for a while
-// and restarted, and a worker is frozen past its session timeout. Nothing may be lost or
+// and restarted, a worker is frozen past its session timeout, and the group is deleted (every
+// partition's epoch regresses, recovered in its shard). Nothing may be lost or
 // applied twice, no zombie write may commit, each outage must be proven (the shard refused
 // connections, records of its partitions were pending, it came back and caught up) and the
 // other shards' partitions must have applied records during it.
@@ -69,7 +70,7 @@ func TestChaosShardOutage(t *testing.T) {
 	cfg := chaos.Config{
 		Mode: chaos.Fenced, Workers: 3, Partitions: 12, LogDir: logDir,
 		Workload: chaos.Workload{Keys: 120, PerKey: 20}, Rate: 600,
-		Faults:  []chaos.FaultKind{chaos.FaultShardOutage, chaos.FaultFreeze, chaos.FaultShardOutage},
+		Faults:  []chaos.FaultKind{chaos.FaultShardOutage, chaos.FaultFreeze, chaos.FaultShardOutage, chaos.FaultGroupDelete},
 		Seed:    42,
 		Brokers: brokers, PostgresURL: url + sep + "search_path=" + schema, ShardURLs: urls,
 		Binary: binary(t), DeployDir: deploy, Progress: &progress, Settle: 90 * time.Second,
@@ -91,10 +92,13 @@ func TestChaosShardOutage(t *testing.T) {
 	if v.Lost != 0 || v.Duplicated != 0 || v.Applied != v.Expected || v.Expected == 0 {
 		t.Errorf("%d records lost, %d duplicated, %d applied of %d", v.Lost, v.Duplicated, v.Applied, v.Expected)
 	}
-	zombies := 0
+	zombies, deletes := 0, 0
 	for _, f := range res.Faults {
 		if f.Kind == chaos.FaultFreeze && f.Bit {
 			zombies++
+		}
+		if f.Kind == chaos.FaultGroupDelete && f.Bit {
+			deletes++
 		}
 		if !f.Bit {
 			t.Errorf("fault %s on %s was not proven: %s", f.Kind, f.Target, f.Detail)
@@ -105,6 +109,11 @@ func TestChaosShardOutage(t *testing.T) {
 	}
 	if v.ZombieRefused+v.ZombieAborted < int64(zombies) || v.ZombieCommitted != 0 {
 		t.Errorf("%d zombies made: %d of their writes refused, %d aborted, %d committed", zombies, v.ZombieRefused, v.ZombieAborted, v.ZombieCommitted)
+	}
+	// The group's deletion regresses every partition's epoch: each shard records its era
+	// advances, which the harness copies for the checker.
+	if deletes == 0 || v.Recoveries == 0 {
+		t.Errorf("group deleted %d times, %d era advances recorded in the shards (want both > 0)", deletes, v.Recoveries)
 	}
 	if len(res.ShardOutages) != 2 {
 		t.Fatalf("%d shard outages measured, want 2", len(res.ShardOutages))

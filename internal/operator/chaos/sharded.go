@@ -220,7 +220,9 @@ func (h *harness) closeShards() {
 	if h.shards == nil {
 		return
 	}
-	h.shards.stopLive()
+	if h.shards.stopLive != nil {
+		h.shards.stopLive()
+	}
 	for _, p := range h.shards.pools {
 		p.Close()
 	}
@@ -324,7 +326,7 @@ func (h *harness) mirrorShards(ctx context.Context) error {
 	if err := h.db.Exec(ctx, `DELETE FROM chaos_applied`); err != nil {
 		return err
 	}
-	var batches, keys int
+	var batches, keys, recoveries int
 	for i, p := range s.pools {
 		rows, err := p.Query(ctx, `SELECT `+appliedCols+` FROM chaos_applied ORDER BY id`)
 		if err != nil {
@@ -362,9 +364,48 @@ func (h *harness) mirrorShards(ctx context.Context) error {
 			}
 		}
 		keys += len(states)
+		n, err := h.copyRecoveries(ctx, p)
+		if err != nil {
+			h.progress("%s's recorded era advances not copied for the check: %v", shardName(i), err)
+		}
+		recoveries += n
 	}
-	h.progress("copied the %d shards' states (%d keys) and applied logs (%d batches) for the check", len(s.pools), keys, batches)
+	h.progress("copied the %d shards' states (%d keys), applied logs (%d batches) and recorded era advances (%d) for the check", len(s.pools), keys, batches, recoveries)
 	return nil
+}
+
+// copyRecoveries copies the era advances recorded in a shard's fence store (its default
+// table) into the run's database's, which the checker counts.
+func (h *harness) copyRecoveries(ctx context.Context, p *pgxpool.Pool) (int, error) {
+	rows, err := p.Query(ctx, `SELECT group_id, topic, partition, from_era, from_epoch, to_era, to_epoch, reason FROM baton_fences_recoveries ORDER BY seq`)
+	if err != nil {
+		return 0, err
+	}
+	type rec struct {
+		group, topic, reason            string
+		part                            int32
+		fromEra, fromEpoch, toEra, toEp int64
+	}
+	var recs []rec
+	for rows.Next() {
+		var r rec
+		if err := rows.Scan(&r.group, &r.topic, &r.part, &r.fromEra, &r.fromEpoch, &r.toEra, &r.toEp, &r.reason); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		recs = append(recs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	for i, r := range recs {
+		if err := h.db.Exec(ctx, `INSERT INTO baton_fences_recoveries (group_id, topic, partition, from_era, from_epoch, to_era, to_epoch, reason) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			r.group, r.topic, r.part, r.fromEra, r.fromEpoch, r.toEra, r.toEp, r.reason); err != nil {
+			return i, err
+		}
+	}
+	return len(recs), nil
 }
 
 // keyRow is one row of a shard's chaos_state.
