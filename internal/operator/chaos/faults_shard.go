@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -45,6 +47,10 @@ func (h *harness) shardOutage(ctx context.Context, f *Fault) {
 		h.progress("shard-outage: every partition applying after %.1fs; stopping %s", time.Since(waited).Seconds(), o.Shard)
 	}
 	n := strconv.Itoa(i + 1)
+	if err := h.sameCluster(ctx, i); err != nil {
+		f.Detail = err.Error() + ": not stopped"
+		return
+	}
 	if ok, msg := h.script(ctx, "postgres-shards.sh", "stop", n); !ok {
 		f.Detail = msg
 		return
@@ -129,6 +135,29 @@ func (h *harness) shardOutage(ctx context.Context, f *Fault) {
 		}
 	}
 	o.Others, o.OthersGap, o.OthersGapPart = h.othersDuring(ctx, i, down, up)
+}
+
+// sameCluster checks that shard i's URL names the server of postgres-shards.sh's cluster i+1
+// (as the script's environment places it), so the fault never stops another database.
+func (h *harness) sameCluster(ctx context.Context, i int) error {
+	ok, line := h.script(ctx, "postgres-shards.sh", "env")
+	if !ok {
+		return fmt.Errorf("postgres-shards.sh env: %s", line)
+	}
+	_, list, _ := strings.Cut(line, "=")
+	urls := strings.Split(strings.Trim(list, "'"), ",")
+	if i >= len(urls) {
+		return fmt.Errorf("postgres-shards.sh has %d clusters, %s is the %dth shard", len(urls), shardName(i), i+1)
+	}
+	script, err1 := pgx.ParseConfig(urls[i])
+	ours, err2 := pgx.ParseConfig(h.shards.urls[i])
+	if err := errors.Join(err1, err2); err != nil {
+		return err
+	}
+	if script.Host != ours.Host || script.Port != ours.Port {
+		return fmt.Errorf("%s is at %s:%d, postgres-shards.sh's cluster %d at %s:%d", shardName(i), ours.Host, ours.Port, i+1, script.Host, script.Port)
+	}
+	return nil
 }
 
 // shardUp reports whether shard i accepts a connection (a fresh one, not the pool's).

@@ -47,7 +47,9 @@ import (
 // It is measured: the records the other shards' partitions applied during the outage, over
 // what time, and their longest pause; the fault isolates only if they applied some
 // ([ShardOutage]). The home shard is never stopped: it holds the placement and the topics'
-// identities, which every claim reads (DESIGN.md, "Sharded sinks").
+// identities, which every claim reads (DESIGN.md, "Sharded sinks"). Nor is a cluster whose
+// server is not the shard's URL's (as postgres-shards.sh env places it, with ScriptEnv): the
+// fault is then not proven.
 const FaultShardOutage FaultKind = "shard-outage"
 
 // ShardFaults lists the kinds that need a sharded sink (Config.ShardURLs): they are in

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +70,31 @@ func TestShardOutageIsolated(t *testing.T) {
 		if o.Isolated() || !strings.HasPrefix(o.Verdict(), "NOT isolated") {
 			t.Errorf("%s: isolated %v, verdict %q", name, o.Isolated(), o.Verdict())
 		}
+	}
+}
+
+// TestShardOutageChecksTheCluster: shard-outage stops a shard only if its URL names the server
+// of deploy/local's cluster at its position (postgres-shards.sh env, which starts nothing).
+func TestShardOutageChecksTheCluster(t *testing.T) {
+	deploy, err := filepath.Abs("../../../deploy/local")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{cfg: Config{DeployDir: deploy, ScriptEnv: []string{"PG_SHARD_PORT=47441", "PG_SHARDS=3", "PG_HOST=127.0.0.1"}},
+		shards: &shardRun{urls: []string{
+			"postgres://u:p@127.0.0.1:47441/db?search_path=s",
+			"postgres://u:p@127.0.0.1:47442/db?search_path=s",
+			"postgres://u:p@127.0.0.1:15442/db?search_path=s", // not the script's third cluster
+			"postgres://u:p@127.0.0.1:47444/db?search_path=s", // beyond its three
+		}}}
+	ctx := t.Context()
+	if err := h.sameCluster(ctx, 1); err != nil {
+		t.Errorf("shard-2 on the script's cluster 2: %v", err)
+	}
+	if err := h.sameCluster(ctx, 2); err == nil || !strings.Contains(err.Error(), "127.0.0.1:47443") {
+		t.Errorf("shard-3 on another server: %v, want an error naming the script's cluster", err)
+	}
+	if err := h.sameCluster(ctx, 3); err == nil || !strings.Contains(err.Error(), "3 clusters") {
+		t.Errorf("shard-4 beyond the script's clusters: %v, want an error", err)
 	}
 }
