@@ -21,8 +21,9 @@ demo:
 # mutants, the bench's smoke run (every design's fold checked), the KIP-848 run and the
 # outside-module check. It runs in three lanes at once, each against its own services
 # (deploy/local/lanes.sh): lane B the wait-bound chaos packages (which restart their broker and
-# database) and the mutants, lane C the database failover and network-fault runs, the consumer
-# package (wait-bound on its real broker) and the KIP-848 run, lane A everything else.
+# database) and the mutants, lane C the database failover, network-fault and shard-outage runs
+# (with three shard clusters), the consumer package (wait-bound on its real broker) and the
+# KIP-848 run, lane A everything else.
 test:
 	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b test-lane-c
 
@@ -48,9 +49,10 @@ lint:
 CHAOS_PKGS := ./internal/operator/chaos ./examples/saga
 gotest: gotest-main gotest-consumer gotest-chaos gotest-faults
 
-# FAULT_TESTS are the chaos package's runs that fail the database over or cut network links:
-# gotest-faults runs them (lane C), gotest-chaos the rest of the chaos packages (lane B).
-FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*)$$
+# FAULT_TESTS are the chaos package's runs that fail the database over, cut network links or
+# stop a shard's database: gotest-faults runs them (lane C), gotest-chaos the rest of the chaos
+# packages (lane B).
+FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*|TestChaosShardOutage)$$
 gotest-chaos:
 	@echo "== go test $(CHAOS_PKGS) but the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
 	$(GO) test $(GOTESTFLAGS) -skip '$(FAULT_TESTS)' $(CHAOS_PKGS)

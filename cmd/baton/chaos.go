@@ -24,6 +24,7 @@ invariant is violated.
 		cfg                      chaos.Config
 		mode, faults, brokers    string
 		pgURL, report, deployDir string
+		shards                   string
 		keys, perKey             int
 		partitions               int
 	)
@@ -34,7 +35,7 @@ invariant is violated.
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
-	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject; the network kinds, which need root, are named one by one): "+kinds())
+	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject; the network kinds, which need root, and shard-outage, which needs -shards, are named one by one): "+kinds())
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
 	fs.DurationVar(&cfg.For, "for", 0, "stop injecting faults after this long (0: no bound), then settle and check")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")
@@ -42,6 +43,7 @@ invariant is violated.
 	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", 3*time.Second, "workers' Kafka session timeout")
 	fs.StringVar(&brokers, "brokers", os.Getenv("BATON_KAFKA_BROKERS"), "Kafka seed brokers (default $BATON_KAFKA_BROKERS)")
 	fs.StringVar(&pgURL, "postgres", os.Getenv("BATON_POSTGRES_URL"), "PostgreSQL URL (default $BATON_POSTGRES_URL)")
+	fs.StringVar(&shards, "shards", "", "fenced mode: PostgreSQL databases of a sharded sink the workers write through (fence/shard), NAME=URL or URL, comma-separated, home first; -postgres then keeps the run's logs. shard-outage stops and restarts deploy/local/postgres-shards.sh's cluster of each non-home position (default $"+envShards+")")
 	fs.StringVar(&cfg.RedisAddr, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address for -mode lock (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&deployDir, "deploy", "deploy/local", "directory of kafka.sh and postgres.sh, for restart faults")
 	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict, the timeline and the workers' logs")
@@ -66,6 +68,16 @@ invariant is violated.
 		return usageError{err: errors.New("-mode lock needs -redis (or BATON_REDIS_ADDR)")}
 	}
 	cfg.Brokers = strings.Split(brokers, ",")
+	named, err := shardURLs() // not the flag's default: help would print the URLs' passwords
+	if shards != "" {
+		named, err = parseShardURLs(shards)
+	}
+	if err != nil {
+		return usageError{err: err}
+	}
+	for _, n := range named {
+		cfg.ShardURLs = append(cfg.ShardURLs, n.URL) // named shard-1, shard-2, ... in the run, by position
+	}
 	if cfg.DeployDir, err = filepath.Abs(deployDir); err != nil {
 		return err
 	}
@@ -96,7 +108,7 @@ invariant is violated.
 
 func kinds() string {
 	var s []string
-	for _, k := range slices.Concat(chaos.EveryFault, chaos.NetFaults) {
+	for _, k := range slices.Concat(chaos.EveryFault, chaos.NetFaults, chaos.ShardFaults) {
 		s = append(s, string(k))
 	}
 	return strings.Join(s, ",")

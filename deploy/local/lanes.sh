@@ -8,7 +8,9 @@
 # other lane gets a set of its own, started and stopped by a with-services.sh of its own: lane B's
 # ports LANES_OFFSET (default 1000) above lane A's, lane C's twice that, their state under
 # $BATON_STATE_DIR/lane-b and lane-c. Their tests may restart their broker and database (the
-# chaos runs do); lane A never sees it. Their output is streamed with a "B| " or "C| " prefix.
+# chaos runs do); lane A never sees it. Lane C also gets three PostgreSQL shard clusters
+# (BATON_PG_SHARDS=3, postgres-shards.sh) for the chaos run with a shard outage. Their output
+# is streamed with a "B| " or "C| " prefix.
 # lanes.sh down - stop lanes B's and C's services (a safety net after a failure; with-services.sh
 # stops them).
 set -euo pipefail
@@ -31,6 +33,8 @@ lane_env() {
   export ETCD_PORT=$((${ETCD_PORT:-12379} + o))
   export ETCD_PEER_PORT=$((${ETCD_PEER_PORT:-12380} + o))
   export ZOOKEEPER_PORT=$((${ZOOKEEPER_PORT:-12181} + o))
+  export PG_SHARD_PORT=$((${PG_SHARD_PORT:-15441} + o))
+  if [[ "$2" == c ]]; then export BATON_PG_SHARDS=3; fi # the shard-outage chaos run's clusters
   # The chaos package's three-broker cluster (started by the tests that need it).
   export BATON_CHAOS_CLUSTER_PORT=$((${BATON_CHAOS_CLUSTER_PORT:-29092} + o))
 }

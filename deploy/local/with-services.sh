@@ -7,6 +7,9 @@
 # CMD ends, also on failure or interrupt. Exits with CMD's status. With BATON_DRY_RUN=1 it only says what it would
 # install and run.
 #
+# BATON_PG_SHARDS=N adds N PostgreSQL shard clusters (postgres-shards.sh) and exports their
+# BATON_POSTGRES_SHARD_URLS.
+#
 # BATON_SECURE=1 adds the secure services (secure tests, internal/testkit/testenv): the broker gets its
 # SASL_SSL listener with the ACL authorizer (kafka.sh), and a TLS-only PostgreSQL with a
 # migration and a runtime role runs next to the plaintext one (postgres-secure.sh); their
@@ -27,6 +30,7 @@ trap 'exit 130' INT TERM
 
 services=(postgres kafka redis etcd zookeeper)
 if [[ -n "${BATON_SECURE:-}" ]]; then services+=(postgres-secure); fi
+if [[ -n "${BATON_PG_SHARDS:-}" ]]; then services+=(postgres-shards); fi
 for s in "${services[@]}"; do
   if ! "$HERE/$s.sh" status 2>/dev/null; then
     started+=("$s")

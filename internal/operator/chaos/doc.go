@@ -30,6 +30,14 @@
 // records and what Kafka holds; its violations fail the run ([AuditVerdict]). A baseline records
 // no fences, so there it sees only Kafka's side: offsets committed on partitions no fence claims.
 //
+// With Config.ShardURLs the built-in workload's fenced workers write through a sharded sink
+// (fence/shard) over several PostgreSQL databases, home first: each batch commits in its
+// partition's shard, the run's logs stay in the run's database, and the checker judges the
+// shards' states and applied logs, copied out whole after the run (sharded.go). Its fault,
+// shard-outage, stops one non-home shard's database for a while and restarts it: proven by a
+// refused connection, records of the shard's partitions pending and then applied; measured by
+// what the other shards' partitions applied during the outage ([ShardOutage]).
+//
 // The built-in workload writes through a deliberately naive read-modify-write (read a key's
 // state, compute, write it back): the access pattern that locks are usually asked to protect.
 //

@@ -87,7 +87,7 @@ func ParseFaults(s string) ([]FaultKind, error) {
 		for _, a := range EveryFault {
 			ok = ok || a == k
 		}
-		ok = ok || slices.Contains(FailoverFaults, k) || slices.Contains(NetFaults, k)
+		ok = ok || slices.Contains(FailoverFaults, k) || slices.Contains(NetFaults, k) || slices.Contains(ShardFaults, k)
 		if !ok {
 			return nil, fmt.Errorf("chaos: unknown fault %q", f)
 		}
@@ -169,6 +169,11 @@ type Config struct {
 	// (redis_sink.go). RedisRestart kills and restarts that server, for FaultRedisRestart.
 	RedisSink    string
 	RedisRestart func(context.Context) error
+
+	// ShardURLs, if set, are PostgreSQL databases, home first, that the built-in workload's
+	// fenced workers write through as one sharded sink (fence/shard); PostgresURL then keeps
+	// only the run's logs (sharded.go).
+	ShardURLs []string
 }
 
 // Result is a chaos run's outcome.
@@ -181,6 +186,8 @@ type Result struct {
 	Settled  bool          // everything produced was applied within the Settle bound
 	SettleIn time.Duration // how long applying the backlog took after the last fault
 	Audit    *AuditVerdict // the auditor's findings, with Config.Audit (nil without)
+	// ShardOutages are the shard-outage faults' proofs and measurements, in order.
+	ShardOutages []ShardOutage
 }
 
 // Fault is one injected fault, as logged.
@@ -227,6 +234,7 @@ type harness struct {
 	workers sync.WaitGroup
 	primed  bool      // the coordinator's log was filled (LoadFiller)
 	net     *netLayer // the workers' network namespaces, for the network faults (faults_net.go)
+	shards  *shardRun // the sharded sink, with Config.ShardURLs (sharded.go)
 }
 
 func (c *Config) defaults() error {
@@ -292,6 +300,9 @@ func (c *Config) defaults() error {
 		}
 	}
 	if err := c.redisDefaults(); err != nil {
+		return err
+	}
+	if err := c.shardDefaults(); err != nil {
 		return err
 	}
 	if c.App != nil && c.Mode == Lock {
@@ -362,7 +373,16 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 		return nil, err
 	}
 	defer h.closeNet()
-	return h.runApp(ctx, cl)
+	if err := h.openShards(ctx); err != nil {
+		h.closeShards()
+		return nil, err
+	}
+	defer h.closeShards()
+	res, err := h.runApp(ctx, cl)
+	if res != nil && h.shards != nil {
+		res.ShardOutages = h.shards.outages
+	}
+	return res, err
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -396,6 +416,9 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 		ID: id, Mode: h.cfg.Mode, Brokers: h.cfg.Brokers, Group: h.cfg.Group, Topic: h.cfg.Topic,
 		SessionTimeout: h.cfg.SessionTimeout, PostgresURL: h.cfg.PostgresURL, SQLitePath: h.cfg.SQLitePath,
 		RedisAddr: h.cfg.RedisAddr, RedisSink: h.cfg.RedisSink, InstanceID: instance,
+	}
+	if h.shards != nil {
+		args.ShardURLs = h.shards.urls
 	}
 	if h.builtin != nil {
 		args.CommandEvery = h.builtin.w.CommandEvery
@@ -585,6 +608,8 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		h.redisRestart(ctx, f)
 	case FaultDBFailover:
 		h.dbFailover(ctx, f)
+	case FaultShardOutage:
+		h.shardOutage(ctx, f)
 	case FaultNetBrokerCut, FaultNetDBCut, FaultNetFlaky, FaultNetHealMidTx:
 		h.injectNet(ctx, f)
 	case FaultDBRestart:

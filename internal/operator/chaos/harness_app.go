@@ -91,6 +91,9 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	if err := h.mirrorRedis(context.WithoutCancel(ctx)); err != nil {
 		return res, err
 	}
+	if err := h.mirrorShards(context.WithoutCancel(ctx)); err != nil {
+		return res, err
+	}
 	res.Verdict, err = CheckApp(context.WithoutCancel(ctx), env, app)
 	res.Finished = time.Now()
 	return res, err

@@ -37,6 +37,9 @@ func WriteVerdict(w io.Writer, r *Result) {
 	for _, k := range kinds {
 		fmt.Fprintf(tw, "faults: %s\t%d injected, %d proven\n", k, counts[FaultKind(k)], bit[FaultKind(k)])
 	}
+	for _, o := range r.ShardOutages {
+		fmt.Fprintf(tw, "shard outage: %s\t%s\n", o.Shard, o.Verdict())
+	}
 	if r.Config.App == nil {
 		fmt.Fprintf(tw, "records produced\t%d\n", v.Expected)
 		fmt.Fprintf(tw, "records applied\t%d\n", v.Applied)

@@ -41,12 +41,13 @@ type workerArgs struct {
 	SessionTimeout time.Duration
 	PostgresURL    string // exactly one of PostgresURL and SQLitePath
 	SQLitePath     string
-	RedisAddr      string // lock mode
-	RedisSink      string // the built-in workload, fenced, written to this Redis (redis_sink.go)
-	CommandEvery   int    // the built-in workload, fenced: a command through the outbox every this many records (0: none)
-	App            string // the application the worker runs ("" for the built-in workload)
-	InstanceID     string // static membership: the worker's group.instance.id ("" for a dynamic member)
-	CommandTopics  int    // the built-in workload: destination topics its commands are routed to (1 or 2)
+	RedisAddr      string   // lock mode
+	RedisSink      string   // the built-in workload, fenced, written to this Redis (redis_sink.go)
+	CommandEvery   int      // the built-in workload, fenced: a command through the outbox every this many records (0: none)
+	App            string   // the application the worker runs ("" for the built-in workload)
+	InstanceID     string   // static membership: the worker's group.instance.id ("" for a dynamic member)
+	CommandTopics  int      // the built-in workload: destination topics its commands are routed to (1 or 2)
+	ShardURLs      []string // the built-in workload, fenced, written through a sharded sink over these databases, home first (sharded.go)
 }
 
 // flags defines the worker's flags on fs, parsed into a.
@@ -71,6 +72,10 @@ func (a *workerArgs) flags(fs *flag.FlagSet) {
 	fs.IntVar(&a.CommandEvery, "command-every", 0, "send a command for every record whose sequence is a multiple of this")
 	fs.StringVar(&a.App, "app", "", "the application to run (one given to RunWorker; empty for the built-in workload)")
 	fs.StringVar(&a.InstanceID, "instance-id", "", "static group membership: the group.instance.id (empty: a dynamic member)")
+	fs.Func("shard", "the built-in workload, fenced: a PostgreSQL database of the sharded sink it writes through (repeated, home first); -postgres keeps the run's logs", func(s string) error {
+		a.ShardURLs = append(a.ShardURLs, s)
+		return nil
+	})
 	fs.IntVar(&a.CommandTopics, "command-topics", 0, "the built-in workload: route commands to 2 destination topics (0 or 1: one), read by one receiver with one inbox")
 }
 
@@ -101,6 +106,9 @@ func (a workerArgs) argv() []string {
 	}
 	if a.CommandTopics > 1 {
 		args = append(args, "-command-topics", strconv.Itoa(a.CommandTopics))
+	}
+	for _, u := range a.ShardURLs {
+		args = append(args, "-shard", u)
 	}
 	return args
 }
@@ -212,6 +220,9 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	env := AppEnv{Mode: cfg.Mode, DB: db, PostgresURL: a.PostgresURL, Worker: cfg.ID, base: cfg.Topic}
 	if a.RedisSink != "" {
 		return runRedisSink(ctx, cfg, env, a.RedisSink)
+	}
+	if len(a.ShardURLs) > 0 {
+		return runShardedWorker(ctx, cfg, env, a.ShardURLs)
 	}
 	if a.App == "" && cfg.Mode != Fenced {
 		return RunBaseline(ctx, cfg, db) // the built-in workload's baselines

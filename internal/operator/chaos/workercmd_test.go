@@ -29,6 +29,11 @@ func TestWorkerArgvRoundTrip(t *testing.T) {
 			ID: "w2", Mode: Unfenced, Brokers: []string{"k:1"}, Group: "g", Topic: "t",
 			SessionTimeout: time.Minute, SQLitePath: "x.db", App: "saga",
 		},
+		{
+			ID: "w3", Mode: Fenced, Brokers: []string{"k:1"}, Group: "g", Topic: "t",
+			SessionTimeout: 3 * time.Second, PostgresURL: "postgres://h/logs",
+			ShardURLs: []string{"postgres://a/db?search_path=s", "postgres://b/db?x=1,2"},
+		},
 	}
 	set := map[string]bool{}
 	for _, want := range cases {
