@@ -34,8 +34,9 @@ const (
 //
 //   - index.html: the verdict, a summary drawing (faults started per step and kind, proven or
 //     not; faults in flight; zombie writes refused, aborted or committed; writes refused as stale
-//     and failed; records applied and partitions stalled), and links to the rest. Self-contained:
-//     no script, no network.
+//     and failed; records applied and partitions stalled), and links to the rest; a run of at
+//     most 16 partitions has its one lane file drawn there too. Self-contained: no script, no
+//     network.
 //   - summary.svg: the summary drawing on its own.
 //   - lanes-NN.svg: the timeline of up to 16 partitions each (batches coloured by token, refused
 //     writes, freezes), under a strip of the faults, each linked to its row of faults.html.
@@ -69,6 +70,7 @@ func writeReport(dir string, r *Result, d runData) error {
 		batches, marks int
 	}
 	var files []laneFile
+	var only []byte // the lane file of a run with one, drawn in the index too
 	for i, g := range groups {
 		t := d.timeline(r, g)
 		label := g[0].label(multi)
@@ -90,6 +92,9 @@ func writeReport(dir string, r *Result, d runData) error {
 			return err
 		}
 		files = append(files, f)
+		if len(groups) == 1 {
+			only = b.Bytes()
+		}
 	}
 	var sum bytes.Buffer
 	if err := timeline.WriteSummary(&sum, summarize(r, d)); err != nil {
@@ -123,7 +128,9 @@ func writeReport(dir string, r *Result, d runData) error {
 	for _, f := range files {
 		fmt.Fprintf(&b, "<li><a href=\"%s\">%s</a>: %d batches, %d writes not committed</li>\n", f.name, html.EscapeString(f.label), f.batches, f.marks)
 	}
-	fmt.Fprintf(&b, "</ul>\n<h2>Faults</h2>\n<p><a href=\"%s\">All %d faults</a>: kind, target, start, duration, whether proven, detail.</p>\n</body></html>\n", ReportFaults, len(r.Faults))
+	b.WriteString("</ul>\n")
+	b.Write(only)
+	fmt.Fprintf(&b, "<h2>Faults</h2>\n<p><a href=\"%s\">All %d faults</a>: kind, target, start, duration, whether proven, detail.</p>\n</body></html>\n", ReportFaults, len(r.Faults))
 	return os.WriteFile(filepath.Join(dir, ReportIndex), b.Bytes(), 0o644)
 }
 
@@ -196,7 +203,7 @@ func summarize(r *Result, d runData) timeline.Summary {
 		}
 	}
 	// Many kinds get thinner rows, so the drawing stays a screen tall.
-	kh := min(14, max(8, 420/max(len(names), 1)))
+	kh := min(14, max(8, 360/max(len(names), 1)))
 	for i, n := range names {
 		k := kinds[n]
 		var p, u int64

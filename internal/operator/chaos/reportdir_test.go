@@ -25,8 +25,11 @@ func syntheticRun(faults, partitions int, span time.Duration) (*Result, runData)
 	rng := rand.New(rand.NewPCG(1, 2))
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	r := &Result{Config: Config{Mode: Fenced, Workers: 3, Seed: 1}, Started: start, Finished: start.Add(span), Settled: true}
-	kinds := []FaultKind{"freeze", "freeze-tx", "crash", "restart", "storm", "broker-restart", "db-restart",
-		"group-delete", "coordinator-kill", "static-replace", "net-cut", "net-flaky"}
+	// Every kind the harness has, and room for a third more.
+	kinds := slices.Concat(EveryFault, NetFaults)
+	for n := len(kinds); len(kinds) < n*4/3; {
+		kinds = append(kinds, FaultKind(fmt.Sprintf("kind-%d", len(kinds))))
+	}
 	for i := range faults {
 		at := start.Add(time.Duration(rng.Int64N(int64(span - time.Minute))))
 		r.Faults = append(r.Faults, Fault{
@@ -54,46 +57,51 @@ func syntheticRun(faults, partitions int, span time.Duration) (*Result, runData)
 }
 
 // A long run's report stays small: a thousand faults over three hundred partitions and two
-// hours give an index under a megabyte, a summary a screen large, and no file over 2 MB.
+// hours give an index under a megabyte, a summary a screen large, and no file over 2 MB; so do
+// they over 16 partitions, whose one lane file the index draws as well.
 func TestReportSizeBounds(t *testing.T) {
-	r, d := syntheticRun(1000, 300, 2*time.Hour)
-	dir := t.TempDir()
-	if err := writeReport(dir, r, d); err != nil {
-		t.Fatal(err)
-	}
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lanes := 0
-	for _, e := range entries {
-		fi, err := e.Info()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("%-14s %8d bytes", e.Name(), fi.Size())
-		if fi.Size() >= 2<<20 {
-			t.Errorf("%s is %d bytes, want under 2 MB", e.Name(), fi.Size())
-		}
-		if e.Name() == ReportIndex && fi.Size() >= 1<<20 {
-			t.Errorf("%s is %d bytes, want under 1 MB", e.Name(), fi.Size())
-		}
-		if strings.HasPrefix(e.Name(), "lanes-") {
-			lanes++
-		}
-	}
-	if lanes != 19 { // 300 partitions, 16 a file
-		t.Errorf("%d lane files, want 19", lanes)
-	}
-	w, h := svgSize(t, filepath.Join(dir, ReportSummary))
-	if w > 1400 || h > 900 {
-		t.Errorf("summary is %d × %d px, want at most 1400 × 900", w, h)
-	}
-	for _, name := range []string{ReportSummary, "lanes-01.svg", "lanes-19.svg"} {
-		wellFormed(t, filepath.Join(dir, name))
-	}
-	if w, h := svgSize(t, filepath.Join(dir, "lanes-01.svg")); w > 1400 || h > 900 {
-		t.Errorf("a lane file is %d × %d px, want at most 1400 × 900", w, h)
+	for _, c := range []struct{ partitions, laneFiles int }{{300, 19}, {16, 1}} {
+		t.Run(fmt.Sprintf("%d partitions", c.partitions), func(t *testing.T) {
+			r, d := syntheticRun(1000, c.partitions, 2*time.Hour)
+			dir := t.TempDir()
+			if err := writeReport(dir, r, d); err != nil {
+				t.Fatal(err)
+			}
+			entries, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lanes := 0
+			for _, e := range entries {
+				fi, err := e.Info()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%-14s %8d bytes", e.Name(), fi.Size())
+				if fi.Size() >= 2<<20 {
+					t.Errorf("%s is %d bytes, want under 2 MB", e.Name(), fi.Size())
+				}
+				if e.Name() == ReportIndex && fi.Size() >= 1<<20 {
+					t.Errorf("%s is %d bytes, want under 1 MB", e.Name(), fi.Size())
+				}
+				if strings.HasPrefix(e.Name(), "lanes-") {
+					lanes++
+					wellFormed(t, filepath.Join(dir, e.Name()))
+					if w, h := svgSize(t, filepath.Join(dir, e.Name())); w > 1400 || h > 900 {
+						t.Errorf("%s is %d × %d px, want at most 1400 × 900", e.Name(), w, h)
+					}
+				}
+			}
+			if lanes != c.laneFiles {
+				t.Errorf("%d lane files, want %d", lanes, c.laneFiles)
+			}
+			w, h := svgSize(t, filepath.Join(dir, ReportSummary))
+			t.Logf("summary: %d × %d px", w, h)
+			if w > 1400 || h > 900 {
+				t.Errorf("summary is %d × %d px, want at most 1400 × 900", w, h)
+			}
+			wellFormed(t, filepath.Join(dir, ReportSummary))
+		})
 	}
 }
 
@@ -134,6 +142,9 @@ func TestReportStructure(t *testing.T) {
 	}
 	if strings.Contains(index, "<script") {
 		t.Error("index has a script")
+	}
+	if strings.Count(index, "<svg") != 1 {
+		t.Errorf("index of a run of 3 lane files draws %d SVGs, want the summary only", strings.Count(index, "<svg"))
 	}
 
 	faults := read(t, filepath.Join(dir, ReportFaults))
@@ -277,6 +288,9 @@ func TestReportFromDatabase(t *testing.T) {
 	dir := t.TempDir()
 	if err := WriteReport(ctx, dir, db, r); err != nil {
 		t.Fatal(err)
+	}
+	if index := read(t, filepath.Join(dir, ReportIndex)); strings.Count(index, "<svg") != 2 || !strings.Contains(index, "last by w2, token 0.2") {
+		t.Error("index of a run of one lane file does not draw it under the summary")
 	}
 	lanes := read(t, filepath.Join(dir, "lanes-01.svg"))
 	for _, want := range []string{"partition 0", "partition 17", "last by w2, token 0.2", "w1 stale with token 0.1", "w1 error with token 0.1", "1: freeze w1 — held"} {
