@@ -34,7 +34,8 @@ const (
 //
 //   - index.html: the verdict, a summary drawing (faults started per step and kind, proven or
 //     not; faults in flight; zombie writes refused, aborted or committed; writes refused as stale
-//     and failed; records applied and partitions stalled), and links to the rest; a run of at
+//     and failed; records applied, partitions stalled and workers committing), and links to the
+//     rest; a run of at
 //     most 16 partitions has its one lane file drawn there too. Self-contained: no script, no
 //     network.
 //   - summary.svg: the summary drawing on its own.
@@ -261,14 +262,22 @@ func summarize(r *Result, d runData) timeline.Summary {
 	// Progress: records applied, and partitions stalled (no commit in the step though they
 	// commit later: a backlog waiting). The harness does not record when each record was
 	// produced, so the stalled partitions stand for the apply lag.
-	recs := per()
+	recs, writers := per(), per()
 	var nRecs int64
 	lastAt := map[lane]int{}
 	active := map[lane][]bool{}
+	wrote := map[string][]bool{} // per worker, the steps it committed in
 	for _, b := range d.applied {
 		i := atMS(b.atMS)
 		recs[i] += b.records
 		nRecs += b.records
+		if wrote[b.who] == nil {
+			wrote[b.who] = make([]bool, steps)
+		}
+		if !wrote[b.who][i] {
+			wrote[b.who][i] = true
+			writers[i]++
+		}
 		lastAt[b.lane] = max(lastAt[b.lane], i)
 		if active[b.lane] == nil {
 			active[b.lane] = make([]bool, steps)
@@ -292,7 +301,9 @@ func summarize(r *Result, d runData) timeline.Summary {
 		timeline.Row{Label: "records applied", Note: fmt.Sprintf("%d", nRecs), Height: 36,
 			Parts: []timeline.Part{{Name: "records applied", Colour: "#4e79a7", Counts: recs}}},
 		timeline.Row{Label: "partitions stalled", Note: fmt.Sprintf("at most %d of %d", worst, len(lastAt)), Height: 36,
-			Parts: []timeline.Part{{Name: "partitions with no commit in the step that commit later", Colour: "#e15759", Counts: stalled}}})
+			Parts: []timeline.Part{{Name: "partitions with no commit in the step that commit later", Colour: "#e15759", Counts: stalled}}},
+		timeline.Row{Label: "workers committing", Note: fmt.Sprintf("%d workers in all", len(wrote)), Height: 24,
+			Parts: []timeline.Part{{Name: "workers that committed in the step", Colour: "#76b7b2", Counts: writers}}})
 	return s
 }
 

@@ -233,6 +233,14 @@ func TestReportSummaryCounts(t *testing.T) {
 	if got["records applied"]["records applied"] != int(recs) {
 		t.Errorf("records applied sum to %d, want %d", got["records applied"]["records applied"], recs)
 	}
+	// Workers committing: each worker once in each step it committed in.
+	seen := map[string]bool{}
+	for _, a := range d.applied {
+		seen[fmt.Sprintf("%s@%d", a.who, (a.atMS-r.Started.UnixMilli())/s.StepMS)] = true
+	}
+	if n := got["workers committing"]["workers that committed in the step"]; n != len(seen) {
+		t.Errorf("workers committing sum to %d over the steps, want %d", n, len(seen))
+	}
 }
 
 func addOne(m map[string]int, k string) map[string]int {
