@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/batonhq/baton/internal/operator/timeline"
+	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
 // syntheticRun is a run of the given size with no services: faults of a dozen kinds spread
@@ -272,10 +273,25 @@ func TestInFlight(t *testing.T) {
 	}
 }
 
-// WriteReport and WriteTimeline draw from the run's database: its batches and the writes that
-// did not commit, lane by lane.
+// WriteReport and WriteTimeline draw from the run's database, SQLite's or PostgreSQL's: its
+// batches and the writes that did not commit, lane by lane.
 func TestReportFromDatabase(t *testing.T) {
-	db := topicCheckDB(t)
+	for _, c := range []struct {
+		name string
+		db   func(*testing.T) DB
+	}{{"SQLite", topicCheckDB}, {"PostgreSQL", func(t *testing.T) DB {
+		pool, _ := testenv.Postgres(t)
+		db := PgDB(pool)
+		if err := Migrate(context.Background(), db); err != nil {
+			t.Fatal(err)
+		}
+		return db
+	}}} {
+		t.Run(c.name, func(t *testing.T) { reportFromDatabase(t, c.db(t)) })
+	}
+}
+
+func reportFromDatabase(t *testing.T, db DB) {
 	ctx := context.Background()
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	ms := func(s int) int64 { return start.Add(time.Duration(s) * time.Second).UnixMilli() }
