@@ -55,6 +55,9 @@ type Timeline struct {
 // DefaultCaption explains the drawing.
 const DefaultCaption = "Each lane is a partition; ticks are committed batches coloured by the writer's token (era.epoch); red crosses are refused writes, ringed when a frozen zombie made them."
 
+// laneLabelRunes is how many characters of a lane's label fit its column.
+const laneLabelRunes = 14
+
 // stripRows is how many rows of bars the band strip stacks overlapping bands in; a band that
 // finds no free row is drawn over the row that frees first.
 const stripRows = 8
@@ -125,7 +128,13 @@ func Write(w io.Writer, t Timeline) error {
 		if p < len(t.LaneLabels) && t.LaneLabels[p] != "" {
 			label = t.LaneLabels[p]
 		}
-		fmt.Fprintf(w, `<text x="10" y="%d">%s</text>`+"\n", y(int32(p))+12, html.EscapeString(label))
+		// A label wider than the label column keeps its end (the partition), the whole of it
+		// a tooltip.
+		text := html.EscapeString(label)
+		if r := []rune(label); len(r) > laneLabelRunes {
+			text = "<title>" + text + "</title>…" + html.EscapeString(string(r[len(r)-laneLabelRunes+1:]))
+		}
+		fmt.Fprintf(w, `<text x="10" y="%d">%s</text>`+"\n", y(int32(p))+12, text)
 		fmt.Fprintf(w, `<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="#ddd"/>`+"\n", left, width-20, y(int32(p))+laneH/2, y(int32(p))+laneH/2)
 	}
 	// One tick per partition per pixel column, coloured by the last token committed in it, so a

@@ -135,6 +135,23 @@ func TestWriteSummary(t *testing.T) {
 	}
 }
 
+// A lane label wider than its column keeps its end, the partition, and the whole of it is the
+// tooltip.
+func TestWriteClipsLaneLabels(t *testing.T) {
+	var b strings.Builder
+	if err := Write(&b, Timeline{Lanes: 2, FromMS: 0, ToMS: 1000, LaneLabels: []string{"orders-2026-<eu>/12", "partition 1000"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"<title>orders-2026-&lt;eu&gt;/12</title>…-2026-&lt;eu&gt;/12</text>", ">partition 1000</text>"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("SVG lacks %q:\n%s", want, b.String())
+		}
+	}
+	if n := strings.Count(b.String(), "<line"); n != 2 {
+		t.Errorf("%d lane lines, want 2", n)
+	}
+}
+
 func TestStepAndOffset(t *testing.T) {
 	for _, c := range []struct {
 		span time.Duration
