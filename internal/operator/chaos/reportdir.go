@@ -80,9 +80,11 @@ func writeReport(dir string, r *Result, d runData) error {
 		}
 		t.Title = fmt.Sprintf("Baton chaos run: mode %s, %s (%d of %d lanes)", r.Config.Mode, label, len(g), len(all))
 		t.BandStrip = true
+		// Every lane file carries every fault, so a tooltip keeps its first 240 bytes; the
+		// fault list has the whole detail.
 		for j, f := range r.Faults {
 			t.Bands = append(t.Bands, timeline.Band{StartMS: f.Start.UnixMilli(), EndMS: f.End.UnixMilli(),
-				Label: string(f.Kind) + " " + f.Target + " — " + f.Detail, Href: fmt.Sprintf("%s#f%d", ReportFaults, j+1)})
+				Label: clip(string(f.Kind)+" "+f.Target+" — "+f.Detail, 240), Href: fmt.Sprintf("%s#f%d", ReportFaults, j+1)})
 		}
 		f := laneFile{name: fmt.Sprintf("lanes-%02d.svg", i+1), label: label, batches: len(t.Batches), marks: len(t.Marks)}
 		var b bytes.Buffer

@@ -112,6 +112,7 @@ func TestReportStructure(t *testing.T) {
 	r, d := syntheticRun(60, 40, 10*time.Minute)
 	r.Faults[7].Detail = `held <b>write</b> & "quoted"`
 	r.Faults[7].Target = `w<9>`
+	r.Faults[8].Detail = strings.Repeat("long detail ", 100) + "end of detail"
 	dir := t.TempDir()
 	if err := writeReport(dir, r, d); err != nil {
 		t.Fatal(err)
@@ -173,6 +174,11 @@ func TestReportStructure(t *testing.T) {
 		if !strings.Contains(text, "held &lt;b&gt;write&lt;/b&gt; &amp; &#34;quoted&#34;") || !strings.Contains(text, "w&lt;9&gt;") {
 			t.Errorf("%s lacks the fault's escaped text", name)
 		}
+	}
+	// A long detail is whole in the fault list, clipped in the lane files' tooltips.
+	tip := regexp.MustCompile(`<title>9: ([^<]*)</title>`).FindStringSubmatch(read(t, files[0]))
+	if !strings.Contains(faults, "long detail end of detail") || tip == nil || len(tip[1]) > 240+len("…") || !strings.HasSuffix(tip[1], "…") {
+		t.Errorf("a long detail is not whole in the fault list and clipped in the lane files: %q", tip)
 	}
 	// Each lane file's fault bars link to their row of the fault list.
 	if lane := read(t, files[0]); strings.Count(lane, `<a href="faults.html#f`) != len(r.Faults) {
