@@ -17,8 +17,10 @@ import (
 func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("chaos", "[flags]", `A chaos run: worker processes of a Baton application against a real Kafka and PostgreSQL
 (and Redis for -mode lock), faults injected while a keyed stream is produced, then a checker
-reads what landed. Writes a verdict table and an SVG timeline to -report; exits 1 when an
-invariant is violated.
+reads what landed. Writes the verdict table to -report/MODE-verdict.txt and the report to
+-report/MODE/: index.html (the verdict, a summary of the faults, refused writes and progress over
+time, links to the rest), lanes-NN.svg (a timeline of 16 partitions each) and faults.html (every
+fault). Exits 1 when an invariant is violated.
 `, stderr)
 	var (
 		cfg                      chaos.Config
@@ -46,7 +48,7 @@ invariant is violated.
 	fs.StringVar(&shards, "shards", "", "fenced mode: PostgreSQL databases of a sharded sink the workers write through (fence/shard), NAME=URL or URL, comma-separated, home first; -postgres then keeps the run's logs. shard-outage stops and restarts deploy/local/postgres-shards.sh's cluster of each non-home position (default $"+envShards+")")
 	fs.StringVar(&cfg.RedisAddr, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address for -mode lock (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&deployDir, "deploy", "deploy/local", "directory of kafka.sh and postgres.sh, for restart faults")
-	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict, the timeline and the workers' logs")
+	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict, the report and the workers' logs")
 	fs.IntVar(&cfg.KafkaNodes, "kafka-nodes", 0, "brokers of deploy/local's cluster mode (KAFKA_NODES) behind -brokers; needed by coordinator-kill")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -125,18 +127,10 @@ func writeReport(ctx context.Context, stdout io.Writer, dir string, res *chaos.R
 	if err := os.WriteFile(name, []byte(b.String()), 0o644); err != nil {
 		return err
 	}
-	svg := filepath.Join(dir, string(res.Config.Mode)+"-timeline.svg")
-	f, err := os.Create(svg)
-	if err != nil {
+	report := filepath.Join(dir, string(res.Config.Mode))
+	if err := chaos.WriteReport(context.WithoutCancel(ctx), report, db, res); err != nil {
 		return err
 	}
-	if err := chaos.WriteTimeline(context.WithoutCancel(ctx), f, db, res); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "report: %s, %s\n", name, svg)
+	fmt.Fprintf(stdout, "report: %s, %s\n", name, filepath.Join(report, chaos.ReportIndex))
 	return nil
 }

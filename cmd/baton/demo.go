@@ -32,7 +32,7 @@ owners are frozen past their session timeout, taken over, and woken: their write
 On the defaults it needs nothing installed (Kafka in this process, an SQLite file).
 
 Without -dir it works in a new temporary directory (the SQLite file, the workers' logs, the
-verdict and the timeline) and removes it at the end, unless -keep is given or the demo failed:
+verdict and the report) and removes it at the end, unless -keep is given or the demo failed:
 a failing run always keeps its directory, as evidence.
 `, stderr)
 	var (

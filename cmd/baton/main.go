@@ -150,7 +150,7 @@ func usage(w io.Writer) {
 
 commands:
   demo     the digital-twin demo: a zombie owner's writes refused (embedded: nothing to install)
-  chaos    a chaos run against a real Kafka and PostgreSQL, with a verdict and a timeline
+  chaos    a chaos run against a real Kafka and PostgreSQL, with a verdict and an HTML report
   worker   one chaos worker process (started by 'baton chaos' and 'baton demo')
   bench    Baton against the alternatives (watermill, a Redis lock, one row per transaction,
            the database's ceiling), side by side against a real Kafka and PostgreSQL;

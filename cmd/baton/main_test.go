@@ -90,7 +90,7 @@ func TestDemo(t *testing.T) {
 
 // TestDemoKeepsEvidence: a demo that fails (here: no freeze, so nothing was proven) keeps its
 // temporary directory without -keep, with the database, the workers' logs, the verdict and
-// the timeline in it, and says where it is.
+// the report in it, and says where it is.
 func TestDemoKeepsEvidence(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the demo for about 10 seconds")
@@ -113,7 +113,7 @@ func TestDemoKeepsEvidence(t *testing.T) {
 	if !strings.Contains(out.String(), "kept "+dir+" (the demo failed") {
 		t.Errorf("the demo did not say it kept %s:\n%s", dir, out.String())
 	}
-	for _, f := range []string{"twins.db", "report/fenced-verdict.txt", "report/fenced-timeline.svg"} {
+	for _, f := range []string{"twins.db", "report/fenced-verdict.txt", "report/fenced/index.html", "report/fenced/faults.html"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("evidence missing: %v", err)
 		}
@@ -121,9 +121,12 @@ func TestDemoKeepsEvidence(t *testing.T) {
 	if logs, _ := filepath.Glob(filepath.Join(dir, "baton-chaos-w*.log")); len(logs) == 0 {
 		t.Errorf("no worker logs in %s", dir)
 	}
-	svg, err := os.ReadFile(filepath.Join(dir, "report", "fenced-timeline.svg"))
+	svg, err := os.ReadFile(filepath.Join(dir, "report", "fenced", "lanes-01.svg"))
 	if err != nil || !strings.Contains(string(svg), "<svg") {
 		t.Errorf("no timeline: %v", err)
+	}
+	if !strings.Contains(out.String(), filepath.Join(dir, "report", "fenced", "index.html")) {
+		t.Errorf("the demo did not say where its report is:\n%s", out.String())
 	}
 }
 

@@ -47,4 +47,9 @@
 // invariants over the databases. It runs under the same faults, in Fenced or Unfenced mode,
 // and gets the same verdict table (its invariants added to the harness's) and timeline. The
 // built-in workload is one App; examples/saga is another.
+//
+// Reports: [WriteVerdict] writes the verdict table; [WriteReport] writes a directory a person
+// can read at any run size (index.html with the verdict and a summary drawing of faults,
+// refused writes and progress per time step, a timeline file per 16 partitions, the fault
+// list); [WriteTimeline] draws the whole run as one SVG, which suits a short run.
 package chaos

@@ -147,96 +147,144 @@ func failReasons(r *Result) []string {
 // WriteTimeline writes an SVG timeline of the run from what the database holds: per
 // partition, a lane of committed batches coloured by owner token, refused writes as red
 // crosses (zombies' ringed), and the faults as labelled bands, from real data.
-// internal/operator/timeline draws it (the live status page draws with it too).
+// internal/operator/timeline draws it (the live status page draws with it too). It draws every
+// partition and lists every fault in one file, which suits a short run; [WriteReport] writes a
+// report of any size.
 func WriteTimeline(ctx context.Context, w io.Writer, db DB, r *Result) error {
-	type lane struct {
-		topic string
-		part  int32
-	}
-	type batch struct {
-		lane
-		b timeline.Batch
-	}
-	type mark struct {
-		lane
-		m timeline.Mark
-	}
-	var batches []batch
-	rows, err := db.Query(ctx, `SELECT topic, part, at_ms, era, epoch, worker FROM chaos_applied ORDER BY id`)
+	d, err := readRun(ctx, db)
 	if err != nil {
 		return err
 	}
-	for rows.Next() {
-		var b batch
-		if err := rows.Scan(&b.topic, &b.part, &b.b.AtMS, &b.b.Era, &b.b.Epoch, &b.b.Who); err != nil {
-			rows.Close()
-			return err
-		}
-		batches = append(batches, b)
-	}
-	rows.Close()
-	var marks []mark
-	rows, err = db.Query(ctx, `SELECT topic, part, at_ms, worker, outcome, zombie, era, epoch FROM chaos_attempts WHERE outcome <> 'committed' ORDER BY id`)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var a mark
-		var era, epoch int64
-		if err := rows.Scan(&a.topic, &a.part, &a.m.AtMS, &a.m.Who, &a.m.Outcome, &a.m.Zombie, &era, &epoch); err != nil {
-			rows.Close()
-			return err
-		}
-		a.m.Token = fmt.Sprintf("%d.%d", era, epoch)
-		a.m.Frozen = a.m.Outcome == OutcomeFrozen || a.m.Outcome == OutcomeDelayed
-		marks = append(marks, a)
-	}
-	rows.Close()
-	// One lane per topic partition that has a committed batch or a refused write, in order.
-	index := map[lane]int32{}
-	var lanes []lane
-	for _, b := range batches {
-		if _, ok := index[b.lane]; !ok {
-			index[b.lane] = 0
-			lanes = append(lanes, b.lane)
-		}
-	}
-	for _, m := range marks {
-		if _, ok := index[m.lane]; !ok {
-			index[m.lane] = 0
-			lanes = append(lanes, m.lane)
-		}
-	}
-	sort.Slice(lanes, func(i, j int) bool {
-		return lanes[i].topic < lanes[j].topic || lanes[i].topic == lanes[j].topic && lanes[i].part < lanes[j].part
-	})
-	multi := len(lanes) > 0 && lanes[0].topic != lanes[len(lanes)-1].topic
-	t := timeline.Timeline{
-		Title: fmt.Sprintf("Baton chaos run: mode %s, %d faults, verdict %s",
-			r.Config.Mode, len(r.Faults), map[bool]string{true: "PASS", false: "FAIL"}[r.OK()]),
-		Lanes:  len(lanes),
-		FromMS: r.Started.UnixMilli(),
-		ToMS:   r.Finished.UnixMilli(),
-	}
-	for i, l := range lanes {
-		index[l] = int32(i)
-		label := fmt.Sprintf("partition %d", l.part)
-		if multi {
-			label = fmt.Sprintf("%s/%d", l.topic, l.part)
-		}
-		t.LaneLabels = append(t.LaneLabels, label)
-	}
-	for _, b := range batches {
-		b.b.Lane = index[b.lane]
-		t.Batches = append(t.Batches, b.b)
-	}
-	for _, m := range marks {
-		m.m.Lane = index[m.lane]
-		t.Marks = append(t.Marks, m.m)
-	}
+	lanes := d.lanes()
+	t := d.timeline(r, lanes)
+	t.Title = fmt.Sprintf("Baton chaos run: mode %s, %d faults, verdict %s",
+		r.Config.Mode, len(r.Faults), map[bool]string{true: "PASS", false: "FAIL"}[r.OK()])
 	for _, f := range r.Faults {
 		t.Bands = append(t.Bands, timeline.Band{StartMS: f.Start.UnixMilli(), EndMS: f.End.UnixMilli(),
 			Label: string(f.Kind) + " " + f.Target + " — " + f.Detail})
 	}
 	return timeline.Write(w, t)
+}
+
+// lane is a topic partition of the run.
+type lane struct {
+	topic string
+	part  int32
+}
+
+// committedBatch is a committed batch, as chaos_applied holds it.
+type committedBatch struct {
+	lane
+	atMS, era, epoch int64
+	who              string
+	records          int64
+}
+
+// writeAttempt is a write attempt that did not simply commit (or a zombie's that did), as
+// chaos_attempts holds it.
+type writeAttempt struct {
+	lane
+	atMS       int64
+	who        string
+	outcome    string
+	zombie     bool
+	era, epoch int64
+}
+
+// runData is what the reports draw from the database.
+type runData struct {
+	applied  []committedBatch
+	attempts []writeAttempt
+}
+
+func readRun(ctx context.Context, db DB) (runData, error) {
+	var d runData
+	rows, err := db.Query(ctx, `SELECT topic, part, at_ms, era, epoch, worker, last_off - first_off + 1 FROM chaos_applied ORDER BY id`)
+	if err != nil {
+		return d, err
+	}
+	for rows.Next() {
+		var b committedBatch
+		if err := rows.Scan(&b.topic, &b.part, &b.atMS, &b.era, &b.epoch, &b.who, &b.records); err != nil {
+			rows.Close()
+			return d, err
+		}
+		d.applied = append(d.applied, b)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return d, err
+	}
+	rows, err = db.Query(ctx, `SELECT topic, part, at_ms, worker, outcome, zombie, era, epoch FROM chaos_attempts WHERE outcome <> 'committed' OR zombie ORDER BY id`)
+	if err != nil {
+		return d, err
+	}
+	for rows.Next() {
+		var a writeAttempt
+		if err := rows.Scan(&a.topic, &a.part, &a.atMS, &a.who, &a.outcome, &a.zombie, &a.era, &a.epoch); err != nil {
+			rows.Close()
+			return d, err
+		}
+		d.attempts = append(d.attempts, a)
+	}
+	rows.Close()
+	return d, rows.Err()
+}
+
+// lanes lists every topic partition that has a committed batch or a refused write, in order.
+func (d runData) lanes() []lane {
+	seen := map[lane]bool{}
+	var lanes []lane
+	for _, b := range d.applied {
+		if !seen[b.lane] {
+			seen[b.lane] = true
+			lanes = append(lanes, b.lane)
+		}
+	}
+	for _, a := range d.attempts {
+		if !seen[a.lane] && a.outcome != OutcomeCommitted {
+			seen[a.lane] = true
+			lanes = append(lanes, a.lane)
+		}
+	}
+	sort.Slice(lanes, func(i, j int) bool {
+		return lanes[i].topic < lanes[j].topic || lanes[i].topic == lanes[j].topic && lanes[i].part < lanes[j].part
+	})
+	return lanes
+}
+
+// timeline draws lanes (of all the run's lanes, all) over the run's span: their batches and
+// the writes that did not commit, without bands or a title.
+func (d runData) timeline(r *Result, lanes []lane) timeline.Timeline {
+	all := d.lanes()
+	multi := len(all) > 0 && all[0].topic != all[len(all)-1].topic
+	index := map[lane]int32{}
+	t := timeline.Timeline{Lanes: len(lanes), FromMS: r.Started.UnixMilli(), ToMS: r.Finished.UnixMilli()}
+	for i, l := range lanes {
+		index[l] = int32(i)
+		t.LaneLabels = append(t.LaneLabels, l.label(multi))
+	}
+	for _, b := range d.applied {
+		if i, ok := index[b.lane]; ok {
+			t.Batches = append(t.Batches, timeline.Batch{Lane: i, AtMS: b.atMS, Era: b.era, Epoch: b.epoch, Who: b.who})
+		}
+	}
+	for _, a := range d.attempts {
+		i, ok := index[a.lane]
+		if !ok || a.outcome == OutcomeCommitted {
+			continue
+		}
+		t.Marks = append(t.Marks, timeline.Mark{Lane: i, AtMS: a.atMS, Who: a.who, Outcome: a.outcome,
+			Token: fmt.Sprintf("%d.%d", a.era, a.epoch), Zombie: a.zombie,
+			Frozen: a.outcome == OutcomeFrozen || a.outcome == OutcomeDelayed})
+	}
+	return t
+}
+
+// label names a lane: its partition, with its topic when the run has several.
+func (l lane) label(multi bool) string {
+	if multi {
+		return fmt.Sprintf("%s/%d", l.topic, l.part)
+	}
+	return fmt.Sprintf("partition %d", l.part)
 }
