@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/batonhq/baton/internal/operator/chaos"
@@ -19,11 +22,19 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 (and Redis for -mode lock), faults injected while a keyed stream is produced, then a checker
 reads what landed. Writes a verdict table and an SVG timeline to -report; exits 1 when an
 invariant is violated.
-`, stderr)
+
+With -overlap N (N > 1) up to N faults run at once on disjoint targets (what each kind holds,
+below), drawn up front from -seed: the schedule (kind, earliest start, target, a seed per
+fault) is printed and written to -report as <mode>-schedule.jsonl, one JSON object a line;
+-replay FILE runs such a file again (same kinds, targets and order).
+
+fault kinds (-faults):
+`+kindsHelp(), stderr)
 	var (
 		cfg                      chaos.Config
 		mode, faults, brokers    string
 		pgURL, report, deployDir string
+		replay                   string
 		keys, perKey             int
 		partitions               int
 	)
@@ -34,7 +45,9 @@ invariant is violated.
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
-	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject; the network kinds, which need root, are named one by one): "+kinds())
+	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated, or 'all' (the worker, broker and database kinds) or 'every' (every kind these services can run: coordinator-kill with -kafka-nodes, db-failover with a -postgres URL naming a standby, the network kinds as root; the topic kinds in fenced mode)")
+	fs.IntVar(&cfg.Overlap, "overlap", 0, "faults in flight at once, on disjoint targets (0 or 1: one after another)")
+	fs.StringVar(&replay, "replay", "", "run this schedule file (a run's <mode>-schedule.jsonl) instead of drawing one from -seed; -faults and -num-faults are the file's")
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
 	fs.DurationVar(&cfg.For, "for", 0, "stop injecting faults after this long (0: no bound), then settle and check")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")
@@ -57,6 +70,16 @@ invariant is violated.
 	if cfg.Faults, err = chaos.ParseFaults(faults); err != nil {
 		return usageError{err: err}
 	}
+	if replay != "" {
+		b, err := os.ReadFile(replay)
+		if err != nil {
+			return usageError{err: err}
+		}
+		if cfg.Replay, err = chaos.ReadSchedule(bytes.NewReader(b)); err != nil {
+			return usageError{err: err}
+		}
+		cfg.Faults, cfg.NumFaults = nil, 0
+	}
 	cfg.Partitions = int32(partitions)
 	cfg.Workload.Keys, cfg.Workload.PerKey = keys, perKey
 	if brokers == "" || pgURL == "" {
@@ -72,11 +95,21 @@ invariant is violated.
 	if cfg.KafkaNodes > 1 {
 		cfg.ScriptEnv = append(cfg.ScriptEnv, fmt.Sprintf("KAFKA_NODES=%d", cfg.KafkaNodes))
 	}
+	if faults == "every" && replay == "" {
+		var skipped map[chaos.FaultKind]string
+		cfg.Faults, skipped = chaos.EveryFor(cfg.KafkaNodes, pgURL)
+		for _, k := range slices.Sorted(maps.Keys(skipped)) {
+			fmt.Fprintf(stdout, "every: %s skipped: %s\n", k, skipped[k])
+		}
+	}
 	cfg.Progress = stdout
 	if err := os.MkdirAll(report, 0o755); err != nil {
 		return err
 	}
 	cfg.LogDir = report // the workers' logs beside the verdict
+	if cfg.Overlap > 1 || cfg.Replay != nil {
+		cfg.ScheduleFile = filepath.Join(report, string(m)+"-schedule.jsonl")
+	}
 
 	res, db, cleanup, err := chaos.RunPostgres(ctx, cfg, pgURL)
 	if cleanup != nil {
@@ -94,12 +127,19 @@ invariant is violated.
 	return nil
 }
 
-func kinds() string {
-	var s []string
-	for _, k := range slices.Concat(chaos.EveryFault, chaos.NetFaults) {
-		s = append(s, string(k))
+// kindsHelp lists every fault kind, what it holds while it runs and what it needs.
+func kindsHelp() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, k := range chaos.Kinds() {
+		needs := k.Needs
+		if needs == "" {
+			needs = "-"
+		}
+		fmt.Fprintf(tw, "  %s\tholds %s\tneeds %s\n", k.Kind, k.Holds, needs)
 	}
-	return strings.Join(s, ",")
+	_ = tw.Flush()
+	return b.String()
 }
 
 func writeReport(ctx context.Context, stdout io.Writer, dir string, res *chaos.Result, db chaos.DB) error {

@@ -37,6 +37,10 @@ func WriteVerdict(w io.Writer, r *Result) {
 	for _, k := range kinds {
 		fmt.Fprintf(tw, "faults: %s\t%d injected, %d proven\n", k, counts[FaultKind(k)], bit[FaultKind(k)])
 	}
+	if r.Schedule != nil {
+		fmt.Fprintf(tw, "faults overlapping another / most in flight at once\t%d of %d / %d (overlap %d, %d scheduled)\n",
+			r.Concurrent, len(r.Faults), r.MaxInFlight, r.Config.Overlap, len(r.Schedule))
+	}
 	if r.Config.App == nil {
 		fmt.Fprintf(tw, "records produced\t%d\n", v.Expected)
 		fmt.Fprintf(tw, "records applied\t%d\n", v.Applied)
