@@ -250,8 +250,8 @@ type runOpts struct {
 
 // runSchedule runs the schedule: each fault in order, no earlier than its offset, once fewer
 // than overlap faults are in flight and none of them holds what it holds. inject runs one fault
-// and returns it as it happened. It returns the faults in start order, once every fault it
-// started ended.
+// and returns it as it happened (with its N). It returns the faults in the order it started
+// them (the schedule's), once every fault it started ended.
 func runSchedule(ctx context.Context, sched []ScheduledFault, o runOpts, inject func(context.Context, ScheduledFault) Fault) []Fault {
 	if o.overlap < 1 {
 		o.overlap = 1
@@ -319,7 +319,7 @@ func runSchedule(ctx context.Context, sched []ScheduledFault, o runOpts, inject 
 		}
 	}
 	wg.Wait()
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Start.Before(out[j].Start) })
+	sort.Slice(out, func(i, j int) bool { return out[i].N < out[j].N })
 	return out
 }
 

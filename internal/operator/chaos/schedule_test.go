@@ -133,6 +133,11 @@ func TestRunScheduleDisjoint(t *testing.T) {
 	if len(faults) != len(sched) {
 		t.Fatalf("%d faults ran, want %d", len(faults), len(sched))
 	}
+	for i, f := range faults {
+		if f.N != i+1 {
+			t.Fatalf("fault %d returned in place %d: want the schedule's order", f.N, i+1)
+		}
+	}
 	if !slices.IsSorted(order) || len(order) != len(sched) {
 		t.Errorf("faults started out of the schedule's order: %v", order)
 	}
