@@ -43,6 +43,9 @@ const (
 	HoldDatabase
 	// HoldRedisSink: the Redis the workers write through (Config.RedisSink).
 	HoldRedisSink
+	// HoldWorkerDatabase: one worker and the database (a fault proven by the other workers
+	// committing while that worker cannot).
+	HoldWorkerDatabase
 )
 
 func (h Hold) String() string {
@@ -57,6 +60,8 @@ func (h Hold) String() string {
 		return "the database"
 	case HoldRedisSink:
 		return "the Redis sink"
+	case HoldWorkerDatabase:
+		return "a worker and the database"
 	}
 	return "everything (runs alone)"
 }
@@ -87,7 +92,7 @@ var kindTable = []KindInfo{
 	{FaultTopicGrow, HoldEverything, "fenced mode, the built-in workload"},
 	{FaultDBFailover, HoldDatabase, "a PostgreSQL standby (postgres.sh standby start) and the multi-host URL env prints"},
 	{FaultNetBrokerCut, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
-	{FaultNetDBCut, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
+	{FaultNetDBCut, HoldWorkerDatabase, "root, iproute2, PostgreSQL, a plaintext broker"},
 	{FaultNetFlaky, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
 	{FaultNetHealMidTx, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
 	{FaultRedisRestart, HoldRedisSink, "a Redis sink (consumer/chaos and the tests only)"},
@@ -201,6 +206,8 @@ func holdsOf(k FaultKind, w, node, nodes int) []string {
 		return []string{"database"}
 	case HoldRedisSink:
 		return []string{"redis"}
+	case HoldWorkerDatabase:
+		return []string{worker, "database"}
 	}
 	return []string{"everything"}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // mixed is a mix of kinds of every hold.
-var mixed = []FaultKind{FaultFreeze, FaultKill, FaultBrokerRestart, FaultDBRestart, FaultGroupDelete, FaultPausedBrokerRestart, FaultNetFlaky, FaultTerm}
+var mixed = []FaultKind{FaultFreeze, FaultKill, FaultBrokerRestart, FaultDBRestart, FaultGroupDelete, FaultPausedBrokerRestart, FaultNetFlaky, FaultTerm, FaultNetDBCut}
 
 // TestPlanScheduleDeterministic: the same seed draws the same schedule, another seed another;
 // every kind comes first once, in order, and every fault holds what its kind holds.
@@ -41,7 +41,7 @@ func TestPlanScheduleDeterministic(t *testing.T) {
 		if i > 0 && s.AtMS < a[i-1].AtMS {
 			t.Errorf("fault %d starts at %d ms, before fault %d's %d ms", i+1, s.AtMS, i, a[i-1].AtMS)
 		}
-		want := map[Hold]string{HoldWorker: fmt.Sprintf("worker %d", s.Worker), HoldBroker: fmt.Sprintf("broker %d", s.Node),
+		want := map[Hold]string{HoldWorker: fmt.Sprintf("worker %d", s.Worker), HoldWorkerDatabase: fmt.Sprintf("worker %d", s.Worker), HoldBroker: fmt.Sprintf("broker %d", s.Node),
 			HoldDatabase: "database", HoldEverything: "everything", HoldCoordinator: fmt.Sprintf("worker %d", s.Worker)}[holdOf(s.Kind)]
 		if s.Holds[0] != want {
 			t.Errorf("fault %d (%s) holds %v, want %s first", i+1, s.Kind, s.Holds, want)
@@ -69,6 +69,8 @@ func TestConflicts(t *testing.T) {
 		{[]ScheduledFault{f("worker 1", "broker 1")}, f("broker 1"), true},
 		{[]ScheduledFault{f("broker 2")}, f("broker 1"), false},
 		{[]ScheduledFault{f("database")}, f("database"), true},
+		{[]ScheduledFault{f("database")}, f("worker 2", "database"), true},
+		{[]ScheduledFault{f("worker 1")}, f("worker 2", "database"), false},
 	}
 	for _, c := range cases {
 		if got := conflicts(c.in, c.s, 3); got != c.want {
