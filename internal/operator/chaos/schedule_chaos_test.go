@@ -18,6 +18,15 @@ import (
 	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
+// overlapRuns skips the overlapping runs unless BATON_CHAOS_OVERLAPPING is set: they are not
+// in make test's lanes yet (docs/verification.md, "Overlapping faults", says what keeps them out).
+func overlapRuns(t *testing.T) {
+	t.Helper()
+	if os.Getenv("BATON_CHAOS_OVERLAPPING") == "" {
+		t.Skip("set BATON_CHAOS_OVERLAPPING=1 to run the overlapping chaos runs")
+	}
+}
+
 // provenPairs counts the pairs of proven faults whose intervals intersect.
 func provenPairs(faults []chaos.Fault) int {
 	n := 0
@@ -36,6 +45,7 @@ func provenPairs(faults []chaos.Fault) int {
 // the schedule file must hold the run's schedule. Its replay from that file runs the same
 // kinds on the same targets in the same order, under the same verdict.
 func TestChaosOverlap(t *testing.T) {
+	overlapRuns(t)
 	kinds := []chaos.FaultKind{chaos.FaultFreeze, chaos.FaultKill, chaos.FaultBrokerRestart, chaos.FaultDelay, chaos.FaultTerm, chaos.FaultDBRestart}
 	file := filepath.Join(t.TempDir(), "schedule.jsonl")
 	res, _ := runWith(t, chaos.Fenced, kinds, 12, func(c *chaos.Config) { c.Overlap, c.ScheduleFile = 3, file })
@@ -94,6 +104,7 @@ func TestChaosOverlap(t *testing.T) {
 // must have run at once, the zombies' writes must be refused, every invariant must hold and
 // baton audit beside the run must find nothing. It needs root for the network kinds (CI has it).
 func TestChaosOverlapEvery(t *testing.T) {
+	overlapRuns(t)
 	needNet(t)
 	t.Cleanup(func() { noNetLeftovers(t) })
 	brokers, clusterEnv := cluster(t)
