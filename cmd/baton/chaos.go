@@ -1,14 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/batonhq/baton/internal/operator/chaos"
@@ -21,12 +24,20 @@ reads what landed. Writes the verdict table to -report/MODE-verdict.txt and the 
 -report/MODE/: index.html (the verdict, a summary of the faults, refused writes and progress over
 time, links to the rest), lanes-NN.svg (a timeline of 16 partitions each) and faults.html (every
 fault). Exits 1 when an invariant is violated.
-`, stderr)
+
+With -overlap N (N > 1) up to N faults run at once on disjoint targets (what each kind holds,
+below), drawn up front from -seed: the schedule (kind, earliest start, target, a seed per
+fault) is printed and written to -report as <mode>-schedule.jsonl, one JSON object a line;
+-replay FILE runs such a file again (same kinds, targets and order).
+
+fault kinds (-faults):
+`+kindsHelp(), stderr)
 	var (
 		cfg                      chaos.Config
 		mode, faults, brokers    string
 		pgURL, report, deployDir string
 		shards                   string
+		replay                   string
 		keys, perKey             int
 		partitions               int
 	)
@@ -37,7 +48,9 @@ fault). Exits 1 when an invariant is violated.
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
-	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject; the network kinds, which need root, and shard-outage, which needs -shards, are named one by one): "+kinds())
+	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated, or 'all' (the worker, broker and database kinds) or 'every' (every kind these services can run: coordinator-kill with -kafka-nodes, db-failover with a -postgres URL naming a standby, the network kinds as root; the topic kinds in fenced mode; shard-outage with -shards)")
+	fs.IntVar(&cfg.Overlap, "overlap", 0, "faults in flight at once, on disjoint targets (0 or 1: one after another)")
+	fs.StringVar(&replay, "replay", "", "run this schedule file (a run's <mode>-schedule.jsonl) instead of drawing one from -seed; -faults and -num-faults are the file's")
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
 	fs.DurationVar(&cfg.For, "for", 0, "stop injecting faults after this long (0: no bound), then settle and check")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")
@@ -60,6 +73,16 @@ fault). Exits 1 when an invariant is violated.
 	cfg.Mode = m
 	if cfg.Faults, err = chaos.ParseFaults(faults); err != nil {
 		return usageError{err: err}
+	}
+	if replay != "" {
+		b, err := os.ReadFile(replay)
+		if err != nil {
+			return usageError{err: err}
+		}
+		if cfg.Replay, err = chaos.ReadSchedule(bytes.NewReader(b)); err != nil {
+			return usageError{err: err}
+		}
+		cfg.Faults, cfg.NumFaults = nil, 0
 	}
 	cfg.Partitions = int32(partitions)
 	cfg.Workload.Keys, cfg.Workload.PerKey = keys, perKey
@@ -86,11 +109,21 @@ fault). Exits 1 when an invariant is violated.
 	if cfg.KafkaNodes > 1 {
 		cfg.ScriptEnv = append(cfg.ScriptEnv, fmt.Sprintf("KAFKA_NODES=%d", cfg.KafkaNodes))
 	}
+	if faults == "every" && replay == "" {
+		var skipped map[chaos.FaultKind]string
+		cfg.Faults, skipped = chaos.EveryFor(cfg.KafkaNodes, pgURL)
+		for _, k := range slices.Sorted(maps.Keys(skipped)) {
+			fmt.Fprintf(stdout, "every: %s skipped: %s\n", k, skipped[k])
+		}
+	}
 	cfg.Progress = stdout
 	if err := os.MkdirAll(report, 0o755); err != nil {
 		return err
 	}
 	cfg.LogDir = report // the workers' logs beside the verdict
+	if cfg.Overlap > 1 || cfg.Replay != nil {
+		cfg.ScheduleFile = filepath.Join(report, string(m)+"-schedule.jsonl")
+	}
 
 	res, db, cleanup, err := chaos.RunPostgres(ctx, cfg, pgURL)
 	if cleanup != nil {
@@ -108,12 +141,19 @@ fault). Exits 1 when an invariant is violated.
 	return nil
 }
 
-func kinds() string {
-	var s []string
-	for _, k := range slices.Concat(chaos.EveryFault, chaos.NetFaults, chaos.ShardFaults) {
-		s = append(s, string(k))
+// kindsHelp lists every fault kind, what it holds while it runs and what it needs.
+func kindsHelp() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	for _, k := range chaos.Kinds() {
+		needs := k.Needs
+		if needs == "" {
+			needs = "-"
+		}
+		fmt.Fprintf(tw, "  %s\tholds %s\tneeds %s\n", k.Kind, k.Holds, needs)
 	}
-	return strings.Join(s, ",")
+	_ = tw.Flush()
+	return b.String()
 }
 
 func writeReport(ctx context.Context, stdout io.Writer, dir string, res *chaos.Result, db chaos.DB) error {

@@ -48,6 +48,12 @@ func soak(t *testing.T, def int) int {
 
 func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos.Result, string) {
 	t.Helper()
+	return runWith(t, mode, faults, n, nil)
+}
+
+// runWith is run with the configuration changed by opt (if not nil) before the run.
+func runWith(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int, opt func(*chaos.Config)) (*chaos.Result, string) {
+	t.Helper()
 	brokers := testenv.KafkaBrokers(t)
 	pool, schema := testenv.Postgres(t)
 	url := testenv.PostgresURL(t)
@@ -91,6 +97,9 @@ func run(t *testing.T, mode chaos.Mode, faults []chaos.FaultKind, n int) (*chaos
 		RedisAddr: os.Getenv("BATON_REDIS_ADDR"), Binary: binary(t), DeployDir: deploy,
 		Progress: &progress, Settle: 2 * time.Minute,
 		Audit: time.Second, // baton audit beside the run, as an operator runs it
+	}
+	if opt != nil {
+		opt(&cfg)
 	}
 	res, err := chaos.Run(ctx, cfg, db)
 	t.Logf("progress:\n%s", progress.String())

@@ -22,6 +22,13 @@
 //     counted by outcome (refused as stale under Baton, committed under the baselines);
 //   - liveness: after the last fault, everything produced is applied within a stated bound.
 //
+// Faults run one after another, or, with Config.Overlap above 1, several at once on disjoint
+// targets (schedule.go): each kind declares what it holds while it runs (a worker, a broker
+// node, the database, or everything), the faults are drawn up front from the seed as a schedule
+// the progress prints and Config.ScheduleFile keeps (JSON lines), and Config.Replay runs a
+// schedule again. Each fault still counts only once proven; one that cannot be proven beside
+// the others in flight is reported unproven.
+//
 // The same workload runs in three modes: Fenced (Baton), Unfenced (Kafka's assignment alone)
 // and Lock (a naive Redis lease), so the checker is shown to fail what it should fail.
 //

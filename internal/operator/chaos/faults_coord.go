@@ -428,6 +428,8 @@ func (h *harness) probeLoading(ctx context.Context, seen *loadAnswers) {
 // __consumer_offsets partition (fillDirect, fast), or, where the broker refuses that, through
 // the OffsetCommit API (100 a request).
 func (h *harness) primeLoad(ctx context.Context) {
+	h.primeMu.Lock()
+	defer h.primeMu.Unlock()
 	if h.primed || h.cfg.LoadFiller < 0 {
 		return
 	}
@@ -738,7 +740,7 @@ func (h *harness) twoTopicInbox(ctx context.Context, f *Fault) {
 	var paused []string
 	// Up to three pauses (of workers picked at random) until an inversion is seen.
 	for round := 0; round < 3 && inv == 0 && ctx.Err() == nil; round++ {
-		p := h.pick()
+		p := h.pick(ctx)
 		if p == nil {
 			break
 		}

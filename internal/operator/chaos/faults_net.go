@@ -78,6 +78,9 @@ func (h *harness) openNetFor(ctx context.Context) error {
 		return err
 	}
 	add(&db, net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))))
+	for _, fb := range pc.Fallbacks { // a standby a failover promotes: the workers must reach it too
+		add(&db, net.JoinHostPort(fb.Host, strconv.Itoa(int(fb.Port))))
+	}
 	add(&others, h.cfg.RedisAddr)
 	add(&others, h.cfg.RedisSink)
 	if len(brokers) == 0 || len(db) == 0 {
@@ -88,7 +91,8 @@ func (h *harness) openNetFor(ctx context.Context) error {
 		return err
 	}
 	slices.Sort(brokers)
-	n.brokerPorts, n.dbPorts = slices.Compact(brokers), db
+	slices.Sort(db)
+	n.brokerPorts, n.dbPorts = slices.Compact(brokers), slices.Compact(db)
 	h.net = n
 	h.progress("network: bridge %s %s.0/24, forwarders on %s to ports %v", n.bridge, n.subnet, n.host, n.ports)
 	return nil

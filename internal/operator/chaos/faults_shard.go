@@ -61,7 +61,7 @@ func (h *harness) shardOutage(ctx context.Context, f *Fault) {
 	hold := max(2*st, 5*time.Second)
 	if rebalance {
 		hold += 10 * time.Second
-		if p := h.pick(); p != nil {
+		if p := h.pick(ctx); p != nil {
 			h.stop(p, syscall.SIGTERM, 30*time.Second)
 			o.Rebalance = p.id
 			if err := h.start(ctx); err != nil {

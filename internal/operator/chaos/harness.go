@@ -174,6 +174,17 @@ type Config struct {
 	// fenced workers write through as one sharded sink (fence/shard); PostgresURL then keeps
 	// only the run's logs (sharded.go).
 	ShardURLs []string
+	// Overlap, above 1, is how many faults may be in flight at once: the faults are drawn up
+	// front from Seed (a schedule, schedule.go) and run on disjoint targets (what each kind
+	// holds: Kinds). 0 or 1: one fault after another.
+	Overlap int
+	// Replay, if set, is a schedule to run (ReadSchedule, from a run's ScheduleFile) instead of
+	// one drawn from Seed: the same kinds on the same targets in the same order, with its
+	// Overlap unless Overlap is set. Faults and NumFaults are then the schedule's.
+	Replay []ScheduledFault
+	// ScheduleFile, if set, is where an overlapping or replayed run writes its schedule (JSON
+	// lines) before its first fault.
+	ScheduleFile string
 }
 
 // Result is a chaos run's outcome.
@@ -188,6 +199,12 @@ type Result struct {
 	Audit    *AuditVerdict // the auditor's findings, with Config.Audit (nil without)
 	// ShardOutages are the shard-outage faults' proofs and measurements, in order.
 	ShardOutages []ShardOutage
+	// Schedule is the schedule an overlapping or replayed run ran (nil for one fault after
+	// another); Concurrent counts the faults that ran while another was in flight, MaxInFlight
+	// the most in flight at once.
+	Schedule    []ScheduledFault
+	Concurrent  int
+	MaxInFlight int
 }
 
 // Fault is one injected fault, as logged.
@@ -198,6 +215,7 @@ type Fault struct {
 	Start  time.Time
 	End    time.Time
 	Bit    bool // the fault provably happened (e.g. the frozen worker's takeover was seen)
+	N      int  // its place in the run's schedule (Result.Schedule), from 1; 0 without one
 }
 
 // OK reports whether the run passed: the invariants held, the backlog was applied in time and
@@ -210,6 +228,8 @@ func (r *Result) OK() bool {
 
 type proc struct {
 	id       string
+	num      int    // the n of its id, wn
+	slot     int    // the worker slot it fills (0..Workers-1), -1 for none
 	instance string // group.instance.id, for a static member
 	cmd      *exec.Cmd
 	done     chan struct{}
@@ -219,7 +239,10 @@ type proc struct {
 type harness struct {
 	cfg     Config
 	db      DB
-	rng     *rand.Rand
+	rngMu   sync.Mutex
+	rng     *rand.Rand // the run's; a scheduled fault draws from its own (faultSlot)
+	progMu  sync.Mutex
+	primeMu sync.Mutex
 	mu      sync.Mutex
 	procs   map[string]*proc
 	nextID  int
@@ -280,6 +303,20 @@ func (c *Config) defaults() error {
 			return fmt.Errorf("chaos: faults %v need the built-in workload in fenced mode", c.Faults)
 		}
 		c.Faults = kept
+	}
+	if len(c.Replay) > 0 {
+		if len(c.Faults) == 0 {
+			c.Faults = scheduleKinds(c.Replay)
+		}
+		c.NumFaults = len(c.Replay)
+		if c.Overlap <= 0 {
+			c.Overlap = c.Replay[0].Overlap
+		}
+		for _, s := range c.Replay {
+			if !slices.Contains(c.Faults, s.Kind) {
+				return fmt.Errorf("chaos: the schedule's fault %d is a %s, which this run does not inject", s.N, s.Kind)
+			}
+		}
 	}
 	if c.NumFaults == 0 && len(c.Faults) > 0 {
 		c.NumFaults = 3 * len(c.Faults)
@@ -387,6 +424,8 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 
 func (h *harness) progress(format string, args ...any) {
 	if h.cfg.Progress != nil {
+		h.progMu.Lock()
+		defer h.progMu.Unlock()
 		fmt.Fprintf(h.cfg.Progress, "[%6.1fs] "+format+"\n", append([]any{time.Since(h.t0).Seconds()}, args...)...)
 	}
 }
@@ -407,7 +446,8 @@ func (h *harness) start(ctx context.Context) error {
 func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 	h.mu.Lock()
 	h.nextID++
-	id := fmt.Sprintf("w%d", h.nextID)
+	num := h.nextID
+	id := fmt.Sprintf("w%d", num)
 	h.mu.Unlock()
 	if instance == "" && h.cfg.Static {
 		instance = "chaos-" + id
@@ -444,7 +484,7 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("chaos: start worker: %w", err)
 	}
-	p := &proc{id: id, instance: instance, cmd: cmd, done: make(chan struct{})}
+	p := &proc{id: id, num: num, slot: -1, instance: instance, cmd: cmd, done: make(chan struct{})}
 	if logf != nil {
 		p.log = logf.Name()
 	}
@@ -459,6 +499,7 @@ func (h *harness) startAs(_ context.Context, instance string) (*proc, error) {
 		close(p.done)
 	}()
 	h.mu.Lock()
+	p.slot = h.freeSlot()
 	h.procs[id] = p
 	if p.log != "" {
 		h.logs = append(h.logs, p.log)
@@ -504,18 +545,35 @@ func (h *harness) stopAll() {
 	h.workers.Wait()
 }
 
-func (h *harness) pick() *proc {
+// pick picks a live worker at random; a scheduled fault gets the worker in its slot.
+func (h *harness) pick(ctx context.Context) *proc {
+	if s := faultSlotOf(ctx); s != nil && s.worker >= 0 {
+		return h.slotProc(s.worker)
+	}
 	ps := h.alive()
 	if len(ps) == 0 {
 		return nil
 	}
-	return ps[h.rng.Intn(len(ps))]
+	return ps[h.intn(ctx, len(ps))]
+}
+
+// intn draws from a scheduled fault's own source, or the run's.
+func (h *harness) intn(ctx context.Context, n int) int {
+	if s := faultSlotOf(ctx); s != nil && s.rng != nil {
+		return s.rng.Intn(n)
+	}
+	h.rngMu.Lock()
+	defer h.rngMu.Unlock()
+	return h.rng.Intn(n)
 }
 
 // pickWriter picks, among the live workers that committed a write in the last few seconds,
 // one at random (a worker without partitions cannot be caught holding a write); any live
 // worker if none did.
 func (h *harness) pickWriter(ctx context.Context) *proc {
+	if s := faultSlotOf(ctx); s != nil && s.worker >= 0 {
+		return h.slotProc(s.worker)
+	}
 	ps := h.alive()
 	var writers []*proc
 	since := time.Now().Add(-5 * time.Second).UnixMilli()
@@ -527,9 +585,9 @@ func (h *harness) pickWriter(ctx context.Context) *proc {
 		}
 	}
 	if len(writers) == 0 {
-		return h.pick()
+		return h.pick(ctx)
 	}
-	return writers[h.rng.Intn(len(writers))]
+	return writers[h.intn(ctx, len(writers))]
 }
 
 func (h *harness) inject(ctx context.Context, kind FaultKind) Fault {
@@ -550,7 +608,7 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 	case FaultDelay:
 		h.freeze(ctx, f, syscall.SIGUSR2, OutcomeDelayed)
 	case FaultKill, FaultTerm:
-		p := h.pick()
+		p := h.pick(ctx)
 		if p == nil {
 			f.Detail = "no worker alive"
 			break
@@ -587,7 +645,10 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 	case FaultBrokerRestart:
 		f.Target = "kafka"
 		if h.cfg.KafkaNodes > 1 {
-			n := 1 + h.rng.Intn(h.cfg.KafkaNodes)
+			n := 1 + h.intn(ctx, h.cfg.KafkaNodes)
+			if s := faultSlotOf(ctx); s != nil && s.node > 0 {
+				n = s.node
+			}
 			f.Target = fmt.Sprintf("kafka node %d", n)
 			f.Bit, f.Detail = h.script(ctx, "kafka.sh", "node-restart", strconv.Itoa(n))
 		} else {

@@ -71,7 +71,12 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 		h.progress("run: app=%s mode=%s workers=%d partitions=%d faults=%d seed=%d", app.Name(), cfg.Mode, cfg.Workers, cfg.Partitions, cfg.NumFaults, cfg.Seed)
 	}
 	time.Sleep(2 * cfg.SessionTimeout) // let the groups form and start applying
-	h.injectAll(ctx)
+	if cfg.Overlap > 1 || len(cfg.Replay) > 0 {
+		res.Schedule = h.injectScheduled(ctx)
+		res.Concurrent, res.MaxInFlight = overlapStats(h.faults)
+	} else {
+		h.injectAll(ctx)
+	}
 	close(stopProd)
 	if err := <-prodDone; err != nil {
 		return nil, fmt.Errorf("chaos: %s: produce: %w", app.Name(), err)

@@ -40,6 +40,10 @@ func WriteVerdict(w io.Writer, r *Result) {
 	for _, o := range r.ShardOutages {
 		fmt.Fprintf(tw, "shard outage: %s\t%s\n", o.Shard, o.Verdict())
 	}
+	if r.Schedule != nil {
+		fmt.Fprintf(tw, "faults overlapping another / most in flight at once\t%d of %d / %d (overlap %d, %d scheduled)\n",
+			r.Concurrent, len(r.Faults), r.MaxInFlight, r.Config.Overlap, len(r.Schedule))
+	}
 	if r.Config.App == nil {
 		fmt.Fprintf(tw, "records produced\t%d\n", v.Expected)
 		fmt.Fprintf(tw, "records applied\t%d\n", v.Applied)
