@@ -34,7 +34,7 @@ invariant is violated.
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
-	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject; the network kinds, which need root, are named one by one): "+kinds())
+	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated ('all': the worker, broker and database kinds; 'every': those, the coordinator and static-membership kinds, and the topic faults, which fenced runs only inject; the network kinds, which need root, are named one by one; net-minority-coordinator needs -kafka-nodes 3 and iptables): "+kinds())
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
 	fs.DurationVar(&cfg.For, "for", 0, "stop injecting faults after this long (0: no bound), then settle and check")
 	fs.Int64Var(&cfg.Seed, "seed", 1, "random seed for targets and order")
@@ -45,7 +45,7 @@ invariant is violated.
 	fs.StringVar(&cfg.RedisAddr, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address for -mode lock (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&deployDir, "deploy", "deploy/local", "directory of kafka.sh and postgres.sh, for restart faults")
 	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict, the timeline and the workers' logs")
-	fs.IntVar(&cfg.KafkaNodes, "kafka-nodes", 0, "brokers of deploy/local's cluster mode (KAFKA_NODES) behind -brokers; needed by coordinator-kill")
+	fs.IntVar(&cfg.KafkaNodes, "kafka-nodes", 0, "brokers of deploy/local's cluster mode (KAFKA_NODES) behind -brokers; needed by coordinator-kill and net-minority-coordinator (3 or more)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ invariant is violated.
 
 func kinds() string {
 	var s []string
-	for _, k := range slices.Concat(chaos.EveryFault, chaos.NetFaults) {
+	for _, k := range slices.Concat(chaos.EveryFault, chaos.NetFaults, chaos.MinorityFaults) {
 		s = append(s, string(k))
 	}
 	return strings.Join(s, ",")
