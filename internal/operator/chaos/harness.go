@@ -322,7 +322,7 @@ func (c *Config) defaults() error {
 		c.Topic = "chaos-" + string(c.Mode) + "-" + suffix
 	}
 	for _, f := range c.Faults {
-		if (f == FaultBrokerRestart || f == FaultDBRestart || f == FaultDBFailover || f == FaultPausedBrokerRestart || f == FaultCoordinatorKill) && c.DeployDir == "" {
+		if (f == FaultBrokerRestart || f == FaultDBRestart || f == FaultDBFailover || f == FaultPausedBrokerRestart || f == FaultCoordinatorKill || f == FaultNetMinorityCoordinator) && c.DeployDir == "" {
 			return fmt.Errorf("chaos: fault %s needs DeployDir (deploy/local)", f)
 		}
 		if (f == FaultDBRestart || f == FaultDBFailover || f == FaultDelay) && c.PostgresURL == "" {

@@ -225,4 +225,8 @@ func TestParseFaultsNamesTheNetworkKinds(t *testing.T) {
 			t.Errorf("%d brokers: %v, want the minority coordinator refused without three", nodes, err)
 		}
 	}
+	cfg := Config{Faults: got, KafkaNodes: 3, Brokers: []string{"127.0.0.1:9092"}, PostgresURL: "postgres://x", Binary: "baton"}
+	if err := cfg.defaults(); err == nil || !strings.Contains(err.Error(), "DeployDir") {
+		t.Errorf("without DeployDir: %v, want the minority coordinator refused (it reads the cut broker's log through kafka.sh)", err)
+	}
 }
