@@ -49,10 +49,10 @@ lint:
 CHAOS_PKGS := ./internal/operator/chaos ./examples/saga
 gotest: gotest-main gotest-consumer gotest-chaos gotest-faults
 
-# FAULT_TESTS are the chaos package's runs that fail the database over, cut network links or
-# stop a shard's database: gotest-faults runs them (lane C), gotest-chaos the rest of the chaos
-# packages (lane B).
-FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*|TestChaosShardOutage)$$
+# FAULT_TESTS are the chaos package's runs that fail the database over, cut network links (a
+# minority coordinator among them) or stop a shard's database: gotest-faults runs them (lane C),
+# gotest-chaos the rest of the chaos packages (lane B).
+FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*|TestChaosShardOutage|TestChaosMinorityFenced|TestChaosMinorityBaselines|TestChaosMinorityMutant)$$
 gotest-chaos:
 	@echo "== go test $(CHAOS_PKGS) but the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
 	$(GO) test $(GOTESTFLAGS) -skip '$(FAULT_TESTS)' $(CHAOS_PKGS)
@@ -60,8 +60,9 @@ gotest-chaos:
 gotest-faults:
 	@echo "== go test ./internal/operator/chaos: the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
 	$(GO) test $(GOTESTFLAGS) -run '$(FAULT_TESTS)' ./internal/operator/chaos
-	@echo "== network namespaces, links and qdiscs the network faults created: none may be left"
-	@left="$$(ip netns list 2>/dev/null | grep '^bn' || true; ip -o link show 2>/dev/null | grep -o ' bn[^:@]*' || true)"; \
+	@echo "== network namespaces, links, qdiscs and iptables chains the network faults created: none may be left"
+	@left="$$(ip netns list 2>/dev/null | grep '^bn' || true; ip -o link show 2>/dev/null | grep -o ' bn[^:@]*' || true; iptables -w -S 2>/dev/null | grep -e '^-N bn' -e '-j bn' || true; \
+	  for d in $$(awk '{for (i = 1; i < NF; i++) if ($$i == "-" && $$(i+1) == "cgroup2") print $$5}' /proc/self/mountinfo); do ls -d "$$d"/bn* 2>/dev/null || true; done)"; \
 	if [ -n "$$left" ]; then echo "left behind:"; echo "$$left"; exit 1; fi
 
 gotest-consumer:

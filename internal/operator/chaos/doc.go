@@ -8,8 +8,10 @@
 // topic faults, fenced runs only: the source topic deleted and recreated, or grown, mid-run,
 // with the harness as the operator who drains, proves the hold and runs baton topics reset or
 // ack; and the network faults, with each worker in a network namespace of its own: its link to
-// the brokers or to the database cut, or made flaky, with tc (netns.go, faults_net.go)), and
-// then checks what landed:
+// the brokers or to the database cut, or made flaky, with tc (netns.go, faults_net.go), or, in
+// the three-broker cluster, the group coordinator's broker cut from the other brokers and from
+// every member but one writer, a minority coordinator, with iptables on the loopback and tc
+// (faults_minority.go)), and then checks what landed:
 //
 //   - no stale write: no committed batch carries a token lower than one committed before it on
 //     its partition, no batch re-applies offsets already applied, no two workers commit under

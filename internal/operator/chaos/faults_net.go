@@ -46,7 +46,7 @@ const (
 	sigHoldInTx = syscall.SIGPWR
 )
 
-func isNetFault(k FaultKind) bool { return slices.Contains(NetFaults, k) }
+func isNetFault(k FaultKind) bool { return slices.Contains(NetFaults, k) || isMinorityFault(k) }
 
 // openNetFor opens the run's network layer if a configured fault needs it: forwarders for the
 // brokers (the seeds and every broker the cluster advertises), PostgreSQL and Redis.
@@ -86,10 +86,16 @@ func (h *harness) openNetFor(ctx context.Context) error {
 	if len(brokers) == 0 || len(db) == 0 {
 		return errors.New("chaos: the network faults need the brokers and PostgreSQL on a loopback address")
 	}
+	if slices.ContainsFunc(h.cfg.Faults, isMinorityFault) {
+		if why := MinoritySupported(); why != "" {
+			return errors.New("chaos: " + why)
+		}
+	}
 	n, err := openNet(slices.Concat(brokers, db, others))
 	if err != nil {
 		return err
 	}
+	n.mark.Store(slices.ContainsFunc(h.cfg.Faults, isMinorityFault))
 	slices.Sort(brokers)
 	slices.Sort(db)
 	n.brokerPorts, n.dbPorts = slices.Compact(brokers), slices.Compact(db)

@@ -72,7 +72,7 @@ var EveryFault = append(append(append([]FaultKind(nil), AllFaults...), CoordFaul
 
 // ParseFaults parses a comma-separated list of kinds ("all" for the worker, broker and
 // database kinds, "every" for those, the coordinator and static-membership kinds and the topic
-// faults; the network kinds, NetFaults, are named one by one).
+// faults; the network kinds, NetFaults and MinorityFaults, are named one by one).
 func ParseFaults(s string) ([]FaultKind, error) {
 	if s == "" || s == "all" {
 		return append([]FaultKind(nil), AllFaults...), nil
@@ -87,7 +87,7 @@ func ParseFaults(s string) ([]FaultKind, error) {
 		for _, a := range EveryFault {
 			ok = ok || a == k
 		}
-		ok = ok || slices.Contains(FailoverFaults, k) || slices.Contains(NetFaults, k) || slices.Contains(ShardFaults, k)
+		ok = ok || slices.Contains(FailoverFaults, k) || slices.Contains(NetFaults, k) || slices.Contains(ShardFaults, k) || slices.Contains(MinorityFaults, k)
 		if !ok {
 			return nil, fmt.Errorf("chaos: unknown fault %q", f)
 		}
@@ -334,6 +334,10 @@ func (c *Config) defaults() error {
 			if c.KafkaNodes < 2 {
 				return fmt.Errorf("chaos: fault %s needs a cluster (KafkaNodes >= 2; deploy/local/kafka.sh with KAFKA_NODES=3)", f)
 			}
+		case FaultNetMinorityCoordinator:
+			if c.KafkaNodes < 3 {
+				return fmt.Errorf("chaos: fault %s needs a cluster of three brokers or more (KafkaNodes >= 3; deploy/local/kafka.sh with KAFKA_NODES=3)", f)
+			}
 		}
 	}
 	if err := c.redisDefaults(); err != nil {
@@ -366,7 +370,7 @@ func (c *Config) defaults() error {
 		c.Topic = "chaos-" + string(c.Mode) + "-" + suffix
 	}
 	for _, f := range c.Faults {
-		if (f == FaultBrokerRestart || f == FaultDBRestart || f == FaultDBFailover || f == FaultPausedBrokerRestart || f == FaultCoordinatorKill) && c.DeployDir == "" {
+		if (f == FaultBrokerRestart || f == FaultDBRestart || f == FaultDBFailover || f == FaultPausedBrokerRestart || f == FaultCoordinatorKill || f == FaultNetMinorityCoordinator) && c.DeployDir == "" {
 			return fmt.Errorf("chaos: fault %s needs DeployDir (deploy/local)", f)
 		}
 		if (f == FaultDBRestart || f == FaultDBFailover || f == FaultDelay) && c.PostgresURL == "" {
@@ -673,6 +677,8 @@ func (h *harness) injectInto(ctx context.Context, f *Fault) {
 		h.shardOutage(ctx, f)
 	case FaultNetBrokerCut, FaultNetDBCut, FaultNetFlaky, FaultNetHealMidTx:
 		h.injectNet(ctx, f)
+	case FaultNetMinorityCoordinator:
+		h.minorityCoordinator(ctx, f)
 	case FaultDBRestart:
 		f.Target = "postgres"
 		f.Bit, f.Detail = h.script(ctx, "postgres.sh", "restart")

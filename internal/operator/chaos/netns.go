@@ -68,6 +68,9 @@ type netLayer struct {
 	sigs     chan os.Signal
 	sigDone  chan struct{}
 	bySignal atomic.Bool // close runs on the signal watcher
+	// mark makes the forwarders mark their connections to the services (fwdMark), which a
+	// broker cut lets through (faults_minority.go).
+	mark atomic.Bool
 }
 
 // netLink is one worker's namespace and its veth pair.
@@ -193,7 +196,11 @@ func (n *netLayer) forward(ln net.Listener, port int) {
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			up, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), 10*time.Second)
+			d := net.Dialer{Timeout: 10 * time.Second}
+			if n.mark.Load() {
+				d.Control = markControl
+			}
+			up, err := d.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 			if err != nil {
 				_ = c.Close()
 				return
@@ -320,11 +327,17 @@ func (n *netLayer) close() {
 	}
 }
 
-// removeNet removes every namespace and link whose name starts with prefix.
+// removeNet removes every namespace, link, broker cut's iptables chain and cgroup whose name
+// starts with prefix.
 func removeNet(prefix string) {
 	for _, name := range netNames() {
 		if strings.HasPrefix(name, prefix) {
 			removeNetName(name)
+		}
+	}
+	for _, name := range cutNames() {
+		if strings.HasPrefix(name, prefix) {
+			removeCut(name)
 		}
 	}
 }
@@ -358,23 +371,30 @@ func netNames() []string {
 	return out
 }
 
-// SweepNet removes the namespaces, veths and bridges left behind by network layers whose
-// process is no longer alive (a run killed before it could clean up).
+// SweepNet removes the namespaces, veths, bridges and broker cuts (iptables chains, cgroups)
+// left behind by network layers whose process is no longer alive (a run killed before it could
+// clean up).
 func SweepNet() {
-	for _, name := range netNames() {
+	dead := func(name string) bool {
 		m := netNamePattern.FindStringSubmatch(name)
 		pid, err := strconv.ParseInt(m[1], 36, 64)
-		if err != nil || pid == int64(os.Getpid()) {
-			continue
-		}
-		if syscall.Kill(int(pid), 0) == syscall.ESRCH {
+		return err == nil && pid != int64(os.Getpid()) && syscall.Kill(int(pid), 0) == syscall.ESRCH
+	}
+	for _, name := range netNames() {
+		if dead(name) {
 			removeNetName(name)
+		}
+	}
+	for _, name := range cutNames() {
+		if dead(name) {
+			removeCut(name)
 		}
 	}
 }
 
-// NetLeftovers lists what network layers of this process left behind: namespaces, links and
-// qdiscs on them (empty after every run ended). A test's proof that cleanup happened.
+// NetLeftovers lists what network layers of this process left behind: namespaces, links,
+// qdiscs on them, broker cuts' iptables chains and cgroups (empty after every run ended). A
+// test's proof that cleanup happened.
 func NetLeftovers() []string {
 	own := fmt.Sprintf("bn%s_", strconv.FormatInt(int64(os.Getpid()), 36))
 	var out []string
@@ -386,6 +406,11 @@ func NetLeftovers() []string {
 	for _, line := range strings.Split(cmdOut("tc", "qdisc", "show"), "\n") {
 		if strings.Contains(line, " dev "+own) {
 			out = append(out, "qdisc: "+strings.TrimSpace(line))
+		}
+	}
+	for _, name := range cutNames() {
+		if strings.HasPrefix(name, own) {
+			out = append(out, "broker cut: "+name)
 		}
 	}
 	return out

@@ -33,13 +33,27 @@ func TestNetLayerChild(t *testing.T) {
 		fmt.Println("error:", err)
 		os.Exit(1)
 	}
-	fmt.Println("ready")
+	// Where the minority-coordinator fault can run, a broker cut too, of a stand-in process.
+	stand := 0
+	if MinoritySupported() == "" {
+		sleeper := exec.Command("sleep", "300")
+		if err := sleeper.Start(); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+		stand = sleeper.Process.Pid
+		if _, err := n.cutBroker(1, stand, []int{10}, 9, []int{11}); err != nil {
+			fmt.Println("error:", err)
+			os.Exit(1)
+		}
+	}
+	fmt.Println("ready", stand)
 	select {}
 }
 
 // netChild starts TestNetLayerChild and returns it once its network is up, with the prefix of
-// its names.
-func netChild(t *testing.T) (*exec.Cmd, string) {
+// its names (and, where a broker cut was made, the stand-in broker's pid, killed at the end of t).
+func netChild(t *testing.T) (*exec.Cmd, string, int) {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run", "^TestNetLayerChild$")
 	cmd.Env = append(os.Environ(), netChildEnv+"=1")
@@ -51,12 +65,39 @@ func netChild(t *testing.T) (*exec.Cmd, string) {
 		t.Fatal(err)
 	}
 	line, _ := bufio.NewReader(out).ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
+	f := strings.Fields(line)
+	if len(f) != 2 || f[0] != "ready" {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		t.Fatalf("child: %q", line)
 	}
-	return cmd, fmt.Sprintf("bn%s_", strconv.FormatInt(int64(cmd.Process.Pid), 36))
+	stand, _ := strconv.Atoi(f[1])
+	if stand > 0 {
+		t.Cleanup(func() { _ = syscall.Kill(stand, syscall.SIGKILL) })
+	}
+	return cmd, fmt.Sprintf("bn%s_", strconv.FormatInt(int64(cmd.Process.Pid), 36)), stand
+}
+
+// cgroupOf returns pid's cgroup v2 path.
+func cgroupOf(pid int) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return p
+		}
+	}
+	return ""
+}
+
+// cutsOf lists the broker cuts' chains and cgroups whose names start with prefix.
+func cutsOf(prefix string) []string {
+	var out []string
+	for _, name := range cutNames() {
+		if strings.HasPrefix(name, prefix) {
+			out = append(out, "broker cut: "+name)
+		}
+	}
+	return out
 }
 
 // netOf lists the namespaces, links and qdiscs whose names start with prefix.
@@ -72,21 +113,45 @@ func netOf(prefix string) []string {
 			out = append(out, "qdisc: "+line)
 		}
 	}
-	return out
+	return append(out, cutsOf(prefix)...)
 }
 
 // TestNetLayerRemovedOnSignalOrSwept proves the network layer's cleanup: a run that gets
-// SIGTERM removes its bridge, namespace, veth pair and qdiscs before it dies; what a run killed
-// with SIGKILL left behind, the next run's sweep removes.
+// SIGTERM removes its bridge, namespace, veth pair, qdiscs and broker cut (its iptables chain
+// and cgroup, the broker moved back) before it dies; what a run killed with SIGKILL left
+// behind, the next run's sweep removes.
 func TestNetLayerRemovedOnSignalOrSwept(t *testing.T) {
 	if why := NetSupported(); why != "" {
 		t.Skip("skipping the network layer: " + why)
 	}
-	cmd, prefix := netChild(t)
+	cmd, prefix, stand := netChild(t)
 	// Three links (bridge, the worker's veth pair, its end in the namespace is not listed on
 	// the host) and the namespace: at least the bridge, the host's veth end and the namespace.
 	if got := netOf(prefix); len(got) < 3 {
 		t.Fatalf("the child's network: %v, want its bridge, veth and namespace", got)
+	}
+	home := cgroupOf(os.Getpid())
+	checkCut := func(when string) {
+		t.Helper()
+		if stand == 0 {
+			return
+		}
+		if got := cutsOf(prefix); len(got) != 1 {
+			t.Fatalf("%s: broker cuts %v, want the child's chain and cgroup under one name", when, got)
+		}
+		if got := cgroupOf(stand); got == home {
+			t.Fatalf("%s: the stand-in broker is in %s, want the cut's cgroup", when, got)
+		}
+	}
+	checkBack := func(when string) {
+		t.Helper()
+		if got := cgroupOf(stand); stand > 0 && got != "/" {
+			t.Errorf("%s: the stand-in broker is in cgroup %s, want it back in the root", when, got)
+		}
+	}
+	checkCut("the child's cut")
+	if stand == 0 {
+		t.Logf("no broker cut: %s", MinoritySupported())
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()
@@ -96,13 +161,15 @@ func TestNetLayerRemovedOnSignalOrSwept(t *testing.T) {
 	if left := netOf(prefix); len(left) > 0 {
 		t.Errorf("left behind after SIGTERM: %v", left)
 	}
+	checkBack("after SIGTERM")
 
-	cmd, prefix = netChild(t)
+	cmd, prefix, stand = netChild(t)
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 	if left := netOf(prefix); len(left) < 3 {
 		t.Fatalf("after SIGKILL: %v, want the child's network still there", left)
 	}
+	checkCut("after SIGKILL")
 	SweepNet()
 	deadline := time.Now().Add(5 * time.Second)
 	for len(netOf(prefix)) > 0 && time.Now().Before(deadline) {
@@ -111,6 +178,7 @@ func TestNetLayerRemovedOnSignalOrSwept(t *testing.T) {
 	if left := netOf(prefix); len(left) > 0 {
 		t.Errorf("left behind after the sweep: %v", left)
 	}
+	checkBack("after the sweep")
 }
 
 func TestMapLoopback(t *testing.T) {
@@ -146,5 +214,19 @@ func TestParseFaultsNamesTheNetworkKinds(t *testing.T) {
 	}
 	if _, err := ParseFaults("net-bogus"); err == nil {
 		t.Error("ParseFaults accepted an unknown kind")
+	}
+	got, err = ParseFaults("net-minority-coordinator")
+	if err != nil || len(got) != 1 || !isNetFault(got[0]) {
+		t.Errorf("ParseFaults(net-minority-coordinator) = %v, %v; want the kind, a network one", got, err)
+	}
+	for _, nodes := range []int{1, 2} {
+		cfg := Config{Faults: got, KafkaNodes: nodes, Brokers: []string{"127.0.0.1:9092"}, PostgresURL: "postgres://x", Binary: "baton"}
+		if err := cfg.defaults(); err == nil || !strings.Contains(err.Error(), "three brokers") {
+			t.Errorf("%d brokers: %v, want the minority coordinator refused without three", nodes, err)
+		}
+	}
+	cfg := Config{Faults: got, KafkaNodes: 3, Brokers: []string{"127.0.0.1:9092"}, PostgresURL: "postgres://x", Binary: "baton"}
+	if err := cfg.defaults(); err == nil || !strings.Contains(err.Error(), "DeployDir") {
+		t.Errorf("without DeployDir: %v, want the minority coordinator refused (it reads the cut broker's log through kafka.sh)", err)
 	}
 }

@@ -96,6 +96,7 @@ var kindTable = []KindInfo{
 	{FaultNetFlaky, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
 	{FaultNetHealMidTx, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
 	{FaultRedisRestart, HoldRedisSink, "a Redis sink (consumer/chaos and the tests only)"},
+	{FaultNetMinorityCoordinator, HoldEverything, "root, iproute2, iptables, cgroup v2, PostgreSQL, a plaintext broker, a cluster of three (-kafka-nodes 3)"},
 	{FaultShardOutage, HoldWorkerDatabase, "a sharded sink (-shards) on deploy/local's postgres-shards.sh clusters"},
 }
 
