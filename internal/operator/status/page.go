@@ -287,7 +287,11 @@ func (p *Page) record(snap *Snapshot, err error) {
 		p.eventFenced(r.At, kind, fmt.Sprintf("%s/%d: era advanced %s -> %s: %s", r.Topic, r.Partition, r.From, r.To, r.Reason),
 			fmt.Sprintf("%s/%d", r.Topic, r.Partition), r.From)
 	}
-	if len(snap.Recoveries) > 0 || snap.Sources[1].Err == "" {
+	storesRead := true
+	for _, src := range snap.Sources[1:] {
+		storesRead = storesRead && src.Err == ""
+	}
+	if len(snap.Recoveries) > 0 || storesRead {
 		p.seenRec = max(p.seenRec, len(snap.Recoveries))
 	}
 }
