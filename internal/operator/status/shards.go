@@ -189,3 +189,9 @@ func (pl placer) shard(k fence.Key) (string, bool) {
 	s, ok := pl.at[k]
 	return s, ok
 }
+
+// errUnsharded refuses an operation that works on one database when the collector reads the
+// shards of a sharded sink.
+func errUnsharded() error {
+	return errorf(ErrUsage, "this works on one database, not across the shards of a sharded sink: give the store of the shard the placement puts the partition on (topic identities: the home shard)")
+}
