@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
@@ -42,7 +44,12 @@ var shardNames = []string{"a", "b", "c"}
 // partitions of the test's topic: the rule puts two on each shard.
 const partitions int32 = 6
 
-func newShardEnv(t *testing.T) *shardEnv {
+func newShardEnv(t *testing.T) *shardEnv { return newShardEnvMove(t, "a", "b", false) }
+
+// newShardEnvMove is newShardEnv with the moved key taken from shard from to shard to. With
+// applied, the key applies positions 0..4 before its move, its fence on to is seeded at 4 (as
+// the move's copy does) and it applies 5..9 there after the move.
+func newShardEnvMove(t *testing.T, from, to string, applied bool) *shardEnv {
 	t.Helper()
 	var bases []string
 	if v := os.Getenv(envShards); v != "" {
@@ -97,16 +104,29 @@ func newShardEnv(t *testing.T) *shardEnv {
 		if _, err := r.Claim(ctx, k, fence.Token{Epoch: 1}, "member-1"); err != nil {
 			t.Fatal(err)
 		}
-		if e.moved == (fence.Key{}) && r.Placement().Shard(k) == "a" {
+		if e.moved == (fence.Key{}) && r.Placement().Shard(k) == from {
 			e.moved = k
 		}
 	}
 	if e.moved == (fence.Key{}) {
-		t.Fatal("no partition of the topic is placed on shard a")
+		t.Fatalf("no partition of the topic is placed on shard %s", from)
 	}
-	e.from, e.to = "a", "b"
-	must(t, r.Retire(ctx, e.moved, 2, "moving to b"))
-	must(t, r.Publish(ctx, shard.Placement{Version: 2, Shards: shardNames, Entries: map[fence.Key]string{e.moved: e.to}}, "move to b"))
+	e.from, e.to = from, to
+	tok := fence.Token{Epoch: 1}
+	noop := func(context.Context, pgx.Tx) error { return nil }
+	if applied {
+		must(t, r.Apply(ctx, e.moved, tok, 0, 4, noop))
+	}
+	must(t, r.Retire(ctx, e.moved, 2, "moving to "+to))
+	if applied {
+		_, err := shards[to].Claim(ctx, e.moved, tok, "member-1")
+		must(t, err)
+		must(t, shards[to].Apply(ctx, e.moved, tok, 0, 4, noop))
+	}
+	must(t, r.Publish(ctx, shard.Placement{Version: 2, Shards: shardNames, Entries: map[fence.Key]string{e.moved: e.to}}, "move to "+to))
+	if applied {
+		must(t, r.Apply(ctx, e.moved, tok, 5, 9, noop))
+	}
 	e.placement = r.Placement()
 	return e
 }
@@ -301,5 +321,44 @@ func TestOperateAcrossShardsOneDown(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAuditRetiredFenceNotJudged: a moved key's retired fence stands at the position where the
+// key left its shard while the group's committed offset moves on with the key's new shard.
+// With the placement unreadable (its home shard down), every shard judges the fences it holds:
+// the retired one is still not judged (it would read as records skipped), and the key is
+// judged on its new shard.
+func TestAuditRetiredFenceNotJudged(t *testing.T) {
+	e := newShardEnvMove(t, "b", "c", true)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(e.brokers, ",")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: e.topic, Partition: e.moved.Partition, At: 10, LeaderEpoch: -1})
+	if err := kadm.NewClient(cl).CommitAllOffsets(testenv.Context(t, 10*time.Second), e.group, offs); err != nil {
+		t.Fatal(err)
+	}
+	const down = "postgres://baton:secretpw@127.0.0.1:1/baton"
+	list := strings.Replace(e.list, "a="+e.urls["a"], "a="+down, 1)
+	for _, shards := range []string{e.list, list} {
+		out, code := runCmd(t, "audit", "-once", "-json", "-shards", shards, "-brokers", e.brokers, "-group", e.group, "-timeout", "2s")
+		var rep audit.Report
+		if err := json.Unmarshal([]byte(out[:strings.LastIndex(out, "}")+1]), &rep); err != nil {
+			t.Fatalf("audit -json: exit %d, %v:\n%s", code, err, out)
+		}
+		for _, v := range rep.Violations {
+			t.Errorf("violation: %s", v)
+		}
+		for _, s := range rep.Shards {
+			if s.Name == "b" && s.Retired != 1 {
+				t.Errorf("shard b: %d retired fences, want the moved key's", s.Retired)
+			}
+		}
+		if home := shards == list; (code != 0) != home || strings.Contains(out, "secretpw") {
+			t.Errorf("audit with the home shard down %v: exit %d:\n%s", home, code, out)
+		}
 	}
 }

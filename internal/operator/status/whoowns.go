@@ -111,6 +111,8 @@ func WriteOwnership(w interface{ Write([]byte) (int, error) }, o *Ownership) err
 	switch {
 	case l.Shard == "":
 		_, err = fmt.Fprintf(w, "shard unknown: the placement could not be read from the home shard %s\n", o.Shards[0])
+	case o.Placement == 0:
+		_, err = fmt.Fprintf(w, "shard %s holds its live fence (the placement could not be read from the home shard %s)\n", l.Shard, o.Shards[0])
 	case l.Retired:
 		_, err = fmt.Fprintf(w, "shard %s (placement version %d): its fence there is retired, a move is under way\n", l.Shard, o.Placement)
 	default:
