@@ -534,8 +534,11 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shard
 			rep.Retired++
 			continue
 		}
-		if !scope.judges(k) {
-			continue // a copy on the shard a move is bringing the key to, before it is published
+		if _, judged := held[k]; judged || !scope.judges(k) {
+			// A copy on the shard a move is bringing the key to, before it is published; or,
+			// without the placement, a second live fence of the key: judged once, where first
+			// found, so that one fence's state is never compared with another's.
+			continue
 		}
 		rep.Partitions++
 		held[k] = fr

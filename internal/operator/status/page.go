@@ -162,7 +162,7 @@ func (p *Page) instruments() error {
 	era, e4 := m.Int64ObservableGauge("baton.status.token.era", metric.WithDescription("the era of the fence's stored token"))
 	epoch, e5 := m.Int64ObservableGauge("baton.status.token.epoch", metric.WithDescription("the epoch of the fence's stored token"))
 	members, e6 := m.Int64ObservableGauge("baton.status.members", metric.WithDescription("live members of the group"))
-	up, e7 := m.Int64ObservableGauge("baton.status.source_up", metric.WithDescription("1 if the source (kafka, store) answered the last read, else 0"))
+	up, e7 := m.Int64ObservableGauge("baton.status.source_up", metric.WithDescription("1 if the source (kafka, store, or a sharded sink's \"shard NAME\") answered the last read, else 0"))
 	recs, e8 := m.Int64ObservableGauge("baton.status.recoveries", metric.WithDescription("recorded recoveries of the group, by who made them (consumer, operator)"))
 	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8); err != nil {
 		return err
