@@ -36,10 +36,11 @@ found, a source could not be read or the store has no fence rows for the group. 
 comparing two observations need the long-running form: a pass every -interval, with -http
 serving / (the violations), /violations.json and /metrics.
 
-A sharded sink (-shards, default $`+envShards+`): each shard's fences, outbox and inbox are
-audited and reported per shard; a fence is judged on the shard the placement (in the home
-shard) puts its partition on, and a fence a move retired is not judged. A shard that cannot
-be read is named, the others are audited, and the exit status is 1.
+A sharded sink (-shards, default $`+envShards+`):
+each shard's fences, outbox and inbox are audited and reported per shard; a fence is judged on
+the shard the placement (in the home shard) puts its partition on, and a fence a move retired
+is not judged. A shard that cannot be read is named, the others are audited, and the exit
+status is 1.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, true)

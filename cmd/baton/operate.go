@@ -153,10 +153,11 @@ A source that cannot be reached is named, the other one is still shown, and the 
 is 1. With -http it serves a live page instead (HTML refreshing itself, /status.json,
 /timeline.svg, /metrics) until interrupted.
 
-A sharded sink (-shards, default $`+envShards+`): every shard is read, and each partition is
-shown once, from the shard the placement (stored in the home shard) puts it on, with a SHARD
-column; a fence a move retired on another shard is listed as moved, never as a second owner.
-A shard that cannot be reached is named, the others are shown, and the exit status is 1.
+A sharded sink (-shards, default $`+envShards+`):
+every shard is read, and each partition is shown once, from the shard the placement (stored in
+the home shard) puts it on, with a SHARD column; a fence a move retired on another shard is
+listed as moved, never as a second owner. A shard that cannot be reached is named, the others
+are shown, and the exit status is 1.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, true)
@@ -376,9 +377,10 @@ unless every check passes.
 
 func schemaCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("schema", "[-dialect postgres|sqlite] [flags]", `Prints the DDL of Baton's tables (fence, recoveries, keyed inbox, outbox, outbox cursors) as
-the stores' Migrate runs it, for migration tools. Connects to nothing. For a sharded sink
-(-shards, default $`+envShards+`): the same DDL for every shard, then the placement table
-(baton_placements) for the home shard only.
+the stores' Migrate runs it, for migration tools. Connects to nothing.
+For a sharded sink (-shards, default $`+envShards+`):
+the same DDL for every shard, then the placement table (baton_placements) for the home shard
+only.
 `, stderr)
 	dialect := fs.String("dialect", "postgres", "postgres or sqlite")
 	fence := fs.String("fence-table", "", "the fence table (default baton_fences)")
@@ -404,9 +406,9 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("migrate", "-store S [flags]", `Creates Baton's tables (fence, recoveries, keyed inbox, outbox, outbox cursors) in the store
 if they do not exist, with the stores' own Migrate: idempotent, and safe to run from several
 processes at once (PostgreSQL: under an advisory lock). Run it as the migration role.
-For a sharded sink (-shards, default $`+envShards+`): every shard, and the placement table
-(baton_placements) in the home shard; a shard that cannot be reached is named, the others are
-migrated, and the exit status is 1.
+For a sharded sink (-shards, default $`+envShards+`):
+every shard, and the placement table (baton_placements) in the home shard; a shard that cannot
+be reached is named, the others are migrated, and the exit status is 1.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, false)
