@@ -10,7 +10,6 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
-	"github.com/batonhq/baton/internal/sqlident"
 )
 
 // Placements stores the history of a placement, one row per version, in the home shard's
@@ -62,20 +61,6 @@ func SQLite(db *sql.DB) Placements { return sqlitePlacements{db} }
 
 type pgPlacements struct{ db pgfence.DB }
 
-// Schema returns the placement table's DDL, as Migrate runs it.
-func (pgPlacements) Schema() string { return pgSchema + ";" }
-
-// RuntimeGrants returns the GRANT giving role, a least-privilege runtime role, what a router
-// needs of the placement table at run time: SELECT (New and every claim load the placement in
-// force). Publishing a placement is an operator's step, run as a role that may insert.
-func (pgPlacements) RuntimeGrants(role string) ([]string, error) {
-	out, err := sqlident.Grants(role, []sqlident.TableGrant{{Table: "baton_placements", Privileges: "SELECT"}})
-	if err != nil {
-		return nil, fmt.Errorf("%w: shard: %w", fence.ErrInvalid, err)
-	}
-	return out, nil
-}
-
 func (s pgPlacements) Migrate(ctx context.Context) error {
 	_, err := s.db.Exec(ctx, pgSchema)
 	return wrap("migrate", err)
@@ -107,9 +92,6 @@ func (s pgPlacements) Publish(ctx context.Context, p Placement, reason string) e
 }
 
 type sqlitePlacements struct{ db *sql.DB }
-
-// Schema returns the placement table's DDL, as Migrate runs it.
-func (sqlitePlacements) Schema() string { return sqliteSchema + ";" }
 
 func (s sqlitePlacements) Migrate(ctx context.Context) error {
 	_, err := s.db.ExecContext(ctx, sqliteSchema)
