@@ -35,6 +35,12 @@ With -once: one pass, printed; exit status 0 when every check passed, 1 when a v
 found, a source could not be read or the store has no fence rows for the group. Judgements
 comparing two observations need the long-running form: a pass every -interval, with -http
 serving / (the violations), /violations.json and /metrics.
+
+A sharded sink (-shards, default $`+envShards+`):
+each shard's fences, outbox and inbox are audited and reported per shard; a fence is judged on
+the shard the placement (in the home shard) puts its partition on, and a fence a move retired
+is not judged. A shard that cannot be read is named, the others are audited, and the exit
+status is 1.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, true)
@@ -65,7 +71,11 @@ serving / (the violations), /violations.json and /metrics.
 		return asUsage(err)
 	}
 	defer func() { _ = m.Shutdown(context.Background()) }()
-	cfg := audit.Config{Store: s.store, Group: s.group, Tables: s.tables(), Timeout: s.timeout,
+	shards, err := s.shardAddrs()
+	if err != nil {
+		return err
+	}
+	cfg := audit.Config{Store: s.store, Shards: shards, Group: s.group, Tables: s.tables(), Timeout: s.timeout,
 		OutboxAge: *age, Stall: *stall, Handover: *handover, MaxBytes: *maxBytes, InboxRows: *inboxRows,
 		Logger: log, Meter: m.Provider()}
 	if s.brokers != "" {
@@ -133,6 +143,14 @@ func writeAudit(w io.Writer, group string, r *audit.Report) {
 	}
 	for _, e := range r.Errors {
 		fmt.Fprintln(w, "not read:", e)
+	}
+	for _, sh := range r.Shards {
+		if sh.Error != "" {
+			fmt.Fprintf(w, "shard %s (%s): not read\n", sh.Name, sh.Addr)
+			continue
+		}
+		fmt.Fprintf(w, "shard %s (%s): %d partitions, %d retired fences (not judged), %d violations, %d store queries\n",
+			sh.Name, sh.Addr, sh.Partitions, sh.Retired, sh.Violations, sh.Queries)
 	}
 	fmt.Fprintf(w, "group %s: %d partitions, %d violations; %d store queries, %d Kafka requests, %d bytes read from the output topics, %d re-published copies, in %s\n",
 		group, r.Partitions, len(r.Violations), r.Queries, r.Requests, r.BytesRead, r.Republished, r.Took)

@@ -169,6 +169,10 @@ operating a group:
   schema   print the DDL of Baton's tables (PostgreSQL or SQLite)
   migrate  create Baton's tables in a store
 
+A sharded sink's databases ($BATON_POSTGRES_SHARD_URLS or -shards: NAME=URL, home first) are
+read by status, audit, who-owns, eras, schema and migrate, each of them; recover and topics
+work on one database (-store).
+
 'baton <command> -h' lists a command's flags.
 `)
 }

@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/operator/status"
 	"github.com/batonhq/baton/internal/operator/telemetry"
 )
@@ -21,7 +23,9 @@ import (
 
 // sourceFlags are the flags saying where a group's state lives.
 type sourceFlags struct {
+	fs                           *flag.FlagSet
 	brokers, store, group, topic string
+	shards                       string
 	fenceTable, outboxTable      string
 	logFormat, logLevel          string
 	timeout                      time.Duration
@@ -29,8 +33,10 @@ type sourceFlags struct {
 }
 
 func (s *sourceFlags) register(fs *flag.FlagSet, withJSON bool) {
+	s.fs = fs
 	fs.StringVar(&s.brokers, "brokers", os.Getenv(envBrokers), "Kafka seed brokers, comma separated (default $"+envBrokers+")")
 	fs.StringVar(&s.store, "store", os.Getenv(envPostgres), "the fence store: a PostgreSQL URL (postgres://...) or an SQLite file path (default $"+envPostgres+")")
+	registerShards(fs, &s.shards)
 	fs.StringVar(&s.group, "group", os.Getenv(envGroup), "the consumer group (required; default $"+envGroup+")")
 	fs.StringVar(&s.topic, "topic", "", "only this topic (default: every topic the group has state for)")
 	fs.StringVar(&s.fenceTable, "fence-table", "", "the fence table (default baton_fences; recoveries and keyed tables derive from it)")
@@ -52,6 +58,62 @@ func (s *sourceFlags) logger(w io.Writer) (*slog.Logger, error) {
 	return l, nil
 }
 
+// registerShards registers -shards, a sharded sink's databases. Its default is read by
+// shardList, not shown: the URLs may carry passwords.
+func registerShards(fs *flag.FlagSet, v *string) {
+	fs.StringVar(v, "shards", "", "a sharded sink's PostgreSQL databases (fence/shard), NAME=URL or URL, comma separated, home shard first: every one is read, and the placement in the home shard says where each partition lives (default $"+envShards+"; an explicit -store reads that one database instead)")
+}
+
+// shardAddrs returns the sharded sink's databases to read, home first: -shards (default
+// $BATON_POSTGRES_SHARD_URLS), unless -store was given and -shards was not. Nil means one
+// database, -store.
+func (s *sourceFlags) shardAddrs() ([]status.ShardAddr, error) {
+	set := map[string]bool{}
+	s.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if set["store"] && set["shards"] {
+		return nil, usageError{err: errors.New("-store and -shards exclude each other: -store reads one database, -shards every shard of a sharded sink")}
+	}
+	if set["store"] {
+		return nil, nil
+	}
+	list, err := shardList(s.fs, s.shards)
+	if err != nil {
+		return nil, err
+	}
+	var out []status.ShardAddr
+	for _, n := range list {
+		out = append(out, status.ShardAddr{Name: n.Name, Store: n.URL})
+	}
+	return out, nil
+}
+
+// shardList parses -shards when it was given, else $BATON_POSTGRES_SHARD_URLS.
+func shardList(fs *flag.FlagSet, v string) ([]namedURL, error) {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "shards" })
+	list, err := shardURLs()
+	if given {
+		list, err = parseShardURLs(v)
+	}
+	if err != nil {
+		return nil, usageError{err: err}
+	}
+	return list, nil
+}
+
+// stores returns the databases to read, as shards: the sharded sink's, or the one of -store
+// as one shard named "".
+func (s *sourceFlags) stores() ([]status.ShardAddr, error) {
+	shards, err := s.shardAddrs()
+	if err != nil || shards != nil {
+		return shards, err
+	}
+	if s.store == "" {
+		return nil, usageError{err: fmt.Errorf("no store given: pass -store (default $%s) or -shards (default $%s)", envPostgres, envShards)}
+	}
+	return []status.ShardAddr{{Store: s.store}}, nil
+}
+
 func (s *sourceFlags) tables() status.Tables {
 	return status.Tables{Fence: s.fenceTable, Outbox: s.outboxTable}
 }
@@ -60,7 +122,11 @@ func (s *sourceFlags) collector() (*status.Collector, error) {
 	if _, err := s.logger(io.Discard); err != nil {
 		return nil, err
 	}
-	cfg := status.Config{Store: s.store, Group: s.group, Tables: s.tables(), Timeout: s.timeout}
+	shards, err := s.shardAddrs()
+	if err != nil {
+		return nil, err
+	}
+	cfg := status.Config{Store: s.store, Shards: shards, Group: s.group, Tables: s.tables(), Timeout: s.timeout}
 	if s.brokers != "" {
 		cfg.Brokers = strings.Split(s.brokers, ",")
 	}
@@ -86,6 +152,12 @@ host), the fence's token and position, Kafka's committed offset and high waterma
 A source that cannot be reached is named, the other one is still shown, and the exit status
 is 1. With -http it serves a live page instead (HTML refreshing itself, /status.json,
 /timeline.svg, /metrics) until interrupted.
+
+A sharded sink (-shards, default $`+envShards+`):
+every shard is read, and each partition is shown once, from the shard the placement (stored in
+the home shard) puts it on, with a SHARD column; a fence a move retired on another shard is
+listed as moved, never as a second owner. A shard that cannot be reached is named, the others
+are shown, and the exit status is 1.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, true)
@@ -133,7 +205,8 @@ func servePage(ctx context.Context, c *status.Collector, addr string, interval, 
 
 func whoOwnsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("who-owns", "-group G -topic T [flags] KEY", `The partition KEY routes to on topic T, with the partitioner the topic is produced with, and
-that partition's owner, token, position and lag. Partitioners: `+strings.Join(status.PartitionerNames(), ", ")+`.
+that partition's owner, token, position and lag, and, for a sharded sink (-shards), the shard
+that holds its fence, state and outbox rows. Partitioners: `+strings.Join(status.PartitionerNames(), ", ")+`.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, true)
@@ -174,7 +247,9 @@ func erasCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 which, its kind (a handover: the consumer fenced its own member's previous claimant at the same
 generation, as after a static member's restart; a regression: the consumer recovered after the
 group's generations went backwards; or an operator's) and the reason.
-Reads only the store.
+Reads only the store: for a sharded sink (-shards), every shard, each recovery with its shard
+(a move's retirement is one, on the shard the key left). A shard that cannot be reached is
+named, the others are listed, and the exit status is 1.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, true)
@@ -184,35 +259,66 @@ Reads only the store.
 	if s.group == "" {
 		return usageError{err: errors.New("eras needs the consumer group (-group)")}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
-	st, err := status.OpenStore(ctx, s.store, s.tables(), status.ReadOnly)
-	if err != nil {
-		return asUsage(err)
-	}
-	defer st.Close()
-	recs, err := st.Recoveries(ctx, s.group)
+	stores, err := s.stores()
 	if err != nil {
 		return err
 	}
 	var out []status.Recovery
-	for _, r := range recs {
-		if s.topic == "" || r.Key.Topic == s.topic {
-			out = append(out, status.Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At,
-				Kind: status.RecoveryKind(r.Reason, r.From, r.To)})
+	var where []string
+	var errs []error
+	for _, sh := range stores {
+		recs, desc, err := shardRecoveries(ctx, sh, s.tables(), s.group, s.timeout)
+		if err != nil {
+			if sh.Name != "" {
+				err = fmt.Errorf("shard %s: %w", sh.Name, err)
+			}
+			errs = append(errs, err)
+			continue
 		}
+		where = append(where, desc)
+		for _, r := range recs {
+			if s.topic == "" || r.Key.Topic == s.topic {
+				out = append(out, status.Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At,
+					Shard: sh.Name, Kind: status.RecoveryKind(r.Reason, r.From, r.To)})
+			}
+		}
+	}
+	// Oldest first across the shards.
+	slices.SortStableFunc(out, func(a, b status.Recovery) int { return a.At.Compare(b.At) })
+	err = errors.Join(errs...)
+	if err != nil && len(where) == 0 {
+		return asUsage(err)
 	}
 	if s.json {
 		if out == nil {
 			out = []status.Recovery{}
 		}
-		return status.WriteJSON(stdout, out)
+		if werr := status.WriteJSON(stdout, out); werr != nil {
+			return werr
+		}
+		return err
 	}
 	if len(out) == 0 {
-		fmt.Fprintf(stdout, "no recoveries recorded for group %s in %s\n", s.group, st.Describe())
-		return nil
+		fmt.Fprintf(stdout, "no recoveries recorded for group %s in %s\n", s.group, strings.Join(where, ", "))
+		return err
 	}
-	return status.WriteRecoveries(stdout, out)
+	if werr := status.WriteRecoveries(stdout, out); werr != nil {
+		return werr
+	}
+	return err
+}
+
+// shardRecoveries reads the group's recorded recoveries from one database, read-only.
+func shardRecoveries(ctx context.Context, sh status.ShardAddr, tables status.Tables, group string, timeout time.Duration) ([]fence.Recovery, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	st, err := status.OpenStore(ctx, sh.Store, tables, status.ReadOnly)
+	if err != nil {
+		return nil, "", err
+	}
+	defer st.Close()
+	recs, err := st.Recoveries(ctx, group)
+	return recs, st.Describe(), err
 }
 
 func recoverCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -231,6 +337,11 @@ unless every check passes.
 	epoch := fs.Int64("epoch", 0, "the epoch of the new token (0 accepts the next owner at any generation)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if shards, err := s.shardAddrs(); err != nil {
+		return err
+	} else if shards != nil {
+		return usageError{err: fmt.Errorf("recover works on one database: for a sharded sink, pass -store with the URL of the shard 'baton status' shows for the partition (-shards or $%s is set)", envShards)}
 	}
 	req := status.RecoverRequest{Topic: s.topic, Reason: *reason, Force: *force, Epoch: *epoch, Claimant: status.Claimant()}
 	if *parts != "" {
@@ -267,30 +378,50 @@ unless every check passes.
 func schemaCmd(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("schema", "[-dialect postgres|sqlite] [flags]", `Prints the DDL of Baton's tables (fence, recoveries, keyed inbox, outbox, outbox cursors) as
 the stores' Migrate runs it, for migration tools. Connects to nothing.
+For a sharded sink (-shards, default $`+envShards+`):
+the same DDL for every shard, then the placement table (baton_placements) for the home shard
+only.
 `, stderr)
 	dialect := fs.String("dialect", "postgres", "postgres or sqlite")
 	fence := fs.String("fence-table", "", "the fence table (default baton_fences)")
 	outbox := fs.String("outbox-table", "", "the outbox table (default baton_outbox)")
 	role := fs.String("runtime-role", "baton_runtime", "the least-privilege runtime role the GRANTs name (PostgreSQL)")
+	var shards string
+	registerShards(fs, &shards)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	return asUsage(status.Schema(stdout, status.Dialect(*dialect), status.Tables{Fence: *fence, Outbox: *outbox}, *role))
+	list, err := shardList(fs, shards)
+	if err != nil {
+		return err
+	}
+	var names []string
+	for _, n := range list {
+		names = append(names, n.Name)
+	}
+	return asUsage(status.ShardedSchema(stdout, status.Dialect(*dialect), status.Tables{Fence: *fence, Outbox: *outbox}, *role, names))
 }
 
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", "-store S [flags]", `Creates Baton's tables (fence, recoveries, keyed inbox, outbox, outbox cursors) in the store
 if they do not exist, with the stores' own Migrate: idempotent, and safe to run from several
 processes at once (PostgreSQL: under an advisory lock). Run it as the migration role.
+For a sharded sink (-shards, default $`+envShards+`):
+every shard, and the placement table (baton_placements) in the home shard; a shard that cannot
+be reached is named, the others are migrated, and the exit status is 1.
 `, stderr)
 	var s sourceFlags
 	s.register(fs, false)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	stores, err := s.stores()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, max(s.timeout, 30*time.Second))
 	defer cancel()
-	return asUsage(status.Migrate(ctx, stdout, s.store, s.tables()))
+	return asUsage(status.MigrateShards(ctx, stdout, stores, s.tables()))
 }
 
 func topicsCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -322,6 +453,11 @@ the new ones), missing, or not seen (no claim since the upgrade), with the recor
 	reason := fs.String("reason", "", "why (required by reset and ack; recorded)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if shards, err := s.shardAddrs(); err != nil {
+		return err
+	} else if shards != nil {
+		return usageError{err: fmt.Errorf("topics works on one database: a sharded sink keeps its topic identities in the home shard (pass -store with its URL to list them), and resets them on every shard through its router's ResetTopic (fence/shard), not with this command (-shards or $%s is set)", envShards)}
 	}
 	c, err := s.collector()
 	if err != nil {

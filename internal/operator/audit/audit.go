@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/shard"
 	"github.com/batonhq/baton/internal/operator/status"
 )
 
@@ -59,10 +60,11 @@ type Violation struct {
 	Check     Check     `json:"check"`
 	Group     string    `json:"group"`
 	Topic     string    `json:"topic,omitempty"`
-	Partition int32     `json:"partition"` // -1 for a violation of no partition (an inbox entity)
-	What      string    `json:"what"`      // what broke, in words
-	Evidence  []Field   `json:"evidence"`  // the values that show it: both sides, offsets, sequences
-	At        time.Time `json:"at"`        // when the auditor first saw it
+	Partition int32     `json:"partition"`       // -1 for a violation of no partition (an inbox entity)
+	Shard     string    `json:"shard,omitempty"` // the shard whose records show it (sharded sinks)
+	What      string    `json:"what"`            // what broke, in words
+	Evidence  []Field   `json:"evidence"`        // the values that show it: both sides, offsets, sequences
+	At        time.Time `json:"at"`              // when the auditor first saw it
 	id        string    // identity: a violation is counted and logged once
 }
 
@@ -78,6 +80,9 @@ func (v Violation) String() string {
 	if v.Topic != "" {
 		fmt.Fprintf(&b, " (%s/%s/%d)", v.Group, v.Topic, v.Partition)
 	}
+	if v.Shard != "" {
+		fmt.Fprintf(&b, " on shard %s", v.Shard)
+	}
 	for _, f := range v.Evidence {
 		fmt.Fprintf(&b, " %s=%v", f.Name, f.Value)
 	}
@@ -86,11 +91,15 @@ func (v Violation) String() string {
 
 // Config says what to audit and the bounds of the judgements and of the auditor's own load.
 type Config struct {
-	Brokers []string      // Kafka seed brokers
-	Store   string        // a PostgreSQL URL or an SQLite file path (status.ParseStore)
-	Group   string        // the consumer group whose records are audited
-	Topics  []string      // optional: only these source topics (default every topic the group has state for)
-	Tables  status.Tables // the stores' table names (default the stores' defaults)
+	Brokers []string // Kafka seed brokers
+	Store   string   // a PostgreSQL URL or an SQLite file path (status.ParseStore)
+	// Shards are a sharded sink's databases (fence/shard), home shard first; when given, Store
+	// is not read. Each shard's fences, outbox and inbox are audited; a fence is judged on the
+	// shard the placement puts its partition on, and a fence retired by a move is not judged.
+	Shards []status.ShardAddr
+	Group  string        // the consumer group whose records are audited
+	Topics []string      // optional: only these source topics (default every topic the group has state for)
+	Tables status.Tables // the stores' table names (default the stores' defaults)
 	// OutputTopics are the outbox's destination topics, read incrementally from their start for
 	// the Delivery check and the Outbox check's cursor-past-delivery judgement (both skipped
 	// without them).
@@ -129,6 +138,19 @@ type Report struct {
 	Republished int64    `json:"republished"`
 	CaughtUp    bool     `json:"output_caught_up"` // the output topics were read to their end
 	Errors      []string `json:"errors,omitempty"`
+	// Shards reports each database of a sharded sink (Config.Shards), home first.
+	Shards []ShardReport `json:"shards,omitempty"`
+}
+
+// ShardReport is what a pass read from one shard of a sharded sink.
+type ShardReport struct {
+	Name       string `json:"name"`
+	Addr       string `json:"addr"`       // its address, without a password
+	Partitions int    `json:"partitions"` // fences judged there: those the placement puts on it
+	Retired    int    `json:"retired"`    // fences retired by a move, not judged
+	Queries    int64  `json:"queries"`
+	Violations int    `json:"violations"`      // found in its records
+	Error      string `json:"error,omitempty"` // why it could not be read
 }
 
 // Auditor judges a group's records, one pass at a time. Pass is not safe for concurrent use;
@@ -145,7 +167,7 @@ type Auditor struct {
 	parts  map[fence.Key]*partState
 	srcs   map[fence.Key]*sourceState
 	inbox  map[string]status.Admission // last observed admission per scope/id
-	inPage [2]string                   // where the next inbox page starts
+	inPage map[string][2]string        // per shard, where the next inbox page starts
 	pass   int64                       // the number of the current pass
 	owns   map[fence.Key]*ownState     // fences held by a claimant that is not the owner
 	commit map[fence.Key]int64         // committed offsets of partitions no fence claims
@@ -195,13 +217,13 @@ func New(cfg Config) (*Auditor, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	col, err := status.NewCollector(status.Config{Brokers: cfg.Brokers, Store: cfg.Store, Group: cfg.Group,
+	col, err := status.NewCollector(status.Config{Brokers: cfg.Brokers, Store: cfg.Store, Shards: cfg.Shards, Group: cfg.Group,
 		Topics: cfg.Topics, Tables: cfg.Tables, Timeout: cfg.Timeout, KgoOpts: cfg.KgoOpts})
 	if err != nil {
 		return nil, err
 	}
 	a := &Auditor{cfg: cfg, col: col, log: cfg.Logger, now: cfg.Now, seen: map[string]bool{},
-		parts: map[fence.Key]*partState{}, srcs: map[fence.Key]*sourceState{}, inbox: map[string]status.Admission{}}
+		parts: map[fence.Key]*partState{}, srcs: map[fence.Key]*sourceState{}, inbox: map[string]status.Admission{}, inPage: map[string][2]string{}}
 	if len(cfg.OutputTopics) > 0 {
 		a.out, err = newOutputReader(cfg)
 		if err != nil {
@@ -295,22 +317,11 @@ func (a *Auditor) Pass(ctx context.Context) (*Report, error) {
 	if kerr != nil {
 		errs = append(errs, kerr)
 	}
-	st, err := a.col.Store(ctx)
-	var q0 int64
-	if err == nil {
-		q0 = st.Queries()
-		sctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-		err = a.storeChecks(sctx, st, kv, now, r, add)
-		cancel()
-		r.Queries = st.Queries() - q0
-		if err != nil {
-			a.col.DropStore()
-		}
+	serr := a.storesChecks(ctx, kv, now, r, add)
+	if serr != nil {
+		errs = append(errs, serr)
 	}
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if a.out != nil && err == nil {
+	if a.out != nil && serr == nil {
 		oerr := a.out.read(ctx, r, func(c copyRecord) { a.copySeen(c, r, add) })
 		if oerr != nil {
 			errs = append(errs, oerr)
@@ -410,9 +421,79 @@ func violation(c Check, k fence.Key, at time.Time, id, what string, ev ...Field)
 
 func f(name string, v any) Field { return Field{Name: name, Value: v} }
 
-// storeChecks reads the store and judges the checks it feeds: Skipped, Tokens and Liveness
-// against the Kafka state read before it (nil when Kafka could not be read), Outbox, and Inbox.
-func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.KafkaState, now time.Time, r *Report, add func(Violation)) error {
+// storesChecks reads every shard's store (the one database without shards) and judges the
+// checks they feed, then the Ownership check over the fences of every shard. A shard that
+// cannot be read is named in the error; the others are still judged.
+func (a *Auditor) storesChecks(ctx context.Context, kv *status.KafkaState, now time.Time, r *Report, add func(Violation)) error {
+	var errs []error
+	ss := a.col.Shards(ctx)
+	// Which shard judges a fence: the placement's (read from the home shard). Without it, each
+	// shard judges the fences it holds that are not retired.
+	sctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+	pl, perr := a.col.Placement(sctx, ss[0].Store)
+	cancel()
+	var placement *shard.Placement
+	if perr == nil {
+		placement = &pl
+	} else if ss[0].Store != nil {
+		errs = append(errs, perr)
+	}
+	held := map[fence.Key]status.Fence{} // the fences judged
+	present := map[fence.Key]bool{}      // every fence row, on any shard, retired or not
+	for i, sh := range ss {
+		rep := ShardReport{Name: sh.Name, Addr: sh.Addr}
+		err := sh.Err
+		if err == nil {
+			q0 := sh.Store.Queries()
+			count := 0
+			sctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
+			err = a.storeChecks(sctx, sh.Store, shardScope{name: sh.Name, placement: placement}, kv, now, &rep, held, present, func(v Violation) { count++; v.Shard = sh.Name; add(v) })
+			cancel()
+			rep.Queries = sh.Store.Queries() - q0
+			rep.Violations = count
+			r.Queries += rep.Queries
+			r.Partitions += rep.Partitions
+			if err != nil {
+				a.col.DropShard(i)
+				if sh.Name != "" {
+					err = fmt.Errorf("shard %s: %w", sh.Name, err)
+				}
+			}
+		}
+		if err != nil {
+			rep.Error = err.Error()
+			errs = append(errs, err)
+		}
+		if a.col.Sharded() {
+			r.Shards = append(r.Shards, rep)
+		}
+	}
+	if kv != nil {
+		a.ownershipChecks(held, present, kv, func(topic string) bool { return a.want(topic) }, now, r, add)
+	}
+	return errors.Join(errs...)
+}
+
+func (a *Auditor) want(topic string) bool {
+	return len(a.cfg.Topics) == 0 || slices.Contains(a.cfg.Topics, topic)
+}
+
+// shardScope says which of a shard's records it judges.
+type shardScope struct {
+	name      string           // "" for the one database of an auditor without shards
+	placement *shard.Placement // nil when it could not be read
+}
+
+// judges reports whether the shard judges k's records: the placement puts k there, or,
+// without a placement, always (its fence, if it has one, is not retired).
+func (s shardScope) judges(k fence.Key) bool {
+	return s.placement == nil || s.placement.Shard(k) == s.name
+}
+
+// storeChecks reads one shard's store and judges the checks it feeds: Skipped, Tokens and
+// Liveness against the Kafka state read before it (nil when Kafka could not be read), Outbox,
+// and Inbox. It records in held the fences it judged and in present every fence row it read.
+func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shardScope, kv *status.KafkaState, now time.Time, rep *ShardReport, held map[fence.Key]status.Fence, present map[fence.Key]bool, add func(Violation)) error {
 	// The recoveries are read before the fences: a recovery moves its fence and records itself
 	// in one transaction, so every recovery read is already in the fences read after it, and a
 	// fence below one of them went back. The other way round, a recovery made between the two
@@ -425,8 +506,7 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 	if err != nil && !errors.Is(err, status.ErrNotFound) {
 		return err
 	}
-	want := func(topic string) bool { return len(a.cfg.Topics) == 0 || slices.Contains(a.cfg.Topics, topic) }
-	held := map[fence.Key]status.Fence{}
+	want := a.want
 	recovered := byKey(recs)
 	// A fence whose era a recovery made between the two reads has its record after the first:
 	// read them again, only then, to tell that from an era nobody recorded.
@@ -446,8 +526,21 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 		if !want(fr.Topic) {
 			continue
 		}
-		r.Partitions++
 		k := fence.Key{Group: a.cfg.Group, Topic: fr.Topic, Partition: fr.Partition}
+		present[k] = true
+		if fr.Retired() {
+			// Retired by a move: it refuses every claim and write for ever, its position
+			// stands where the key left the shard, and its claimant is no member.
+			rep.Retired++
+			continue
+		}
+		if _, judged := held[k]; judged || !scope.judges(k) {
+			// A copy on the shard a move is bringing the key to, before it is published; or,
+			// without the placement, a second live fence of the key: judged once, where first
+			// found, so that one fence's state is never compared with another's.
+			continue
+		}
+		rep.Partitions++
 		held[k] = fr
 		prev := a.parts[k]
 		if kv != nil {
@@ -476,9 +569,6 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 		}
 		a.parts[k] = cur
 	}
-	if kv != nil {
-		a.ownershipChecks(held, kv, want, now, r, add)
-	}
 
 	cursors, err := st.OutboxCursors(ctx, a.cfg.Group)
 	if err != nil {
@@ -486,10 +576,10 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 	}
 	var low int64 = -1
 	for _, c := range cursors {
-		if !want(c.Topic) {
+		k := fence.Key{Group: a.cfg.Group, Topic: c.Topic, Partition: c.Partition}
+		if !want(c.Topic) || !scope.judges(k) {
 			continue
 		}
-		k := fence.Key{Group: a.cfg.Group, Topic: c.Topic, Partition: c.Partition}
 		v, gap := judgeOutbox(k, c, now, a.cfg.OutboxAge)
 		for _, x := range v {
 			add(x)
@@ -534,12 +624,12 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, kv *status.
 			}
 		}
 	}
-	return a.inboxChecks(ctx, st, now, add)
+	return a.inboxChecks(ctx, st, scope.name, now, add)
 }
 
 // ownershipChecks judges the Ownership check over the fences read (held) and the Kafka state
 // read before them.
-func (a *Auditor) ownershipChecks(held map[fence.Key]status.Fence, kv *status.KafkaState, want func(string) bool, now time.Time, r *Report, add func(Violation)) {
+func (a *Auditor) ownershipChecks(held map[fence.Key]status.Fence, present map[fence.Key]bool, kv *status.KafkaState, want func(string) bool, now time.Time, r *Report, add func(Violation)) {
 	owns := map[fence.Key]*ownState{}
 	for k, fr := range held {
 		owner := kv.Owner[k]
@@ -560,7 +650,7 @@ func (a *Auditor) ownershipChecks(held map[fence.Key]status.Fence, kv *status.Ka
 	a.owns = owns
 	commit := map[fence.Key]int64{}
 	for k, c := range kv.Committed {
-		if _, ok := held[k]; ok || !want(k.Topic) {
+		if present[k] || !want(k.Topic) {
 			continue
 		}
 		if prev, ok := a.commit[k]; ok {
@@ -578,19 +668,20 @@ const maxGapScan = 10000
 
 // inboxChecks reads the next page of the keyed table and compares each admission with the one
 // observed before.
-func (a *Auditor) inboxChecks(ctx context.Context, st *status.Store, now time.Time, add func(Violation)) error {
-	page, err := st.Admissions(ctx, a.inPage[0], a.inPage[1], a.cfg.InboxRows)
+func (a *Auditor) inboxChecks(ctx context.Context, st *status.Store, shardName string, now time.Time, add func(Violation)) error {
+	at := a.inPage[shardName]
+	page, err := st.Admissions(ctx, at[0], at[1], a.cfg.InboxRows)
 	if err != nil {
 		return err
 	}
 	if len(page) < a.cfg.InboxRows {
-		a.inPage = [2]string{} // the next pass starts again at the beginning
+		delete(a.inPage, shardName) // the next pass starts again at the beginning
 	} else {
 		last := page[len(page)-1]
-		a.inPage = [2]string{last.Scope, last.ID}
+		a.inPage[shardName] = [2]string{last.Scope, last.ID}
 	}
 	for _, ad := range page {
-		key := ad.Scope + "\x00" + ad.ID
+		key := shardName + "\x00" + ad.Scope + "\x00" + ad.ID
 		if prev, ok := a.inbox[key]; ok {
 			if v, bad := judgeAdmission(a.cfg.Group, prev, ad, now); bad {
 				add(v)

@@ -34,6 +34,14 @@
 // the log end, a copy's sequence against the cursor read after it) need a second pass: 'baton audit
 // -once' judges only what one look can show.
 //
+// A sharded sink (fence/shard; [Config] Shards) is audited shard by shard: each shard's fences,
+// outbox cursors and inbox admissions are read and judged, a partition's only on the shard the
+// placement (read from the home shard) puts it on, so no partition is judged twice; a fence
+// fence/shard retired when its key moved is never judged (its reserved claimant is no member
+// and its position stands where the key left), and the Ownership check's "no fence claims"
+// looks at the fences of every shard. [Report] Shards gives each shard's count, and a shard
+// that cannot be read is named while the others are judged.
+//
 // Each violation is counted once (baton.audit.violations, attributes check, group, topic,
 // partition), logged at ERROR with its evidence, and listed by [Auditor.Handler]. The auditor
 // never writes: the store is opened read-only ([status.ReadOnly]). Its own load is bounded and

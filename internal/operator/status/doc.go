@@ -18,6 +18,15 @@
 //   - The stores keep no record of refused (stale) writes, so status cannot count them; the
 //     members' baton.consumer.stale_refusals metric does.
 //
+// A sharded sink (fence/shard; [Config] Shards) is read shard by shard, and the placement stored
+// in the home shard says which shard each partition's line comes from: each partition is shown
+// once, with its shard ([Partition] Shard); a fence found on another shard is listed beside it
+// (Elsewhere: retired by a move, or a leftover), never as a second owner. A shard that cannot be
+// read is named in its own [Source]; without the placement (the home shard unreadable) a line
+// comes from the shard holding the partition's fence that is not retired. Recover and the topic
+// operations work on one database. The single database is the same code: a placement of one
+// shard.
+//
 // The live page ([Page]) polls both sources every interval, keeps the last minutes of lag and
 // outbox backlog per partition for its charts, notes takeovers (the stored token changed) and
 // recoveries, draws the ownership timeline with internal/timeline (the chaos report's drawing)

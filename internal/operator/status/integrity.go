@@ -35,18 +35,6 @@ func (c *Collector) Kafka(ctx context.Context, extraTopics []string) (*KafkaStat
 	return &KafkaState{State: v.state, Members: v.members, Owner: maps.Clone(v.owner), Committed: v.committed, HighWatermark: v.hwm, LogStart: v.start}, nil
 }
 
-// Store returns the collector's store, opening it if needed (a read-only session).
-func (c *Collector) Store(ctx context.Context) (*Store, error) { return c.openStore(ctx) }
-
-// DropStore closes the collector's store after a failed read, so that the next [Collector.Store]
-// opens it afresh (the connection may have been dropped).
-func (c *Collector) DropStore() {
-	if c.store != nil {
-		c.store.Close()
-		c.store = nil
-	}
-}
-
 // OutboxCursor is one source partition's outbox cursor with a summary of its pending rows (those
 // above the delivered sequence).
 type OutboxCursor struct {

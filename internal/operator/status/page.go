@@ -162,7 +162,7 @@ func (p *Page) instruments() error {
 	era, e4 := m.Int64ObservableGauge("baton.status.token.era", metric.WithDescription("the era of the fence's stored token"))
 	epoch, e5 := m.Int64ObservableGauge("baton.status.token.epoch", metric.WithDescription("the epoch of the fence's stored token"))
 	members, e6 := m.Int64ObservableGauge("baton.status.members", metric.WithDescription("live members of the group"))
-	up, e7 := m.Int64ObservableGauge("baton.status.source_up", metric.WithDescription("1 if the source (kafka, store) answered the last read, else 0"))
+	up, e7 := m.Int64ObservableGauge("baton.status.source_up", metric.WithDescription("1 if the source (kafka, store, or a sharded sink's \"shard NAME\") answered the last read, else 0"))
 	recs, e8 := m.Int64ObservableGauge("baton.status.recoveries", metric.WithDescription("recorded recoveries of the group, by who made them (consumer, operator)"))
 	if err := errors.Join(e1, e2, e3, e4, e5, e6, e7, e8); err != nil {
 		return err
@@ -287,7 +287,11 @@ func (p *Page) record(snap *Snapshot, err error) {
 		p.eventFenced(r.At, kind, fmt.Sprintf("%s/%d: era advanced %s -> %s: %s", r.Topic, r.Partition, r.From, r.To, r.Reason),
 			fmt.Sprintf("%s/%d", r.Topic, r.Partition), r.From)
 	}
-	if len(snap.Recoveries) > 0 || snap.Sources[1].Err == "" {
+	storesRead := true
+	for _, src := range snap.Sources[1:] {
+		storesRead = storesRead && src.Err == ""
+	}
+	if len(snap.Recoveries) > 0 || storesRead {
 		p.seenRec = max(p.seenRec, len(snap.Recoveries))
 	}
 }

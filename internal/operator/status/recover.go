@@ -52,6 +52,9 @@ func Claimant() string {
 // (without Force) fails and changes nothing. It returns what it recovered; a compare-and-set
 // lost to a concurrent claim stops it there with an error wrapping fence.ErrConflict.
 func (c *Collector) Recover(ctx context.Context, req RecoverRequest) ([]Recovered, error) {
+	if c.Sharded() {
+		return nil, errUnsharded()
+	}
 	var errs []error
 	if strings.TrimSpace(req.Reason) == "" {
 		errs = append(errs, errorf(ErrUsage, "recover needs a reason (-reason): it is recorded with the recovery"))

@@ -18,9 +18,13 @@ import (
 type Config struct {
 	Brokers []string // Kafka seed brokers
 	Store   string   // a PostgreSQL URL or an SQLite file path (see ParseStore)
-	Group   string   // the consumer group
-	Topics  []string // optional: only these topics (default: every topic the group has state for)
-	Tables  Tables   // the stores' table names (default the stores' defaults)
+	// Shards are a sharded sink's databases (fence/shard), home shard first; when given,
+	// Store is not read. Every command reads each of them, and the placement stored in the
+	// home shard says which one a partition's line comes from.
+	Shards []ShardAddr
+	Group  string   // the consumer group
+	Topics []string // optional: only these topics (default: every topic the group has state for)
+	Tables Tables   // the stores' table names (default the stores' defaults)
 	// Timeout bounds each source's requests (default 5s), so an unreachable source costs at
 	// most this long and is then reported as unreachable.
 	Timeout time.Duration
@@ -56,6 +60,7 @@ type Recovery struct {
 	To        string    `json:"to"`
 	Reason    string    `json:"reason"`
 	At        time.Time `json:"at"`
+	Shard     string    `json:"shard,omitempty"` // the shard it is recorded on (sharded sinks)
 	// Kind is KindHandover, KindRegression or KindOperator (RecoveryKind).
 	Kind string `json:"kind"`
 }
@@ -90,16 +95,25 @@ func RecoveryKind(reason string, from, to fence.Token) string {
 
 // Partition is one partition's line. A nil pointer is a value no reachable source had.
 type Partition struct {
-	Topic         string    `json:"topic"`
-	Partition     int32     `json:"partition"`
-	Owner         *Member   `json:"owner"`
-	Token         string    `json:"token,omitempty"` // the fence's stored token, era.epoch; "" without a fence row
-	Position      *int64    `json:"position"`        // the sink's last applied offset (-1: none)
-	Committed     *int64    `json:"committed"`       // Kafka's committed offset (the next to read)
-	HighWatermark *int64    `json:"high_watermark"`  // the partition's end offset
-	Lag           *int64    `json:"lag"`             // records produced and not applied: high watermark - (position+1), or - committed without a fence
-	Backlog       *int64    `json:"outbox_backlog"`  // outbox rows appended and not delivered
-	LastRecovery  *Recovery `json:"last_recovery"`   // the partition's latest recorded recovery
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Shard is the shard the placement puts the partition on, where its line's fence and
+	// outbox values come from (sharded sinks only).
+	Shard string `json:"shard,omitempty"`
+	// Retired: the fence on Shard is retired (a move under way: the next placement puts the
+	// partition elsewhere); no member can claim or write it.
+	Retired bool `json:"retired,omitempty"`
+	// Elsewhere are the partition's fence rows on shards the placement does not put it on:
+	// retired ones left by a move, never a second owner.
+	Elsewhere     []ShardFence `json:"elsewhere,omitempty"`
+	Owner         *Member      `json:"owner"`
+	Token         string       `json:"token,omitempty"` // the fence's stored token, era.epoch; "" without a fence row
+	Position      *int64       `json:"position"`        // the sink's last applied offset (-1: none)
+	Committed     *int64       `json:"committed"`       // Kafka's committed offset (the next to read)
+	HighWatermark *int64       `json:"high_watermark"`  // the partition's end offset
+	Lag           *int64       `json:"lag"`             // records produced and not applied: high watermark - (position+1), or - committed without a fence
+	Backlog       *int64       `json:"outbox_backlog"`  // outbox rows appended and not delivered
+	LastRecovery  *Recovery    `json:"last_recovery"`   // the partition's latest recorded recovery
 	// LogStart is the partition's log start offset; Lost, when the log starts after the
 	// sink's position + 1, the records deleted (retention, truncation) before they were
 	// applied: data loss, also logged at ERROR and counted (baton.consumer.records.lost) by
@@ -138,11 +152,15 @@ type Snapshot struct {
 	At         time.Time     `json:"at"`
 	Took       time.Duration `json:"took_ns"`
 	GroupState string        `json:"group_state,omitempty"` // the coordinator's: Stable, Empty, Dead (no such group), ...
-	Sources    []Source      `json:"sources"`
-	Members    []Member      `json:"members"`
-	Partitions []Partition   `json:"partitions"`
-	Recoveries []Recovery    `json:"recoveries"`
-	Summary    Summary       `json:"summary"`
+	// Shards names a sharded sink's databases, home first, and Placement the version of the
+	// placement read from the home shard (0: not read).
+	Shards     []string    `json:"shards,omitempty"`
+	Placement  int64       `json:"placement_version,omitempty"`
+	Sources    []Source    `json:"sources"`
+	Members    []Member    `json:"members"`
+	Partitions []Partition `json:"partitions"`
+	Recoveries []Recovery  `json:"recoveries"`
+	Summary    Summary     `json:"summary"`
 }
 
 // Partition returns the line of topic/partition, or nil.
@@ -158,10 +176,10 @@ func (s *Snapshot) Partition(topic string, p int32) *Partition {
 // Collector reads snapshots of one group. It keeps its Kafka client and reopens the store
 // after a failure, so a long-running page survives a restart of either.
 type Collector struct {
-	cfg   Config
-	kcl   *kgo.Client
-	adm   *kadm.Client
-	store *Store
+	cfg    Config
+	kcl    *kgo.Client
+	adm    *kadm.Client
+	stores []*Store // one per shard (cfg.shards()), nil until opened
 }
 
 // NewCollector validates cfg and returns a Collector. It does no I/O.
@@ -173,8 +191,15 @@ func NewCollector(cfg Config) (*Collector, error) {
 	if cfg.Group == "" {
 		errs = append(errs, errorf(ErrUsage, "no consumer group given"))
 	}
-	if _, _, err := ParseStore(cfg.Store); err != nil {
-		errs = append(errs, err)
+	seen := map[string]bool{}
+	for _, sh := range cfg.shards() {
+		if _, _, err := ParseStore(sh.Store); err != nil {
+			errs = append(errs, err)
+		}
+		if len(cfg.Shards) > 0 && (sh.Name == "" || seen[sh.Name]) {
+			errs = append(errs, errorf(ErrUsage, "shard name %q is empty or given twice", sh.Name))
+		}
+		seen[sh.Name] = true
 	}
 	cfg.Tables = cfg.Tables.withDefaults()
 	errs = append(errs, cfg.Tables.validate())
@@ -189,14 +214,14 @@ func NewCollector(cfg Config) (*Collector, error) {
 	if err != nil {
 		return nil, errorf(ErrUsage, "kafka client: %v", err)
 	}
-	return &Collector{cfg: cfg, kcl: kcl, adm: kadm.NewClient(kcl)}, nil
+	return &Collector{cfg: cfg, kcl: kcl, adm: kadm.NewClient(kcl), stores: make([]*Store, len(cfg.shards()))}, nil
 }
 
 // Close releases the clients.
 func (c *Collector) Close() {
 	c.kcl.Close()
-	if c.store != nil {
-		c.store.Close()
+	for i := range c.stores {
+		c.DropShard(i)
 	}
 }
 
@@ -205,18 +230,18 @@ func (c *Collector) Config() Config { return c.cfg }
 
 func (c *Collector) brokers() string { return strings.Join(c.cfg.Brokers, ",") }
 
-// openStore returns the store, opening it if needed.
-func (c *Collector) openStore(ctx context.Context) (*Store, error) {
-	if c.store != nil {
-		return c.store, nil
+// openStore returns shard i's store, opening it if needed.
+func (c *Collector) openStore(ctx context.Context, i int) (*Store, error) {
+	if c.stores[i] != nil {
+		return c.stores[i], nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	s, err := OpenStore(ctx, c.cfg.Store, c.cfg.Tables, ReadOnly)
+	s, err := OpenStore(ctx, c.cfg.shards()[i].Store, c.cfg.Tables, ReadOnly)
 	if err != nil {
 		return nil, err
 	}
-	c.store = s
+	c.stores[i] = s
 	return s, nil
 }
 
@@ -344,40 +369,17 @@ func (c *Collector) Collect(ctx context.Context) (*Snapshot, error) {
 	snap := &Snapshot{Group: c.cfg.Group, At: start.UTC()}
 	var errs []error
 
-	// The store first: its fence rows name topics the group may have left.
-	var fences []Fence
-	var recs []fence.Recovery
-	var backlogs map[fence.Key]int64
-	storeSrc := Source{Name: "store"}
-	st, err := c.openStore(ctx)
-	if err == nil {
-		storeSrc.Addr = st.Describe()
-		sctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-		fences, err = st.Fences(sctx, c.cfg.Group)
-		if err == nil {
-			recs, err = st.Recoveries(sctx, c.cfg.Group)
-		}
-		if err == nil {
-			backlogs, err = st.Backlogs(sctx, c.cfg.Group)
-		}
-		cancel()
-		if err != nil && !errors.Is(err, ErrNotFound) {
-			// A failed read may be a dropped connection: reopen next time.
-			c.store.Close()
-			c.store = nil
-			err = errorf(ErrUnreachable, "%v", err)
-		}
-	} else {
-		storeSrc.Addr = redact(c.cfg.Store)
-	}
-	if err != nil {
-		storeSrc.Err = err.Error()
-		errs = append(errs, err)
-	}
+	// The stores first: their fence rows name topics the group may have left.
+	reads, storeSrcs, pl, serrs := c.readShards(ctx)
+	errs = append(errs, serrs...)
 	var fenceTopics []string
-	for _, f := range fences {
-		if !slices.Contains(fenceTopics, f.Topic) {
-			fenceTopics = append(fenceTopics, f.Topic)
+	nfences := 0
+	for _, rd := range reads {
+		nfences += len(rd.fences)
+		for _, f := range rd.fences {
+			if !slices.Contains(fenceTopics, f.Topic) {
+				fenceTopics = append(fenceTopics, f.Topic)
+			}
 		}
 	}
 
@@ -388,7 +390,15 @@ func (c *Collector) Collect(ctx context.Context) (*Snapshot, error) {
 		errs = append(errs, err)
 		kv = nil
 	}
-	snap.Sources = []Source{kafkaSrc, storeSrc}
+	snap.Sources = append([]Source{kafkaSrc}, storeSrcs...)
+	if c.Sharded() {
+		for _, sh := range c.cfg.Shards {
+			snap.Shards = append(snap.Shards, sh.Name)
+		}
+		if pl.p != nil {
+			snap.Placement = pl.p.Version
+		}
+	}
 
 	want := func(topic string) bool { return len(c.cfg.Topics) == 0 || slices.Contains(c.cfg.Topics, topic) }
 	rows := map[fence.Key]*Partition{}
@@ -397,19 +407,52 @@ func (c *Collector) Collect(ctx context.Context) (*Snapshot, error) {
 			return p
 		}
 		p := &Partition{Topic: k.Topic, Partition: k.Partition}
+		if c.Sharded() {
+			p.Shard, _ = pl.shard(k)
+		}
 		rows[k] = p
 		return p
 	}
 	key := func(topic string, p int32) fence.Key {
 		return fence.Key{Group: c.cfg.Group, Topic: topic, Partition: p}
 	}
-	for _, f := range fences {
-		if !want(f.Topic) {
-			continue
+	// placed reports whether shard name is where k's line comes from.
+	placed := func(k fence.Key, name string) bool {
+		s, ok := pl.shard(k)
+		return !ok || s == name
+	}
+	var recs []Recovery
+	for _, rd := range reads {
+		for _, f := range rd.fences {
+			if !want(f.Topic) {
+				continue
+			}
+			k := key(f.Topic, f.Partition)
+			p := row(k)
+			if !placed(k, rd.name) {
+				p.Elsewhere = append(p.Elsewhere, ShardFence{Shard: rd.name, Token: f.Token.String(), Position: f.Position, Claimant: f.Claimant, Retired: f.Retired()})
+				continue
+			}
+			if _, ok := pl.shard(k); !ok {
+				// No placement and only retired rows: the first found stands for the key.
+				pl.at[k] = rd.name
+				p.Shard = rd.name
+			}
+			p.Token = f.Token.String()
+			p.Position = ptr(f.Position)
+			p.Retired = f.Retired()
 		}
-		p := row(key(f.Topic, f.Partition))
-		p.Token = f.Token.String()
-		p.Position = ptr(f.Position)
+		for k, n := range rd.backlogs {
+			if want(k.Topic) && placed(k, rd.name) {
+				row(k).Backlog = ptr(n)
+			}
+		}
+		for _, r := range rd.recs {
+			if want(r.Key.Topic) {
+				recs = append(recs, Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At,
+					Shard: rd.name, Kind: RecoveryKind(r.Reason, r.From, r.To)})
+			}
+		}
 	}
 	if kv != nil {
 		snap.GroupState = kv.state
@@ -436,19 +479,14 @@ func (c *Collector) Collect(ctx context.Context) (*Snapshot, error) {
 			}
 		}
 	}
-	for k, n := range backlogs {
-		if want(k.Topic) {
-			row(k).Backlog = ptr(n)
-		}
-	}
-	for _, r := range recs {
-		v := Recovery{Topic: r.Key.Topic, Partition: r.Key.Partition, From: r.From.String(), To: r.To.String(), Reason: r.Reason, At: r.At,
-			Kind: RecoveryKind(r.Reason, r.From, r.To)}
-		if !want(r.Key.Topic) {
-			continue
-		}
+	// Oldest first across the shards (each shard's are read oldest first).
+	slices.SortStableFunc(recs, func(a, b Recovery) int { return a.At.Compare(b.At) })
+	for _, v := range recs {
+		k := key(v.Topic, v.Partition)
 		snap.Recoveries = append(snap.Recoveries, v)
-		row(key(r.Key.Topic, r.Key.Partition)).LastRecovery = &v
+		if placed(k, v.Shard) {
+			row(k).LastRecovery = &v
+		}
 		snap.Summary.Recoveries++
 		switch v.Kind {
 		case KindRegression:
@@ -491,19 +529,94 @@ func (c *Collector) Collect(ctx context.Context) (*Snapshot, error) {
 	snap.Summary.Members = len(snap.Members)
 
 	// A group no reachable source knows is a wrong group, not an empty one.
-	storeOK, kafkaOK := storeSrc.Err == "", kafkaSrc.Err == ""
+	storeOK, kafkaOK := true, kafkaSrc.Err == ""
+	var where []string
+	for _, src := range storeSrcs {
+		storeOK = storeOK && src.Err == ""
+		where = append(where, src.Addr)
+	}
+	stores := strings.Join(where, ", ")
 	groupUnknown := kv != nil && (kv.state == "Dead" || kv.state == "") && len(kv.committed) == 0
 	switch {
-	case storeOK && len(fences) == 0 && kafkaOK && groupUnknown:
-		errs = append(errs, errorf(ErrNotFound, "group %q: the brokers at %s know no such group and %s has no fence rows for it", c.cfg.Group, c.brokers(), storeSrc.Addr))
-	case storeOK && len(fences) == 0:
-		errs = append(errs, errorf(ErrNotFound, "%s has no fence rows for group %q (is -store the database the group's members write to, and -fence-table its table?)", storeSrc.Addr, c.cfg.Group))
+	case storeOK && nfences == 0 && kafkaOK && groupUnknown:
+		errs = append(errs, errorf(ErrNotFound, "group %q: the brokers at %s know no such group and %s has no fence rows for it", c.cfg.Group, c.brokers(), stores))
+	case storeOK && nfences == 0:
+		errs = append(errs, errorf(ErrNotFound, "%s has no fence rows for group %q (is -store the database the group's members write to, and -fence-table its table?)", stores, c.cfg.Group))
 	}
 	snap.Took = time.Since(start)
 	return snap, errors.Join(errs...)
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// shardRead is what one shard's store holds for the group.
+type shardRead struct {
+	name     string
+	fences   []Fence
+	recs     []fence.Recovery
+	backlogs map[fence.Key]int64
+}
+
+// readShards reads every shard's fences, recoveries and outbox backlogs, and the placement
+// from the home shard. A shard that cannot be read is named in its source and its error
+// returned; the others are still read.
+func (c *Collector) readShards(ctx context.Context) ([]shardRead, []Source, placer, []error) {
+	var errs []error
+	ss := c.Shards(ctx)
+	reads := make([]shardRead, 0, len(ss))
+	srcs := make([]Source, len(ss))
+	for i, sh := range ss {
+		srcs[i] = Source{Name: sh.sourceName(), Addr: sh.Addr}
+		err := sh.Err
+		if err == nil {
+			rd := shardRead{name: sh.Name}
+			sctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+			rd.fences, err = sh.Store.Fences(sctx, c.cfg.Group)
+			if err == nil {
+				rd.recs, err = sh.Store.Recoveries(sctx, c.cfg.Group)
+			}
+			if err == nil {
+				rd.backlogs, err = sh.Store.Backlogs(sctx, c.cfg.Group)
+			}
+			cancel()
+			if err != nil && !errors.Is(err, ErrNotFound) {
+				// A failed read may be a dropped connection: reopen next time.
+				c.DropShard(i)
+				err = errorf(ErrUnreachable, "%v", err)
+			}
+			err = shardErr(sh.Name, err)
+			reads = append(reads, rd)
+		}
+		if err != nil {
+			srcs[i].Err = err.Error()
+			errs = append(errs, err)
+		}
+	}
+	pl := placer{at: map[fence.Key]string{}}
+	sctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	p, err := c.Placement(sctx, c.stores[0]) // nil when the home shard could not be read
+	cancel()
+	switch {
+	case err == nil:
+		pl.p = &p
+	case c.stores[0] != nil:
+		// The home shard answered but its placement could not be used.
+		if srcs[0].Err == "" {
+			srcs[0].Err = err.Error()
+		}
+		errs = append(errs, err)
+	}
+	if pl.p == nil {
+		for _, rd := range reads {
+			for _, f := range rd.fences {
+				if !f.Retired() {
+					pl.at[fence.Key{Group: c.cfg.Group, Topic: f.Topic, Partition: f.Partition}] = rd.name
+				}
+			}
+		}
+	}
+	return reads, srcs, pl, errs
+}
 
 // automaticPrefix starts the reason the consumer records when it recovers a verified
 // regression itself (consumer/worker.go).

@@ -69,6 +69,9 @@ func (c *Collector) brokerTopics(ctx context.Context, names []string) (map[strin
 // identity stored with the fences with the brokers' view: a recreated topic or a grown one
 // is held by the consumer until [Collector.ResetTopic].
 func (c *Collector) Topics(ctx context.Context) ([]TopicIdentity, error) {
+	if c.Sharded() {
+		return nil, errUnsharded()
+	}
 	sctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	st, err := OpenStore(sctx, c.cfg.Store, c.cfg.Tables, ReadOnly)
 	cancel()
@@ -136,6 +139,9 @@ type TopicResetRequest struct {
 // match what happened (a reset of a topic that was not recreated, an acknowledgement of one
 // that did not grow) and changes nothing then. It returns the identities before and after.
 func (c *Collector) ResetTopic(ctx context.Context, req TopicResetRequest) (from, to fence.Topic, err error) {
+	if c.Sharded() {
+		return from, to, errUnsharded()
+	}
 	var errs []error
 	if strings.TrimSpace(req.Reason) == "" {
 		errs = append(errs, errorf(ErrUsage, "needs a reason (-reason): it is recorded with the reset"))

@@ -61,6 +61,8 @@ type Ownership struct {
 	Line        Partition `json:"partition"`
 	Sources     []Source  `json:"sources"`
 	GroupState  string    `json:"group_state,omitempty"`
+	Shards      []string  `json:"shards,omitempty"`            // a sharded sink's databases, home first
+	Placement   int64     `json:"placement_version,omitempty"` // the placement read (0: none)
 	Snapshot    *Snapshot `json:"-"`
 }
 
@@ -83,7 +85,8 @@ func (c *Collector) WhoOwns(ctx context.Context, topic, key, partitioner string)
 	}
 	c.cfg.Topics = []string{topic}
 	snap, err := c.Collect(ctx)
-	o := &Ownership{Key: key, Partitioner: partitioner, Partitions: n, Sources: snap.Sources, GroupState: snap.GroupState, Snapshot: snap}
+	o := &Ownership{Key: key, Partitioner: partitioner, Partitions: n, Sources: snap.Sources, GroupState: snap.GroupState,
+		Shards: snap.Shards, Placement: snap.Placement, Snapshot: snap}
 	if l := snap.Partition(topic, p); l != nil {
 		o.Line = *l
 	} else {
@@ -102,5 +105,27 @@ func WriteOwnership(w interface{ Write([]byte) (int, error) }, o *Ownership) err
 	l := o.Line
 	_, err := fmt.Fprintf(w, "key %q -> %s/%d (%s, %d partitions)\nowner %s, token %s, position %s, committed %s, high watermark %s, lag %s\n",
 		o.Key, l.Topic, l.Partition, o.Partitioner, o.Partitions, l.Owner.String(), orDash(l.Token), num(l.Position), num(l.Committed), num(l.HighWatermark), num(l.Lag))
+	if err != nil || len(o.Shards) == 0 {
+		return err
+	}
+	switch {
+	case l.Shard == "":
+		_, err = fmt.Fprintf(w, "shard unknown: the placement could not be read from the home shard %s\n", o.Shards[0])
+	case o.Placement == 0:
+		_, err = fmt.Fprintf(w, "shard %s holds its live fence (the placement could not be read from the home shard %s)\n", l.Shard, o.Shards[0])
+	case l.Retired:
+		_, err = fmt.Fprintf(w, "shard %s (placement version %d): its fence there is retired, a move is under way\n", l.Shard, o.Placement)
+	default:
+		_, err = fmt.Fprintf(w, "shard %s (placement version %d) holds its fence, state and outbox rows\n", l.Shard, o.Placement)
+	}
+	for _, e := range l.Elsewhere {
+		if err == nil {
+			state := "retired"
+			if !e.Retired {
+				state = "NOT retired, not an owner"
+			}
+			_, err = fmt.Fprintf(w, "also a fence on shard %s (token %s, position %d): %s\n", e.Shard, e.Token, e.Position, state)
+		}
+	}
 	return err
 }
