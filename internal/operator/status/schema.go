@@ -25,12 +25,7 @@ func Schema(w io.Writer, dialect Dialect, tables Tables, runtimeRole string) err
 	var err error
 	switch dialect {
 	case Postgres:
-		// A pool is created without connecting; the stores only need it to exist.
-		cfg, perr := pgxpool.ParseConfig("postgres://schema-only/")
-		if perr != nil {
-			return perr
-		}
-		pool, perr := pgxpool.NewWithConfig(context.Background(), cfg)
+		pool, perr := schemaPool()
 		if perr != nil {
 			return perr
 		}
@@ -89,11 +84,7 @@ func ShardedSchema(w io.Writer, dialect Dialect, tables Tables, runtimeRole stri
 	var pl interface{ Schema() string }
 	switch dialect {
 	case Postgres:
-		cfg, err := pgxpool.ParseConfig("postgres://schema-only/")
-		if err != nil {
-			return err
-		}
-		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+		pool, err := schemaPool()
 		if err != nil {
 			return err
 		}
@@ -179,4 +170,14 @@ func migrateOne(ctx context.Context, w io.Writer, sh ShardAddr, tables Tables, h
 	_, err = fmt.Fprintf(w, "migrated %s: tables %s, %s_recoveries, %s_keyed, %s, %s_cursors%s exist\n", what,
 		st.tables.Fence, st.tables.Fence, st.tables.Fence, st.tables.Outbox, st.tables.Outbox, extra)
 	return err
+}
+
+// schemaPool is a pool created without connecting: the stores only need one to exist to give
+// their schema.
+func schemaPool() (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig("postgres://schema-only/")
+	if err != nil {
+		return nil, err
+	}
+	return pgxpool.NewWithConfig(context.Background(), cfg)
 }
