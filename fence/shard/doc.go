@@ -32,7 +32,8 @@
 //     never claimed), to the token (era+1, MaxInt64) held by a reserved claimant
 //     ("baton.shard/retired@v2"). It takes the fence row like any write, so it waits for the
 //     batch in flight on A; every later Apply on A under the member's token fails with
-//     fence.ErrStale, inside A's transaction, whatever placement the member holds.
+//     fence.ErrStale (and [ErrMoved]), inside A's transaction, whatever placement the member
+//     holds.
 //  2. No claim on A can take the fence back: every token of era+1 is below (era+1, MaxInt64);
 //     a later era only comes from Recover, which the router refuses on a retired fence
 //     ([ErrMoved]: the consumer recovers after a stale claim, once the coordinator says it
@@ -41,21 +42,55 @@
 //     A topic reset, which moves every fence of a topic to a new era without a claimant, is
 //     followed by the router retiring again the fences of the keys placed elsewhere.
 //  3. [Router.Publish] stores v2 only if every key it moves is retired on its old shard for
-//     v2, its fence on the new shard stands at the old one's position (what the old shard
-//     applied is there: the partition resumes after it, not from an earlier offset), and the
-//     version is one above the newest stored (two operators cannot both publish).
+//     v2, its fence on the new shard is above the retired one (below, the old placement's
+//     tokens would not all be stale there) and stands at the old one's position (what the old
+//     shard applied is there: the partition resumes after it, not from an earlier offset),
+//     and the version is one above the newest stored (two operators cannot both publish).
 //
 // So a router holding an old placement (its home shard unreachable, or a batch under way)
 // can route k to A, but nothing of k commits there: safety never depends on the freshness of
 // the placement, only liveness does. Routing itself is a map lookup and a hash per call, with
 // no database round trip on the Apply path.
 //
-// What a move needs besides (not in this package yet): copying k's state rows and outbox
-// rows from A to B and setting k's fence on B to A's position, between the retirement and
-// the publication. Until then a key that has applied anything cannot move: Publish refuses
-// it while B's fence is behind A's position. A key that never applied (a new partition)
-// moves with Retire and Publish alone.
+// # Moving a key: Router.Move
 //
+// [Router.Move] is the whole procedure, each step idempotent, so that a move interrupted
+// anywhere (k retired on A, placement v1 still in force: k's partition waits, nothing is lost)
+// is finished by running it again:
+//
+//  1. Retire k on A for v2, as above. A's token R = (era+1, MaxInt64) is now above every token
+//     A ever accepted (a fence only rises, and the retirement raised it last).
+//  2. Seed k's fence on B above R: B's fence, through B's own Recover (recorded, with the
+//     move's reason), climbs to a token (e, 0) with e > R.Era, held by a reserved claimant
+//     ("baton.shard/moved@v2") that the router refuses from callers.
+//  3. Copy, in one transaction of B that advances B's fence under that token to A's position:
+//     the caller's copy function reads what A holds of the partition (its outbox rows not yet
+//     delivered with their cursor, the application's rows of the partition's keys: nothing of
+//     k changes on A any more) and writes it in B's transaction. The rows and the position
+//     commit together, so B's position says whether the copy is done.
+//  4. Publish v2, which checks steps 1 to 3 itself.
+//
+// Why the seed's token is right. A member of the old placement holds a token (era', g) that A
+// accepted, so (era', g) <= R < (e, 0): on B its write and its claim are stale, exactly as on
+// A, whichever placement it routes by, frozen in a batch or not. The next owner (the same
+// member, if no rebalance came between, or a new one) loads B's fence and claims
+// (e, generation): a generation is at least 1, so the claim is above (e, 0) and accepted
+// without a recovery; it resumes after A's position, on A's rows. A token equal to the old
+// owner's (a plain copy of A's fence row) would be the one mistake: a write needs no claimant,
+// so the old owner's frozen batch would commit on B. And a token below R would let the old
+// placement's highest tokens be above B's: their claims would be accepted on B instead of
+// refused (still only until the claimant asked the coordinator, but no longer by the fence).
+//
+// The consumer needs no restart: a write or claim refused by a retired fence is [ErrMoved]
+// (besides stale), and the consumer then waits and claims the partition afresh, through the
+// router, which reads the placement at every claim and so reaches B once v2 is published.
+//
+// The copy function is not called when A never applied anything (a new partition: nothing to
+// copy) or when B's fence already stands at A's position (the copy committed before an
+// interruption, or k comes back to B having applied nothing on A since it left). Rows are
+// copied, never deleted from A: they are no longer read through the router, and a key that
+// comes back finds them there.
+
 // # Transactions, keyed fences, topics, outboxes
 //
 // Apply runs fn in the shard's transaction and marks fn's ctx with the shard: [Router]'s

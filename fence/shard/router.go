@@ -40,11 +40,28 @@ type Router[Tx any] interface {
 	// shard it names known to the router, and every key it moves retired on its old shard
 	// for next.Version (else [ErrMoved]); nothing is stored otherwise.
 	Publish(ctx context.Context, next Placement, reason string) error
+	// Move moves k to the shard named to, as one recorded procedure: it retires k's fence on
+	// the shard k lives on, seeds k's fence on to above every token the old shard accepted,
+	// copies the partition to to in one transaction of to (the fence's position, and through
+	// copy whatever the caller stores for the partition: its outbox rows, its application
+	// rows), then publishes a placement listing k on to. Each step is idempotent: a move
+	// interrupted at any point (k retired and not published) is finished by calling Move
+	// again with the same to. copy is called with the name of the shard k leaves (whose rows
+	// of k no longer change: its fence refuses every write) and a transaction of to; it is
+	// not called when to's fence already stands at the old shard's position (nothing was
+	// applied since k left to, or the copy committed before an interruption). A nil copy
+	// copies the fence alone. Moving k to the shard it lives on does nothing.
+	Move(ctx context.Context, k fence.Key, to string, copy func(ctx context.Context, k fence.Key, from string, tx Tx) error) error
 }
 
-// retiredPrefix starts the claimant of a retired fence. The router refuses it as a claimant,
-// so no consumer can hold a retired fence's token.
-const retiredPrefix = "baton.shard/retired@v"
+// reservedPrefix starts the claimants the router itself uses: a retired fence's
+// (retiredPrefix) and a moved key's seeded fence on its new shard (seededPrefix). The router
+// refuses them as claimants, so no consumer can hold either token.
+const (
+	reservedPrefix = "baton.shard/"
+	retiredPrefix  = reservedPrefix + "retired@v"
+	seededPrefix   = reservedPrefix + "moved@v"
+)
 
 func retiredBy(version int64) string { return retiredPrefix + strconv.FormatInt(version, 10) }
 
@@ -174,10 +191,22 @@ func (r *router[Tx]) moved(k fence.Key, name string, st fence.State) error {
 }
 
 func refuseRetired(claimant string) error {
-	if retired(claimant) {
-		return fmt.Errorf("%w: claimant %q is reserved for retired fences", fence.ErrInvalid, claimant)
+	if strings.HasPrefix(claimant, reservedPrefix) {
+		return fmt.Errorf("%w: claimant %q is reserved for retired and moved fences", fence.ErrInvalid, claimant)
 	}
 	return nil
+}
+
+// movedOff marks a refusal by a retired fence (a *fence.StaleError whose stored token has the
+// retired epoch, which no claim reaches) as ErrMoved too, so that a consumer waits for the
+// move's publication instead of treating the refusal as a regression. The stale error stays
+// in the tree: errors.Is(err, fence.ErrStale) holds as before.
+func movedOff(k fence.Key, name string, err error) error {
+	var se *fence.StaleError
+	if errors.As(err, &se) && se.Stored.Epoch == retiredEpoch {
+		return fmt.Errorf("%w: %s: its fence on shard %q is retired: %w", ErrMoved, k, name, err)
+	}
+	return err
 }
 
 // Claim routes by the placement re-read from the home shard (the one held if that fails).
@@ -185,11 +214,12 @@ func (r *router[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token, clai
 	if err := refuseRetired(claimant); err != nil {
 		return fence.State{}, err
 	}
-	_, s, err := r.fresh(ctx, k)
+	name, s, err := r.fresh(ctx, k)
 	if err != nil {
 		return fence.State{}, err
 	}
-	return s.Claim(ctx, k, t, claimant)
+	st, err := s.Claim(ctx, k, t, claimant)
+	return st, movedOff(k, name, err)
 }
 
 // Load routes by the placement re-read from the home shard (the one held if that fails): a
@@ -208,7 +238,7 @@ func (r *router[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, firs
 		return err
 	}
 	// A store passes fn a ctx derived from the one it was given, so the mark reaches fn.
-	return m.store.Apply(context.WithValue(ctx, shardCtx{}, m), k, t, first, last, fn)
+	return movedOff(k, m.name, m.store.Apply(context.WithValue(ctx, shardCtx{}, m), k, t, first, last, fn))
 }
 
 // Advance runs in the caller's transaction, which must belong to k's shard: the fence check
@@ -435,6 +465,13 @@ func (r *router[Tx]) Publish(ctx context.Context, next Placement, reason string)
 		dst, err := r.shards[to].Load(ctx, k)
 		if err != nil {
 			return fmt.Errorf("shard: publishing placement %d: loading %s on shard %q: %w", next.Version, k, to, err)
+		}
+		// And every token the old shard ever accepted must be below the new shard's: a member
+		// of the old placement holding its token (frozen in a batch, or routing by a placement
+		// it read before) is refused there as stale, as on the old shard, and so is its claim.
+		// Retire left the old shard's token above every token it accepted before.
+		if retired(dst.Claimant) || dst.Token.Compare(st.Token) <= 0 {
+			return fmt.Errorf("%w: placement %d moves %s from shard %q, whose fence stands at %s, to shard %q, whose fence stands at %s (%s): seed the new shard's fence above the old one first (Move)", ErrMoved, next.Version, k, from, st.Token, to, dst.Token, dst.Claimant)
 		}
 		if dst.Position != st.Position {
 			return fmt.Errorf("%w: placement %d moves %s from shard %q, where it has applied up to position %d, to shard %q, whose fence stands at %d: copy the partition's rows and fence to %q first", ErrMoved, next.Version, k, from, st.Position, to, dst.Position, to)

@@ -229,6 +229,10 @@ var All = []Mutant{
 		Bug: "a topic reset leaves the retired fences of moved keys in a new era without a claimant, claimable again on the shard the keys left", Safety: true},
 	{Name: "ApplyByRuleOnly", Package: "fence/shard", Guards: []string{"TestPublishRefusesMoveOfLiveFence", "TestMoveDuringBatchNeverWritesOldShard"}, Want: `got <nil>, want shard: key moved|routes .* to a after reading placement 2`,
 		Bug: "the router ignores a placement's entries: moved keys are routed by the rule to the shard they left", Safety: true},
+	{Name: "PublishBelowRetired", Package: "fence/shard", Guards: []string{"TestPublishRefusesMoveOfLiveFence"}, Want: `to a fence not above the retired one: got <nil>`,
+		Bug: "a placement moving a key is published while the new shard's fence is not above the old one's retired token: the old placement's highest tokens are accepted there", Safety: true},
+	{Name: "MoveCopiesFenceToken", Package: "fence/shard", Guards: []string{"TestMoveRefusesOldPlacementTokensOnBothShards"}, Want: `zombie's Apply on b: got <nil>`,
+		Bug: "a move seeds the new shard's fence with the old shard's live token (a copy of the fence row): the old owner's frozen batch commits on the new shard", Safety: true},
 
 	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
 	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,
