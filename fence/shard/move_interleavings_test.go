@@ -1,0 +1,78 @@
+package shard
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/batonhq/baton/fence"
+)
+
+// applyHook is a shard whose Apply runs before once, before the store's Apply begins: what
+// another process does between a move's seed and its copy.
+type applyHook struct {
+	Shard[*sql.Tx]
+	before func()
+}
+
+func (h *applyHook) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if h.before != nil {
+		before := h.before
+		h.before = nil
+		before()
+	}
+	return h.Shard.Apply(ctx, k, t, first, last, fn)
+}
+
+// k moves a→b (placement 2), b's owner applies, then k moves back b→a (placement 3). The seed
+// un-retires a's fence, at (e, 0), before the placement that puts k on a again is stored. A
+// member still routing by placement 1 (its home shard unreachable since before placement 2),
+// which puts k on a, claims there at (e, its generation), above the seed, and writes k on a
+// from a's old position, while placement 2, in force, has k on b and b's owner writes there.
+func TestMoveBackRefusesOldPlacementClaimsBetweenSeedAndCopy(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	home := &unreachable{Placements: pl}
+	zombie := newRouter(t, shards, home)
+	hooked := &applyHook{Shard: shards["a"]}
+	operator := newRouter(t, map[string]Shard[*sql.Tx]{"a": hooked, "b": shards["b"], "c": shards["c"]}, pl)
+	ctx := t.Context()
+	k := keyOn(t, operator.Placement(), "g", "a")
+	_, err := zombie.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, zombie.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v10")
+	}))
+	home.down = true // the zombie keeps placement 1: k on a
+	calls := 0
+	must(t, operator.Move(ctx, k, "b", copyKV(stores, &calls)))
+	st, err := operator.Load(ctx, k)
+	must(t, err)
+	onB := fence.Token{Era: st.Token.Era, Epoch: 6}
+	_, err = operator.Claim(ctx, k, onB, "m2")
+	must(t, err)
+	must(t, operator.Apply(ctx, k, onB, 11, 20, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v20")
+	}))
+	var claimErr, writeErr error
+	var zt fence.Token
+	hooked.before = func() {
+		st, err := zombie.Load(ctx, k)
+		if err != nil {
+			claimErr = err
+			return
+		}
+		zt = fence.Token{Era: st.Token.Era, Epoch: 5}
+		if _, claimErr = zombie.Claim(ctx, k, zt, "m1"); claimErr != nil {
+			return
+		}
+		writeErr = zombie.Apply(ctx, k, zt, 11, 11, func(ctx context.Context, tx *sql.Tx) error {
+			return writeLite(ctx, tx, "device-1", "zombie")
+		})
+	}
+	moveErr := operator.Move(ctx, k, "a", copyKV(stores, &calls))
+	if claimErr == nil {
+		t.Fatalf("during the move back, placement 1's member claimed %s on a at %s (placement %d in force puts it on b): its write: %v, a holds %q; the move: %v",
+			k, zt, operator.Placement().Version, writeErr, readKV(t, stores["a"], "device-1"), moveErr)
+	}
+	wantIs(t, "placement 1's claim on a during the move back", claimErr, fence.ErrStale)
+}
