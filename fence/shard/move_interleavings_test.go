@@ -24,6 +24,23 @@ func (h *applyHook) Apply(ctx context.Context, k fence.Key, t fence.Token, first
 	return h.Shard.Apply(ctx, k, t, first, last, fn)
 }
 
+// resetHook is a shard whose ResetTopic runs after once the store's reset committed: what
+// another process does between a shard's reset and the router's retiring again.
+type resetHook struct {
+	Shard[*sql.Tx]
+	after func()
+}
+
+func (h *resetHook) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
+	err := h.Shard.ResetTopic(ctx, group, topic, expected, to, reason)
+	if err == nil && h.after != nil {
+		after := h.after
+		h.after = nil
+		after()
+	}
+	return err
+}
+
 // k moves a→b (placement 2), b's owner applies, then k moves back b→a (placement 3). The seed
 // un-retires a's fence, at (e, 0), before the placement that puts k on a again is stored. A
 // member still routing by placement 1 (its home shard unreachable since before placement 2),
@@ -75,4 +92,56 @@ func TestMoveBackRefusesOldPlacementClaimsBetweenSeedAndCopy(t *testing.T) {
 			k, zt, operator.Placement().Version, writeErr, readKV(t, stores["a"], "device-1"), moveErr)
 	}
 	wantIs(t, "placement 1's claim on a during the move back", claimErr, fence.ErrStale)
+}
+
+// A topic reset moves a retired fence to a new era without a claimant; the router retires it
+// again afterwards, but only if nobody claimed it in between ("claimed, so never reset"). A
+// member routing by the placement before the move (its home shard unreachable) claims k on
+// its old shard in that window, and then writes there while k lives on another shard.
+func TestTopicResetLeavesNoWindowToClaimAMovedKeysOldFence(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	home := &unreachable{Placements: pl}
+	zombie := newRouter(t, shards, home)
+	hooked := &resetHook{Shard: shards["b"]}
+	opShards := map[string]Shard[*sql.Tx]{"a": shards["a"], "b": hooked, "c": shards["c"]}
+	operator := newRouter(t, opShards, pl)
+	ctx := t.Context()
+	idA, idB := fence.Topic{ID: "idA", Partitions: 64}, fence.Topic{ID: "idB", Partitions: 64}
+	_, _, err := operator.SeeTopic(ctx, "g", "t", idA, "first claim")
+	must(t, err)
+	k := keyOn(t, operator.Placement(), "g", "b")
+	_, err = zombie.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, zombie.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v10")
+	}))
+	calls := 0
+	must(t, operator.Move(ctx, k, "c", copyKV(stores, &calls)))
+	home.down = true // the zombie keeps placement 1: k on b
+	var zt fence.Token
+	var claimErr error
+	hooked.after = func() {
+		st, err := zombie.Load(ctx, k)
+		if err != nil {
+			claimErr = err
+			return
+		}
+		zt = fence.Token{Era: st.Token.Era, Epoch: 7}
+		_, claimErr = zombie.Claim(ctx, k, zt, "m1")
+	}
+	must(t, operator.ResetTopic(ctx, "g", "t", idA, idB, "recreated"))
+	if claimErr == nil {
+		err := zombie.Apply(ctx, k, zt, 0, 0, func(ctx context.Context, tx *sql.Tx) error {
+			return writeLite(ctx, tx, "device-1", "zombie")
+		})
+		if err == nil {
+			t.Fatalf("the old placement's member claimed %s on b at %s during the reset and committed a write there (b holds %q) while placement %d puts %s on c",
+				k, zt, readKV(t, stores["b"], "device-1"), operator.Placement().Version, k)
+		}
+	}
+	st, err := stores["b"].Load(ctx, k)
+	must(t, err)
+	if !retired(st.Claimant) {
+		t.Fatalf("fence of %s on b after the reset = %+v, want retired (the zombie's claim: %v)", k, st, claimErr)
+	}
 }
