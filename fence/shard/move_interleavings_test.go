@@ -41,6 +41,22 @@ func (h *resetHook) ResetTopic(ctx context.Context, group, topic string, expecte
 	return err
 }
 
+// publishHook is a placement store whose Publish runs before once, just before it stores:
+// what another process does between the router's checks of a move and the placement's store.
+type publishHook struct {
+	Placements
+	before func()
+}
+
+func (p *publishHook) Publish(ctx context.Context, next Placement, reason string) error {
+	if p.before != nil {
+		before := p.before
+		p.before = nil
+		before()
+	}
+	return p.Placements.Publish(ctx, next, reason)
+}
+
 // k moves a→b (placement 2), b's owner applies, then k moves back b→a (placement 3). The seed
 // un-retires a's fence, at (e, 0), before the placement that puts k on a again is stored. A
 // member still routing by placement 1 (its home shard unreachable since before placement 2),
@@ -144,4 +160,49 @@ func TestTopicResetLeavesNoWindowToClaimAMovedKeysOldFence(t *testing.T) {
 	if !retired(st.Claimant) {
 		t.Fatalf("fence of %s on b after the reset = %+v, want retired (the zombie's claim: %v)", k, st, claimErr)
 	}
+}
+
+// Publish checks that the old fence is retired, then stores the placement: a topic reset
+// between the two un-retires the old fence, and its re-retirement reads the placement still in
+// force, which does not move k yet, so it leaves k's old fence unclaimed in a new era. Once the
+// placement is stored nothing retires it: a member of the old placement claims and writes k on
+// the shard k left.
+func TestPublishRacingATopicResetLeavesTheOldFenceRetired(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	home := &unreachable{Placements: pl}
+	zombie := newRouter(t, shards, home)
+	resetter := newRouter(t, shards, pl)
+	hooked := &publishHook{Placements: pl}
+	operator := newRouter(t, shards, hooked)
+	ctx := t.Context()
+	idA, idB := fence.Topic{ID: "idA", Partitions: 64}, fence.Topic{ID: "idB", Partitions: 64}
+	_, _, err := operator.SeeTopic(ctx, "g", "t", idA, "first claim")
+	must(t, err)
+	k := keyOn(t, operator.Placement(), "g", "b")
+	_, err = zombie.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, zombie.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v10")
+	}))
+	hooked.before = func() {
+		must(t, resetter.ResetTopic(ctx, "g", "t", idA, idB, "recreated"))
+	}
+	calls := 0
+	must(t, operator.Move(ctx, k, "c", copyKV(stores, &calls)))
+	home.down = true // the zombie keeps placement 1: k on b
+	st, err := stores["b"].Load(ctx, k)
+	must(t, err)
+	if retired(st.Claimant) {
+		return
+	}
+	zt := fence.Token{Era: st.Token.Era, Epoch: 7}
+	_, cerr := zombie.Claim(ctx, k, zt, "m1")
+	var aerr error
+	if cerr == nil {
+		aerr = zombie.Apply(ctx, k, zt, 0, 0, func(ctx context.Context, tx *sql.Tx) error {
+			return writeLite(ctx, tx, "device-1", "zombie")
+		})
+	}
+	t.Fatalf("placement %d puts %s on c, but its fence on b is %+v, not retired: the old placement's claim at %s: %v, its write: %v (b holds %q)",
+		operator.Placement().Version, k, st, zt, cerr, aerr, readKV(t, stores["b"], "device-1"))
 }
