@@ -206,3 +206,29 @@ func TestPublishRacingATopicResetLeavesTheOldFenceRetired(t *testing.T) {
 	t.Fatalf("placement %d puts %s on c, but its fence on b is %+v, not retired: the old placement's claim at %s: %v, its write: %v (b holds %q)",
 		operator.Placement().Version, k, st, zt, cerr, aerr, readKV(t, stores["b"], "device-1"))
 }
+
+// A recreated topic's reset leaves every fence of the topic at position -1 (its offsets start
+// again), but the application's rows of the partition stay in the shard's database: a key
+// moved after the reset and before its first batch in the new topic must take them along.
+// Move decides "nothing to copy" from the old fence's position alone, so the copy is skipped
+// and the new shard resumes the partition with none of its rows.
+func TestMoveAfterTopicResetCopiesThePartitionRows(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	r := newRouter(t, shards, pl)
+	ctx := t.Context()
+	idA, idB := fence.Topic{ID: "idA", Partitions: 64}, fence.Topic{ID: "idB", Partitions: 64}
+	_, _, err := r.SeeTopic(ctx, "g", "t", idA, "first claim")
+	must(t, err)
+	k := keyOn(t, r.Placement(), "g", "a")
+	_, err = r.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, r.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v10")
+	}))
+	must(t, r.ResetTopic(ctx, "g", "t", idA, idB, "recreated"))
+	calls := 0
+	must(t, r.Move(ctx, k, "b", copyKV(stores, &calls)))
+	if got := readKV(t, stores["b"], "device-1"); calls != 1 || got != "v10" {
+		t.Fatalf("after moving %s to b past a topic reset: %d copies, b holds device-1 = %q; want 1 copy and the row a held, v10", k, calls, got)
+	}
+}
