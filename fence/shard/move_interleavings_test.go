@@ -3,10 +3,69 @@ package shard
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/batonhq/baton/fence"
+	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/outbox"
+	"github.com/batonhq/baton/outbox/sqliteoutbox"
 )
+
+// copyTables returns a copy function that copies every row of the named tables from shard
+// from's database into the new shard's transaction (INSERT OR REPLACE: a row of the same key
+// there is overwritten), counting its calls. The tests keep one partition's rows per database.
+func copyTables(stores map[string]*sql.DB, calls *int, tables ...string) func(ctx context.Context, k fence.Key, from string, tx *sql.Tx) error {
+	return func(ctx context.Context, k fence.Key, from string, tx *sql.Tx) error {
+		*calls++
+		for _, table := range tables {
+			rows, err := stores[from].QueryContext(ctx, `SELECT * FROM `+table)
+			if err != nil {
+				return err
+			}
+			cols, err := rows.Columns()
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			insert := fmt.Sprintf(`INSERT OR REPLACE INTO %s VALUES (%s)`, table, strings.TrimSuffix(strings.Repeat("?,", len(cols)), ","))
+			var all [][]any
+			for rows.Next() {
+				vals := make([]any, len(cols))
+				ptrs := make([]any, len(cols))
+				for i := range vals {
+					ptrs[i] = &vals[i]
+				}
+				if err := rows.Scan(ptrs...); err != nil {
+					rows.Close()
+					return err
+				}
+				all = append(all, vals)
+			}
+			err = rows.Err()
+			rows.Close()
+			if err != nil {
+				return err
+			}
+			for _, vals := range all {
+				if _, err := tx.ExecContext(ctx, insert, vals...); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+}
+
+// liteDBs returns the *sql.DB of each SQLite shard.
+func liteDBs(stores map[string]*sqlitefence.Store) map[string]*sql.DB {
+	dbs := map[string]*sql.DB{}
+	for n, s := range stores {
+		dbs[n] = s.DB()
+	}
+	return dbs
+}
 
 // applyHook is a shard whose Apply runs before once, before the store's Apply begins: what
 // another process does between a move's seed and its copy.
@@ -230,5 +289,59 @@ func TestMoveAfterTopicResetCopiesThePartitionRows(t *testing.T) {
 	must(t, r.Move(ctx, k, "b", copyKV(stores, &calls)))
 	if got := readKV(t, stores["b"], "device-1"); calls != 1 || got != "v10" {
 		t.Fatalf("after moving %s to b past a topic reset: %d copies, b holds device-1 = %q; want 1 copy and the row a held, v10", k, calls, got)
+	}
+}
+
+// A key that moves a→b and back b→a with no batch applied on b has the same position on both
+// shards, so the move back skips the copy. But b's owner relayed, under b's fence, the outbox
+// rows copied from a: b's cursor marks them delivered, a's still says pending (a's relay was
+// fenced off by the retirement). The next owner on a publishes them again, an unbounded
+// backlog rather than the at most one batch a crash re-publishes.
+func TestMoveBackWithoutBatchesKeepsTheDeliveredMarks(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	r := newRouter(t, shards, pl)
+	ctx := t.Context()
+	boxes := map[string]*sqliteoutbox.Store{}
+	for _, n := range names3 {
+		box, err := sqliteoutbox.New(stores[n])
+		must(t, err)
+		must(t, box.Migrate(ctx))
+		boxes[n] = box
+	}
+	k := keyOn(t, r.Placement(), "g", "a")
+	_, err := r.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, r.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx *sql.Tx) error {
+		if err := writeLite(ctx, tx, "device-1", "v10"); err != nil {
+			return err
+		}
+		return boxes["a"].Append(ctx, tx, k, tok(0, 5), outbox.Message{Topic: "commands", Value: []byte("m-1")})
+	}))
+	calls := 0
+	cp := copyTables(liteDBs(stores), &calls, "kv", "baton_outbox", "baton_outbox_cursors")
+	must(t, r.Move(ctx, k, "b", cp))
+	// b's owner relays the copied row and marks it delivered, then the key moves back.
+	st, err := r.Load(ctx, k)
+	must(t, err)
+	onB := fence.Token{Era: st.Token.Era, Epoch: 6}
+	_, err = r.Claim(ctx, k, onB, "m2")
+	must(t, err)
+	rows, err := boxes["b"].Pending(ctx, k, onB, 10)
+	must(t, err)
+	if len(rows) != 1 {
+		t.Fatalf("b's owner finds %d pending rows after the move, want the 1 copied from a", len(rows))
+	}
+	_, err = boxes["b"].MarkDelivered(ctx, k, onB, rows[0].Seq)
+	must(t, err)
+	must(t, r.Move(ctx, k, "a", cp))
+	st, err = r.Load(ctx, k)
+	must(t, err)
+	onA := fence.Token{Era: st.Token.Era, Epoch: 7}
+	_, err = r.Claim(ctx, k, onA, "m3")
+	must(t, err)
+	rows, err = boxes["a"].Pending(ctx, k, onA, 10)
+	must(t, err)
+	if len(rows) != 0 {
+		t.Fatalf("a's next owner finds %d pending rows (seq %d) that b already delivered, want none (copies: %d)", len(rows), rows[0].Seq, calls)
 	}
 }
