@@ -345,3 +345,48 @@ func TestMoveBackWithoutBatchesKeepsTheDeliveredMarks(t *testing.T) {
 		t.Fatalf("a's next owner finds %d pending rows (seq %d) that b already delivered, want none (copies: %d)", len(rows), rows[0].Seq, calls)
 	}
 }
+
+// The inbox's admissions are keyed-fence rows in the receiving partition's shard, stored by the
+// fence store, not by the application. A copy that carries what Move documents (the outbox
+// rows with their cursor, the application's rows) leaves them behind: a re-published copy of a
+// record the receiver applied on a is admitted again on b, and applied twice.
+func TestMoveOfAReceiverPartitionKeepsItsAdmissions(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	r := newRouter(t, shards, pl)
+	ctx := t.Context()
+	for _, n := range names3 {
+		box, err := sqliteoutbox.New(stores[n])
+		must(t, err)
+		must(t, box.Migrate(ctx))
+	}
+	k := keyOn(t, r.Placement(), "g", "a")
+	const scope = "billing|src/events/0|t/1"
+	admit := func(tk fence.Token, pos int64) fence.Verdict {
+		t.Helper()
+		var v fence.Verdict
+		must(t, r.Apply(ctx, k, tk, pos, pos, func(ctx context.Context, tx *sql.Tx) error {
+			var err error
+			v, err = r.Admit(ctx, tx, scope, "key-1", tok(3, 2), 7)
+			if err != nil || v != fence.Admitted {
+				return err
+			}
+			return writeLite(ctx, tx, "balance", "charged once")
+		}))
+		return v
+	}
+	_, err := r.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	if v := admit(tok(0, 5), 0); v != fence.Admitted {
+		t.Fatalf("first admission on a: %v", v)
+	}
+	calls := 0
+	must(t, r.Move(ctx, k, "b", copyTables(liteDBs(stores), &calls, "kv", "baton_outbox", "baton_outbox_cursors")))
+	st, err := r.Load(ctx, k)
+	must(t, err)
+	onB := fence.Token{Era: st.Token.Era, Epoch: 6}
+	_, err = r.Claim(ctx, k, onB, "m2")
+	must(t, err)
+	if v := admit(onB, 1); v != fence.Duplicate {
+		t.Fatalf("a re-published copy of the record applied on a is %v on b after the move, want %v", v, fence.Duplicate)
+	}
+}
