@@ -390,3 +390,25 @@ func TestMoveOfAReceiverPartitionKeepsItsAdmissions(t *testing.T) {
 		t.Fatalf("a re-published copy of the record applied on a is %v on b after the move, want %v", v, fence.Duplicate)
 	}
 }
+
+// An operator who gives up an interrupted move (k retired on a for placement 2, placement 1 in
+// force) by moving k to the shard it lives on gets success, but k stays retired there: its
+// partition waits for a publication that never comes.
+func TestMoveToItsOwnShardAfterAnInterruptedMoveLeavesTheKeyLive(t *testing.T) {
+	shards, _, pl := liteShards(t, names3...)
+	r := newRouter(t, shards, pl)
+	ctx := t.Context()
+	k := keyOn(t, r.Placement(), "g", "a")
+	_, err := r.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, r.Retire(ctx, k, 2, "move to b, interrupted"))
+	if err := r.Move(ctx, k, "a", nil); err != nil {
+		return // refused: the operator knows the move is still under way
+	}
+	st, err := r.Load(ctx, k)
+	must(t, err)
+	_, err = r.Claim(ctx, k, fence.Token{Era: st.Token.Era, Epoch: 6}, "m2")
+	if err != nil {
+		t.Fatalf("Move of %s to a, where placement %d puts it, succeeded, but the next owner's claim there fails: %v", k, r.Placement().Version, err)
+	}
+}
