@@ -412,3 +412,29 @@ func TestMoveToItsOwnShardAfterAnInterruptedMoveLeavesTheKeyLive(t *testing.T) {
 		t.Fatalf("Move of %s to a, where placement %d puts it, succeeded, but the next owner's claim there fails: %v", k, r.Placement().Version, err)
 	}
 }
+
+// Two operators move two keys at once: both retire for placement 2, one publishes it, and the
+// other's publication is refused. The second key is then retired on its shard for a placement
+// that does not move it: its partition waits until someone runs its Move again, and Move
+// reports a conflict instead of finishing on the next version.
+func TestConcurrentMovesOfTwoKeysBothFinish(t *testing.T) {
+	shards, _, pl := liteShards(t, names3...)
+	op1 := newRouter(t, shards, pl)
+	op2 := newRouter(t, shards, pl)
+	ctx := t.Context()
+	k1 := keyOn(t, op1.Placement(), "g", "a")
+	k2 := keyOn(t, op1.Placement(), "h", "a")
+	_, err := op2.Claim(ctx, k2, tok(0, 5), "m1")
+	must(t, err)
+	must(t, op2.Apply(ctx, k2, tok(0, 5), 0, 10, func(context.Context, *sql.Tx) error { return nil }))
+	copyRunsOtherMove := func(ctx context.Context, k fence.Key, from string, tx *sql.Tx) error {
+		return op1.Move(ctx, k1, "b", nil)
+	}
+	err = op2.Move(ctx, k2, "c", copyRunsOtherMove)
+	p := op1.Placement()
+	if err != nil || p.Shard(k1) != "b" || p.Shard(k2) != "c" {
+		st, lerr := shards["a"].Load(ctx, k2)
+		t.Fatalf("concurrent moves: second Move: %v; placement %d puts %s on %s and %s on %s, want b and c (%s's fence on a: %+v %v)",
+			err, p.Version, k1, p.Shard(k1), k2, p.Shard(k2), k2, st, lerr)
+	}
+}
