@@ -3,6 +3,7 @@ package shard
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -436,5 +437,54 @@ func TestConcurrentMovesOfTwoKeysBothFinish(t *testing.T) {
 		st, lerr := shards["a"].Load(ctx, k2)
 		t.Fatalf("concurrent moves: second Move: %v; placement %d puts %s on %s and %s on %s, want b and c (%s's fence on a: %+v %v)",
 			err, p.Version, k1, p.Shard(k1), k2, p.Shard(k2), k2, st, lerr)
+	}
+}
+
+// flakyAfterReset is a shard whose first Load after a committed ResetTopic fails: a
+// transient error (a dropped connection) between a shard's reset and the router's retiring
+// again.
+type flakyAfterReset struct {
+	Shard[*sql.Tx]
+	armed bool
+}
+
+func (f *flakyAfterReset) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
+	err := f.Shard.ResetTopic(ctx, group, topic, expected, to, reason)
+	f.armed = err == nil
+	return err
+}
+
+func (f *flakyAfterReset) Load(ctx context.Context, k fence.Key) (fence.State, error) {
+	if f.armed {
+		f.armed = false
+		return fence.State{}, errors.New("connection reset")
+	}
+	return f.Shard.Load(ctx, k)
+}
+
+// ResetTopic is documented to be completed by calling it again after a shard's failure. A
+// failure after a shard's reset committed and before its moved keys were retired again leaves
+// the shard at the new identity, and the next call skips a shard already at it, retiring
+// nothing: k's fence on the shard it left stays unclaimed in a new era for good.
+func TestTopicResetCalledAgainRetiresAMovedKeysOldFence(t *testing.T) {
+	shards, _, pl := liteShards(t, names3...)
+	flaky := &flakyAfterReset{Shard: shards["b"]}
+	r := newRouter(t, map[string]Shard[*sql.Tx]{"a": shards["a"], "b": flaky, "c": shards["c"]}, pl)
+	ctx := t.Context()
+	idA, idB := fence.Topic{ID: "idA", Partitions: 64}, fence.Topic{ID: "idB", Partitions: 64}
+	_, _, err := r.SeeTopic(ctx, "g", "t", idA, "first claim")
+	must(t, err)
+	k := keyOn(t, r.Placement(), "g", "b")
+	_, err = r.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	move(t, r, k, "c")
+	if err := r.ResetTopic(ctx, "g", "t", idA, idB, "recreated"); err == nil {
+		t.Fatal("the reset with a failing load succeeded")
+	}
+	must(t, r.ResetTopic(ctx, "g", "t", idA, idB, "recreated, again"))
+	st, err := shards["b"].Load(ctx, k)
+	must(t, err)
+	if !retired(st.Claimant) {
+		t.Fatalf("after the reset completed by a second call, %s's fence on b (placement %d puts it on c) is %+v, want retired", k, r.Placement().Version, st)
 	}
 }
