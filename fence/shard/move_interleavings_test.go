@@ -488,3 +488,34 @@ func TestTopicResetCalledAgainRetiresAMovedKeysOldFence(t *testing.T) {
 		t.Fatalf("after the reset completed by a second call, %s's fence on b (placement %d puts it on c) is %+v, want retired", k, r.Placement().Version, st)
 	}
 }
+
+// Move leaves a key's rows on the shard it leaves ("a key that comes back finds them there")
+// and its documented copy writes what the old shard holds into the new shard's transaction.
+// A key that moves a→b, deletes a row on b and moves back finds the row it deleted on a
+// again: the copy writes b's rows, and nothing removes a's stale ones.
+func TestMoveBackDoesNotResurrectRowsDeletedMeanwhile(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	r := newRouter(t, shards, pl)
+	ctx := t.Context()
+	k := keyOn(t, r.Placement(), "g", "a")
+	_, err := r.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, r.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v10")
+	}))
+	calls := 0
+	must(t, r.Move(ctx, k, "b", copyKV(stores, &calls)))
+	st, err := r.Load(ctx, k)
+	must(t, err)
+	onB := fence.Token{Era: st.Token.Era, Epoch: 6}
+	_, err = r.Claim(ctx, k, onB, "m2")
+	must(t, err)
+	must(t, r.Apply(ctx, k, onB, 11, 11, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `DELETE FROM kv WHERE k = 'device-1'`)
+		return err
+	}))
+	must(t, r.Move(ctx, k, "a", copyKV(stores, &calls)))
+	if got := readKV(t, stores["a"], "device-1"); got != "" {
+		t.Fatalf("after moving back, a holds device-1 = %q, deleted on b at record 11 (copies: %d)", got, calls)
+	}
+}
