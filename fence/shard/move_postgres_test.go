@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -108,4 +109,55 @@ func TestMoveBackRefusesOldPlacementClaimsBetweenSeedAndCopyPostgres(t *testing.
 			k, zt, operator.Placement().Version, writeErr, readKVPG(t, pools["a"], "device-1"), moveErr)
 	}
 	wantIs(t, "placement 1's claim on a during the move back", claimErr, fence.ErrStale)
+}
+
+// A move racing a batch in flight on PostgreSQL: the retirement waits for the batch (it takes
+// the fence row the batch holds), so the copy reads the batch's rows, and after the move the
+// batch's owner writes on neither shard.
+func TestMoveWaitsForABatchInFlightPostgres(t *testing.T) {
+	shards, pools, pl := pgShards(t, names3...)
+	home := &unreachable{Placements: pl}
+	member := newRouter(t, shards, home)
+	operator := newRouter(t, shards, pl)
+	ctx := t.Context()
+	k := keyOn(t, operator.Placement(), "g", "a")
+	_, err := member.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	inBatch, release := make(chan struct{}), make(chan struct{})
+	applied := make(chan error, 1)
+	go func() {
+		applied <- member.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx pgx.Tx) error {
+			close(inBatch)
+			<-release
+			return writePG(ctx, tx, "in-flight", "v10")
+		})
+	}()
+	<-inBatch
+	moved := make(chan error, 1)
+	go func() { moved <- operator.Move(ctx, k, "b", copyKVPG(pools)) }()
+	select {
+	case err := <-moved:
+		close(release)
+		<-applied
+		t.Fatalf("Move returned (%v) while a batch of the key was in flight on a", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	must(t, <-applied)
+	must(t, <-moved)
+	if got := readKVPG(t, pools["b"], "in-flight"); got != "v10" {
+		t.Fatalf("b holds in-flight = %q after the move, want the batch that committed before the retirement", got)
+	}
+	home.down = true
+	for _, r := range []Router[pgx.Tx]{member, operator} {
+		err := r.Apply(ctx, k, tok(0, 5), 11, 11, func(ctx context.Context, tx pgx.Tx) error {
+			return writePG(ctx, tx, "in-flight", "zombie")
+		})
+		wantIs(t, "the batch owner's next write", err, fence.ErrStale)
+	}
+	for _, n := range []string{"a", "b"} {
+		if got := readKVPG(t, pools[n], "in-flight"); got != "v10" {
+			t.Fatalf("%s holds in-flight = %q, want v10", n, got)
+		}
+	}
 }
