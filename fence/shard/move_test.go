@@ -221,4 +221,9 @@ func TestMoveAwayAndBack(t *testing.T) {
 	if got := r.Placement(); got.Version != 3 || got.Shard(k) != "a" {
 		t.Fatalf("placement = %d with %s on %s, want 3 and a", got.Version, k, got.Shard(k))
 	}
+	h, err := pl.History(ctx)
+	must(t, err)
+	if len(h) != 3 || h[1].Reason != "move "+k.String()+" from shard a to shard b (placement 2): publish" || h[2].Placement.Shard(k) != "a" || h[2].At.IsZero() {
+		t.Fatalf("history = %+v, want placements 1 to 3, each move's reason naming the key and shards", h)
+	}
 }

@@ -233,6 +233,8 @@ var All = []Mutant{
 		Bug: "a placement moving a key is published while the new shard's fence is not above the old one's retired token: the old placement's highest tokens are accepted there", Safety: true},
 	{Name: "MoveCopiesFenceToken", Package: "fence/shard", Guards: []string{"TestMoveRefusesOldPlacementTokensOnBothShards"}, Want: `zombie's Apply on b: got <nil>`,
 		Bug: "a move seeds the new shard's fence with the old shard's live token (a copy of the fence row): the old owner's frozen batch commits on the new shard", Safety: true},
+	{Name: "MovedRefusalIsRegression", Package: "fence/shard", Guards: []string{"TestConsumerFollowsAMove"}, Want: `timed out waiting for every record after the move`,
+		Bug: "the consumer takes a write refused by a fence retired for a move for a regression: without RecoverRegressions the partition stops, and with it the owner retries a recovery against the old database's token", Liveness: true},
 
 	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
 	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,
