@@ -81,6 +81,18 @@
 // placement's highest tokens be above B's: their claims would be accepted on B instead of
 // refused (still only until the claimant asked the coordinator, but no longer by the fence).
 //
+// A move back (k from A to B, then back to A) seeds A's retired fence, lifting it above the
+// retired token before the placement putting k on A is stored: from the seed to the
+// publication, a member routing by a placement that puts k on A (one older than the move:
+// its home shard unreachable) would find a claimable fence there. So the router's Claim and
+// Recover refuse ([ErrMoved]) a fence held by the seed's claimant "baton.shard/moved@vN"
+// while the placement they route by (re-read at the call) is older than N. That check and the
+// store's claim are two steps, and airtight still: a seed raises the fence's era and a claim
+// never does, so a claim whose token was read before a seed that lands between the two is
+// stale in the store; and Recover is a compare-and-set on the token it read. Once a member
+// routing by N or later claims the fence, its claimant is no longer the seed's, and a member
+// routing by an older placement that puts k on A is right about where k lives again.
+//
 // The consumer needs no restart: a write or claim refused by a retired fence is [ErrMoved]
 // (besides stale), and the consumer then waits and claims the partition afresh, through the
 // router, which reads the placement at every claim and so reaches B once v2 is published.

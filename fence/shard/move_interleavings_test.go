@@ -167,7 +167,7 @@ func TestMoveBackRefusesOldPlacementClaimsBetweenSeedAndCopy(t *testing.T) {
 		t.Fatalf("during the move back, placement 1's member claimed %s on a at %s (placement %d in force puts it on b): its write: %v, a holds %q; the move: %v",
 			k, zt, operator.Placement().Version, writeErr, readKV(t, stores["a"], "device-1"), moveErr)
 	}
-	wantIs(t, "placement 1's claim on a during the move back", claimErr, fence.ErrStale)
+	wantIs(t, "placement 1's claim on a during the move back", claimErr, ErrMoved)
 }
 
 // A topic reset moves a retired fence to a new era without a claimant; the router retires it

@@ -108,7 +108,7 @@ func TestMoveBackRefusesOldPlacementClaimsBetweenSeedAndCopyPostgres(t *testing.
 		t.Fatalf("during the move back, placement 1's member claimed %s on a at %s (placement %d in force puts it on b): its write: %v, a holds %q; the move: %v",
 			k, zt, operator.Placement().Version, writeErr, readKVPG(t, pools["a"], "device-1"), moveErr)
 	}
-	wantIs(t, "placement 1's claim on a during the move back", claimErr, fence.ErrStale)
+	wantIs(t, "placement 1's claim on a during the move back", claimErr, ErrMoved)
 }
 
 // A move racing a batch in flight on PostgreSQL: the retirement waits for the batch (it takes

@@ -162,11 +162,42 @@ func (r *router[Tx]) reload(ctx context.Context) (Placement, error) {
 
 // fresh is the placement re-read for a claim step.
 func (r *router[Tx]) fresh(ctx context.Context, k fence.Key) (string, Shard[Tx], error) {
+	_, name, s, err := r.freshPlacement(ctx, k)
+	return name, s, err
+}
+
+func (r *router[Tx]) freshPlacement(ctx context.Context, k fence.Key) (Placement, string, Shard[Tx], error) {
 	p, err := r.reload(ctx)
 	if err != nil {
-		return "", nil, err
+		return Placement{}, "", nil, err
 	}
-	return r.route(p, k)
+	name, s, err := r.route(p, k)
+	return p, name, s, err
+}
+
+// seededFor returns the placement version whose move seeded a fence held by claimant, and
+// whether claimant is a seed's.
+func seededFor(claimant string) (int64, bool) {
+	v, ok := strings.CutPrefix(claimant, seededPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return math.MaxInt64, true // not the router's: newer than any placement
+	}
+	return n, true
+}
+
+// unpublished refuses a claim or recovery of k's fence on shard name, st, when a move seeded
+// it for a placement newer than p: the move may not be published yet, and a member routing by
+// p reaches this shard only because p is older than the move (a move back to a shard k left:
+// the seed lifted the fence there above the retired token before the placement is stored).
+func (r *router[Tx]) unpublished(k fence.Key, name string, p Placement, st fence.State) error {
+	if v, ok := seededFor(st.Claimant); ok && v > p.Version {
+		return fmt.Errorf("%w: %s: its fence on shard %q is seeded for placement %d, this router routes by placement %d", ErrMoved, k, name, v, p.Version)
+	}
+	return nil
 }
 
 func (r *router[Tx]) route(p Placement, k fence.Key) (string, Shard[Tx], error) {
@@ -214,8 +245,17 @@ func (r *router[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token, clai
 	if err := refuseRetired(claimant); err != nil {
 		return fence.State{}, err
 	}
-	name, s, err := r.fresh(ctx, k)
+	p, name, s, err := r.freshPlacement(ctx, k)
 	if err != nil {
+		return fence.State{}, err
+	}
+	// A seed raises the fence's era and a claim never does, so a claim whose token was read
+	// before a seed that lands between this check and the store's Claim is stale there.
+	cur, err := s.Load(ctx, k)
+	if err != nil {
+		return fence.State{}, err
+	}
+	if err := r.unpublished(k, name, p, cur); err != nil {
 		return fence.State{}, err
 	}
 	st, err := s.Claim(ctx, k, t, claimant)
@@ -261,11 +301,11 @@ func (r *router[Tx]) Recover(ctx context.Context, k fence.Key, expected fence.To
 	if err := refuseRetired(claimant); err != nil {
 		return fence.Token{}, err
 	}
-	name, s, err := r.fresh(ctx, k)
+	p, name, s, err := r.freshPlacement(ctx, k)
 	if err != nil {
 		return fence.Token{}, err
 	}
-	// A fence retired after this read has another token than expected (a retirement is a
+	// A fence retired or seeded after this read has another token than expected (a retirement is a
 	// Recover or a Claim that raises it), so the compare-and-set below fails.
 	st, err := s.Load(ctx, k)
 	if err != nil {
@@ -274,6 +314,9 @@ func (r *router[Tx]) Recover(ctx context.Context, k fence.Key, expected fence.To
 	if retired(st.Claimant) {
 		_, _ = r.reload(ctx)
 		return fence.Token{}, r.moved(k, name, st)
+	}
+	if err := r.unpublished(k, name, p, st); err != nil {
+		return fence.Token{}, err
 	}
 	return s.Recover(ctx, k, expected, epoch, claimant, reason)
 }
