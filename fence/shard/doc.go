@@ -39,8 +39,11 @@
 //     ([ErrMoved]: the consumer recovers after a stale claim, once the coordinator says it
 //     owns the partition); and the reserved claimant is refused as a claimant. A recovery
 //     racing the retirement presents the token it read before, so its compare-and-set fails.
-//     A topic reset, which moves every fence of a topic to a new era without a claimant, is
-//     followed by the router retiring again the fences of the keys placed elsewhere.
+//     A topic reset, which moves every fence of a topic to a new era without a claimant,
+//     keeps a retired fence retired, in the store's own reset transaction: a fence whose
+//     epoch is MaxInt64 (sealed) moves to (era+1, MaxInt64) with its claimant
+//     (fence.Topics.ResetTopic states the rule for every store), so there is no moment at
+//     which it is claimable, whichever call resets it and whatever races it.
 //  3. [Router.Publish] stores v2 only if every key it moves is retired on its old shard for
 //     v2, its fence on the new shard is above the retired one (below, the old placement's
 //     tokens would not all be stale there) and stands at the old one's position (what the old

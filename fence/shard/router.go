@@ -69,8 +69,9 @@ func retired(claimant string) bool { return strings.HasPrefix(claimant, retiredP
 
 // retiredEpoch is the epoch of a retired fence's token: above every consumer-group
 // generation, so no claim in its era outranks it, and eras rise only through Recover, which
-// the router refuses on a retired fence.
-const retiredEpoch = math.MaxInt64
+// the router refuses on a retired fence. It is the sealed epoch: a topic reset keeps it and
+// the retired claimant.
+const retiredEpoch = fencecheck.SealedEpoch
 
 // shardCtx marks the ctx a router passes to Apply's fn with the shard whose transaction fn
 // holds, for the calls fn makes with that transaction (Admit, Advance). The value is the
@@ -352,8 +353,9 @@ func (r *router[Tx]) TopicHistory(ctx context.Context, group, topic string) ([]f
 // home shard last, so consumers (which read the identity from the home shard) see the new
 // identity only once every shard's fences were reset. A shard already at to is skipped and one
 // that never saw the topic adopts expected first, so a reset interrupted by a shard's failure
-// is completed by calling it again. A retired fence that the reset moved to a new era is
-// retired again.
+// is completed by calling it again. A retired fence stays retired through the reset: its
+// token is sealed (epoch math.MaxInt64), and each store's reset keeps a sealed fence's epoch
+// and claimant in its own transaction (fence.Topics.ResetTopic).
 func (r *router[Tx]) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
 	if err := fencecheck.ValidateReset(group, topic, expected, to, reason); err != nil {
 		return err
@@ -388,9 +390,6 @@ func (r *router[Tx]) ResetTopic(ctx context.Context, group, topic string, expect
 		if err := s.ResetTopic(ctx, group, topic, expected, to, reason); err != nil {
 			return fmt.Errorf("shard %q: %w", n, err)
 		}
-		if err := r.reretire(ctx, n, group, topic, reason); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -402,33 +401,6 @@ func latest(ctx context.Context, s fence.Topics, group, topic string) (fence.Top
 		return fence.Topic{}, false, err
 	}
 	return h[len(h)-1].Identity, true, nil
-}
-
-// reretire retires again, on shard name, the fences of (group, topic) that a topic reset moved
-// to a new era without a claimant although the placement puts their keys elsewhere. Every key
-// that ever moved is listed in Entries (Publish keeps entries), so the list is complete.
-func (r *router[Tx]) reretire(ctx context.Context, name, group, topic, reason string) error {
-	p, err := r.reload(ctx)
-	if err != nil {
-		return err
-	}
-	s := r.shards[name]
-	for k, at := range p.Entries {
-		if k.Group != group || k.Topic != topic || at == name {
-			continue
-		}
-		st, err := s.Load(ctx, k)
-		if err != nil {
-			return fmt.Errorf("shard %q: %w", name, err)
-		}
-		if st.Claimant != "" || st.Token == (fence.Token{}) {
-			continue // retired still, claimed (so never reset), or never there
-		}
-		if _, err := s.Recover(ctx, k, st.Token, retiredEpoch, retiredBy(p.Version), reason); err != nil {
-			return fmt.Errorf("shard %q: retiring %s again after the reset: %w", name, k, err)
-		}
-	}
-	return nil
 }
 
 func (r *router[Tx]) Retire(ctx context.Context, k fence.Key, version int64, reason string) error {
