@@ -12,34 +12,71 @@ import (
 
 func seededBy(version int64) string { return seededPrefix + strconv.FormatInt(version, 10) }
 
+// moveAttempts bounds how many newer placements (other keys' moves published meanwhile) Move
+// follows before it gives up with fence.ErrConflict.
+const moveAttempts = 16
+
 // Move runs the steps of a move in order; each one first looks at what a previous, interrupted
-// run left and does only what is missing.
+// run left and does only what is missing. A placement published meanwhile by another move
+// (Retire or Publish then fail with fence.ErrConflict) makes it redo the steps for the next
+// version, if that placement leaves k where it was: the retirement and the seed are renewed
+// for it, and a copy that committed is not run again. A placement that moved k itself ends
+// the move with the conflict: the operator decides again.
 func (r *router[Tx]) Move(ctx context.Context, k fence.Key, to string, copy func(ctx context.Context, k fence.Key, from string, tx Tx) error) error {
+	var err error
+	from := ""
+	for range moveAttempts {
+		var again bool
+		if again, err = r.moveOnce(ctx, k, to, &from, copy); !again {
+			return err
+		}
+	}
+	return err
+}
+
+// moveOnce runs the move's steps for the version above the placement in force, and reports
+// whether a newer placement refused them (run them again for the next version). *was is the
+// shard k lived on at the first attempt ("" before it); a later attempt that finds k
+// elsewhere fails with fence.ErrConflict.
+func (r *router[Tx]) moveOnce(ctx context.Context, k fence.Key, to string, was *string, copy func(ctx context.Context, k fence.Key, from string, tx Tx) error) (bool, error) {
 	dst, ok := r.shards[to]
 	if !ok {
-		return fmt.Errorf("%w: shard: moving %s to shard %q, which this router was not given", fence.ErrInvalid, k, to)
+		return false, fmt.Errorf("%w: shard: moving %s to shard %q, which this router was not given", fence.ErrInvalid, k, to)
 	}
 	cur, err := r.reload(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	from := cur.Shard(k)
-	if from == to {
-		return nil
+	if *was != "" && *was != from {
+		return false, fmt.Errorf("%w: shard: moving %s from shard %s to shard %s: placement %d, published meanwhile, put it on shard %s", fence.ErrConflict, k, *was, to, cur.Version, from)
 	}
+	*was = from
 	if _, ok := r.shards[from]; !ok {
-		return fmt.Errorf("%w: shard: %s is placed on shard %q, which this router was not given", fence.ErrInvalid, k, from)
+		return false, fmt.Errorf("%w: shard: %s is placed on shard %q, which this router was not given", fence.ErrInvalid, k, from)
 	}
 	version := cur.Version + 1
+	if from == to {
+		// Nothing to move, unless a move of k away from here is under way: its retirement
+		// for the next version refuses k here until that move is finished.
+		st, err := r.shards[from].Load(ctx, k)
+		if err != nil {
+			return false, err
+		}
+		if st.Claimant == retiredBy(version) {
+			return false, fmt.Errorf("%w: shard: %s lives on shard %s, where a move of it for placement %d is under way (its fence is retired for it): finish that move by running Move to its destination", fence.ErrConflict, k, to, version)
+		}
+		return false, nil
+	}
 	what := fmt.Sprintf("move %s from shard %s to shard %s (placement %d)", k, from, to, version)
 
 	// 1. The old shard refuses k for ever; the batch in flight there, if any, ends first.
 	if err := r.Retire(ctx, k, version, what+": retire on "+from); err != nil {
-		return err
+		return errors.Is(err, fence.ErrConflict), err
 	}
 	old, err := r.shards[from].Load(ctx, k)
 	if err != nil {
-		return fmt.Errorf("shard: %s: loading the retired fence: %w", what, err)
+		return false, fmt.Errorf("shard: %s: loading the retired fence: %w", what, err)
 	}
 
 	// 2. The new shard's fence above every token the old one accepted: Retire left the old
@@ -47,7 +84,7 @@ func (r *router[Tx]) Move(ctx context.Context, k fence.Key, to string, copy func
 	// is above that, below every claim the next owner makes in that era.
 	tok, err := seed(ctx, dst, k, old.Token, seededBy(version), what+": seed on "+to)
 	if err != nil {
-		return fmt.Errorf("shard: %s: seeding the fence: %w", what, err)
+		return false, fmt.Errorf("shard: %s: seeding the fence: %w", what, err)
 	}
 
 	// 3. The copy, in the transaction that advances the new fence to the old one's position:
@@ -64,13 +101,13 @@ func (r *router[Tx]) Move(ctx context.Context, k fence.Key, to string, copy func
 		case errors.Is(err, fence.ErrDuplicate):
 			st, lerr := dst.Load(ctx, k)
 			if lerr != nil {
-				return fmt.Errorf("shard: %s: %w", what, lerr)
+				return false, fmt.Errorf("shard: %s: %w", what, lerr)
 			}
 			if st.Position != old.Position {
-				return fmt.Errorf("%w: shard: %s: the fence on %s stands at position %d, past the old shard's %d", fence.ErrConflict, what, to, st.Position, old.Position)
+				return false, fmt.Errorf("%w: shard: %s: the fence on %s stands at position %d, past the old shard's %d", fence.ErrConflict, what, to, st.Position, old.Position)
 			}
 		case err != nil:
-			return fmt.Errorf("shard: %s: copying the partition: %w", what, err)
+			return false, fmt.Errorf("shard: %s: copying the partition: %w", what, err)
 		}
 	}
 
@@ -80,7 +117,8 @@ func (r *router[Tx]) Move(ctx context.Context, k fence.Key, to string, copy func
 		next.Entries = map[fence.Key]string{}
 	}
 	next.Entries[k] = to
-	return r.Publish(ctx, next, what+": publish")
+	err = r.Publish(ctx, next, what+": publish")
+	return errors.Is(err, fence.ErrConflict), err
 }
 
 // seed makes k's fence on s stand above above, held by claimant (reserved: no consumer can

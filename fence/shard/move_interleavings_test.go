@@ -432,7 +432,7 @@ func TestConcurrentMovesOfTwoKeysBothFinish(t *testing.T) {
 		return op1.Move(ctx, k1, "b", nil)
 	}
 	err = op2.Move(ctx, k2, "c", copyRunsOtherMove)
-	p := op1.Placement()
+	p := op2.Placement() // op1 routes by placement 2 until its next claim re-reads it
 	if err != nil || p.Shard(k1) != "b" || p.Shard(k2) != "c" {
 		st, lerr := shards["a"].Load(ctx, k2)
 		t.Fatalf("concurrent moves: second Move: %v; placement %d puts %s on %s and %s on %s, want b and c (%s's fence on a: %+v %v)",

@@ -50,7 +50,11 @@ type Router[Tx any] interface {
 	// of k no longer change: its fence refuses every write) and a transaction of to; it is
 	// not called when to's fence already stands at the old shard's position (nothing was
 	// applied since k left to, or the copy committed before an interruption). A nil copy
-	// copies the fence alone. Moving k to the shard it lives on does nothing.
+	// copies the fence alone. A placement published meanwhile by another key's move makes
+	// Move redo its steps for the next version (fence.ErrConflict after repeated ones). Moving
+	// k to the shard it lives on does nothing, unless a move of k away from it is under way
+	// (k retired there for the next placement): that fails with fence.ErrConflict naming it,
+	// and only Move to the move's destination finishes it.
 	Move(ctx context.Context, k fence.Key, to string, copy func(ctx context.Context, k fence.Key, from string, tx Tx) error) error
 }
 
