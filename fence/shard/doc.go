@@ -69,7 +69,10 @@
 //  3. Copy, in one transaction of B that advances B's fence under that token to A's position:
 //     the caller's copy function reads what A holds of the partition (its outbox rows not yet
 //     delivered with their cursor, the application's rows of the partition's keys: nothing of
-//     k changes on A any more) and writes it in B's transaction. The rows and the position
+//     k changes on A any more) and makes B's rows of the partition equal to them in B's
+//     transaction: it deletes B's rows of the partition first (a key moving back finds there
+//     the rows of its earlier stay, which it changed or deleted since), then writes A's. The
+//     rows and the position
 //     commit together, so B's position says whether the copy is done.
 //  4. Publish v2, which checks steps 1 to 3 itself.
 //
@@ -104,8 +107,8 @@
 // copy) or when B's fence already stands at A's position (the copy committed before an
 // interruption, or k comes back to B having applied nothing on A since it left). Rows are
 // copied, never deleted from A: they are no longer read through the router, and a key that
-// comes back finds them there.
-
+// comes back has them replaced by the copy (delete first, then write).
+//
 // # Transactions, keyed fences, topics, outboxes
 //
 // Apply runs fn in the shard's transaction and marks fn's ctx with the shard: [Router]'s

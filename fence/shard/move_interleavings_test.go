@@ -31,6 +31,12 @@ func copyTables(stores map[string]*sql.DB, calls *int, tables ...string) func(ct
 				return err
 			}
 			insert := fmt.Sprintf(`INSERT OR REPLACE INTO %s VALUES (%s)`, table, strings.TrimSuffix(strings.Repeat("?,", len(cols)), ","))
+			// The copy contract: the destination's rows of the partition (here every row of
+			// the table) become the source's, so rows left from an earlier stay go first.
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table); err != nil {
+				rows.Close()
+				return err
+			}
 			var all [][]any
 			for rows.Next() {
 				vals := make([]any, len(cols))

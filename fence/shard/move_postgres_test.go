@@ -30,6 +30,9 @@ func (h *pgApplyHook) Apply(ctx context.Context, k fence.Key, t fence.Token, fir
 // copyKVPG copies shard from's kv rows into the new shard's transaction.
 func copyKVPG(pools map[string]*pgxpool.Pool) func(ctx context.Context, k fence.Key, from string, tx pgx.Tx) error {
 	return func(ctx context.Context, k fence.Key, from string, tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM kv`); err != nil { // the copy contract: delete first
+			return err
+		}
 		rows, err := pools[from].Query(ctx, `SELECT k, v FROM kv`)
 		if err != nil {
 			return err

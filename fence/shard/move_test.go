@@ -15,6 +15,11 @@ import (
 func copyKV(stores map[string]*sqlitefence.Store, calls *int) func(ctx context.Context, k fence.Key, from string, tx *sql.Tx) error {
 	return func(ctx context.Context, k fence.Key, from string, tx *sql.Tx) error {
 		*calls++
+		// The copy contract: the destination's rows of the partition (here every kv row)
+		// become the source's, so rows left from an earlier stay are deleted first.
+		if _, err := tx.ExecContext(ctx, `DELETE FROM kv`); err != nil {
+			return err
+		}
 		rows, err := stores[from].DB().QueryContext(ctx, `SELECT k, v FROM kv`)
 		if err != nil {
 			return err

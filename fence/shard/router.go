@@ -47,7 +47,10 @@ type Router[Tx any] interface {
 	// rows), then publishes a placement listing k on to. Each step is idempotent: a move
 	// interrupted at any point (k retired and not published) is finished by calling Move
 	// again with the same to. copy is called with the name of the shard k leaves (whose rows
-	// of k no longer change: its fence refuses every write) and a transaction of to; it is
+	// of k no longer change: its fence refuses every write) and a transaction of to, and must
+	// make to's rows of the partition equal to the source's: delete to's rows of the
+	// partition first (a key moving back finds there the rows of its earlier stay, which the
+	// partition changed or deleted since), then write the source's. It is
 	// not called when to's fence already stands at the old shard's position (nothing was
 	// applied since k left to, or the copy committed before an interruption). A nil copy
 	// copies the fence alone. A placement published meanwhile by another key's move makes
