@@ -71,7 +71,10 @@
 //     delivered with their cursor, the application's rows of the partition's keys: nothing of
 //     k changes on A any more) and makes B's rows of the partition equal to them in B's
 //     transaction: it deletes B's rows of the partition first (a key moving back finds there
-//     the rows of its earlier stay, which it changed or deleted since), then writes A's. The
+//     the rows of its earlier stay, which it changed or deleted since), then writes A's. A
+//     partition that receives through an inbox has admissions there too: the fence store's
+//     keyed-fence rows whose scope names it, which the fence API cannot list, so the copy
+//     function carries them from the store's keyed table. The
 //     rows and the position
 //     commit together, so B's position says whether the copy is done.
 //  4. Publish v2, which checks steps 1 to 3 itself.

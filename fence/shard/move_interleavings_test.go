@@ -354,9 +354,10 @@ func TestMoveBackWithoutBatchesKeepsTheDeliveredMarks(t *testing.T) {
 }
 
 // The inbox's admissions are keyed-fence rows in the receiving partition's shard, stored by the
-// fence store, not by the application. A copy that carries what Move documents (the outbox
-// rows with their cursor, the application's rows) leaves them behind: a re-published copy of a
-// record the receiver applied on a is admitted again on b, and applied twice.
+// fence store, not by the application, and the fence API cannot list them: Move's copy
+// contract names them, and a copy that carries them too (here the fence store's keyed table,
+// every row of which is the receiving partition's) keeps a re-published copy of a record the
+// receiver applied on a from being admitted again on b.
 func TestMoveOfAReceiverPartitionKeepsItsAdmissions(t *testing.T) {
 	shards, stores, pl := liteShards(t, names3...)
 	r := newRouter(t, shards, pl)
@@ -387,7 +388,7 @@ func TestMoveOfAReceiverPartitionKeepsItsAdmissions(t *testing.T) {
 		t.Fatalf("first admission on a: %v", v)
 	}
 	calls := 0
-	must(t, r.Move(ctx, k, "b", copyTables(liteDBs(stores), &calls, "kv", "baton_outbox", "baton_outbox_cursors")))
+	must(t, r.Move(ctx, k, "b", copyTables(liteDBs(stores), &calls, "kv", "baton_outbox", "baton_outbox_cursors", "baton_fences_keyed")))
 	st, err := r.Load(ctx, k)
 	must(t, err)
 	onB := fence.Token{Era: st.Token.Era, Epoch: 6}

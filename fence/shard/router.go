@@ -50,7 +50,10 @@ type Router[Tx any] interface {
 	// of k no longer change: its fence refuses every write) and a transaction of to, and must
 	// make to's rows of the partition equal to the source's: delete to's rows of the
 	// partition first (a key moving back finds there the rows of its earlier stay, which the
-	// partition changed or deleted since), then write the source's. It is
+	// partition changed or deleted since), then write the source's. The partition's rows
+	// include, for a partition that receives through an inbox, its admissions: the fence
+	// store's keyed-fence rows whose scope names the partition, which the router cannot list
+	// through the fence API, so copy carries them (in the store's keyed table). It is
 	// not called when to's fence already stands at the old shard's position (nothing was
 	// applied since k left to, or the copy committed before an interruption). A nil copy
 	// copies the fence alone. A placement published meanwhile by another key's move makes
