@@ -116,6 +116,20 @@ func TestPlacementShowAndMove(t *testing.T) {
 	if last != 5 || delivered != 2 || pending != 3 {
 		t.Fatalf("b's outbox after the move: cursor (%d, %d), %d pending rows; want (5, 2) and 3", last, delivered, pending)
 	}
+	// The next owner, on b, appends after the sequences a handed out.
+	r2, err := shard.New(ctx, "a", shards, shard.Postgres(pools["a"]))
+	must(t, err)
+	next := fence.Token{Era: moved.Token.Era, Epoch: 5}
+	_, err = r2.Claim(ctx, k, next, "m2")
+	must(t, err)
+	must(t, r2.Apply(ctx, k, next, 10, 10, func(ctx context.Context, tx pgx.Tx) error {
+		return boxes["b"].Append(ctx, tx, k, next, outbox.Message{Topic: "commands", Value: []byte("after")})
+	}))
+	var seq int64
+	must(t, pb.QueryRow(ctx, `SELECT seq FROM baton_outbox WHERE partition = $1 AND msg_value = 'after'`, k.Partition).Scan(&seq))
+	if seq != 6 {
+		t.Fatalf("the first row appended on b after the move has sequence %d, want 6: a's 1 to 5 are not handed out again", seq)
+	}
 
 	out.Reset()
 	errb.Reset()

@@ -21,6 +21,8 @@
 // move an unknown set of keys at once, and every move must retire the key's old fence first.
 // Keys move one at a time, as entries, and an entry once listed stays listed. Shard names
 // map to stores in code, in the map given to New: connection strings are never stored.
+// [Placements] History lists every version with the reason it was published for ('baton
+// placement show' prints it).
 //
 // # Why a placement change cannot let a write land on the wrong shard
 //

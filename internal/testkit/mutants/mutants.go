@@ -37,7 +37,7 @@ import (
 	"strings"
 )
 
-//go:embed consumer fence internal outbox
+//go:embed cmd consumer fence internal outbox
 var patches embed.FS
 
 // A Mutant is one patch and the tests that must catch it.
@@ -237,6 +237,8 @@ var All = []Mutant{
 		Bug: "the router lets a member routing by a placement older than a move back claim the fence the move seeded on the key's old shard before the placement is stored: it writes on a shard the key does not live on", Safety: true},
 	{Name: "MovedRefusalIsRegression", Package: "fence/shard", Guards: []string{"TestConsumerFollowsAMove"}, Want: `timed out waiting for every record after the move`,
 		Bug: "the consumer takes a write refused by a fence retired for a move for a regression: without RecoverRegressions the partition stops, and with it the owner retries a recovery against the old database's token", Liveness: true},
+	{Name: "MoveOutboxWithoutCursor", Package: "cmd/baton", Guards: []string{"TestPlacementShowAndMove"}, Want: `no rows in result set|want 6`,
+		Bug: "baton placement move copies a partition's undelivered outbox rows without its cursor: the new shard hands out the old shard's sequences again", Safety: true},
 
 	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
 	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,
