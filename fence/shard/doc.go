@@ -66,8 +66,8 @@
 //  1. Retire k on A for v2, as above. A's token R = (era+1, MaxInt64) is now above every token
 //     A ever accepted (a fence only rises, and the retirement raised it last).
 //  2. Seed k's fence on B above R: B's fence, through B's own Recover (recorded, with the
-//     move's reason), climbs to a token (e, 0) with e > R.Era, held by a reserved claimant
-//     ("baton.shard/moved@v2") that the router refuses from callers.
+//     move's reason), climbs to a sealed token (e, MaxInt64) with e > R.Era, held by a
+//     reserved claimant ("baton.shard/moved@v2") that the router refuses from callers.
 //  3. Copy, in one transaction of B that advances B's fence under that token to A's position:
 //     the caller's copy function reads what A holds of the partition (its outbox rows not yet
 //     delivered with their cursor, the application's rows of the partition's keys: nothing of
@@ -76,33 +76,36 @@
 //     the rows of its earlier stay, which it changed or deleted since), then writes A's. A
 //     partition that receives through an inbox has admissions there too: the fence store's
 //     keyed-fence rows whose scope names it, which the fence API cannot list, so the copy
-//     function carries them from the store's keyed table. The
-//     rows and the position
-//     commit together, so B's position says whether the copy is done.
-//  4. Publish v2, which checks steps 1 to 3 itself.
+//     function carries them from the store's keyed table. The rows and the position commit
+//     together, so B's position says whether the copy is done.
+//  4. Publish v2, which checks steps 1 to 3 itself, then opens B's fence: a recorded Recover
+//     to (e+1, 0), same claimant. If Publish stops before that, the first claim through a
+//     router routing by v2 or later opens it (and answers [ErrMoved]: claim afresh).
 //
 // Why the seed's token is right. A member of the old placement holds a token (era', g) that A
-// accepted, so (era', g) <= R < (e, 0): on B its write and its claim are stale, exactly as on
-// A, whichever placement it routes by, frozen in a batch or not. The next owner (the same
-// member, if no rebalance came between, or a new one) loads B's fence and claims
-// (e, generation): a generation is at least 1, so the claim is above (e, 0) and accepted
-// without a recovery; it resumes after A's position, on A's rows. A token equal to the old
+// accepted, so (era', g) <= R < (e, MaxInt64) < (e+1, 0): on B its write and its claim are
+// stale, exactly as on A, whichever placement it routes by, frozen in a batch or not. Until
+// v2 is published no claim reaches the sealed token, and a topic reset keeps it sealed with
+// its claimant (fence.Topics.ResetTopic), so no member claims B's fence before the placement
+// that puts k there is stored. Once it is opened, the next owner (the same member, if no
+// rebalance came between, or a new one) loads B's fence and claims (e+1, generation): a
+// generation is at least 1, so the claim is above (e+1, 0) and accepted without a recovery;
+// it resumes after A's position, on A's rows. A token equal to the old
 // owner's (a plain copy of A's fence row) would be the one mistake: a write needs no claimant,
 // so the old owner's frozen batch would commit on B. And a token below R would let the old
 // placement's highest tokens be above B's: their claims would be accepted on B instead of
 // refused (still only until the claimant asked the coordinator, but no longer by the fence).
 //
-// A move back (k from A to B, then back to A) seeds A's retired fence, lifting it above the
-// retired token before the placement putting k on A is stored: from the seed to the
-// publication, a member routing by a placement that puts k on A (one older than the move:
-// its home shard unreachable) would find a claimable fence there. So the router's Claim and
-// Recover refuse ([ErrMoved]) a fence held by the seed's claimant "baton.shard/moved@vN"
-// while the placement they route by (re-read at the call) is older than N. That check and the
-// store's claim are two steps, and airtight still: a seed raises the fence's era and a claim
-// never does, so a claim whose token was read before a seed that lands between the two is
-// stale in the store; and Recover is a compare-and-set on the token it read. Once a member
-// routing by N or later claims the fence, its claimant is no longer the seed's, and a member
-// routing by an older placement that puts k on A is right about where k lives again.
+// A move back (k from A to B, then back to A) seeds A's retired fence before the placement
+// putting k on A is stored, and a member routing by a placement that puts k on A (one older
+// than the move: its home shard unreachable) reaches A. The sealed seed refuses its claim in
+// the store; a recovery (which the consumer calls after a stale claim) the router refuses
+// ([ErrMoved]) on a fence held by the seed's claimant "baton.shard/moved@vN" while the
+// placement it routes by (re-read at the call) is older than N, and Claim does the same. A
+// recovery racing the seed presents the token it read, so its compare-and-set fails. Once
+// vN is published and a member routing by N or later claims the opened fence, its claimant
+// is no longer the seed's, and a member routing by an older placement that puts k on A is
+// right about where k lives again.
 //
 // The consumer needs no restart: a write or claim refused by a retired fence is [ErrMoved]
 // (besides stale), and the consumer then waits and claims the partition afresh, through the

@@ -80,8 +80,9 @@ func (r *router[Tx]) moveOnce(ctx context.Context, k fence.Key, to string, was *
 	}
 
 	// 2. The new shard's fence above every token the old one accepted: Retire left the old
-	// fence at (era+1, MaxInt64), above all of them, and a token of a later era with epoch 0
-	// is above that, below every claim the next owner makes in that era.
+	// fence at (era+1, MaxInt64), above all of them, and a sealed token of a later era is
+	// above that; Publish opens it to the era after, below every claim the next owner makes
+	// there.
 	tok, err := seed(ctx, dst, k, old.Token, seededBy(version), what+": seed on "+to)
 	if err != nil {
 		return false, fmt.Errorf("shard: %s: seeding the fence: %w", what, err)
@@ -122,7 +123,9 @@ func (r *router[Tx]) moveOnce(ctx context.Context, k fence.Key, to string, was *
 }
 
 // seed makes k's fence on s stand above above, held by claimant (reserved: no consumer can
-// present it), with epoch 0, and returns its token. Only Recover raises an era, one at a time,
+// present it), sealed (epoch MaxInt64: no claim reaches it, and a topic reset keeps it and
+// its claimant) until the placement is published and the fence is opened, and returns its
+// token. Only Recover raises an era, one at a time,
 // so a fence whose era is not above above's climbs through recorded recoveries; a fence
 // already seeded by claimant above it is kept as it is.
 func seed[Tx any](ctx context.Context, s Shard[Tx], k fence.Key, above fence.Token, claimant, reason string) (fence.Token, error) {
@@ -134,7 +137,7 @@ func seed[Tx any](ctx context.Context, s Shard[Tx], k fence.Key, above fence.Tok
 		if st.Claimant == claimant && st.Token.Compare(above) > 0 {
 			return st.Token, nil
 		}
-		_, err = s.Recover(ctx, k, st.Token, 0, claimant, reason)
+		_, err = s.Recover(ctx, k, st.Token, retiredEpoch, claimant, reason)
 		if err != nil && !errors.Is(err, fence.ErrConflict) {
 			return fence.Token{}, err
 		}

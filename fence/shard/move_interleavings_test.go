@@ -520,3 +520,53 @@ func TestMoveBackDoesNotResurrectRowsDeletedMeanwhile(t *testing.T) {
 		t.Fatalf("after moving back, a holds device-1 = %q, deleted on b at record 11 (copies: %d)", got, calls)
 	}
 }
+
+// A move back interrupted after its seed (k's fence on a held by the seed's claimant, the
+// placement putting k on a not stored) and a topic reset then: the reset moves the seeded
+// fence, whose epoch is 0 (not sealed), to a new era without a claimant, so the router no
+// longer recognizes it as the seed's, and a member routing by the placement before the first
+// move (k on a) claims it and writes on a while the placement in force puts k on b.
+func TestMoveBackInterruptedAfterItsSeedThenATopicResetRefusesOldPlacementClaims(t *testing.T) {
+	shards, stores, pl := liteShards(t, names3...)
+	home := &unreachable{Placements: pl}
+	zombie := newRouter(t, shards, home)
+	crashing := &crashingPublish{Placements: pl}
+	operator := newRouter(t, shards, crashing)
+	ctx := t.Context()
+	idA, idB := fence.Topic{ID: "idA", Partitions: 64}, fence.Topic{ID: "idB", Partitions: 64}
+	_, _, err := operator.SeeTopic(ctx, "g", "t", idA, "first claim")
+	must(t, err)
+	k := keyOn(t, operator.Placement(), "g", "a")
+	_, err = zombie.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	must(t, zombie.Apply(ctx, k, tok(0, 5), 0, 10, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v10")
+	}))
+	home.down = true // the zombie keeps placement 1: k on a
+	calls := 0
+	must(t, operator.Move(ctx, k, "b", copyKV(stores, &calls)))
+	st, err := operator.Load(ctx, k)
+	must(t, err)
+	onB := fence.Token{Era: st.Token.Era, Epoch: 6}
+	_, err = operator.Claim(ctx, k, onB, "m2")
+	must(t, err)
+	must(t, operator.Apply(ctx, k, onB, 11, 20, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v20")
+	}))
+	crashing.crash = true
+	if err := operator.Move(ctx, k, "a", copyKV(stores, &calls)); err == nil {
+		t.Fatal("the move back with a failing publication succeeded")
+	}
+	crashing.crash = false
+	must(t, operator.ResetTopic(ctx, "g", "t", idA, idB, "recreated"))
+	st, err = zombie.Load(ctx, k)
+	must(t, err)
+	zt := fence.Token{Era: st.Token.Era, Epoch: 5}
+	if _, err := zombie.Claim(ctx, k, zt, "m1"); err == nil {
+		werr := zombie.Apply(ctx, k, zt, 0, 0, func(ctx context.Context, tx *sql.Tx) error {
+			return writeLite(ctx, tx, "device-1", "zombie")
+		})
+		t.Fatalf("after a topic reset during the interrupted move back, placement 1's member claimed %s on a at %s (placement %d in force puts it on b); its write: %v, a holds %q",
+			k, zt, operator.Placement().Version, werr, readKV(t, stores["a"], "device-1"))
+	}
+}

@@ -38,7 +38,8 @@ type Router[Tx any] interface {
 	// Publish stores next as the placement in force and routes by it. next.Version must be
 	// one above the newest stored (else fence.ErrConflict), its rule (Shards) the same, every
 	// shard it names known to the router, and every key it moves retired on its old shard
-	// for next.Version (else [ErrMoved]); nothing is stored otherwise.
+	// for next.Version (else [ErrMoved]); nothing is stored otherwise. Once stored, it opens
+	// the fences Move sealed for next.Version on the keys' new shards.
 	Publish(ctx context.Context, next Placement, reason string) error
 	// Move moves k to the shard named to, as one recorded procedure: it retires k's fence on
 	// the shard k lives on, seeds k's fence on to above every token the old shard accepted,
@@ -211,6 +212,22 @@ func (r *router[Tx]) unpublished(k fence.Key, name string, p Placement, st fence
 	return nil
 }
 
+// open lifts k's fence on s, sealed by a move's seed for placement version, to the next era
+// with epoch 0 (the same claimant), so that the next owner's claim in that era is above it.
+// Only once that placement is published: Publish opens the fences of the keys it moves, and a
+// claim opens one that an interrupted Publish left sealed. A fence that is not that seed's
+// sealed one is left as it is.
+func open[Tx any](ctx context.Context, s Shard[Tx], k fence.Key, st fence.State, version int64, reason string) (bool, error) {
+	if st.Claimant != seededBy(version) || st.Token.Epoch != retiredEpoch {
+		return false, nil
+	}
+	_, err := s.Recover(ctx, k, st.Token, 0, st.Claimant, reason)
+	if errors.Is(err, fence.ErrConflict) {
+		return true, nil // opened, or moved on, meanwhile
+	}
+	return err == nil, err
+}
+
 func (r *router[Tx]) route(p Placement, k fence.Key) (string, Shard[Tx], error) {
 	m, err := r.member(p, k)
 	if err != nil {
@@ -268,6 +285,15 @@ func (r *router[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token, clai
 	}
 	if err := r.unpublished(k, name, p, cur); err != nil {
 		return fence.State{}, err
+	}
+	if v, ok := seededFor(cur.Claimant); ok {
+		opened, err := open(ctx, s, k, cur, v, fmt.Sprintf("claim of %s under placement %d: open on %s", k, p.Version, name))
+		if err != nil {
+			return fence.State{}, err
+		}
+		if opened {
+			return fence.State{}, fmt.Errorf("%w: %s: its fence on shard %q, seeded for placement %d, was opened to the next era: claim afresh", ErrMoved, k, name, v)
+		}
 	}
 	st, err := s.Claim(ctx, k, t, claimant)
 	return st, movedOff(k, name, err)
@@ -504,6 +530,14 @@ func (r *router[Tx]) Publish(ctx context.Context, next Placement, reason string)
 	}
 	if err := r.store.Publish(ctx, next, reason); err != nil {
 		return err
+	}
+	// Open the seeded fences of the keys moved, now that the placement putting them there is
+	// stored. One left sealed (an error here) is opened by the first claim through a router.
+	for _, k := range movedKeys(cur, next) {
+		to := next.Shard(k)
+		if st, err := r.shards[to].Load(ctx, k); err == nil {
+			_, _ = open(ctx, r.shards[to], k, st, next.Version, reason+": open on "+to)
+		}
 	}
 	_, err = r.reload(ctx)
 	return err
