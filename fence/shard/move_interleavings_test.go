@@ -155,13 +155,24 @@ func TestMoveBackRefusesOldPlacementClaimsBetweenSeedAndCopy(t *testing.T) {
 	var claimErr, writeErr error
 	var zt fence.Token
 	hooked.before = func() {
-		st, err := zombie.Load(ctx, k)
-		if err != nil {
-			claimErr = err
-			return
+		// Like a consumer: a refused claim is started afresh from a new Load, and a member
+		// whose claim is stale recovers.
+		for range 2 {
+			st, err := zombie.Load(ctx, k)
+			if err != nil {
+				claimErr = err
+				return
+			}
+			zt = fence.Token{Era: st.Token.Era, Epoch: 5}
+			if _, claimErr = zombie.Claim(ctx, k, zt, "m1"); claimErr == nil {
+				break
+			}
+			if rt, err := zombie.Recover(ctx, k, st.Token, 5, "m1", "recovery after a stale claim"); err == nil {
+				zt, claimErr = rt, nil
+				break
+			}
 		}
-		zt = fence.Token{Era: st.Token.Era, Epoch: 5}
-		if _, claimErr = zombie.Claim(ctx, k, zt, "m1"); claimErr != nil {
+		if claimErr != nil {
 			return
 		}
 		writeErr = zombie.Apply(ctx, k, zt, 11, 11, func(ctx context.Context, tx *sql.Tx) error {

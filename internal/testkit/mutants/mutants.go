@@ -235,6 +235,8 @@ var All = []Mutant{
 		Bug: "a move seeds the new shard's fence with the old shard's live token (a copy of the fence row): the old owner's frozen batch commits on the new shard", Safety: true},
 	{Name: "SeededClaimedByOldPlacement", Package: "fence/shard", Guards: []string{"TestMoveBackRefusesOldPlacementClaimsBetweenSeedAndCopy"}, Want: `during the move back, placement 1's member claimed`,
 		Bug: "the router lets a member routing by a placement older than a move back claim the fence the move seeded on the key's old shard before the placement is stored: it writes on a shard the key does not live on", Safety: true},
+	{Name: "SeedNotSealed", Package: "fence/shard", Guards: []string{"TestMoveBackInterruptedAfterItsSeedThenATopicResetRefusesOldPlacementClaims"}, Want: `after a topic reset during the interrupted move back, placement 1's member claimed`,
+		Bug: "a move seeds the new shard's fence with epoch 0: a topic reset before the placement is published moves it to a new era without the seed's claimant, and a member of an older placement that puts the key there claims it and writes", Safety: true},
 	{Name: "MovedRefusalIsRegression", Package: "fence/shard", Guards: []string{"TestConsumerFollowsAMove"}, Want: `timed out waiting for every record after the move`,
 		Bug: "the consumer takes a write refused by a fence retired for a move for a regression: without RecoverRegressions the partition stops, and with it the owner retries a recovery against the old database's token", Liveness: true},
 	{Name: "MoveOutboxWithoutCursor", Package: "cmd/baton", Guards: []string{"TestPlacementShowAndMove"}, Want: `no rows in result set|want 6`,
