@@ -81,6 +81,10 @@
 //     gets a *fence.RegressionError (ERROR, metric) and, with [RecoverRegressions] on (the
 //     default), moves the fence to a new, recorded era and goes on. A restarted static member
 //     that finds its own token is handed over the same way, logged at INFO.
+//     A refusal whose error has a Moved method reporting true (fence/shard's ErrMoved: the
+//     partition's fence was retired because the partition is moving to another database) is
+//     neither: the worker waits with backoff and claims the partition afresh, which reaches
+//     the new database once the move is published (WARN while it waits).
 //  4. Poison records: a handler error marked [Permanent] (named with [Batch.Fail], which
 //     returns a *partition.RecordError, or found by applying one record at a time), or an
 //     error of a statement in pgfence's (or pgbulk's) transaction that the database refused for

@@ -86,6 +86,7 @@ type worker[Tx any] struct {
 	prepared map[int64]any     // with Lanes: the prepared results of the records being applied, by offset
 	held     *fence.TopicError // why the topic is held (opHold)
 	holding  bool              // a hold was reported since the last claim that proceeded
+	moveWait time.Duration     // the next wait for a move to be published (awaitMove); 0 after a claim that proceeded
 }
 
 func newWorker[Tx any](r *run[Tx], id partition.ID, epoch int64) *worker[Tx] {
@@ -340,6 +341,13 @@ func (w *worker[Tx]) apply(recs []*kgo.Record) bool {
 		case errors.Is(v, fence.ErrOverlap):
 			// Part of the batch was applied: reload the position, apply the rest.
 			if !w.reload() {
+				return false
+			}
+		case sinkMoved(err):
+			// Refused by a fence retired for a move to another database: not a regression to
+			// prove and recover, and not ours to retry. Claim afresh once the move is
+			// published: the sink routes the claim to the partition's new database.
+			if !w.awaitMove("apply", err) || !w.resettle(claimInput{Event: evStart}) {
 				return false
 			}
 		case errors.As(v, &se):
@@ -661,7 +669,7 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 }
 
 // attempt runs once until it succeeds or fails with an error that retrying cannot change
-// (duplicate, overlap, stale, not claimed, conflict, invalid, permanent) or the worker is
+// (duplicate, overlap, stale, not claimed, conflict, invalid, permanent, moved) or the worker is
 // cancelled; other errors are transient and
 // retried with bounded exponential backoff, the same work again.
 //
@@ -675,7 +683,7 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 	start := time.Now()
 	for n := 1; ; n++ {
 		err := once()
-		if err == nil || sinkVerdict(err) != nil || IsPermanent(err) || w.ctx.Err() != nil {
+		if err == nil || sinkVerdict(err) != nil || IsPermanent(err) || sinkMoved(err) || w.ctx.Err() != nil {
 			return err
 		}
 		args := append(w.log(), "op", what, "attempt", n, "backoff", backoff, "err", err)
@@ -794,6 +802,14 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 				w.r.c.m.recoveries.Add(w.ctx, 1, w.r.c.m.part(w.id))
 				w.r.c.log.Warn("epoch regression recovered", append(w.log(), "from", step.Token.String(), "to", to.String())...)
 				in = claimInput{Event: evRecovered, Token: to}
+			case sinkMoved(err):
+				// The stored token was read from a fence retired for a move: a compare-and-set
+				// with it is not retried (it would reach the new database once the move is
+				// published, against a token read from the old one). Decide afresh.
+				if !w.awaitMove("recover", err) {
+					return false
+				}
+				in = claimInput{Event: evStart}
 			case errors.Is(err, fence.ErrConflict):
 				w.r.c.m.retries.Add(w.ctx, 1, w.r.c.m.outcome(w.id, "recover-conflict"))
 				w.r.c.log.Warn("recovery lost its compare-and-set: the stored token moved; reloading", append(w.log(), "err", err)...)
@@ -816,6 +832,7 @@ func (w *worker[Tx]) settle(in claimInput) bool {
 			}
 			in = claimInput{Event: evStart}
 		case opProceed:
+			w.moveWait = 0
 			if w.holding {
 				w.holding = false
 				w.r.c.log.Warn("topic identity matches the fences again: partition resumed", append(w.log(), "token", w.token.String(), "position", w.position)...)
@@ -856,6 +873,11 @@ func (w *worker[Tx]) claimStep(tok fence.Token) claimInput {
 		w.setPosition(got.Position)
 		w.r.c.m.claims.Add(w.ctx, 1, w.r.c.m.part(w.id))
 		return claimInput{Event: evClaimed, State: got}
+	case sinkMoved(err):
+		if !w.awaitMove("claim", err) {
+			return claimInput{}
+		}
+		return claimInput{Event: evStart}
 	case errors.As(err, &stale):
 		w.r.c.m.staleClaims.Add(w.ctx, 1, w.r.c.m.part(w.id))
 		w.r.c.log.Info("claim refused as stale; asking the coordinator whether this member owns the partition",
@@ -864,6 +886,19 @@ func (w *worker[Tx]) claimStep(tok fence.Token) claimInput {
 	}
 	w.stuck("claim", err)
 	return claimInput{}
+}
+
+// awaitMove waits, with backoff, after the sink refused step because the partition's fence was
+// retired for a move to another database (sinkMoved): the claim that follows reaches the new
+// database only once the move is published. It returns false if the worker was cancelled.
+// The wait is not bounded: a move interrupted before its publication leaves the partition
+// refused on its old database until the move is run again.
+func (w *worker[Tx]) awaitMove(step string, err error) bool {
+	w.moveWait = min(max(2*w.moveWait, w.r.c.cfg.retryMin), w.r.c.cfg.retryMax)
+	w.r.c.m.retries.Add(w.ctx, 1, w.r.c.m.outcome(w.id, "moved"))
+	w.r.c.log.Warn("the partition is being moved to another database: waiting for the move to be published, then claiming it there",
+		append(w.log(), "op", step, "wait", w.moveWait, "err", err)...)
+	return w.sleep(w.moveWait)
 }
 
 // stuck reports a claim step that failed with an error retrying cannot change (the worker was
@@ -904,6 +939,32 @@ func (w *worker[Tx]) sleep(d time.Duration) bool {
 	case <-t.C:
 		return true
 	}
+}
+
+// sinkMoved reports whether err holds, outside any handlerError, an error whose Moved method
+// reports true: a sink that routes keys to several databases (fence/shard's router) refused
+// the call because the partition's fence there was retired for a move to another one. A
+// handler's own such error (a router's Advance inside the handler) is never the sink's.
+func sinkMoved(err error) bool {
+	switch e := err.(type) {
+	case nil, *handlerError:
+		return false
+	case interface{ Moved() bool }:
+		if e.Moved() {
+			return true
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return sinkMoved(u.Unwrap())
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if sinkMoved(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // handlerError marks an error the handler returned, so that a fence sentinel it happens to

@@ -68,7 +68,8 @@
 // ([ErrTopicGrown]) is held, as a [*TopicError], until the reset. Resetting a recreated topic
 // moves every fence of the topic, in the same transaction, to a new era with no claimant and
 // no position, each recorded as a [Recovery]: the new incarnation is read from its beginning,
-// and no token of the old one is accepted again.
+// and no token of the old one is accepted again. A sealed fence (epoch math.MaxInt64, which
+// no claim in its era reaches) stays sealed in the new era, with its claimant.
 //
 // # Keyed fences
 //

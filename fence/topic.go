@@ -55,8 +55,11 @@ type Topics interface {
 	// topic accepted), every fence of (group, topic) moves, in the same transaction, to a new
 	// era with no claimant and no position, each recorded as a [Recovery] with reason: the
 	// new incarnation is read from its beginning, and no token of the old one is accepted
-	// again. If only Partitions rises (growth acknowledged), no fence changes. Partitions may
-	// not shrink.
+	// again. A sealed fence, one whose token's epoch is math.MaxInt64 (no claim in its era
+	// reaches it: the shard router's retired fences), stays sealed: it moves to the new era
+	// with epoch math.MaxInt64 and keeps its claimant, in the same transaction, so a reset
+	// never makes it claimable. If only Partitions rises (growth acknowledged), no fence
+	// changes. Partitions may not shrink.
 	ResetTopic(ctx context.Context, group, topic string, expected, to Topic, reason string) error
 	// TopicHistory lists the recorded identities of (group, topic), oldest first.
 	TopicHistory(ctx context.Context, group, topic string) ([]TopicRecord, error)

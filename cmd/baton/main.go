@@ -61,6 +61,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = schemaCmd(ctx, args[1:], stdout, stderr)
 	case "migrate":
 		err = migrateCmd(ctx, args[1:], stdout, stderr)
+	case "placement":
+		err = placementCmd(ctx, args[1:], stdout, stderr)
 	case chaos.WorkerCommand:
 		err = chaos.RunWorker(ctx, args[1:])
 	case "bench":
@@ -168,6 +170,8 @@ operating a group:
            'topics reset' accepts a recreated topic, 'topics ack' acknowledges growth
   schema   print the DDL of Baton's tables (PostgreSQL or SQLite)
   migrate  create Baton's tables in a store
+  placement a sharded sink's placement ($BATON_POSTGRES_SHARD_URLS): 'placement show',
+           'placement move -key GROUP/TOPIC/PARTITION -to SHARD'
 
 A sharded sink's databases ($BATON_POSTGRES_SHARD_URLS or -shards: NAME=URL, home first) are
 read by status, audit, who-owns, eras, schema and migrate, each of them; recover and topics

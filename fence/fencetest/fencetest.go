@@ -80,6 +80,7 @@ func Run[Tx any](t *testing.T, open func(t *testing.T) Env[Tx]) {
 		{"TableNames", s.tableNames},
 		{"TopicAdopt", s.topicAdopt},
 		{"TopicResetRecreated", s.topicResetRecreated},
+		{"TopicResetKeepsSealed", s.topicResetKeepsSealed},
 		{"TopicGrowthAck", s.topicGrowthAck},
 	}
 	for _, c := range cases {

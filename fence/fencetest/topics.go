@@ -2,6 +2,7 @@ package fencetest
 
 import (
 	"errors"
+	"math"
 	"testing"
 
 	"github.com/batonhq/baton/fence"
@@ -137,6 +138,53 @@ func (s suite[Tx]) topicResetRecreated(t *testing.T) {
 	}
 	if err := ts.ResetTopic(ctx, topicGroup, topic, a, b, "again"); !errors.Is(err, fence.ErrConflict) {
 		t.Fatalf("the same reset again = %v, want ErrConflict", err)
+	}
+}
+
+// topicResetKeepsSealed: a sealed fence (epoch math.MaxInt64, taken by a claim or a
+// recovery) stays sealed through a recreated topic's reset: the next era, epoch
+// math.MaxInt64, its claimant kept, recorded as a recovery; no claim in the new era takes it.
+func (s suite[Tx]) topicResetKeepsSealed(t *testing.T) {
+	env, ts := s.needTopics(t)
+	ctx := deadline(t)
+	const topic, sealer = "sealed", "fencetest/sealer"
+	a := fence.Topic{ID: "idA", Partitions: 3}
+	if _, _, err := ts.SeeTopic(ctx, topicGroup, topic, a, "first claim"); err != nil {
+		t.Fatal(err)
+	}
+	k0 := fence.Key{Group: topicGroup, Topic: topic, Partition: 0} // sealed by a claim, never claimed before
+	k1 := fence.Key{Group: topicGroup, Topic: topic, Partition: 1} // sealed by a recovery of a claimed fence
+	k2 := fence.Key{Group: topicGroup, Topic: topic, Partition: 2} // claimed, not sealed
+	if _, err := env.Sink.Claim(ctx, k0, tok(0, math.MaxInt64), sealer); err != nil {
+		t.Fatalf("sealing claim: %v", err)
+	}
+	claim(t, env, k1, tok(0, 5))
+	mustApply(t, env, k1, tok(0, 5), 7)
+	if _, err := env.Sink.Recover(ctx, k1, tok(0, 5), math.MaxInt64, sealer, "seal"); err != nil {
+		t.Fatalf("sealing recovery: %v", err)
+	}
+	claim(t, env, k2, tok(0, 5))
+	if err := ts.ResetTopic(ctx, topicGroup, topic, a, fence.Topic{ID: "idB", Partitions: 3}, "operator: topic recreated"); err != nil {
+		t.Fatalf("ResetTopic: %v", err)
+	}
+	wantState(t, env, k0, fence.State{Token: tok(1, math.MaxInt64), Position: fence.NoPosition, Claimant: sealer})
+	wantState(t, env, k1, fence.State{Token: tok(2, math.MaxInt64), Position: fence.NoPosition, Claimant: sealer})
+	wantState(t, env, k2, fence.State{Token: tok(1, 0), Position: fence.NoPosition})
+	for _, k := range []fence.Key{k0, k1} {
+		st, err := env.Sink.Load(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := env.Sink.Claim(ctx, k, fence.Token{Era: st.Token.Era, Epoch: 9}, owner); !errors.Is(err, fence.ErrStale) {
+			t.Fatalf("a claim of %s in the new era after the reset = %v, want ErrStale (the fence stays sealed)", k, err)
+		}
+		rs, err := env.Sink.Recoveries(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if last := rs[len(rs)-1]; last.To != st.Token || last.Reason != "operator: topic recreated" {
+			t.Fatalf("Recoveries(%s) = %+v, want the last to %s with the reset's reason", k, rs, st.Token)
+		}
 	}
 }
 

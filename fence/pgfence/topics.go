@@ -28,12 +28,15 @@ VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING`, tp)
 	// Locks the topic's existing fences: a reset waits for the transactions writing them.
 	s.sqlTopicLock = fmt.Sprintf(`SELECT partition, era, epoch FROM %s WHERE group_id = $1 AND topic = $2 ORDER BY partition FOR UPDATE`, f)
 	// A missing fence is inserted at era 1 (from the zero token); an existing one, including
-	// one a racing first claim inserted meanwhile, moves to its next era.
+	// one a racing first claim inserted meanwhile, moves to its next era. A sealed fence
+	// (epoch $5, fencecheck.SealedEpoch) keeps its epoch and claimant.
 	s.sqlTopicReset = fmt.Sprintf(`INSERT INTO %[1]s AS f (group_id, topic, partition, era, epoch, position, claimant, updated_at)
 VALUES ($1, $2, $3, $4, 0, -1, '', now())
 ON CONFLICT (group_id, topic, partition) DO UPDATE
-SET era = f.era + 1, epoch = 0, position = -1, claimant = '', updated_at = now()
-RETURNING f.era`, f)
+SET era = f.era + 1, position = -1, updated_at = now(),
+	epoch = CASE WHEN f.epoch = $5 THEN f.epoch ELSE 0 END,
+	claimant = CASE WHEN f.epoch = $5 THEN f.claimant ELSE '' END
+RETURNING f.era, f.epoch`, f)
 }
 
 func validText(what, s string) error {
@@ -148,7 +151,7 @@ func (s *Store) resetTopic(ctx context.Context, tx pgx.Tx, group, topic string, 
 	}
 	for p, f := range from {
 		next := fencecheck.ResetToken(f)
-		if err := tx.QueryRow(ctx, s.sqlTopicReset, group, topic, p, next.Era).Scan(&next.Era); err != nil {
+		if err := tx.QueryRow(ctx, s.sqlTopicReset, group, topic, p, next.Era, int64(fencecheck.SealedEpoch)).Scan(&next.Era, &next.Epoch); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, s.sqlRecoveryInsert, group, topic, p, f.Era, f.Epoch, next.Era, next.Epoch, reason); err != nil {

@@ -255,7 +255,8 @@ return {'ok'}
 
 // topicScript stores a topic identity if the record Go decided on is still the next one
 // (the stored sequence is the expected one), and, for a recreated topic, moves every fence of
-// the topic to the era Go computed (fencecheck.ResetToken) with no claimant and no position,
+// the topic to the era Go computed (fencecheck.ResetToken) with no claimant and no position
+// (a sealed fence, epoch 9223372036854775807, keeps its epoch and claimant),
 // each recorded as a recovery, provided every fence is as Go read it and no other one exists.
 // Otherwise it answers "retry" (or "held") and changes nothing.
 //
@@ -278,9 +279,14 @@ if n > 0 then
   end
   for j = 0, n - 1 do
     local a = 7 + 4 * j
-    redis.call('HSET', KEYS[4 + 3 * j], 'era', ARGV[a + 3], 'epoch', '0', 'pos', '-1', 'claimant', '')
+    if ARGV[a + 2] == '9223372036854775807' then
+      redis.call('HSET', KEYS[4 + 3 * j], 'era', ARGV[a + 3], 'pos', '-1')
+    else
+      redis.call('HSET', KEYS[4 + 3 * j], 'era', ARGV[a + 3], 'epoch', '0', 'pos', '-1', 'claimant', '')
+    end
     redis.call('SADD', KEYS[3], ARGV[a])
-    redis.call('XADD', KEYS[6 + 3 * j], '*', 'from', ARGV[a + 1] .. '.' .. ARGV[a + 2], 'to', ARGV[a + 3] .. '.0', 'reason', ARGV[5])
+    local to = ARGV[a + 2] == '9223372036854775807' and ARGV[a + 2] or '0'
+    redis.call('XADD', KEYS[6 + 3 * j], '*', 'from', ARGV[a + 1] .. '.' .. ARGV[a + 2], 'to', ARGV[a + 3] .. '.' .. to, 'reason', ARGV[5])
   end
 end
 redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'id', ARGV[3], 'partitions', ARGV[4])

@@ -29,6 +29,9 @@ type memPlacements struct{ p Placement }
 func (m *memPlacements) Migrate(context.Context) error                    { return nil }
 func (m *memPlacements) Load(context.Context) (Placement, error)          { return m.p, nil }
 func (m *memPlacements) Publish(context.Context, Placement, string) error { return nil }
+func (m *memPlacements) History(context.Context) ([]Record, error) {
+	return []Record{{Placement: m.p, Reason: "in memory"}}, nil
+}
 
 // BenchmarkApply compares one fenced batch (a claimed key, Apply, a write in the transaction)
 // on an in-memory store directly and through a router over three such stores with 12 listed

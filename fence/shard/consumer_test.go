@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ const appliedSchema = `CREATE TABLE IF NOT EXISTS applied (p INTEGER NOT NULL, o
 // shardedRun produces perPartition records to each of partitions partitions of a kfake topic
 // and returns a consumer over a router of three SQLite shards whose handler inserts one
 // applied row per record in its shard's transaction.
-func shardedRun(t *testing.T, partitions int32, perPartition int) (*consumer.Consumer[*sql.Tx], Router[*sql.Tx], map[string]*sqlitefence.Store, string, []string) {
+func shardedRun(t *testing.T, partitions int32, perPartition int, opts ...consumer.Option) (*consumer.Consumer[*sql.Tx], Router[*sql.Tx], map[string]*sqlitefence.Store, string, []string) {
 	t.Helper()
 	shards, stores, pl := liteShards(t, names3...)
 	for _, s := range stores {
@@ -41,8 +42,8 @@ func shardedRun(t *testing.T, partitions int32, perPartition int) (*consumer.Con
 			}
 		}
 		return nil
-	}, consumer.Kafka(kgo.SeedBrokers(brokers...)), consumer.Logger(slog.New(slog.DiscardHandler)),
-		consumer.RetryBackoff(20*time.Millisecond, 200*time.Millisecond))
+	}, append([]consumer.Option{consumer.Kafka(kgo.SeedBrokers(brokers...)), consumer.Logger(slog.New(slog.DiscardHandler)),
+		consumer.RetryBackoff(20*time.Millisecond, 200*time.Millisecond)}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,6 +190,89 @@ func TestShardOutageStallsOnlyItsPartitions(t *testing.T) {
 			if cnt != before+during {
 				t.Errorf("shard %s holds %d rows of partition %d, want %d", n, cnt, part, before+during)
 			}
+		}
+	}
+}
+
+// copyApplied copies partition k's applied rows from shard from into the new shard's
+// transaction: the application's rows of the partition.
+func copyApplied(stores map[string]*sqlitefence.Store) func(ctx context.Context, k fence.Key, from string, tx *sql.Tx) error {
+	return func(ctx context.Context, k fence.Key, from string, tx *sql.Tx) error {
+		rows, err := stores[from].DB().QueryContext(ctx, `SELECT off FROM applied WHERE p = ?`, k.Partition)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var off int64
+			if err := rows.Scan(&off); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO applied (p, off) VALUES (?, ?)`, k.Partition, off); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}
+}
+
+// TestConsumerFollowsAMove moves a partition from shard a to shard b while a running consumer
+// applies records to it: the owner's write on a is refused by the retired fence, it waits for
+// the publication and claims the partition on b, without a restart and without a recovery
+// (RecoverRegressions is off: a move is not a regression), and every record is applied once:
+// b holds all of the partition's rows, the copied ones and those applied after the move.
+func TestConsumerFollowsAMove(t *testing.T) {
+	const partitions, before, during = 6, 50, 200
+	c, r, stores, group, brokers := shardedRun(t, partitions, before, consumer.RecoverRegressions(false))
+	k := keyOn(t, r.Placement(), group, "a")
+	k.Topic = "telemetry"
+	for r.Placement().Shard(k) != "a" {
+		k.Partition++
+	}
+	// The operator's own router: the consumer's holds placement 1 until its next claim.
+	shards := map[string]Shard[*sql.Tx]{}
+	for n, st := range stores {
+		shards[n] = st
+	}
+	operator := newRouter(t, shards, SQLite(stores["a"].DB()))
+	stop := run(t, c)
+	total := func(m map[string]int) int { return m["a"] + m["b"] + m["c"] }
+	waitApplied(t, stores, "the records before the move", func(m map[string]int) bool { return total(m) == partitions*before })
+	produce(t, brokers, partitions, during/2)
+	waitApplied(t, stores, "some records of the partition to move", func(map[string]int) bool {
+		return appliedOn(t, stores["a"])[k.Partition] > before
+	})
+	produced := make(chan struct{})
+	go func() {
+		defer close(produced)
+		produce(t, brokers, partitions, during/2)
+	}()
+	must(t, operator.Move(t.Context(), k, "b", copyApplied(stores)))
+	<-produced
+	waitApplied(t, stores, "every record after the move", func(m map[string]int) bool {
+		return total(m) == partitions*(before+during)+appliedOn(t, stores["a"])[k.Partition] // a keeps the rows it applied
+	})
+	if r.Placement().Shard(k) != "b" {
+		t.Fatalf("the consumer's router places %s on %s after the move, want b", k, r.Placement().Shard(k))
+	}
+	stop()
+	if got := appliedOn(t, stores["b"])[k.Partition]; got != before+during {
+		t.Fatalf("shard b holds %d rows of the moved partition %d, want %d", got, k.Partition, before+during)
+	}
+	onA := appliedOn(t, stores["a"])[k.Partition]
+	posA, err := stores["a"].Load(t.Context(), k)
+	must(t, err)
+	posB, err := stores["b"].Load(t.Context(), k)
+	must(t, err)
+	if int64(onA) != posA.Position+1 || posB.Position != before+during-1 {
+		t.Fatalf("a holds %d rows of the moved partition and its fence %+v; b's fence %+v: want a's rows up to its retired position, b at %d",
+			onA, posA, posB, before+during-1)
+	}
+	recs, err := stores["b"].Recoveries(t.Context(), k)
+	must(t, err)
+	for _, rec := range recs {
+		if !strings.Contains(rec.Reason, "seed on b") && !strings.Contains(rec.Reason, "open on b") {
+			t.Errorf("b records a recovery the move did not make: %+v", rec)
 		}
 	}
 }

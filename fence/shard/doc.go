@@ -21,6 +21,8 @@
 // move an unknown set of keys at once, and every move must retire the key's old fence first.
 // Keys move one at a time, as entries, and an entry once listed stays listed. Shard names
 // map to stores in code, in the map given to New: connection strings are never stored.
+// [Placements] History lists every version with the reason it was published for ('baton
+// placement show' prints it).
 //
 // # Why a placement change cannot let a write land on the wrong shard
 //
@@ -32,29 +34,88 @@
 //     never claimed), to the token (era+1, MaxInt64) held by a reserved claimant
 //     ("baton.shard/retired@v2"). It takes the fence row like any write, so it waits for the
 //     batch in flight on A; every later Apply on A under the member's token fails with
-//     fence.ErrStale, inside A's transaction, whatever placement the member holds.
+//     fence.ErrStale (and [ErrMoved]), inside A's transaction, whatever placement the member
+//     holds.
 //  2. No claim on A can take the fence back: every token of era+1 is below (era+1, MaxInt64);
 //     a later era only comes from Recover, which the router refuses on a retired fence
 //     ([ErrMoved]: the consumer recovers after a stale claim, once the coordinator says it
 //     owns the partition); and the reserved claimant is refused as a claimant. A recovery
 //     racing the retirement presents the token it read before, so its compare-and-set fails.
-//     A topic reset, which moves every fence of a topic to a new era without a claimant, is
-//     followed by the router retiring again the fences of the keys placed elsewhere.
+//     A topic reset, which moves every fence of a topic to a new era without a claimant,
+//     keeps a retired fence retired, in the store's own reset transaction: a fence whose
+//     epoch is MaxInt64 (sealed) moves to (era+1, MaxInt64) with its claimant
+//     (fence.Topics.ResetTopic states the rule for every store), so there is no moment at
+//     which it is claimable, whichever call resets it and whatever races it.
 //  3. [Router.Publish] stores v2 only if every key it moves is retired on its old shard for
-//     v2, its fence on the new shard stands at the old one's position (what the old shard
-//     applied is there: the partition resumes after it, not from an earlier offset), and the
-//     version is one above the newest stored (two operators cannot both publish).
+//     v2, its fence on the new shard is above the retired one (below, the old placement's
+//     tokens would not all be stale there) and stands at the old one's position (what the old
+//     shard applied is there: the partition resumes after it, not from an earlier offset),
+//     and the version is one above the newest stored (two operators cannot both publish).
 //
 // So a router holding an old placement (its home shard unreachable, or a batch under way)
 // can route k to A, but nothing of k commits there: safety never depends on the freshness of
 // the placement, only liveness does. Routing itself is a map lookup and a hash per call, with
 // no database round trip on the Apply path.
 //
-// What a move needs besides (not in this package yet): copying k's state rows and outbox
-// rows from A to B and setting k's fence on B to A's position, between the retirement and
-// the publication. Until then a key that has applied anything cannot move: Publish refuses
-// it while B's fence is behind A's position. A key that never applied (a new partition)
-// moves with Retire and Publish alone.
+// # Moving a key: Router.Move
+//
+// [Router.Move] is the whole procedure, each step idempotent, so that a move interrupted
+// anywhere (k retired on A, placement v1 still in force: k's partition waits, nothing is lost)
+// is finished by running it again:
+//
+//  1. Retire k on A for v2, as above. A's token R = (era+1, MaxInt64) is now above every token
+//     A ever accepted (a fence only rises, and the retirement raised it last).
+//  2. Seed k's fence on B above R: B's fence, through B's own Recover (recorded, with the
+//     move's reason), climbs to a sealed token (e, MaxInt64) with e > R.Era, held by a
+//     reserved claimant ("baton.shard/moved@v2") that the router refuses from callers.
+//  3. Copy, in one transaction of B that advances B's fence under that token to A's position:
+//     the caller's copy function reads what A holds of the partition (its outbox rows not yet
+//     delivered with their cursor, the application's rows of the partition's keys: nothing of
+//     k changes on A any more) and makes B's rows of the partition equal to them in B's
+//     transaction: it deletes B's rows of the partition first (a key moving back finds there
+//     the rows of its earlier stay, which it changed or deleted since), then writes A's. A
+//     partition that receives through an inbox has admissions there too: the fence store's
+//     keyed-fence rows whose scope names it, which the fence API cannot list, so the copy
+//     function carries them from the store's keyed table. The rows and the position commit
+//     together, so B's position says whether the copy is done.
+//  4. Publish v2, which checks steps 1 to 3 itself, then opens B's fence: a recorded Recover
+//     to (e+1, 0), same claimant. If Publish stops before that, the first claim through a
+//     router routing by v2 or later opens it (and answers [ErrMoved]: claim afresh).
+//
+// Why the seed's token is right. A member of the old placement holds a token (era', g) that A
+// accepted, so (era', g) <= R < (e, MaxInt64) < (e+1, 0): on B its write and its claim are
+// stale, exactly as on A, whichever placement it routes by, frozen in a batch or not. Until
+// v2 is published no claim reaches the sealed token, and a topic reset keeps it sealed with
+// its claimant (fence.Topics.ResetTopic), so no member claims B's fence before the placement
+// that puts k there is stored. Once it is opened, the next owner (the same member, if no
+// rebalance came between, or a new one) loads B's fence and claims (e+1, generation): a
+// generation is at least 1, so the claim is above (e+1, 0) and accepted without a recovery;
+// it resumes after A's position, on A's rows. A token equal to the old
+// owner's (a plain copy of A's fence row) would be the one mistake: a write needs no claimant,
+// so the old owner's frozen batch would commit on B. And a token below R would let the old
+// placement's highest tokens be above B's: their claims would be accepted on B instead of
+// refused (still only until the claimant asked the coordinator, but no longer by the fence).
+//
+// A move back (k from A to B, then back to A) seeds A's retired fence before the placement
+// putting k on A is stored, and a member routing by a placement that puts k on A (one older
+// than the move: its home shard unreachable) reaches A. The sealed seed refuses its claim in
+// the store; a recovery (which the consumer calls after a stale claim) the router refuses
+// ([ErrMoved]) on a fence held by the seed's claimant "baton.shard/moved@vN" while the
+// placement it routes by (re-read at the call) is older than N, and Claim does the same. A
+// recovery racing the seed presents the token it read, so its compare-and-set fails. Once
+// vN is published and a member routing by N or later claims the opened fence, its claimant
+// is no longer the seed's, and a member routing by an older placement that puts k on A is
+// right about where k lives again.
+//
+// The consumer needs no restart: a write or claim refused by a retired fence is [ErrMoved]
+// (besides stale), and the consumer then waits and claims the partition afresh, through the
+// router, which reads the placement at every claim and so reaches B once v2 is published.
+//
+// The copy function is not called when A never applied anything (a new partition: nothing to
+// copy) or when B's fence already stands at A's position (the copy committed before an
+// interruption, or k comes back to B having applied nothing on A since it left). Rows are
+// copied, never deleted from A: they are no longer read through the router, and a key that
+// comes back has them replaced by the copy (delete first, then write).
 //
 // # Transactions, keyed fences, topics, outboxes
 //

@@ -57,11 +57,9 @@ func Example() {
 	k := key(0)
 	from := r.Placement().Shard(k)
 	to := map[string]string{"a": "b", "b": "c", "c": "a"}[from]
-	if err := r.Retire(ctx, k, 2, "rebalance the shards"); err != nil {
-		log.Fatal(err)
-	}
-	next := shard.Placement{Version: 2, Shards: first.Shards, Entries: map[fence.Key]string{k: to}}
-	if err := r.Publish(ctx, next, "rebalance the shards"); err != nil {
+	// Retire on the old shard, seed and copy on the new one, publish placement 2. A nil copy
+	// function copies the fence alone: this partition has no rows of the application's yet.
+	if err := r.Move(ctx, k, to, nil); err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("partition 0 moved:", r.Placement().Shard(k) == to, "version", r.Placement().Version)

@@ -38,13 +38,41 @@ type Router[Tx any] interface {
 	// Publish stores next as the placement in force and routes by it. next.Version must be
 	// one above the newest stored (else fence.ErrConflict), its rule (Shards) the same, every
 	// shard it names known to the router, and every key it moves retired on its old shard
-	// for next.Version (else [ErrMoved]); nothing is stored otherwise.
+	// for next.Version (else [ErrMoved]); nothing is stored otherwise. Once stored, it opens
+	// the fences Move sealed for next.Version on the keys' new shards.
 	Publish(ctx context.Context, next Placement, reason string) error
+	// Move moves k to the shard named to, as one recorded procedure: it retires k's fence on
+	// the shard k lives on, seeds k's fence on to above every token the old shard accepted,
+	// copies the partition to to in one transaction of to (the fence's position, and through
+	// copy whatever the caller stores for the partition: its outbox rows, its application
+	// rows), then publishes a placement listing k on to. Each step is idempotent: a move
+	// interrupted at any point (k retired and not published) is finished by calling Move
+	// again with the same to. copy is called with the name of the shard k leaves (whose rows
+	// of k no longer change: its fence refuses every write) and a transaction of to, and must
+	// make to's rows of the partition equal to the source's: delete to's rows of the
+	// partition first (a key moving back finds there the rows of its earlier stay, which the
+	// partition changed or deleted since), then write the source's. The partition's rows
+	// include, for a partition that receives through an inbox, its admissions: the fence
+	// store's keyed-fence rows whose scope names the partition, which the router cannot list
+	// through the fence API, so copy carries them (in the store's keyed table). It is
+	// not called when to's fence already stands at the old shard's position (nothing was
+	// applied since k left to, or the copy committed before an interruption). A nil copy
+	// copies the fence alone. A placement published meanwhile by another key's move makes
+	// Move redo its steps for the next version (fence.ErrConflict after repeated ones). Moving
+	// k to the shard it lives on does nothing, unless a move of k away from it is under way
+	// (k retired there for the next placement): that fails with fence.ErrConflict naming it,
+	// and only Move to the move's destination finishes it.
+	Move(ctx context.Context, k fence.Key, to string, copy func(ctx context.Context, k fence.Key, from string, tx Tx) error) error
 }
 
-// retiredPrefix starts the claimant of a retired fence. The router refuses it as a claimant,
-// so no consumer can hold a retired fence's token.
-const retiredPrefix = "baton.shard/retired@v"
+// reservedPrefix starts the claimants the router itself uses: a retired fence's
+// (retiredPrefix) and a moved key's seeded fence on its new shard (seededPrefix). The router
+// refuses them as claimants, so no consumer can hold either token.
+const (
+	reservedPrefix = "baton.shard/"
+	retiredPrefix  = reservedPrefix + "retired@v"
+	seededPrefix   = reservedPrefix + "moved@v"
+)
 
 func retiredBy(version int64) string { return retiredPrefix + strconv.FormatInt(version, 10) }
 
@@ -52,8 +80,9 @@ func retired(claimant string) bool { return strings.HasPrefix(claimant, retiredP
 
 // retiredEpoch is the epoch of a retired fence's token: above every consumer-group
 // generation, so no claim in its era outranks it, and eras rise only through Recover, which
-// the router refuses on a retired fence.
-const retiredEpoch = math.MaxInt64
+// the router refuses on a retired fence. It is the sealed epoch: a topic reset keeps it and
+// the retired claimant.
+const retiredEpoch = fencecheck.SealedEpoch
 
 // shardCtx marks the ctx a router passes to Apply's fn with the shard whose transaction fn
 // holds, for the calls fn makes with that transaction (Admit, Advance). The value is the
@@ -145,11 +174,58 @@ func (r *router[Tx]) reload(ctx context.Context) (Placement, error) {
 
 // fresh is the placement re-read for a claim step.
 func (r *router[Tx]) fresh(ctx context.Context, k fence.Key) (string, Shard[Tx], error) {
+	_, name, s, err := r.freshPlacement(ctx, k)
+	return name, s, err
+}
+
+func (r *router[Tx]) freshPlacement(ctx context.Context, k fence.Key) (Placement, string, Shard[Tx], error) {
 	p, err := r.reload(ctx)
 	if err != nil {
-		return "", nil, err
+		return Placement{}, "", nil, err
 	}
-	return r.route(p, k)
+	name, s, err := r.route(p, k)
+	return p, name, s, err
+}
+
+// seededFor returns the placement version whose move seeded a fence held by claimant, and
+// whether claimant is a seed's.
+func seededFor(claimant string) (int64, bool) {
+	v, ok := strings.CutPrefix(claimant, seededPrefix)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return math.MaxInt64, true // not the router's: newer than any placement
+	}
+	return n, true
+}
+
+// unpublished refuses a claim or recovery of k's fence on shard name, st, when a move seeded
+// it for a placement newer than p: the move may not be published yet, and a member routing by
+// p reaches this shard only because p is older than the move (a move back to a shard k left:
+// the seed lifted the fence there above the retired token before the placement is stored).
+func (r *router[Tx]) unpublished(k fence.Key, name string, p Placement, st fence.State) error {
+	if v, ok := seededFor(st.Claimant); ok && v > p.Version {
+		return fmt.Errorf("%w: %s: its fence on shard %q is seeded for placement %d, this router routes by placement %d", ErrMoved, k, name, v, p.Version)
+	}
+	return nil
+}
+
+// open lifts k's fence on s, sealed by a move's seed for placement version, to the next era
+// with epoch 0 (the same claimant), so that the next owner's claim in that era is above it.
+// Only once that placement is published: Publish opens the fences of the keys it moves, and a
+// claim opens one that an interrupted Publish left sealed. A fence that is not that seed's
+// sealed one is left as it is.
+func open[Tx any](ctx context.Context, s Shard[Tx], k fence.Key, st fence.State, version int64, reason string) (bool, error) {
+	if st.Claimant != seededBy(version) || st.Token.Epoch != retiredEpoch {
+		return false, nil
+	}
+	_, err := s.Recover(ctx, k, st.Token, 0, st.Claimant, reason)
+	if errors.Is(err, fence.ErrConflict) {
+		return true, nil // opened, or moved on, meanwhile
+	}
+	return err == nil, err
 }
 
 func (r *router[Tx]) route(p Placement, k fence.Key) (string, Shard[Tx], error) {
@@ -174,10 +250,22 @@ func (r *router[Tx]) moved(k fence.Key, name string, st fence.State) error {
 }
 
 func refuseRetired(claimant string) error {
-	if retired(claimant) {
-		return fmt.Errorf("%w: claimant %q is reserved for retired fences", fence.ErrInvalid, claimant)
+	if strings.HasPrefix(claimant, reservedPrefix) {
+		return fmt.Errorf("%w: claimant %q is reserved for retired and moved fences", fence.ErrInvalid, claimant)
 	}
 	return nil
+}
+
+// movedOff marks a refusal by a retired fence (a *fence.StaleError whose stored token has the
+// retired epoch, which no claim reaches) as ErrMoved too, so that a consumer waits for the
+// move's publication instead of treating the refusal as a regression. The stale error stays
+// in the tree: errors.Is(err, fence.ErrStale) holds as before.
+func movedOff(k fence.Key, name string, err error) error {
+	var se *fence.StaleError
+	if errors.As(err, &se) && se.Stored.Epoch == retiredEpoch {
+		return fmt.Errorf("%w: %s: its fence on shard %q is retired: %w", ErrMoved, k, name, err)
+	}
+	return err
 }
 
 // Claim routes by the placement re-read from the home shard (the one held if that fails).
@@ -185,11 +273,30 @@ func (r *router[Tx]) Claim(ctx context.Context, k fence.Key, t fence.Token, clai
 	if err := refuseRetired(claimant); err != nil {
 		return fence.State{}, err
 	}
-	_, s, err := r.fresh(ctx, k)
+	p, name, s, err := r.freshPlacement(ctx, k)
 	if err != nil {
 		return fence.State{}, err
 	}
-	return s.Claim(ctx, k, t, claimant)
+	// A seed raises the fence's era and a claim never does, so a claim whose token was read
+	// before a seed that lands between this check and the store's Claim is stale there.
+	cur, err := s.Load(ctx, k)
+	if err != nil {
+		return fence.State{}, err
+	}
+	if err := r.unpublished(k, name, p, cur); err != nil {
+		return fence.State{}, err
+	}
+	if v, ok := seededFor(cur.Claimant); ok {
+		opened, err := open(ctx, s, k, cur, v, fmt.Sprintf("claim of %s under placement %d: open on %s", k, p.Version, name))
+		if err != nil {
+			return fence.State{}, err
+		}
+		if opened {
+			return fence.State{}, fmt.Errorf("%w: %s: its fence on shard %q, seeded for placement %d, was opened to the next era: claim afresh", ErrMoved, k, name, v)
+		}
+	}
+	st, err := s.Claim(ctx, k, t, claimant)
+	return st, movedOff(k, name, err)
 }
 
 // Load routes by the placement re-read from the home shard (the one held if that fails): a
@@ -208,7 +315,7 @@ func (r *router[Tx]) Apply(ctx context.Context, k fence.Key, t fence.Token, firs
 		return err
 	}
 	// A store passes fn a ctx derived from the one it was given, so the mark reaches fn.
-	return m.store.Apply(context.WithValue(ctx, shardCtx{}, m), k, t, first, last, fn)
+	return movedOff(k, m.name, m.store.Apply(context.WithValue(ctx, shardCtx{}, m), k, t, first, last, fn))
 }
 
 // Advance runs in the caller's transaction, which must belong to k's shard: the fence check
@@ -231,11 +338,11 @@ func (r *router[Tx]) Recover(ctx context.Context, k fence.Key, expected fence.To
 	if err := refuseRetired(claimant); err != nil {
 		return fence.Token{}, err
 	}
-	name, s, err := r.fresh(ctx, k)
+	p, name, s, err := r.freshPlacement(ctx, k)
 	if err != nil {
 		return fence.Token{}, err
 	}
-	// A fence retired after this read has another token than expected (a retirement is a
+	// A fence retired or seeded after this read has another token than expected (a retirement is a
 	// Recover or a Claim that raises it), so the compare-and-set below fails.
 	st, err := s.Load(ctx, k)
 	if err != nil {
@@ -244,6 +351,9 @@ func (r *router[Tx]) Recover(ctx context.Context, k fence.Key, expected fence.To
 	if retired(st.Claimant) {
 		_, _ = r.reload(ctx)
 		return fence.Token{}, r.moved(k, name, st)
+	}
+	if err := r.unpublished(k, name, p, st); err != nil {
+		return fence.Token{}, err
 	}
 	return s.Recover(ctx, k, expected, epoch, claimant, reason)
 }
@@ -279,8 +389,9 @@ func (r *router[Tx]) TopicHistory(ctx context.Context, group, topic string) ([]f
 // home shard last, so consumers (which read the identity from the home shard) see the new
 // identity only once every shard's fences were reset. A shard already at to is skipped and one
 // that never saw the topic adopts expected first, so a reset interrupted by a shard's failure
-// is completed by calling it again. A retired fence that the reset moved to a new era is
-// retired again.
+// is completed by calling it again. A retired fence stays retired through the reset: its
+// token is sealed (epoch math.MaxInt64), and each store's reset keeps a sealed fence's epoch
+// and claimant in its own transaction (fence.Topics.ResetTopic).
 func (r *router[Tx]) ResetTopic(ctx context.Context, group, topic string, expected, to fence.Topic, reason string) error {
 	if err := fencecheck.ValidateReset(group, topic, expected, to, reason); err != nil {
 		return err
@@ -315,9 +426,6 @@ func (r *router[Tx]) ResetTopic(ctx context.Context, group, topic string, expect
 		if err := s.ResetTopic(ctx, group, topic, expected, to, reason); err != nil {
 			return fmt.Errorf("shard %q: %w", n, err)
 		}
-		if err := r.reretire(ctx, n, group, topic, reason); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -329,33 +437,6 @@ func latest(ctx context.Context, s fence.Topics, group, topic string) (fence.Top
 		return fence.Topic{}, false, err
 	}
 	return h[len(h)-1].Identity, true, nil
-}
-
-// reretire retires again, on shard name, the fences of (group, topic) that a topic reset moved
-// to a new era without a claimant although the placement puts their keys elsewhere. Every key
-// that ever moved is listed in Entries (Publish keeps entries), so the list is complete.
-func (r *router[Tx]) reretire(ctx context.Context, name, group, topic, reason string) error {
-	p, err := r.reload(ctx)
-	if err != nil {
-		return err
-	}
-	s := r.shards[name]
-	for k, at := range p.Entries {
-		if k.Group != group || k.Topic != topic || at == name {
-			continue
-		}
-		st, err := s.Load(ctx, k)
-		if err != nil {
-			return fmt.Errorf("shard %q: %w", name, err)
-		}
-		if st.Claimant != "" || st.Token == (fence.Token{}) {
-			continue // retired still, claimed (so never reset), or never there
-		}
-		if _, err := s.Recover(ctx, k, st.Token, retiredEpoch, retiredBy(p.Version), reason); err != nil {
-			return fmt.Errorf("shard %q: retiring %s again after the reset: %w", name, k, err)
-		}
-	}
-	return nil
 }
 
 func (r *router[Tx]) Retire(ctx context.Context, k fence.Key, version int64, reason string) error {
@@ -436,12 +517,27 @@ func (r *router[Tx]) Publish(ctx context.Context, next Placement, reason string)
 		if err != nil {
 			return fmt.Errorf("shard: publishing placement %d: loading %s on shard %q: %w", next.Version, k, to, err)
 		}
+		// And every token the old shard ever accepted must be below the new shard's: a member
+		// of the old placement holding its token (frozen in a batch, or routing by a placement
+		// it read before) is refused there as stale, as on the old shard, and so is its claim.
+		// Retire left the old shard's token above every token it accepted before.
+		if retired(dst.Claimant) || dst.Token.Compare(st.Token) <= 0 {
+			return fmt.Errorf("%w: placement %d moves %s from shard %q, whose fence stands at %s, to shard %q, whose fence stands at %s (%s): seed the new shard's fence above the old one first (Move)", ErrMoved, next.Version, k, from, st.Token, to, dst.Token, dst.Claimant)
+		}
 		if dst.Position != st.Position {
 			return fmt.Errorf("%w: placement %d moves %s from shard %q, where it has applied up to position %d, to shard %q, whose fence stands at %d: copy the partition's rows and fence to %q first", ErrMoved, next.Version, k, from, st.Position, to, dst.Position, to)
 		}
 	}
 	if err := r.store.Publish(ctx, next, reason); err != nil {
 		return err
+	}
+	// Open the seeded fences of the keys moved, now that the placement putting them there is
+	// stored. One left sealed (an error here) is opened by the first claim through a router.
+	for _, k := range movedKeys(cur, next) {
+		to := next.Shard(k)
+		if st, err := r.shards[to].Load(ctx, k); err == nil {
+			_, _ = open(ctx, r.shards[to], k, st, next.Version, reason+": open on "+to)
+		}
 	}
 	_, err = r.reload(ctx)
 	return err

@@ -28,19 +28,10 @@ func (u *unreachable) Load(ctx context.Context) (Placement, error) {
 	return u.Placements.Load(ctx)
 }
 
-// move runs the steps of a move the router checks: retire k on its shard, then publish a
-// placement listing k on to.
+// move moves k to the shard to with the router's Move, copying nothing but the fence.
 func move(t *testing.T, r Router[*sql.Tx], k fence.Key, to string) {
 	t.Helper()
-	p := r.Placement()
-	must(t, r.Retire(t.Context(), k, p.Version+1, "move "+k.String()))
-	next := Placement{Version: p.Version + 1, Shards: p.Shards, Entries: map[fence.Key]string{k: to}}
-	for e, s := range p.Entries {
-		if e != k {
-			next.Entries[e] = s
-		}
-	}
-	must(t, r.Publish(t.Context(), next, "move "+k.String()))
+	must(t, r.Move(t.Context(), k, to, nil))
 }
 
 func TestRoutesEachKeyToItsShard(t *testing.T) {
@@ -108,11 +99,14 @@ func TestRetiredClaimantRefused(t *testing.T) {
 }
 
 func TestPublishRefusesMoveOfLiveFence(t *testing.T) {
-	shards, _, pl := liteShards(t, names3...)
+	shards, stores, pl := liteShards(t, names3...)
 	r := newRouter(t, shards, pl)
 	ctx := t.Context()
 	k := keyOn(t, r.Placement(), "g", "a")
 	_, err := r.Claim(ctx, k, tok(0, 5), "m1")
+	must(t, err)
+	// b's fence above a's and at its position: only the retirement is missing.
+	_, err = stores["b"].Recover(ctx, k, fence.Token{}, 0, "seeder", "seed above a")
 	must(t, err)
 	next := Placement{Version: 2, Shards: names3, Entries: map[fence.Key]string{k: "b"}}
 	wantIs(t, "Publish moving a live fence", r.Publish(ctx, next, "move"), ErrMoved)
@@ -120,7 +114,10 @@ func TestPublishRefusesMoveOfLiveFence(t *testing.T) {
 		t.Fatalf("placement in force after a refused publish = %d, want 1", got)
 	}
 	must(t, r.Retire(ctx, k, 2, "move"))
-	must(t, r.Publish(ctx, next, "move"))
+	// Retired at (1, MaxInt64): b's (1, 0) is below it, so m1's token would not be the
+	// lowest thing b refuses. Move seeds b above.
+	wantIs(t, "Publish moving a key to a fence not above the retired one", r.Publish(ctx, next, "move"), ErrMoved)
+	must(t, r.Move(ctx, k, "b", nil))
 	if got := r.Placement().Shard(k); got != "b" {
 		t.Fatalf("%s routed to %s after the move, want b", k, got)
 	}
@@ -166,9 +163,7 @@ func TestMoveDuringBatchNeverWritesOldShard(t *testing.T) {
 	must(t, <-retiredAt)
 	// The member's router cannot read the home shard: it keeps placement 1, and a, for k.
 	home.down = true
-	seedFence(t, stores["b"], k, 10) // the move's copy step (the partition's rows are not this test's subject)
-	next := Placement{Version: 2, Shards: names3, Entries: map[fence.Key]string{k: "b"}}
-	must(t, operator.Publish(ctx, next, "move to b"))
+	must(t, operator.Move(ctx, k, "b", nil)) // finishes the move begun by the Retire above
 	err = member.Apply(ctx, k, tok(0, 5), 11, 11, func(ctx context.Context, tx *sql.Tx) error {
 		return writeLite(ctx, tx, "after-move", "v")
 	})
@@ -191,9 +186,11 @@ func TestMoveDuringBatchNeverWritesOldShard(t *testing.T) {
 	if got := member.Placement().Shard(k); got != "b" {
 		t.Fatalf("member routes %s to %s after reading placement 2, want b", k, got)
 	}
-	_, err = member.Claim(ctx, k, tok(0, 6), "m2")
+	st, err = member.Load(ctx, k)
 	must(t, err)
-	must(t, member.Apply(ctx, k, tok(0, 6), 11, 11, func(ctx context.Context, tx *sql.Tx) error {
+	_, err = member.Claim(ctx, k, fence.Token{Era: st.Token.Era, Epoch: 6}, "m2")
+	must(t, err)
+	must(t, member.Apply(ctx, k, fence.Token{Era: st.Token.Era, Epoch: 6}, 11, 11, func(ctx context.Context, tx *sql.Tx) error {
 		return writeLite(ctx, tx, "after-move", "v")
 	}))
 	if n := countLite(t, stores["b"]); n != 1 {
@@ -311,13 +308,15 @@ func TestPlacementNamingUnknownShard(t *testing.T) {
 	}
 }
 
-// seedFence sets k's fence on s at position pos, as a move's copy step does before the
-// placement is published: claimed by a copier, advanced over 0..pos in one transaction.
-func seedFence(t *testing.T, s *sqlitefence.Store, k fence.Key, pos int64) {
+// seedFence sets k's fence on s above the token above and at position pos, as a move's seed
+// and copy steps do before the placement is published.
+func seedFence(t *testing.T, s *sqlitefence.Store, k fence.Key, above fence.Token, pos int64) {
 	t.Helper()
-	_, err := s.Claim(t.Context(), k, tok(0, 1), "copier")
+	tk, err := seed(t.Context(), Shard[*sql.Tx](s), k, above, seededBy(2), "seed")
 	must(t, err)
-	must(t, s.Apply(t.Context(), k, tok(0, 1), 0, pos, func(context.Context, *sql.Tx) error { return nil }))
+	if pos != fence.NoPosition {
+		must(t, s.Apply(t.Context(), k, tk, pos, pos, func(context.Context, *sql.Tx) error { return nil }))
+	}
 }
 
 // A move published before the new shard holds what the old one applied would resume the
@@ -334,18 +333,23 @@ func TestPublishRefusesMoveBeforeTheNewShardHoldsThePosition(t *testing.T) {
 		return writeLite(ctx, tx, "k", "v")
 	}))
 	must(t, r.Retire(ctx, k, 2, "move to b"))
+	retiredAt, err := stores["a"].Load(ctx, k)
+	must(t, err)
+	seedFence(t, stores["b"], k, retiredAt.Token, fence.NoPosition)
 	next := Placement{Version: 2, Shards: names3, Entries: map[fence.Key]string{k: "b"}}
 	err = r.Publish(ctx, next, "move to b")
 	wantIs(t, "Publish moving a key its new shard has not caught up with", err, ErrMoved)
 	if err != nil && !strings.Contains(err.Error(), "whose fence stands at -1") {
 		t.Fatalf("Publish = %v, want the new shard's position named", err)
 	}
-	seedFence(t, stores["b"], k, 9)
+	seedFence(t, stores["b"], k, retiredAt.Token, 9)
 	wantIs(t, "Publish moving a key its new shard holds only in part", r.Publish(ctx, next, "move to b"), ErrMoved)
 	if got := r.Placement().Version; got != 1 {
 		t.Fatalf("placement in force after the refused publishes = %d, want 1", got)
 	}
-	must(t, stores["b"].Apply(ctx, k, tok(0, 1), 10, 10, func(context.Context, *sql.Tx) error { return nil }))
+	st, err := stores["b"].Load(ctx, k)
+	must(t, err)
+	must(t, stores["b"].Apply(ctx, k, st.Token, 10, 10, func(context.Context, *sql.Tx) error { return nil }))
 	must(t, r.Publish(ctx, next, "move to b"))
 	if got := r.Placement().Shard(k); got != "b" {
 		t.Fatalf("%s routed to %s after the move, want b", k, got)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -27,6 +28,17 @@ type Placements interface {
 	// router ([Router.Publish]), which refuses to move a key whose old fence still admits
 	// writes.
 	Publish(ctx context.Context, p Placement, reason string) error
+	// History returns every stored version, oldest first, with the reason it was published
+	// for (a move's reason names the key, its old and new shard) and when.
+	History(ctx context.Context) ([]Record, error)
+}
+
+// Record is one stored version of a placement: what was published, why and when (the
+// database's clock; informational only).
+type Record struct {
+	Placement Placement
+	Reason    string
+	At        time.Time
 }
 
 const (
@@ -36,6 +48,7 @@ const (
 	reason    text NOT NULL,
 	at        timestamptz NOT NULL DEFAULT now())`
 	pgLoad    = `SELECT version, placement FROM baton_placements ORDER BY version DESC LIMIT 1`
+	pgHistory = `SELECT version, placement, reason, at FROM baton_placements ORDER BY version`
 	pgPublish = `INSERT INTO baton_placements (version, placement, reason)
 	SELECT $1::bigint, $2, $3 WHERE (SELECT coalesce(max(version), 0) FROM baton_placements) = $1::bigint - 1
 	ON CONFLICT (version) DO NOTHING`
@@ -46,6 +59,7 @@ const (
 	reason    TEXT NOT NULL,
 	at        TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`
 	sqliteLoad    = `SELECT version, placement FROM baton_placements ORDER BY version DESC LIMIT 1`
+	sqliteHistory = `SELECT version, placement, reason, at FROM baton_placements ORDER BY version`
 	sqlitePublish = `INSERT INTO baton_placements (version, placement, reason)
 	SELECT ?1, ?2, ?3 WHERE (SELECT coalesce(max(version), 0) FROM baton_placements) = ?1 - 1
 	ON CONFLICT (version) DO NOTHING`
@@ -91,7 +105,53 @@ func (s pgPlacements) Publish(ctx context.Context, p Placement, reason string) e
 	return published(p, tag.RowsAffected())
 }
 
+func (s pgPlacements) History(ctx context.Context) ([]Record, error) {
+	rows, err := s.db.Query(ctx, pgHistory)
+	if err != nil {
+		return nil, wrap("history", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		var v int64
+		var d, reason string
+		var at time.Time
+		if err := rows.Scan(&v, &d, &reason, &at); err != nil {
+			return nil, wrap("history", err)
+		}
+		p, err := decode(v, d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Record{Placement: p, Reason: reason, At: at})
+	}
+	return out, wrap("history", rows.Err())
+}
+
 type sqlitePlacements struct{ db *sql.DB }
+
+func (s sqlitePlacements) History(ctx context.Context) ([]Record, error) {
+	rows, err := s.db.QueryContext(ctx, sqliteHistory)
+	if err != nil {
+		return nil, wrap("history", err)
+	}
+	defer rows.Close()
+	var out []Record
+	for rows.Next() {
+		var v int64
+		var d, reason, at string
+		if err := rows.Scan(&v, &d, &reason, &at); err != nil {
+			return nil, wrap("history", err)
+		}
+		p, err := decode(v, d)
+		if err != nil {
+			return nil, err
+		}
+		when, _ := time.Parse(time.DateTime, at) // CURRENT_TIMESTAMP's form, UTC
+		out = append(out, Record{Placement: p, Reason: reason, At: when})
+	}
+	return out, wrap("history", rows.Err())
+}
 
 func (s sqlitePlacements) Migrate(ctx context.Context) error {
 	_, err := s.db.ExecContext(ctx, sqliteSchema)

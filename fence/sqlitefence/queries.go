@@ -83,8 +83,10 @@ func newQueries(n names) queries {
 		topicHistory: `SELECT seq, topic_id, partitions, reason, at_unix_ns FROM ` + n.topics +
 			` WHERE grp = ?1 AND topic = ?2 ORDER BY seq`,
 		topicPartitions: `SELECT partition, era, epoch FROM ` + n.fence + ` WHERE grp = ?1 AND topic = ?2`,
+		// A sealed fence (epoch ?5, fencecheck.SealedEpoch) keeps its epoch and claimant.
 		topicReset: `INSERT INTO ` + n.fence + ` (grp, topic, partition, era, epoch, position, claimant)` +
 			` VALUES (?1, ?2, ?3, ?4, 0, -1, '')` +
-			` ON CONFLICT (grp, topic, partition) DO UPDATE SET era = ?4, epoch = 0, position = -1, claimant = ''`,
+			` ON CONFLICT (grp, topic, partition) DO UPDATE SET era = ?4, position = -1,` +
+			` epoch = CASE WHEN epoch = ?5 THEN epoch ELSE 0 END, claimant = CASE WHEN epoch = ?5 THEN claimant ELSE '' END`,
 	}
 }

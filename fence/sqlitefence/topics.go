@@ -95,7 +95,7 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 			}
 			for p, from := range stored {
 				next := fencecheck.ResetToken(from)
-				if _, err := tx.ExecContext(ctx, s.q.topicReset, group, topic, p, next.Era); err != nil {
+				if _, err := tx.ExecContext(ctx, s.q.topicReset, group, topic, p, next.Era, int64(fencecheck.SealedEpoch)); err != nil {
 					return err
 				}
 				if _, err := tx.ExecContext(ctx, s.q.recoveryInsert, group, topic, p,

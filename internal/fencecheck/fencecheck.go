@@ -3,6 +3,7 @@ package fencecheck
 import (
 	"errors"
 	"fmt"
+	"math"
 	"unicode/utf8"
 
 	"github.com/batonhq/baton/fence"
@@ -258,5 +259,19 @@ func ValidateReset(group, topic string, expected, to fence.Topic, reason string)
 
 // ResetToken is the token every fence of a recreated topic takes at ResetTopic: the next era,
 // epoch 0, no claimant, so that the next owner claims it at any generation and no token of
-// the old incarnation is accepted again.
-func ResetToken(stored fence.Token) fence.Token { return fence.Token{Era: stored.Era + 1} }
+// the old incarnation is accepted again. A sealed fence (epoch SealedEpoch, which no claim
+// in its era reaches) stays sealed: the next era, epoch SealedEpoch, and the store keeps its
+// claimant; a reset never makes a sealed fence claimable.
+func ResetToken(stored fence.Token) fence.Token {
+	if Sealed(stored) {
+		return fence.Token{Era: stored.Era + 1, Epoch: SealedEpoch}
+	}
+	return fence.Token{Era: stored.Era + 1}
+}
+
+// SealedEpoch is the epoch of a sealed fence's token (the shard router's retired fences).
+const SealedEpoch = math.MaxInt64
+
+// Sealed reports whether a fence holding t is sealed: a topic reset keeps its epoch and its
+// claimant ([ResetToken]).
+func Sealed(t fence.Token) bool { return t.Epoch == SealedEpoch }

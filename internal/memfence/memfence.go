@@ -480,7 +480,11 @@ func (s *Store) ResetTopic(ctx context.Context, group, topic string, expected, t
 		st := s.state(k)
 		next := fencecheck.ResetToken(st.Token)
 		s.recoveries[k] = append(s.recoveries[k], fence.Recovery{Key: k, From: st.Token, To: next, Reason: reason, At: now})
-		s.fences[k] = fence.State{Token: next, Position: fence.NoPosition}
+		reset := fence.State{Token: next, Position: fence.NoPosition}
+		if fencecheck.Sealed(st.Token) {
+			reset.Claimant = st.Claimant
+		}
+		s.fences[k] = reset
 	}
 	s.topics[n] = append(s.topics[n], fence.TopicRecord{Group: group, Topic: topic, Seq: int64(len(s.topics[n]) + 1),
 		Identity: to, Reason: reason, At: now})

@@ -37,7 +37,7 @@ import (
 	"strings"
 )
 
-//go:embed consumer fence internal outbox
+//go:embed cmd consumer fence internal outbox
 var patches embed.FS
 
 // A Mutant is one patch and the tests that must catch it.
@@ -225,10 +225,22 @@ var All = []Mutant{
 		Bug: "a placement moving a key is published while the new shard's fence is behind the old one's position: the partition resumes there from an earlier offset", Safety: true},
 	{Name: "RetiredEpochZero", Package: "fence/shard", Guards: []string{"TestRecoverRefusedOnRetiredFence", "TestMoveDuringBatchNeverWritesOldShard", "TestRetireNeverClaimedFence"}, Want: `claim (of a retired|in the retired).*got <nil>|= <nil>, want stale`,
 		Bug: "a retired fence's token has epoch 0: any claim in its era outranks it and writes on the shard its key left", Safety: true},
-	{Name: "ResetUnretires", Package: "fence/shard", Guards: []string{"TestResetTopicKeepsRetiredFencesRetired"}, Want: `after the reset = .*want retired`,
-		Bug: "a topic reset leaves the retired fences of moved keys in a new era without a claimant, claimable again on the shard the keys left", Safety: true},
+	{Name: "ResetUnretires", Package: "fence/shard", Guards: []string{"TestResetTopicKeepsRetiredFencesRetired", "TestTopicResetLeavesNoWindowToClaimAMovedKeysOldFence"}, Want: `after the reset = .*want retired|claimed .* during the reset and committed a write there`,
+		Bug: "a topic reset moves a sealed fence (the retired fence of a moved key) to a new era without a claimant, claimable again on the shard the key left", Safety: true},
 	{Name: "ApplyByRuleOnly", Package: "fence/shard", Guards: []string{"TestPublishRefusesMoveOfLiveFence", "TestMoveDuringBatchNeverWritesOldShard"}, Want: `got <nil>, want shard: key moved|routes .* to a after reading placement 2`,
 		Bug: "the router ignores a placement's entries: moved keys are routed by the rule to the shard they left", Safety: true},
+	{Name: "PublishBelowRetired", Package: "fence/shard", Guards: []string{"TestPublishRefusesMoveOfLiveFence"}, Want: `to a fence not above the retired one: got <nil>`,
+		Bug: "a placement moving a key is published while the new shard's fence is not above the old one's retired token: the old placement's highest tokens are accepted there", Safety: true},
+	{Name: "MoveCopiesFenceToken", Package: "fence/shard", Guards: []string{"TestMoveRefusesOldPlacementTokensOnBothShards"}, Want: `zombie's Apply on b: got <nil>`,
+		Bug: "a move seeds the new shard's fence with the old shard's live token (a copy of the fence row): the old owner's frozen batch commits on the new shard", Safety: true},
+	{Name: "SeededClaimedByOldPlacement", Package: "fence/shard", Guards: []string{"TestMoveBackRefusesOldPlacementClaimsBetweenSeedAndCopy"}, Want: `during the move back, placement 1's member claimed`,
+		Bug: "the router lets a member routing by a placement older than a move back claim the fence the move seeded on the key's old shard before the placement is stored: it writes on a shard the key does not live on", Safety: true},
+	{Name: "SeedNotSealed", Package: "fence/shard", Guards: []string{"TestMoveBackInterruptedAfterItsSeedThenATopicResetRefusesOldPlacementClaims"}, Want: `after a topic reset during the interrupted move back, placement 1's member claimed`,
+		Bug: "a move seeds the new shard's fence with epoch 0: a topic reset before the placement is published moves it to a new era without the seed's claimant, and a member of an older placement that puts the key there claims it and writes", Safety: true},
+	{Name: "MovedRefusalIsRegression", Package: "fence/shard", Guards: []string{"TestConsumerFollowsAMove"}, Want: `timed out waiting for every record after the move`,
+		Bug: "the consumer takes a write refused by a fence retired for a move for a regression: without RecoverRegressions the partition stops, and with it the owner retries a recovery against the old database's token", Liveness: true},
+	{Name: "MoveOutboxWithoutCursor", Package: "cmd/baton", Guards: []string{"TestPlacementShowAndMove"}, Want: `no rows in result set|want 6`,
+		Bug: "baton placement move copies a partition's undelivered outbox rows without its cursor: the new shard hands out the old shard's sequences again", Safety: true},
 
 	// The fence's stores and lease sources. Their guards need the real service (ZooKeeper,
 	// PostgreSQL): where it is absent the guard skips and the runner reports the mutant broken,
