@@ -288,6 +288,13 @@ func copyOutbox(ctx context.Context, src *pgxpool.Pool, tx pgx.Tx, t outboxNames
 		return err
 	}
 	rows, cursors := pgx.Identifier{t.rows}.Sanitize(), pgx.Identifier{t.cursors}.Sanitize()
+	// The destination's rows of the partition become the source's: what an earlier stay left
+	// there goes first.
+	for _, table := range []string{rows, cursors} {
+		if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE group_id = $1 AND topic = $2 AND partition = $3`, k.Group, k.Topic, k.Partition); err != nil {
+			return err
+		}
+	}
 	var last, delivered int64
 	err := src.QueryRow(ctx, `SELECT last_seq, delivered_seq FROM `+cursors+` WHERE group_id = $1 AND topic = $2 AND partition = $3`,
 		k.Group, k.Topic, k.Partition).Scan(&last, &delivered)

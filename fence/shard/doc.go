@@ -113,7 +113,12 @@
 //
 // The copy function is not called when A never applied anything (a new partition: nothing to
 // copy) or when B's fence already stands at A's position (the copy committed before an
-// interruption, or k comes back to B having applied nothing on A since it left). Rows are
+// interruption). Where no position could tell a copy to make from one made, Move refuses
+// the key with fence.ErrConflict before it retires anything, and the partition keeps applying
+// on A: a fence on A with no position since a topic reset or a recovery (A may hold rows of
+// k no position points at), and a key going back to a shard whose fence stands at A's
+// position (it applied nothing since it left; the relay's delivered marks would be lost).
+// Both move after the partition's next batch. Rows are
 // copied, never deleted from A: they are no longer read through the router, and a key that
 // comes back has them replaced by the copy (delete first, then write).
 //

@@ -70,6 +70,14 @@ func (r *router[Tx]) moveOnce(ctx context.Context, k fence.Key, to string, was *
 	}
 	what := fmt.Sprintf("move %s from shard %s to shard %s (placement %d)", k, from, to, version)
 
+	// 0. A move not begun yet (k's fence on from is not retired) is refused where the copy's
+	// position could not tell a copy to make from one made: the copy runs in the transaction
+	// that advances the new fence to the old one's position, so it needs the old position
+	// above both NoPosition and the new fence's.
+	if err := refuseUncopyable(ctx, r.shards[from], dst, k, what); err != nil {
+		return false, err
+	}
+
 	// 1. The old shard refuses k for ever; the batch in flight there, if any, ends first.
 	if err := r.Retire(ctx, k, version, what+": retire on "+from); err != nil {
 		return errors.Is(err, fence.ErrConflict), err
@@ -142,4 +150,32 @@ func seed[Tx any](ctx context.Context, s Shard[Tx], k fence.Key, above fence.Tok
 			return fence.Token{}, err
 		}
 	}
+}
+
+// refuseUncopyable refuses, before anything of a move is done, a key whose rows the copy step
+// could miss: a fence on from with no applied position but an era above 0 (a topic reset or a
+// recovery: the shard may hold rows of the key, for an earlier incarnation or an earlier stay,
+// that no position points at), and a key going back to a shard whose fence stands at from's
+// position (it applied nothing since it left: the rows are there, but the relay's marks and
+// every row changed without a batch would not be copied). Both wait for the partition's next
+// batch. A move under way (the fence on from retired) passed this check when it began.
+func refuseUncopyable[Tx any](ctx context.Context, src, dst Shard[Tx], k fence.Key, what string) error {
+	st, err := src.Load(ctx, k)
+	if err != nil {
+		return fmt.Errorf("shard: %s: %w", what, err)
+	}
+	if retired(st.Claimant) {
+		return nil
+	}
+	if st.Position == fence.NoPosition && st.Token.Era > 0 {
+		return fmt.Errorf("%w: shard: %s: its fence there has applied nothing since a topic reset or a recovery (era %d), so no position says what to copy: move it after its next batch", fence.ErrConflict, what, st.Token.Era)
+	}
+	back, err := dst.Load(ctx, k)
+	if err != nil {
+		return fmt.Errorf("shard: %s: %w", what, err)
+	}
+	if st.Position != fence.NoPosition && back.Position == st.Position {
+		return fmt.Errorf("%w: shard: %s: it applied nothing since it left that shard (both fences at position %d), so no position says what to copy: move it after its next batch", fence.ErrConflict, what, st.Position)
+	}
+	return nil
 }

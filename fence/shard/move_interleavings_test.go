@@ -285,11 +285,11 @@ func TestPublishRacingATopicResetLeavesTheOldFenceRetired(t *testing.T) {
 }
 
 // A recreated topic's reset leaves every fence of the topic at position -1 (its offsets start
-// again), but the application's rows of the partition stay in the shard's database: a key
-// moved after the reset and before its first batch in the new topic must take them along.
-// Move decides "nothing to copy" from the old fence's position alone, so the copy is skipped
-// and the new shard resumes the partition with none of its rows.
-func TestMoveAfterTopicResetCopiesThePartitionRows(t *testing.T) {
+// again), but the application's rows of the partition stay in the shard's database: no
+// position says the copy has anything to carry, nor, after it, that it was made. Move refuses
+// such a key before it retires anything (the partition keeps applying where it is) and moves
+// it after its next batch, with its rows.
+func TestMoveAfterTopicResetWaitsForABatchThenCopiesTheRows(t *testing.T) {
 	shards, stores, pl := liteShards(t, names3...)
 	r := newRouter(t, shards, pl)
 	ctx := t.Context()
@@ -304,18 +304,33 @@ func TestMoveAfterTopicResetCopiesThePartitionRows(t *testing.T) {
 	}))
 	must(t, r.ResetTopic(ctx, "g", "t", idA, idB, "recreated"))
 	calls := 0
+	if err := r.Move(ctx, k, "b", copyKV(stores, &calls)); !errors.Is(err, fence.ErrConflict) || calls != 0 {
+		t.Fatalf("moving %s past a topic reset before its next batch: %v after %d copies, want ErrConflict before any copy", k, err, calls)
+	}
+	st, err := r.Load(ctx, k)
+	must(t, err)
+	if retired(st.Claimant) {
+		t.Fatalf("the refused move left %s retired on a: %+v", k, st)
+	}
+	next := fence.Token{Era: st.Token.Era, Epoch: 6}
+	_, err = r.Claim(ctx, k, next, "m1")
+	must(t, err)
+	must(t, r.Apply(ctx, k, next, 0, 0, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-2", "v0")
+	}))
 	must(t, r.Move(ctx, k, "b", copyKV(stores, &calls)))
 	if got := readKV(t, stores["b"], "device-1"); calls != 1 || got != "v10" {
-		t.Fatalf("after moving %s to b past a topic reset: %d copies, b holds device-1 = %q; want 1 copy and the row a held, v10", k, calls, got)
+		t.Fatalf("after moving %s to b past a topic reset and a batch: %d copies, b holds device-1 = %q; want 1 copy and the row a held, v10", k, calls, got)
 	}
 }
 
 // A key that moves a→b and back b→a with no batch applied on b has the same position on both
-// shards, so the move back skips the copy. But b's owner relayed, under b's fence, the outbox
-// rows copied from a: b's cursor marks them delivered, a's still says pending (a's relay was
-// fenced off by the retirement). The next owner on a publishes them again, an unbounded
-// backlog rather than the at most one batch a crash re-publishes.
-func TestMoveBackWithoutBatchesKeepsTheDeliveredMarks(t *testing.T) {
+// shards, so no position says what the move back must copy; yet b's owner relayed, under b's
+// fence, the outbox rows copied from a: b's cursor marks them delivered, a's still says
+// pending. Skipping the copy would have a's next owner publish them again (an unbounded
+// backlog, not the at most one batch a crash re-publishes). Move refuses it until b applies a
+// batch, then copies, marks included.
+func TestMoveBackWaitsForABatchAndKeepsTheDeliveredMarks(t *testing.T) {
 	shards, stores, pl := liteShards(t, names3...)
 	r := newRouter(t, shards, pl)
 	ctx := t.Context()
@@ -351,6 +366,13 @@ func TestMoveBackWithoutBatchesKeepsTheDeliveredMarks(t *testing.T) {
 	}
 	_, err = boxes["b"].MarkDelivered(ctx, k, onB, rows[0].Seq)
 	must(t, err)
+	before := calls
+	if err := r.Move(ctx, k, "a", cp); !errors.Is(err, fence.ErrConflict) || calls != before {
+		t.Fatalf("moving %s back to a with no batch on b: %v after %d copies, want ErrConflict before any copy", k, err, calls-before)
+	}
+	must(t, r.Apply(ctx, k, onB, 11, 11, func(ctx context.Context, tx *sql.Tx) error {
+		return writeLite(ctx, tx, "device-1", "v11")
+	}))
 	must(t, r.Move(ctx, k, "a", cp))
 	st, err = r.Load(ctx, k)
 	must(t, err)

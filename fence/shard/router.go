@@ -55,8 +55,11 @@ type Router[Tx any] interface {
 	// include, for a partition that receives through an inbox, its admissions: the fence
 	// store's keyed-fence rows whose scope names the partition, which the router cannot list
 	// through the fence API, so copy carries them (in the store's keyed table). It is
-	// not called when to's fence already stands at the old shard's position (nothing was
-	// applied since k left to, or the copy committed before an interruption). A nil copy
+	// not called when to's fence already stands at the old shard's position (the copy
+	// committed before an interruption). A move whose copy no position could tell (k's fence
+	// with no position since a topic reset or a recovery, or k going back to a shard at its
+	// position) fails with fence.ErrConflict before anything is done: move it after its next
+	// batch. A nil copy
 	// copies the fence alone. A placement published meanwhile by another key's move makes
 	// Move redo its steps for the next version (fence.ErrConflict after repeated ones). Moving
 	// k to the shard it lives on does nothing, unless a move of k away from it is under way

@@ -65,12 +65,13 @@ func TestAuditAcrossShardsRetiredFenceNotJudged(t *testing.T) {
 	}
 	noop := func(context.Context, *sql.Tx) error { return nil }
 	must(t, r.Apply(ctx, moved, tok, 0, 4, noop))
-	must(t, r.Retire(ctx, moved, 2, "moving to c"))
-	_, err = stores["c"].Claim(ctx, moved, tok, "member-1")
+	must(t, r.Move(ctx, moved, "c", nil))
+	st, err := r.Load(ctx, moved)
 	must(t, err)
-	must(t, stores["c"].Apply(ctx, moved, tok, 0, 4, noop))
-	must(t, r.Publish(ctx, shard.Placement{Version: 2, Shards: names, Entries: map[fence.Key]string{moved: "c"}}, "move to c"))
-	must(t, r.Apply(ctx, moved, tok, 5, 9, noop))
+	next := fence.Token{Era: st.Token.Era, Epoch: 1}
+	_, err = r.Claim(ctx, moved, next, "member-1")
+	must(t, err)
+	must(t, r.Apply(ctx, moved, next, 5, 9, noop))
 
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	must(t, err)

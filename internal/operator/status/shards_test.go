@@ -67,10 +67,7 @@ func newLiteSharded(t *testing.T) *liteSharded {
 		}
 	}
 	e.from = "a"
-	if err := r.Retire(ctx, e.moved, 2, "moving to c"); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Publish(ctx, shard.Placement{Version: 2, Shards: names, Entries: map[fence.Key]string{e.moved: "c"}}, "move"); err != nil {
+	if err := r.Move(ctx, e.moved, "c", nil); err != nil {
 		t.Fatal(err)
 	}
 	e.p = r.Placement()
@@ -124,8 +121,8 @@ func TestCollectAcrossShards(t *testing.T) {
 		}
 		switch k {
 		case e.moved:
-			if l.Token != "" || len(l.Elsewhere) != 1 || !l.Elsewhere[0].Retired || l.Elsewhere[0].Shard != e.from {
-				t.Errorf("moved %s: token %q, elsewhere %+v; want no fence on c and the retired one on a", k, l.Token, l.Elsewhere)
+			if l.Token == "" || len(l.Elsewhere) != 1 || !l.Elsewhere[0].Retired || l.Elsewhere[0].Shard != e.from {
+				t.Errorf("moved %s: token %q, elsewhere %+v; want the fence the move seeded on c and the retired one on a", k, l.Token, l.Elsewhere)
 			}
 		case e.stray:
 			if l.Token != "0.1" || len(l.Elsewhere) != 1 || l.Elsewhere[0].Retired || l.Elsewhere[0].Token != "0.9" {
@@ -190,7 +187,7 @@ func TestCollectHomeShardDown(t *testing.T) {
 		k := fence.Key{Group: "g", Topic: "t", Partition: l.Partition}
 		switch want := e.p.Shard(k); {
 		case want == "a" || k == e.moved:
-			// Its fence is on the unreadable shard, or it has none yet.
+			// Its fence is on the unreadable shard, or the move's on c (its token is the seed's).
 		case k == e.stray:
 			// Two live fences: either may stand for it, the other is listed beside it.
 			if len(l.Elsewhere) != 1 || l.Elsewhere[0].Retired {
