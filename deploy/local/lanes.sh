@@ -10,7 +10,9 @@
 # $BATON_STATE_DIR/lane-b and lane-c. Their tests may restart their broker and database (the
 # chaos runs do); lane A never sees it. Lane C also gets three PostgreSQL shard clusters
 # (BATON_PG_SHARDS=3, postgres-shards.sh) for the chaos run with a shard outage. Their output
-# is streamed with a "B| " or "C| " prefix.
+# is streamed with a "B| " or "C| " prefix and each lane's is kept whole in
+# $BATON_STATE_DIR/lane-X.log; when a lane fails, the end of the output repeats its failures
+# (the failing tests' lines) so that a reader of the last lines sees what failed.
 # lanes.sh down - stop lanes B's and C's services (a safety net after a failure; with-services.sh
 # stops them).
 set -euo pipefail
@@ -56,24 +58,39 @@ lane() {
 }
 
 t0=$SECONDS
+mkdir -p "$state"
 pids=() names=()
 for ((i = 1; i < $#; i++)); do
   l=${letters[i-1]} target=${args[i]}
   U=${l^^}
-  (lane "$i" "$l" "$target") > >(sed -u "s/^/$U| /") 2>&1 &
+  (lane "$i" "$l" "$target") > >(tee "$state/lane-$l.log" | sed -u "s/^/$U| /") 2>&1 &
   pids+=($!) names+=("$U ($target)")
 done
 # Each lane's with-services.sh stops its services when it ends, also when this script is interrupted.
 trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' INT TERM
 a_status=0
-"$MAKE" --no-print-directory "$a_target" || a_status=$?
+"$MAKE" --no-print-directory "$a_target" > >(tee "$state/lane-a.log") 2>&1 || a_status=$?
 echo "== lane A ($a_target) exited $a_status after $((SECONDS - t0))s; waiting for ${names[*]}"
 ok=$a_status
+failed=()
+[[ $a_status -eq 0 ]] || failed+=(a)
 for i in "${!pids[@]}"; do
   s=0
   wait "${pids[i]}" || s=$?
   echo "== lane ${names[i]} exited $s after $((SECONDS - t0))s"
-  [[ $s -eq 0 ]] || ok=1
+  [[ $s -eq 0 ]] || { ok=1; failed+=("${letters[i]}"); }
 done
 wait # the prefixing seds: the last of the lanes' output
+# failures L: what lane L's log says failed: the failing tests' messages (file:line), a panic, a
+# surviving mutant, a failed make step (the last 40 of them), then the names of the failing tests,
+# last, so that a reader of only the output's last lines sees them.
+failures() {
+  local log="$state/lane-$1.log"
+  grep -E -e '^panic:|_test\.go:[0-9]+:|SURVIVED| [1-9][0-9]* survived|Error [0-9]+$' "$log" 2>/dev/null | tail -n 40 | sed "s/^/${1^^}! /"
+  grep -E -e '--- FAIL|^FAIL' "$log" 2>/dev/null | sed "s/^/${1^^}! /"
+}
+for l in "${failed[@]}"; do
+  echo "== lane ${l^^} failed (its whole output: $state/lane-$l.log):"
+  failures "$l"
+done
 [[ $ok -eq 0 ]]
