@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -195,8 +194,12 @@ func TestRestart(t *testing.T) {
 
 func deployScript(t *testing.T, name string) string {
 	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	p := filepath.Join(filepath.Dir(file), "..", "..", "..", "deploy", "local", name)
+	// go test runs a package's tests in its directory (also in a binary built with -trimpath,
+	// where the source file's own path is not absolute).
+	p, err := filepath.Abs(filepath.Join("..", "..", "..", "deploy", "local", name))
+	if err != nil {
+		t.Fatalf("deploy script: %v", err)
+	}
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("deploy script: %v", err)
 	}

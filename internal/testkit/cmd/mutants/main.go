@@ -194,10 +194,13 @@ func (w *worker) setUp() error {
 	return w.copyErr
 }
 
-// build builds the test binary of pkg in the worker's copy as it is now.
+// build builds the test binary of pkg in the worker's copy as it is now. -trimpath keeps the
+// copy's temporary directory out of the build: the packages a patch does not touch are the
+// build cache's entries of every earlier run (and of the other workers), not new ones each
+// run, so the cache does not grow by a copy of the module per run.
 func (w *worker) build(pkg string) (string, string, error) {
 	bin := filepath.Join(w.dir, ".mutants", strings.ReplaceAll(pkg, "/", "_")+".test")
-	cmd := exec.Command("go", "test", "-c", "-vet=off", "-o", bin, "./"+pkg)
+	cmd := exec.Command("go", "test", "-c", "-trimpath", "-vet=off", "-o", bin, "./"+pkg)
 	cmd.Dir = w.dir
 	out, err := cmd.CombinedOutput()
 	return bin, string(out), err
