@@ -152,6 +152,10 @@ func writeAudit(w io.Writer, group string, r *audit.Report) {
 		fmt.Fprintf(w, "shard %s (%s): %d partitions, %d retired fences (not judged), %d violations, %d store queries\n",
 			sh.Name, sh.Addr, sh.Partitions, sh.Retired, sh.Violations, sh.Queries)
 	}
+	for _, t := range r.Recreated {
+		fmt.Fprintf(w, "topic %s recreated (topic id stored with the fences %s, on the brokers %s): %d fences not judged against the log until 'baton topics reset'\n",
+			t.Topic, t.StoredID, t.BrokerID, t.Fences)
+	}
 	fmt.Fprintf(w, "group %s: %d partitions, %d violations; %d store queries, %d Kafka requests, %d bytes read from the output topics, %d re-published copies, in %s\n",
 		group, r.Partitions, len(r.Violations), r.Queries, r.Requests, r.BytesRead, r.Republished, r.Took)
 }
