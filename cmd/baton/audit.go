@@ -23,7 +23,8 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("audit", "-group G [-brokers B] [-store S] [-output-topics T,...] [-once | -http ADDR] [flags]", `Judges a group's safety invariants online, from what Baton records (fences, recoveries,
 outbox rows and cursors, inbox admissions: the store, read-only) and from Kafka (committed
 offsets, log start and end, the outbox's output topics read incrementally). Checks, per
-partition: skipped (position within the log: data loss, committed offset ahead), tokens (never
+partition: skipped (position within the log: data loss, committed offset ahead; a topic
+recreated and not yet reset is named, its old positions not judged against the new log), tokens (never
 back, every era recorded), outbox (gap-free, cursor never past an undelivered row, oldest row
 age), delivery (no copy of a sequence never allocated, first copies' tokens never back),
 inbox (admissions never back), liveness (a lagging partition whose position stands still),

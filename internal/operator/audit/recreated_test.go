@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +42,11 @@ func TestRecreatedTopicNotJudgedUntilReset(t *testing.T) {
 		for i := range 3 {
 			r := clean(t, a, fmt.Sprintf("recreated, position 8 past the new log's end 3, pass %d", i))
 			recreatedIs(t, r, want)
+		}
+		rec := httptest.NewRecorder()
+		a.Handler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+		if page := rec.Body.String(); !strings.Contains(page, "topic "+e.src+" recreated") || !strings.Contains(page, next.ID) {
+			t.Errorf("the page does not name the recreated topic:\n%s", page)
 		}
 		e.produce(t, 20)
 		for i := range 3 {
