@@ -115,6 +115,30 @@ func TestPositionPastLogEndJudgedWithoutStoredTopicID(t *testing.T) {
 	}
 }
 
+// A position read while its topic's offsets were another incarnation's is never compared with a
+// later log, even when a later pass finds the two IDs the same with the fences unmoved (here the
+// stored identity rewritten by hand): that pass reads the position anew, the next one judges it.
+func TestPositionReadUnderAnotherIncarnationNotCarried(t *testing.T) {
+	both(t, func(t *testing.T, e *env) {
+		e.produce(t, 10)
+		e.claim(t, tok5)
+		e.apply(t, tok5, 0, 8)
+		old := e.identity(t)
+		if _, _, err := e.topics.SeeTopic(context.Background(), e.group, e.src, old, "first claim"); err != nil {
+			t.Fatal(err)
+		}
+		a, _ := e.auditor(t)
+		clean(t, a, "applied 0..8 of 10")
+		next := e.recreate(t, 3)
+		recreatedIs(t, clean(t, a, "recreated"), []audit.RecreatedTopic{{Topic: e.src, StoredID: old.ID, BrokerID: next.ID, Fences: 1}})
+		e.exec(t, `UPDATE `+e.fenceTbl+`_topics SET topic_id = $1 WHERE `+e.grp+` = $2`, next.ID, e.group)
+		recreatedIs(t, clean(t, a, "the same IDs, the position read under the old incarnation's offsets"), nil)
+		ev := within(t, e, a, audit.Skipped, "sink position past the end of the log")
+		is(t, ev, "position", 8)
+		is(t, ev, "high_watermark", 3)
+	})
+}
+
 func recreatedIs(t *testing.T, r *audit.Report, want []audit.RecreatedTopic) {
 	t.Helper()
 	if len(r.Recreated) != len(want) || len(want) > 0 && !reflect.DeepEqual(r.Recreated, want) {
