@@ -149,18 +149,24 @@ func recreatedIs(t *testing.T, r *audit.Report, want []audit.RecreatedTopic) {
 // identity returns the source topic as the brokers describe it now.
 func (e *env) identity(t *testing.T) fence.Topic {
 	t.Helper()
+	return topicIdentity(t, e.cl, e.src)
+}
+
+// topicIdentity returns topic as the brokers describe it now (zero if they do not know it).
+func topicIdentity(t *testing.T, cl *kgo.Client, topic string) fence.Topic {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	req := kmsg.NewPtrMetadataRequest() // not kadm's: its cached metadata may be the old incarnation's
 	rt := kmsg.NewMetadataRequestTopic()
-	rt.Topic = kmsg.StringPtr(e.src)
+	rt.Topic = kmsg.StringPtr(topic)
 	req.Topics = append(req.Topics, rt)
-	resp, err := req.RequestWith(ctx, e.cl)
+	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, d := range resp.Topics {
-		if d.Topic != nil && *d.Topic == e.src && d.ErrorCode == 0 {
+		if d.Topic != nil && *d.Topic == topic && d.ErrorCode == 0 {
 			return fence.Topic{ID: base64.RawURLEncoding.EncodeToString(d.TopicID[:]), Partitions: int32(len(d.Partitions))}
 		}
 	}
