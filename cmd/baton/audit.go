@@ -23,7 +23,8 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("audit", "-group G [-brokers B] [-store S] [-output-topics T,...] [-once | -http ADDR] [flags]", `Judges a group's safety invariants online, from what Baton records (fences, recoveries,
 outbox rows and cursors, inbox admissions: the store, read-only) and from Kafka (committed
 offsets, log start and end, the outbox's output topics read incrementally). Checks, per
-partition: skipped (position within the log: data loss, committed offset ahead), tokens (never
+partition: skipped (position within the log: data loss, committed offset ahead; a topic
+recreated and not yet reset is named, its old positions not judged against the new log), tokens (never
 back, every era recorded), outbox (gap-free, cursor never past an undelivered row, oldest row
 age), delivery (no copy of a sequence never allocated, first copies' tokens never back),
 inbox (admissions never back), liveness (a lagging partition whose position stands still),
@@ -151,6 +152,10 @@ func writeAudit(w io.Writer, group string, r *audit.Report) {
 		}
 		fmt.Fprintf(w, "shard %s (%s): %d partitions, %d retired fences (not judged), %d violations, %d store queries\n",
 			sh.Name, sh.Addr, sh.Partitions, sh.Retired, sh.Violations, sh.Queries)
+	}
+	for _, t := range r.Recreated {
+		fmt.Fprintf(w, "topic %s recreated (topic id stored with the fences %s, on the brokers %s): %d fences not judged against the log until 'baton topics reset'\n",
+			t.Topic, t.StoredID, t.BrokerID, t.Fences)
 	}
 	fmt.Fprintf(w, "group %s: %d partitions, %d violations; %d store queries, %d Kafka requests, %d bytes read from the output topics, %d re-published copies, in %s\n",
 		group, r.Partitions, len(r.Violations), r.Queries, r.Requests, r.BytesRead, r.Republished, r.Took)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/sqlitefence"
+	"github.com/batonhq/baton/internal/operator/audit"
 	"github.com/batonhq/baton/internal/testkit/testenv"
 )
 
@@ -55,5 +56,16 @@ func TestAuditOnce(t *testing.T) {
 	}
 	if code := run([]string{"audit", "-group", "g", "-once", "-http", "127.0.0.1:0", "-brokers", "b", "-store", db}, &out, &errb); code != 2 {
 		t.Errorf("audit -once -http exited %d, want 2", code)
+	}
+}
+
+// TestWriteAuditNamesRecreatedTopics: the printed report names a topic whose fences were not
+// judged against the log because it was recreated and not yet reset.
+func TestWriteAuditNamesRecreatedTopics(t *testing.T) {
+	var out bytes.Buffer
+	writeAudit(&out, "g", &audit.Report{Recreated: []audit.RecreatedTopic{{Topic: "orders", StoredID: "AAAA", BrokerID: "BBBB", Fences: 3}}})
+	want := "topic orders recreated (topic id stored with the fences AAAA, on the brokers BBBB): 3 fences not judged against the log until 'baton topics reset'"
+	if !strings.Contains(out.String(), want) {
+		t.Fatalf("writeAudit printed:\n%s\nwant a line %q", out.String(), want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -140,6 +141,20 @@ type Report struct {
 	Errors      []string `json:"errors,omitempty"`
 	// Shards reports each database of a sharded sink (Config.Shards), home first.
 	Shards []ShardReport `json:"shards,omitempty"`
+	// Recreated lists the source topics recreated under the same name and not yet reset
+	// ('baton topics reset'): the brokers' topic ID is not the one stored with the fences, so
+	// the fences' positions (the old incarnation's) were not compared with the new one's log
+	// (their Skipped and Liveness checks not judged in this pass).
+	Recreated []RecreatedTopic `json:"recreated,omitempty"`
+}
+
+// RecreatedTopic is a source topic whose fences a pass did not judge against the log: its
+// positions and the brokers' offsets belong to different incarnations of the topic.
+type RecreatedTopic struct {
+	Topic    string `json:"topic"`
+	StoredID string `json:"stored_id"` // the incarnation the fences' positions belong to
+	BrokerID string `json:"broker_id"` // the incarnation whose offsets the brokers listed
+	Fences   int    `json:"fences"`    // fences whose log was not judged
 }
 
 // ShardReport is what a pass read from one shard of a sharded sink.
@@ -180,6 +195,7 @@ type Auditor struct {
 type partState struct {
 	tok         fence.Token
 	pos         int64
+	otherLog    bool      // pos was read while the brokers' offsets were another incarnation's: never compared with a log
 	progressAt  time.Time // the last time the position moved or the partition had no lag
 	progressHWM int64     // the high watermark then (-1: not known yet)
 }
@@ -294,9 +310,11 @@ func (a *Auditor) Last() (*Report, []Violation) {
 // Pass reads every source once and judges every check it could feed. The sources are read in
 // an order that leaves no race with the members: Kafka's committed and log start offsets
 // before the sink's positions (each only rises, so a committed offset ahead of a position read
-// after it, or a log start past it, is real), the store before the output topics' end offsets
-// (so every copy the cursor says is delivered lies below them). It returns the report and the
-// joined errors of the sources it could not read.
+// after it, or a log start past it, is real), the brokers' topic IDs after those offsets and the
+// IDs stored with the fences before the fences (so positions of an older incarnation of the
+// topic than the offsets' show two IDs, and are not judged: storeChecks says why), the store
+// before the output topics' end offsets (so every copy the cursor says is delivered lies below
+// them). It returns the report and the joined errors of the sources it could not read.
 func (a *Auditor) Pass(ctx context.Context) (*Report, error) {
 	now := a.now()
 	a.pass++
@@ -313,7 +331,7 @@ func (a *Auditor) Pass(ctx context.Context) (*Report, error) {
 		}
 	}
 	kv, kerr := a.col.Kafka(ctx, topics)
-	r.Requests += 5
+	r.Requests += 6 // ping, the group, its offsets, the end and start offsets, the topics' IDs
 	if kerr != nil {
 		errs = append(errs, kerr)
 	}
@@ -440,6 +458,10 @@ func (a *Auditor) storesChecks(ctx context.Context, kv *status.KafkaState, now t
 	}
 	held := map[fence.Key]status.Fence{} // the fences judged
 	present := map[fence.Key]bool{}      // every fence row, on any shard, retired or not
+	inc := &incarnations{recreated: map[string]*RecreatedTopic{}}
+	if kv != nil {
+		inc.broker = kv.TopicID
+	}
 	for i, sh := range ss {
 		rep := ShardReport{Name: sh.Name, Addr: sh.Addr}
 		err := sh.Err
@@ -447,7 +469,8 @@ func (a *Auditor) storesChecks(ctx context.Context, kv *status.KafkaState, now t
 			q0 := sh.Store.Queries()
 			count := 0
 			sctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
-			err = a.storeChecks(sctx, sh.Store, shardScope{name: sh.Name, placement: placement}, kv, now, &rep, held, present, func(v Violation) { count++; v.Shard = sh.Name; add(v) })
+			scope := shardScope{name: sh.Name, placement: placement, home: i == 0}
+			err = a.storeChecks(sctx, sh.Store, scope, kv, inc, now, &rep, held, present, func(v Violation) { count++; v.Shard = sh.Name; add(v) })
 			cancel()
 			rep.Queries = sh.Store.Queries() - q0
 			rep.Violations = count
@@ -471,7 +494,33 @@ func (a *Auditor) storesChecks(ctx context.Context, kv *status.KafkaState, now t
 	if kv != nil {
 		a.ownershipChecks(held, present, kv, func(topic string) bool { return a.want(topic) }, now, r, add)
 	}
+	for _, t := range slices.Sorted(maps.Keys(inc.recreated)) {
+		r.Recreated = append(r.Recreated, *inc.recreated[t])
+	}
 	return errors.Join(errs...)
+}
+
+// incarnations tells which topics' fences a pass compares with the brokers' offsets: those
+// whose positions belong to the incarnation the offsets were listed from, as far as the topic
+// IDs tell.
+type incarnations struct {
+	broker    map[string]string // the brokers' topic IDs, read after the offsets
+	home      map[string]string // the IDs the home shard stores, read before any shard's fences
+	recreated map[string]*RecreatedTopic
+}
+
+// other reports whether the positions of topic's fences, whose stored IDs (read before the
+// fences) are stored, belong to another incarnation than the brokers' offsets. A shard that
+// stores no identity for the topic was never reset: its fences hold the incarnation the home
+// shard stores (a reset changes the other shards first, the home shard last). Either ID
+// unknown: the same incarnation, as far as anyone can tell.
+func (in *incarnations) other(topic string, stored map[string]string) (storedID, brokerID string, other bool) {
+	storedID, ok := stored[topic]
+	if !ok {
+		storedID = in.home[topic]
+	}
+	brokerID = in.broker[topic]
+	return storedID, brokerID, storedID != "" && brokerID != "" && storedID != brokerID
 }
 
 func (a *Auditor) want(topic string) bool {
@@ -482,6 +531,7 @@ func (a *Auditor) want(topic string) bool {
 type shardScope struct {
 	name      string           // "" for the one database of an auditor without shards
 	placement *shard.Placement // nil when it could not be read
+	home      bool             // the home shard (or the one database), read first
 }
 
 // judges reports whether the shard judges k's records: the placement puts k there, or,
@@ -492,8 +542,9 @@ func (s shardScope) judges(k fence.Key) bool {
 
 // storeChecks reads one shard's store and judges the checks it feeds: Skipped, Tokens and
 // Liveness against the Kafka state read before it (nil when Kafka could not be read), Outbox,
-// and Inbox. It records in held the fences it judged and in present every fence row it read.
-func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shardScope, kv *status.KafkaState, now time.Time, rep *ShardReport, held map[fence.Key]status.Fence, present map[fence.Key]bool, add func(Violation)) error {
+// and Inbox. It records in held the fences it judged and in present every fence row it read,
+// and in inc the topics whose fences' positions it did not compare with the log.
+func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shardScope, kv *status.KafkaState, inc *incarnations, now time.Time, rep *ShardReport, held map[fence.Key]status.Fence, present map[fence.Key]bool, add func(Violation)) error {
 	// The recoveries are read before the fences: a recovery moves its fence and records itself
 	// in one transaction, so every recovery read is already in the fences read after it, and a
 	// fence below one of them went back. The other way round, a recovery made between the two
@@ -501,6 +552,39 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shard
 	recs, err := st.Recoveries(ctx, a.cfg.Group)
 	if err != nil && !errors.Is(err, status.ErrNotFound) {
 		return err
+	}
+	// The topic IDs stored with the fences are read before the fences, the brokers' after the
+	// offsets (by a metadata request of its own: a cached answer may predate them), and a
+	// fence's log is judged only when the two are the same. A reset moves the
+	// stored ID and every fence of the topic to a new era with no position in one transaction,
+	// and a claimant applies only while the stored ID is the brokers', so a position read is of
+	// the stored incarnation then or of a later one; the offsets are of the brokers' then or
+	// of an earlier one. Each ID only moves on to new incarnations (a new ID never comes back),
+	// so positions of an older incarnation than the offsets' (a topic recreated and not yet
+	// reset: the fences hold the old offsets) show a stored ID other than the brokers', in any
+	// interleaving. The other way round, a stored ID read after the fences could be a reset's,
+	// made after the old positions were read, and the brokers' read before the offsets could
+	// be the incarnation before theirs: either would compare one incarnation's positions with
+	// another's log. What this order lets through needs a recreation, a reset and a new
+	// owner's applied records all between the offsets and the fences: a new position under a
+	// new era (so compared with no earlier position, and the committed offset given its
+	// interval) below the old incarnation's log start. What it holds back is one pass at a
+	// recreation or reset made while it reads, and every pass while a recreated topic waits
+	// for its reset.
+	var stored map[string]string
+	if kv != nil {
+		var topics []string
+		for _, t := range slices.Sorted(maps.Keys(kv.TopicID)) {
+			if a.want(t) {
+				topics = append(topics, t)
+			}
+		}
+		if stored, err = st.TopicIDs(ctx, a.cfg.Group, topics); err != nil {
+			return err
+		}
+		if scope.home {
+			inc.home = stored
+		}
 	}
 	fences, err := st.Fences(ctx, a.cfg.Group)
 	if err != nil && !errors.Is(err, status.ErrNotFound) {
@@ -543,19 +627,37 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shard
 		rep.Partitions++
 		held[k] = fr
 		prev := a.parts[k]
+		other := false
 		if kv != nil {
-			for _, v := range judgeLog(k, fr.Token, fr.Position, prev, kv, now) {
+			var sid, bid string
+			if sid, bid, other = inc.other(fr.Topic, stored); other {
+				rt := inc.recreated[fr.Topic]
+				if rt == nil {
+					rt = &RecreatedTopic{Topic: fr.Topic, StoredID: sid, BrokerID: bid}
+					inc.recreated[fr.Topic] = rt
+				}
+				rt.Fences++
+			}
+		}
+		if kv != nil && !other {
+			logPrev := prev
+			if prev != nil && prev.otherLog {
+				p := *prev
+				p.pos = fence.NoPosition
+				logPrev = &p
+			}
+			for _, v := range judgeLog(k, fr.Token, fr.Position, logPrev, kv, now) {
 				add(v)
 			}
 		}
 		for _, v := range judgeToken(k, fr.Token, prev, recovered[k], eras[k], now) {
 			add(v)
 		}
-		cur := &partState{tok: fr.Token, pos: fr.Position, progressAt: now, progressHWM: -1}
-		if prev != nil && prev.pos == fr.Position && prev.tok.Era == fr.Token.Era {
+		cur := &partState{tok: fr.Token, pos: fr.Position, progressAt: now, progressHWM: -1, otherLog: other}
+		if prev != nil && !other && prev.pos == fr.Position && prev.tok.Era == fr.Token.Era {
 			cur.progressAt, cur.progressHWM = prev.progressAt, prev.progressHWM
 		}
-		if kv != nil {
+		if kv != nil && !other {
 			if hwm, ok := kv.HighWatermark[k]; ok {
 				if cur.progressHWM < 0 {
 					cur.progressHWM = hwm

@@ -250,12 +250,14 @@ func TestTopicResetIsNoViolation(t *testing.T) {
 		e.claim(t, tok5)
 		e.apply(t, tok5, 0, 8)
 		commit(t, e, 9)
-		old, next := fence.Topic{ID: "old-incarnation", Partitions: 1}, fence.Topic{ID: "new-incarnation", Partitions: 1}
+		old := e.identity(t)
 		if _, _, err := e.topics.SeeTopic(ctx, e.group, e.src, old, "first claim"); err != nil {
 			t.Fatal(err)
 		}
 		a, _ := e.auditor(t)
 		clean(t, a, "applied 0..8, committed 9")
+		next := e.recreate(t, 3)
+		commit(t, e, 9) // the old incarnation's, whether or not the brokers dropped it with the topic
 		if err := e.topics.ResetTopic(ctx, e.group, e.src, old, next, "recreated by the test"); err != nil {
 			t.Fatal(err)
 		}

@@ -105,7 +105,8 @@ func (e *env) cleanRun(t *testing.T) {
 	}
 }
 
-// maxQueriesPerPass: fences and recoveries (an existence check and a read each), the outbox
+// maxQueriesPerPass: fences and recoveries (an existence check and a read each), the stored
+// topic identities (an existence check and a read per source topic: one here), the outbox
 // cursors (two checks and a read), the dead letters (a check and a read), the inbox page (a
 // check and a read).
-const maxQueriesPerPass = 11
+const maxQueriesPerPass = 13

@@ -8,7 +8,10 @@
 //   - [Skipped]: the sink's position lies within the log: a log start past position+1 is data
 //     loss (records deleted by retention or DeleteRecords before they were applied, counted);
 //     Kafka's committed offset is never ahead of position+1; a position is never at or past the
-//     high watermark.
+//     high watermark. Positions are judged only against the incarnation of the topic they belong
+//     to: while the brokers' topic ID is not the one stored with the fences (a topic recreated
+//     under the same name, not yet reset), the topic's fences are not judged against the log
+//     (nor by Liveness) and [Report] Recreated names it.
 //   - [Tokens]: a stored token never decreases between observations, is never below a
 //     recorded recovery's, and every era above 0 has its recorded recovery (recoveries and
 //     topic resets are the only ways up an era).
@@ -29,7 +32,9 @@
 //
 // Why reading is free of races with the members: Kafka's committed offsets and log starts are
 // read before the sink's positions, and the output topics' end offsets after the outbox cursors;
-// every one of these only rises (within an era), so what the order shows is real. Judgements
+// every one of these only rises (within an era), so what the order shows is real. The brokers'
+// topic IDs are read after their offsets and the stored ones before the fences, so fences still
+// holding an older incarnation than the offsets' always show two IDs. Judgements
 // that compare two observations (Tokens' decrease, Inbox, Liveness, Ownership, the position past
 // the log end, a copy's sequence against the cursor read after it) need a second pass: 'baton audit
 // -once' judges only what one look can show.
@@ -45,7 +50,8 @@
 // Each violation is counted once (baton.audit.violations, attributes check, group, topic,
 // partition), logged at ERROR with its evidence, and listed by [Auditor.Handler]. The auditor
 // never writes: the store is opened read-only ([status.ReadOnly]). Its own load is bounded and
-// counted per pass: a fixed number of statements (plus one bounded read per outbox gap found),
+// counted per pass: a fixed number of statements (plus one per source topic, its stored identity, and one bounded
+// read per outbox gap found),
 // [Config] InboxRows admissions (a page of the keyed table; the pages go round), at most
 // MaxBytes read from the output topics, which are read incrementally from their start. Its
 // memory grows with the inbox entities and the sources observed.
@@ -65,10 +71,12 @@
 //
 // Its reads are not one snapshot: each check reads what can move in the order that keeps a
 // correct member's concurrent write from looking like a violation (the recoveries before the
-// fences, Kafka's offsets before the sink's positions, the outbox cursor before the dead letters
+// fences, Kafka's offsets before the sink's positions, the stored topic IDs before the fences and
+// the brokers' after the offsets, the outbox cursor before the dead letters
 // before the output topics' ends). Where that is not enough it raises false alarms, known and
-// not yet filtered: a topic recreated and held before 'baton topics reset' shows its fences'
-// positions past the new log's end; a Kafka outage on the auditor's side longer than Stall
+// not yet filtered: a topic recreated where no topic ID tells the incarnations apart (brokers
+// without topic IDs, or fences that never stored one) shows its fences' positions past the new
+// log's end; a Kafka outage on the auditor's side longer than Stall
 // followed by new records reads as a stall; an old incarnation's committed offsets left in
 // Kafka after a reset whose first commit failed read as a committed offset ahead; a store URL
 // pointing at a lagging hot standby makes positions, fences and admissions look behind Kafka

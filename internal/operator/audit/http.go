@@ -49,7 +49,8 @@ var page = template.Must(template.New("audit").Parse(`<!doctype html>
 <body><h1>baton audit: group {{.Group}}</h1>
 {{with .Last}}<p>last pass at {{.At.Format "2006-01-02 15:04:05Z07:00"}} took {{.Took}}: {{len .Violations}} violations ({{.New}} new),
 {{.Partitions}} partitions, {{.Queries}} store queries, {{.Requests}} Kafka requests, {{.BytesRead}} bytes read from the output topics, {{.Republished}} re-published copies.</p>
-{{range .Errors}}<p class="bad">source not read: {{.}}</p>{{end}}{{else}}<p>no pass yet</p>{{end}}
+{{range .Errors}}<p class="bad">source not read: {{.}}</p>{{end}}
+{{range .Recreated}}<p>topic {{.Topic}} recreated (topic id stored with the fences {{.StoredID}}, on the brokers {{.BrokerID}}): {{.Fences}} fences not judged against the log until 'baton topics reset'</p>{{end}}{{else}}<p>no pass yet</p>{{end}}
 <h2>violations (first seen, newest first)</h2>
 {{if .Recent}}<table><tr><th>seen</th><th>check</th><th>partition</th><th>what</th><th>evidence</th></tr>
 {{range .Recent}}<tr><td>{{.At.Format "15:04:05"}}</td><td class="bad">{{.Check}}</td><td>{{if .Topic}}{{.Topic}}/{{.Partition}}{{end}}</td><td>{{.What}}</td><td>{{range .Evidence}}{{.Name}}={{.Value}} {{end}}</td></tr>

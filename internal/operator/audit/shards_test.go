@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -124,5 +125,99 @@ func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAuditAcrossShardsRecreatedTopic: two SQLite shards (a is home, the only one storing the
+// topic's identity until a reset) hold the fences of a topic's four partitions at position 8;
+// the topic is recreated empty. The fences of both shards are of the old incarnation: none is
+// judged against the new log, and the report names the topic once with its four fences. Then
+// shard b alone is reset (a router's reset does b first, the home shard last): b's fences, in a
+// new era with no position, are judged again; a's still are not.
+func TestAuditAcrossShardsRecreatedTopic(t *testing.T) {
+	ctx := context.Background()
+	names := []string{"a", "b"}
+	paths := map[string]string{}
+	stores := map[string]shard.Shard[*sql.Tx]{}
+	for _, n := range names {
+		paths[n] = filepath.Join(t.TempDir(), n+".db")
+		s, err := sqlitefence.Open(paths[n])
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		stores[n] = s
+	}
+	pl := shard.SQLite(stores["a"].(*sqlitefence.Store).DB())
+	must(t, pl.Migrate(ctx))
+	must(t, pl.Publish(ctx, shard.Placement{Version: 1, Shards: names}, "two shards"))
+	r, err := shard.New(ctx, "a", stores, pl)
+	must(t, err)
+	brokers := testenv.FakeKafka(t)
+	topic, group := testenv.NewTopic(t, brokers, 4), testenv.UniqueName("audit")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	must(t, err)
+	defer cl.Close()
+	old := topicIdentity(t, cl, topic)
+	_, _, err = r.SeeTopic(ctx, group, topic, old, "first claim")
+	must(t, err)
+	tok := fence.Token{Epoch: 1}
+	onB := 0
+	for p := range int32(4) {
+		k := fence.Key{Group: group, Topic: topic, Partition: p}
+		_, err := r.Claim(ctx, k, tok, "member-1")
+		must(t, err)
+		must(t, r.Apply(ctx, k, tok, 0, 8, func(context.Context, *sql.Tx) error { return nil }))
+		if r.Placement().Shard(k) == "b" {
+			onB++
+		}
+	}
+	if onB == 0 || onB == 4 {
+		t.Fatalf("%d of 4 partitions on shard b: the test needs fences on both shards", onB)
+	}
+	a, err := audit.New(audit.Config{Brokers: brokers, Shards: []status.ShardAddr{{Name: "a", Store: paths["a"]}, {Name: "b", Store: paths["b"]}},
+		Group: group, Topics: []string{topic}, Timeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	must(t, err)
+	defer a.Close()
+	pass := func(when string) *audit.Report {
+		t.Helper()
+		rep, err := a.Pass(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		for _, v := range rep.Violations {
+			t.Errorf("%s: violation: %s", when, v)
+		}
+		return rep
+	}
+	pass("the old incarnation")
+
+	adm := kadm.NewClient(cl)
+	resp, err := adm.DeleteTopics(ctx, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	must(t, err)
+	cr, err := adm.CreateTopic(ctx, 4, 1, nil, topic)
+	if err == nil {
+		err = cr.Err
+	}
+	must(t, err)
+	next := topicIdentity(t, cl, topic)
+	if next.ID == "" || next.ID == old.ID {
+		t.Fatalf("topic recreated as %+v, was %+v", next, old)
+	}
+	want := []audit.RecreatedTopic{{Topic: topic, StoredID: old.ID, BrokerID: next.ID, Fences: 4}}
+	for i := range 2 {
+		recreatedIs(t, pass(fmt.Sprintf("recreated, pass %d", i)), want)
+	}
+
+	b := stores["b"].(*sqlitefence.Store)
+	_, _, err = b.SeeTopic(ctx, group, topic, old, "reset")
+	must(t, err)
+	must(t, b.ResetTopic(ctx, group, topic, old, next, "recreated by the test"))
+	want[0].Fences = 4 - onB
+	for i := range 2 {
+		recreatedIs(t, pass(fmt.Sprintf("shard b reset, pass %d", i)), want)
 	}
 }

@@ -2,9 +2,14 @@ package status
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/sqlident"
@@ -14,7 +19,8 @@ import (
 // one statement (plus the table's existence check), bounded by its arguments, and reads only.
 
 // KafkaState is what the brokers say about a group: its state, its members, each partition's
-// owning member, Kafka's committed offset, high watermark and log start offset.
+// owning member, Kafka's committed offset, high watermark and log start offset, and the topic ID
+// of each topic whose offsets were listed.
 type KafkaState struct {
 	State         string
 	Members       []Member
@@ -22,17 +28,82 @@ type KafkaState struct {
 	Committed     map[fence.Key]int64
 	HighWatermark map[fence.Key]int64
 	LogStart      map[fence.Key]int64
+	// TopicID is each topic's ID (KIP-516, Kafka's text form), read after its offsets: a
+	// topic recreated while they were listed shows its new ID. Absent or "": unknown (a
+	// broker without topic IDs, or a topic gone meanwhile).
+	TopicID map[string]string
 }
 
 // Kafka reads the group's state from the brokers: the group's members and committed offsets,
 // then the end and start offsets of the configured topics, or of the topics the group commits
-// to and extraTopics. It fails with an error wrapping [ErrUnreachable].
+// to and extraTopics, then those topics' IDs (one metadata request more when there are
+// topics). It fails with an error wrapping [ErrUnreachable].
 func (c *Collector) Kafka(ctx context.Context, extraTopics []string) (*KafkaState, error) {
 	v, err := c.readKafka(ctx, extraTopics)
 	if err != nil {
 		return nil, err
 	}
-	return &KafkaState{State: v.state, Members: v.members, Owner: maps.Clone(v.owner), Committed: v.committed, HighWatermark: v.hwm, LogStart: v.start}, nil
+	ids, err := c.topicIDs(ctx, slices.Sorted(maps.Keys(v.topics)))
+	if err != nil {
+		return nil, err
+	}
+	return &KafkaState{State: v.state, Members: v.members, Owner: maps.Clone(v.owner), Committed: v.committed, HighWatermark: v.hwm, LogStart: v.start, TopicID: ids}, nil
+}
+
+// topicIDs reads the IDs of topics from the brokers with a metadata request of its own: the
+// client's cached metadata (kadm's) may be older than the offsets read before.
+func (c *Collector) topicIDs(ctx context.Context, names []string) (map[string]string, error) {
+	ids := map[string]string{}
+	if len(names) == 0 {
+		return ids, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, c.kcl)
+	if err != nil {
+		return nil, errorf(ErrUnreachable, "Kafka at %s: describing %s: %v", c.brokers(), strings.Join(names, ","), err)
+	}
+	for _, t := range resp.Topics {
+		if t.Topic != nil && t.ErrorCode == 0 && t.TopicID != ([16]byte{}) {
+			ids[*t.Topic] = base64.RawURLEncoding.EncodeToString(t.TopicID[:]) // Kafka's text form
+		}
+	}
+	return ids, nil
+}
+
+// TopicIDs returns, for each of topics, the topic ID stored with the group's fences (the
+// incarnation whose offsets their positions are, fence.Topics): a topic with no identity
+// stored, or one stored without an ID, is absent, as is every topic of a store without the
+// topics table. It reads one statement per topic, plus the table's existence check.
+func (s *Store) TopicIDs(ctx context.Context, group string, topics []string) (map[string]string, error) {
+	out := map[string]string{}
+	if len(topics) == 0 {
+		return out, nil
+	}
+	if ok, err := s.tableExists(ctx, s.tables.Fence+"_topics"); err != nil || !ok {
+		return out, err
+	}
+	ts, err := s.topics()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range topics {
+		s.queries.Add(1)
+		h, err := ts.TopicHistory(ctx, group, t)
+		if err != nil {
+			return nil, fmt.Errorf("reading the identity of %s/%s from %s: %w", group, t, s.Describe(), err)
+		}
+		if len(h) > 0 && h[len(h)-1].Identity.ID != "" {
+			out[t] = h[len(h)-1].Identity.ID
+		}
+	}
+	return out, nil
 }
 
 // OutboxCursor is one source partition's outbox cursor with a summary of its pending rows (those

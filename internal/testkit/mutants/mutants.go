@@ -291,6 +291,8 @@ var All = []Mutant{
 		Bug: "the auditor does not compare a fence's claimant with the group's owner, nor look for commits on partitions no fence claims"},
 	{Name: "AuditRetiredFenceJudged", Package: audit, Guards: []string{"TestAuditAcrossShardsRetiredFenceNotJudged"}, Want: `violation: skipped: committed offset ahead of the sink's position .* on shard b`,
 		Bug: "the auditor judges a fence fence/shard retired when its key moved: the position where the key left its shard reads as records skipped"},
+	{Name: "AuditRecreatedTopicJudged", Package: audit, Guards: []string{"TestRecreatedTopicNotJudgedUntilReset/sqlite"}, Want: `violations \[skipped: sink position past the end of the log`,
+		Bug: "the auditor compares the positions of a recreated topic's old incarnation, held until its reset, with the new incarnation's log"},
 }
 
 func init() {
