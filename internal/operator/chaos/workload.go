@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -136,6 +138,51 @@ func (w Workload) ProduceRounds(ctx context.Context, cl *kgo.Client, topic strin
 		}
 		rounds++
 	}
+}
+
+// ackCounter counts the records the harness's producer had acknowledged, per topic and per
+// second since t0: the input the workers had to apply, for the report's backlog. It is the
+// producer's client's hook (kgo.WithHooks).
+type ackCounter struct {
+	t0  time.Time
+	mu  sync.Mutex
+	per map[string][]int64
+}
+
+var _ kgo.HookProduceRecordUnbuffered = (*ackCounter)(nil)
+
+// OnProduceRecordUnbuffered implements kgo.HookProduceRecordUnbuffered: a record the broker
+// acknowledged counts in the second it was acknowledged in; a failed one does not.
+func (a *ackCounter) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if err != nil {
+		return
+	}
+	s := max(int(time.Since(a.t0)/time.Second), 0)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.per == nil {
+		a.per = map[string][]int64{}
+	}
+	c := a.per[r.Topic]
+	if len(c) <= s {
+		c = append(c, make([]int64, s+1-len(c))...)
+	}
+	c[s]++
+	a.per[r.Topic] = c
+}
+
+// counts returns a copy of the counts so far (nil for a nil counter).
+func (a *ackCounter) counts() map[string][]int64 {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string][]int64, len(a.per))
+	for t, c := range a.per {
+		out[t] = slices.Clone(c)
+	}
+	return out
 }
 
 // Schema returns the workload's tables for a dialect: the per-key state the handler folds the

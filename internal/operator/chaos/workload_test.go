@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
@@ -195,5 +196,50 @@ func TestWorkloadShardCopyKeepsProducedTime(t *testing.T) {
 	}
 	if got, want := appliedProduced(t, db), []int64{4200, 0}; !slices.Equal(got, want) {
 		t.Errorf("produced_ms %v, want %v", got, want)
+	}
+}
+
+// The producer's hook counts each record the broker acknowledged, per topic, in the second
+// since the run's start it was acknowledged in; a record that failed does not count.
+func TestWorkloadAckCounter(t *testing.T) {
+	a := &ackCounter{t0: time.Now().Add(-3 * time.Second)}
+	a.OnProduceRecordUnbuffered(&kgo.Record{Topic: "t"}, nil)
+	a.OnProduceRecordUnbuffered(&kgo.Record{Topic: "t"}, nil)
+	a.OnProduceRecordUnbuffered(&kgo.Record{Topic: "t"}, context.DeadlineExceeded)
+	a.OnProduceRecordUnbuffered(&kgo.Record{Topic: "u"}, nil)
+	got := a.counts()
+	if !slices.Equal(got["t"], []int64{0, 0, 0, 2}) || !slices.Equal(got["u"], []int64{0, 0, 0, 1}) || len(got) != 2 {
+		t.Errorf("counts %v, want t: 2 and u: 1 in second 3", got)
+	}
+	got["t"][3] = 99
+	if a.counts()["t"][3] != 2 {
+		t.Error("counts shares its slices with the counter")
+	}
+	if (*ackCounter)(nil).counts() != nil {
+		t.Error("a nil counter counts something")
+	}
+
+	// As a client's hook, it counts what Produce got acknowledged.
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "chaos"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	b := &ackCounter{t0: time.Now()}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cluster.ListenAddrs()...), kgo.WithHooks(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	w := Workload{Keys: 5, PerKey: 4}
+	if err := w.Produce(context.Background(), cl, "chaos", 0, w.Total(), 0); err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, c := range b.counts()["chaos"] {
+		n += c
+	}
+	if n != int64(w.Total()) {
+		t.Errorf("%d records counted, want %d", n, w.Total())
 	}
 }
