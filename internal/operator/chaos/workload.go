@@ -188,11 +188,12 @@ func (a *ackCounter) counts() map[string][]int64 {
 // Schema returns the workload's tables for a dialect: the per-key state the handler folds the
 // records into, the log of applied batches (one row per committed batch, written in the same
 // transaction: its offsets, token, worker, when it committed, at_ms, and when its oldest
-// record was produced, produced_ms, the record's Kafka timestamp; 0 where unknown), the log of write attempts (written outside it, so refused attempts are seen),
-// the log of injected faults, and what the topic faults (faults_topic.go) changed: each
-// recreation or growth of a source topic with when it happened and when the harness, as the
-// operator, released it (chaos_topic_changes), and the era each partition's new incarnation
-// starts at (chaos_incarnations).
+// record was produced, produced_ms, the record's Kafka timestamp, 0 where unknown), the log
+// of write attempts (written outside it, so refused attempts are seen), the log of injected
+// faults, and what the topic faults (faults_topic.go) changed: each recreation or growth of a
+// source topic with when it happened and when the harness, as the operator, released it
+// (chaos_topic_changes), and the era each partition's new incarnation starts at
+// (chaos_incarnations).
 func Schema(d Dialect) string {
 	id := "BIGSERIAL PRIMARY KEY"
 	if d == SQLite {
