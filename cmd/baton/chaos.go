@@ -21,8 +21,8 @@ func chaosCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlagSet("chaos", "[flags]", `A chaos run: worker processes of a Baton application against a real Kafka and PostgreSQL
 (and Redis for -mode lock), faults injected while a keyed stream is produced, then a checker
 reads what landed. Writes the verdict table to -report/MODE-verdict.txt and the report to
--report/MODE/: index.html (the verdict, a summary of the faults, refused writes and progress over
-time, links to the rest), lanes-NN.svg (a timeline of 16 partitions each) and faults.html (every
+-report/MODE/: index.html (the verdict, a summary of the faults, refused writes, backlog and apply
+lag over time, links to the rest), lanes-NN.svg (a timeline of 16 partitions each) and faults.html (every
 fault). Exits 1 when an invariant is violated.
 
 With -overlap N (N > 1) up to N faults run at once on disjoint targets (what each kind holds,

@@ -42,9 +42,10 @@ type Workload interface {
 // Env is what a [Workload] is told about a run.
 //
 // Besides the workload's own tables, the run's database holds the harness's: chaos_applied
-// (one row per committed batch: topic, part, era, epoch, worker, first_off, last_off, at_ms)
-// and chaos_attempts (one row per write attempt, with its outcome and whether its writer was
-// a frozen worker taken over: zombie).
+// (one row per committed batch: topic, part, era, epoch, worker, first_off, last_off, at_ms,
+// and produced_ms, the Kafka timestamp of the batch's oldest record) and chaos_attempts (one
+// row per write attempt, with its outcome and whether its writer was a frozen worker taken
+// over: zombie).
 type Env struct {
 	Fenced      bool   // the consumers run under Baton's fence (false: -unfenced, Kafka's assignment alone)
 	DB          DB     // the run's database, for statements outside a handler and for checks

@@ -59,6 +59,6 @@
 //
 // Reports: [WriteVerdict] writes the verdict table; [WriteReport] writes a directory a person
 // can read at any run size (index.html with the verdict and a summary drawing of faults,
-// refused writes and progress per time step, a timeline file per 16 partitions, the fault
-// list); [WriteTimeline] draws the whole run as one SVG, which suits a short run.
+// refused writes, progress, backlog and apply lag per time step, a timeline file per 16
+// partitions, the fault list); [WriteTimeline] draws the whole run as one SVG, which suits a short run.
 package chaos

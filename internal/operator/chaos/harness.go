@@ -205,6 +205,10 @@ type Result struct {
 	Schedule    []ScheduledFault
 	Concurrent  int
 	MaxInFlight int
+
+	// acked counts, per topic, the records the harness's producer had acknowledged in each
+	// second since Started (nil when not counted), for the report's backlog.
+	acked map[string][]int64
 }
 
 // Fault is one injected fault, as logged.
@@ -258,6 +262,8 @@ type harness struct {
 	primed  bool      // the coordinator's log was filled (LoadFiller)
 	net     *netLayer // the workers' network namespaces, for the network faults (faults_net.go)
 	shards  *shardRun // the sharded sink, with Config.ShardURLs (sharded.go)
+
+	acks *ackCounter // the records the harness's client produced, as acknowledged
 }
 
 func (c *Config) defaults() error {
@@ -392,6 +398,7 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 		return nil, err
 	}
 	h := &harness{cfg: cfg, db: db, rng: rand.New(rand.NewSource(cfg.Seed)), procs: map[string]*proc{}, t0: time.Now()}
+	h.acks = &ackCounter{t0: h.t0}
 	// AlwaysRetryEOF: a restarting broker closes connections during the handshake, which
 	// franz-go otherwise takes for a TLS/SASL misconfiguration and does not retry.
 	// UnknownTopicRetries(-1): the run's topics exist (created, or recreated by topic-recreate,
@@ -399,7 +406,7 @@ func Run(ctx context.Context, cfg Config, db DB) (*Result, error) {
 	// default fails the records after 4 (seen on a loaded machine: the producer stopped).
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ProducerLinger(5 * time.Millisecond),
 		kgo.RecordRetries(1 << 30), kgo.RequestRetries(1 << 20), kgo.RetryTimeout(5 * time.Minute), kgo.AlwaysRetryEOF(),
-		kgo.UnknownTopicRetries(-1)}, cfg.Kafka...)...)
+		kgo.UnknownTopicRetries(-1), kgo.WithHooks(h.acks)}, cfg.Kafka...)...)
 	if err != nil {
 		return nil, err
 	}

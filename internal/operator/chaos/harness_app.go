@@ -93,6 +93,7 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	res.Audit = finishAudit()
 	h.stopAll()
 	res.Faults = h.faults
+	res.acked = h.acks.counts()
 	if err := h.mirrorRedis(context.WithoutCancel(ctx)); err != nil {
 		return res, err
 	}

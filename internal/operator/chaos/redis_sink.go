@@ -136,19 +136,43 @@ func (h *harness) mirrorRedis(ctx context.Context) error {
 		return err
 	}
 	for _, m := range log {
-		var v [6]int64
-		for i, f := range []string{"part", "first", "last", "era", "epoch", "at_ms"} {
-			if v[i], err = strconv.ParseInt(field(m, f), 10, 64); err != nil {
-				return fmt.Errorf("chaos: the Redis sink's applied log, entry %s: %s: %w", m.ID, f, err)
-			}
+		r, err := parseRedisApplied(m)
+		if err != nil {
+			return err
 		}
-		if err := h.db.Exec(ctx, `INSERT INTO chaos_applied (topic, part, first_off, last_off, era, epoch, worker, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			field(m, "topic"), v[0], v[1], v[2], v[3], v[4], field(m, "worker"), v[5]); err != nil {
+		if err := h.db.Exec(ctx, `INSERT INTO chaos_applied (topic, part, first_off, last_off, era, epoch, worker, at_ms, produced_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			r.topic, r.part, r.first, r.last, r.era, r.epoch, r.worker, r.at, r.produced); err != nil {
 			return err
 		}
 	}
 	h.progress("copied the Redis sink's state (%d keys) and applied log (%d batches) for the check", len(state), len(log))
 	return nil
+}
+
+// redisApplied returns the fields of a batch's entry in the sink's applied log.
+func redisApplied(topic string, part int32, tok fence.Token, worker string, recs []*kgo.Record, atMS int64) []string {
+	return []string{"topic", topic, "part", strconv.Itoa(int(part)),
+		"first", strconv.FormatInt(recs[0].Offset, 10), "last", strconv.FormatInt(recs[len(recs)-1].Offset, 10),
+		"era", strconv.FormatInt(tok.Era, 10), "epoch", strconv.FormatInt(tok.Epoch, 10),
+		"worker", worker, "at_ms", strconv.FormatInt(atMS, 10), "produced_ms", strconv.FormatInt(producedMS(recs), 10)}
+}
+
+// parseRedisApplied reads an entry of the sink's applied log (an entry without produced_ms
+// has it 0, unknown).
+func parseRedisApplied(m redis.XMessage) (appliedRow, error) {
+	var v [7]int64
+	for i, f := range []string{"part", "first", "last", "era", "epoch", "at_ms", "produced_ms"} {
+		s := field(m, f)
+		if s == "" && f == "produced_ms" {
+			continue
+		}
+		var err error
+		if v[i], err = strconv.ParseInt(s, 10, 64); err != nil {
+			return appliedRow{}, fmt.Errorf("chaos: the Redis sink's applied log, entry %s: %s: %w", m.ID, f, err)
+		}
+	}
+	return appliedRow{topic: field(m, "topic"), worker: field(m, "worker"), part: int32(v[0]),
+		first: v[1], last: v[2], era: v[3], epoch: v[4], at: v[5], produced: v[6]}, nil
 }
 
 func field(m redis.XMessage, name string) string {
@@ -258,15 +282,13 @@ func foldRedis(ctx context.Context, c *redis.Client, tx *redisfence.Tx, k redisK
 		fv = append(fv, key, states[key].String())
 	}
 	tx.HSet(k.state, fv...)
-	tx.XAdd(k.applied, "topic", recs[0].Topic, "part", strconv.Itoa(int(part)),
-		"first", strconv.FormatInt(recs[0].Offset, 10), "last", strconv.FormatInt(recs[len(recs)-1].Offset, 10),
-		"era", strconv.FormatInt(tok.Era, 10), "epoch", strconv.FormatInt(tok.Epoch, 10),
-		"worker", worker, "at_ms", strconv.FormatInt(time.Now().UnixMilli(), 10))
+	tx.XAdd(k.applied, redisApplied(recs[0].Topic, part, tok, worker, recs, time.Now().UnixMilli())...)
 	return nil
 }
 
 // liveApplied is the Redis worker's sink: attemptSink, keeping the store's topic identities,
-// and after each acknowledged batch its row in chaos_applied, the harness's live view.
+// and after each acknowledged batch its row in chaos_applied, the harness's live view (which
+// does not see the records: produced_ms stays 0 there until mirrorRedis copies the log).
 type liveApplied struct {
 	fence.Sink[*redisfence.Tx]
 	fence.Topics

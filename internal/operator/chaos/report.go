@@ -182,6 +182,7 @@ type committedBatch struct {
 	atMS, era, epoch int64
 	who              string
 	records          int64
+	producedMS       int64 // when its oldest record was produced; 0 if unknown
 }
 
 // writeAttempt is a write attempt that did not simply commit (or a zombie's that did), as
@@ -203,13 +204,13 @@ type runData struct {
 
 func readRun(ctx context.Context, db DB) (runData, error) {
 	var d runData
-	rows, err := db.Query(ctx, `SELECT topic, part, at_ms, era, epoch, worker, last_off - first_off + 1 FROM chaos_applied ORDER BY id`)
+	rows, err := db.Query(ctx, `SELECT topic, part, at_ms, era, epoch, worker, last_off - first_off + 1, produced_ms FROM chaos_applied ORDER BY id`)
 	if err != nil {
 		return d, err
 	}
 	for rows.Next() {
 		var b committedBatch
-		if err := rows.Scan(&b.topic, &b.part, &b.atMS, &b.era, &b.epoch, &b.who, &b.records); err != nil {
+		if err := rows.Scan(&b.topic, &b.part, &b.atMS, &b.era, &b.epoch, &b.who, &b.records, &b.producedMS); err != nil {
 			rows.Close()
 			return d, err
 		}

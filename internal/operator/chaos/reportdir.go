@@ -34,10 +34,15 @@ const (
 //
 //   - index.html: the verdict, a summary drawing (faults started per step and kind, proven or
 //     not; faults in flight; zombie writes refused, aborted or committed; writes refused as stale
-//     and failed; records applied, partitions stalled and workers committing), and links to the
-//     rest; a run of at
-//     most 16 partitions has its one lane file drawn there too. Self-contained: no script, no
-//     network.
+//     and failed; records applied, the backlog, the apply lag and workers committing), and links
+//     to the rest; a run of at most 16 partitions has its one lane file drawn there too.
+//     Self-contained: no script, no network.
+//
+// The backlog is, at each step's end, the records the harness's producer had acknowledged
+// minus those applied (of the topics it produced; drawn when the run counted them). The apply
+// lag is, per step, the largest of its committed batches' lags: the commit's time minus the
+// Kafka timestamp of the batch's oldest record. A stalled partition adds to the backlog while
+// it stalls; its lag shows in the step its backlog commits.
 //   - summary.svg: the summary drawing on its own.
 //   - lanes-NN.svg: the timeline of up to 16 partitions each (batches coloured by token, refused
 //     writes, freezes), under a strip of the faults, each linked to its row of faults.html.
@@ -261,14 +266,15 @@ func summarize(r *Result, d runData) timeline.Summary {
 		timeline.Row{Label: "writes failed (errors)", Note: fmt.Sprintf("%d", nFailed), Height: 24,
 			Parts: []timeline.Part{{Name: "failed", Colour: "#b07aa1", Counts: failed}}})
 
-	// Progress: records applied, and partitions stalled (no commit in the step though they
-	// commit later: a backlog waiting). The harness does not record when each record was
-	// produced, so the stalled partitions stand for the apply lag.
-	recs, writers := per(), per()
+	// Progress: records applied; the backlog, what the harness's producer had acknowledged
+	// and was not applied yet; and the apply lag. A stalled partition adds to the backlog while
+	// it stalls, and its lag shows when its backlog commits.
+	recs, writers, lag := per(), per(), per()
 	var nRecs int64
-	lastAt := map[lane]int{}
-	active := map[lane][]bool{}
-	wrote := map[string][]bool{} // per worker, the steps it committed in
+	var lagSteps []int64            // the lag of each step with a batch whose production is known
+	lagKnown := make([]bool, steps) // the step has such a batch
+	input := per()                  // records applied of the topics the harness produced
+	wrote := map[string][]bool{}    // per worker, the steps it committed in
 	for _, b := range d.applied {
 		i := atMS(b.atMS)
 		recs[i] += b.records
@@ -280,33 +286,71 @@ func summarize(r *Result, d runData) timeline.Summary {
 			wrote[b.who][i] = true
 			writers[i]++
 		}
-		lastAt[b.lane] = max(lastAt[b.lane], i)
-		if active[b.lane] == nil {
-			active[b.lane] = make([]bool, steps)
+		if b.producedMS > 0 {
+			lag[i] = max(lag[i], b.atMS-b.producedMS)
+			lagKnown[i] = true
 		}
-		active[b.lane][i] = true
+		if _, ok := r.acked[b.topic]; ok {
+			input[i] += b.records
+		}
 	}
-	stalled := per()
-	var worst int64
-	for l, last := range lastAt {
-		first := slices.Index(active[l], true)
-		for i := first + 1; i < last; i++ {
-			if !active[l][i] {
-				stalled[i]++
+	for i, known := range lagKnown {
+		if known {
+			lagSteps = append(lagSteps, lag[i])
+		}
+	}
+	s.Rows = append(s.Rows, timeline.Row{Heading: "Progress (a stalled partition adds to the backlog while it stalls, and shows as apply lag in the step its backlog commits)",
+		Label: "records applied", Note: fmt.Sprintf("%d", nRecs), Height: 36,
+		Parts: []timeline.Part{{Name: "records applied", Colour: "#4e79a7", Counts: recs}}})
+	if r.acked != nil {
+		// At each step's end: acknowledged so far minus applied so far. A record applied
+		// twice (the baselines) counts twice, so the backlog never reads below 0.
+		produced := per()
+		for _, c := range r.acked {
+			for sec, n := range c {
+				produced[at(from.Add(time.Duration(sec)*time.Second))] += n
 			}
 		}
+		backlog := per()
+		var acked, done, most int64
+		for i := range steps {
+			acked, done = acked+produced[i], done+input[i]
+			backlog[i] = max(acked-done, 0)
+			most = max(most, backlog[i])
+		}
+		s.Rows = append(s.Rows, timeline.Row{Label: "backlog (records)", Note: fmt.Sprintf("at most %d; %d at the end", most, backlog[steps-1]), Height: 30,
+			Parts: []timeline.Part{{Name: "records produced and not yet applied at the step's end", Colour: "#f28e2b", Counts: backlog}}})
 	}
-	for _, n := range stalled {
-		worst = max(worst, n)
+	note := "not recorded"
+	if len(lagSteps) > 0 {
+		note = fmt.Sprintf("worst %s; median of steps %s", seconds(slices.Max(lagSteps)), seconds(median(lagSteps)))
 	}
 	s.Rows = append(s.Rows,
-		timeline.Row{Label: "records applied", Note: fmt.Sprintf("%d", nRecs), Height: 36,
-			Parts: []timeline.Part{{Name: "records applied", Colour: "#4e79a7", Counts: recs}}},
-		timeline.Row{Label: "partitions stalled", Note: fmt.Sprintf("at most %d of %d", worst, len(lastAt)), Height: 36,
-			Parts: []timeline.Part{{Name: "partitions with no commit in the step that commit later", Colour: "#e15759", Counts: stalled}}},
+		timeline.Row{Label: "apply lag (largest)", Note: note, Height: 30,
+			Parts: []timeline.Part{{Name: "ms", Colour: "#e15759", Counts: lag, Text: func(n int64) string {
+				return "largest apply lag " + seconds(n) + " (a batch's commit minus its oldest record's production)"
+			}}}},
 		timeline.Row{Label: "workers committing", Note: fmt.Sprintf("%d workers in all", len(wrote)), Height: 24,
 			Parts: []timeline.Part{{Name: "workers that committed in the step", Colour: "#76b7b2", Counts: writers}}})
 	return s
+}
+
+// seconds says a duration in milliseconds in seconds: 0.25 s, 12.3 s.
+func seconds(ms int64) string {
+	if ms < 10_000 {
+		return fmt.Sprintf("%.2f s", float64(ms)/1000)
+	}
+	return fmt.Sprintf("%.1f s", float64(ms)/1000)
+}
+
+// median returns the median of ns (the mean of the middle two of an even count).
+func median(ns []int64) int64 {
+	s := slices.Sorted(slices.Values(ns))
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
 }
 
 // inFlight returns, per step, the most faults in flight at any one instant of it: a sweep over

@@ -21,7 +21,8 @@ import (
 
 // syntheticRun is a run of the given size with no services: faults of a dozen kinds spread
 // over span (some overlapping, a third unproven), every partition committing a batch every few
-// seconds under a token that changes with takeovers, and refused, failed and zombie writes.
+// seconds under a token that changes with takeovers, its records produced up to a few seconds
+// earlier (and acknowledged then), and refused, failed and zombie writes.
 func syntheticRun(faults, partitions int, span time.Duration) (*Result, runData) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -41,6 +42,7 @@ func syntheticRun(faults, partitions int, span time.Duration) (*Result, runData)
 		})
 	}
 	var d runData
+	r.acked = map[string][]int64{"chaos": make([]int64, int(span/time.Second)+1)}
 	every := 4 * time.Second
 	for p := range partitions {
 		epoch := int64(1)
@@ -50,8 +52,14 @@ func syntheticRun(faults, partitions int, span time.Duration) (*Result, runData)
 				d.attempts = append(d.attempts, writeAttempt{lane: lane{"chaos", int32(p)}, atMS: at.UnixMilli(), who: "w" + strconv.Itoa(rng.IntN(40)),
 					outcome: OutcomeStale, zombie: rng.IntN(2) == 0, era: 0, epoch: epoch - 1})
 			}
-			d.applied = append(d.applied, committedBatch{lane: lane{"chaos", int32(p)}, atMS: at.UnixMilli(), era: 0, epoch: epoch,
-				who: "w" + strconv.FormatInt(epoch%40, 10), records: 1 + rng.Int64N(20)})
+			produced := at.Add(-time.Duration(100+rng.Int64N(3000)) * time.Millisecond)
+			if produced.Before(start) {
+				produced = start
+			}
+			b := committedBatch{lane: lane{"chaos", int32(p)}, atMS: at.UnixMilli(), era: 0, epoch: epoch,
+				who: "w" + strconv.FormatInt(epoch%40, 10), records: 1 + rng.Int64N(20), producedMS: produced.UnixMilli()}
+			d.applied = append(d.applied, b)
+			r.acked["chaos"][produced.Sub(start)/time.Second] += b.records
 		}
 	}
 	return r, d
@@ -201,6 +209,9 @@ func TestReportSummaryCounts(t *testing.T) {
 	got := map[string]map[string]int{} // row label → part name → sum over the bars' tooltips
 	tip := regexp.MustCompile(`<title>([^<,]+), \+[\d:.]+–\+[\d:.]+: ([^<]+)</title>`)
 	for _, m := range tip.FindAllStringSubmatch(b.String(), -1) {
+		if m[1] == lagRow { // a duration, not a count: TestReportSummaryApplyLag
+			continue
+		}
 		if got[m[1]] == nil {
 			got[m[1]] = map[string]int{}
 		}
@@ -247,6 +258,135 @@ func TestReportSummaryCounts(t *testing.T) {
 	}
 	if n := got["workers committing"]["workers that committed in the step"]; n != len(seen) {
 		t.Errorf("workers committing sum to %d over the steps, want %d", n, len(seen))
+	}
+}
+
+// The summary's progress rows, by label.
+const (
+	lagRow     = "apply lag (largest)"
+	backlogRow = "backlog (records)"
+)
+
+// stallRun is a ten-minute run (steps of 5 s) with known production and commit times: in step 2
+// three batches whose lags are 0.3, 2 and 0.5 s (the largest neither the first nor the last),
+// in step 3 one whose production is unknown, in step 12 a partition's backlog produced in
+// step 4 committing after a stall (41 s) with another batch of 0.3 s, and in step 20 one of
+// 0.8 s. A batch of another topic (commands, say), whose lag is 1 s, commits in step 5. The
+// producer's acknowledgements cover every batch of topic t, and 9 records more that are never
+// applied.
+func stallRun() (*Result, runData) {
+	start := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ms := func(s float64) int64 { return start.Add(time.Duration(s * float64(time.Second))).UnixMilli() }
+	r := &Result{Config: Config{Mode: Fenced, Workers: 3}, Started: start, Finished: start.Add(10 * time.Minute), Settled: true}
+	batch := func(topic string, part int32, produced, committed float64, records int64) committedBatch {
+		b := committedBatch{lane: lane{topic, part}, atMS: ms(committed), epoch: 1, who: "w1", records: records}
+		if produced > 0 {
+			b.producedMS = ms(produced)
+		}
+		return b
+	}
+	d := runData{applied: []committedBatch{
+		batch("t", 0, 10.0, 10.3, 10),
+		batch("t", 1, 9.0, 11.0, 5),
+		batch("t", 2, 11.5, 12.0, 4),
+		batch("t", 0, 0, 16.0, 6),
+		batch("cmd", 0, 25.0, 26.0, 50),
+		batch("t", 3, 20.0, 61.0, 7),
+		batch("t", 0, 60.9, 61.2, 3),
+		batch("t", 1, 100.0, 100.8, 2),
+	}}
+	acked := make([]int64, 111)
+	for sec, n := range map[int]int64{9: 5, 10: 10, 11: 4, 15: 6, 20: 7, 60: 3, 100: 2, 110: 9} {
+		acked[sec] = n
+	}
+	r.acked = map[string][]int64{"t": acked}
+	return r, d
+}
+
+// summaryRow returns the summary's row labelled label, failing the test without one.
+func summaryRow(t *testing.T, s timeline.Summary, label string) timeline.Row {
+	t.Helper()
+	for _, row := range s.Rows {
+		if row.Label == label {
+			return row
+		}
+	}
+	t.Fatalf("the summary has no row %q", label)
+	return timeline.Row{}
+}
+
+// The apply lag of a step is the largest of its batches' commit time minus their oldest
+// record's production, drawn in the step the batch committed (a stall's lag where its backlog
+// commits); a batch whose production is unknown adds none. The note gives the worst and the
+// median of the steps that have one, and the tooltips say the lag in seconds.
+func TestReportSummaryApplyLag(t *testing.T) {
+	r, d := stallRun()
+	s := summarize(r, d)
+	if s.StepMS != 5000 || s.Steps != 120 {
+		t.Fatalf("steps of %d ms, %d of them; want 5 s, 120", s.StepMS, s.Steps)
+	}
+	row := summaryRow(t, s, lagRow)
+	want := make([]int64, 120)
+	want[2], want[5], want[12], want[20] = 2000, 1000, 41000, 800
+	if got := row.Parts[0].Counts; !slices.Equal(got, want) {
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("step %d: lag %d ms, want %d", i, got[i], want[i])
+			}
+		}
+	}
+	// The median of 0.8, 1, 2 and 41 s: the mean of the middle two.
+	if row.Note != "worst 41.0 s; median of steps 1.50 s" {
+		t.Errorf("note %q, want the worst 41.0 s and the median 1.50 s", row.Note)
+	}
+	var b strings.Builder
+	if err := timeline.WriteSummary(&b, s); err != nil {
+		t.Fatal(err)
+	}
+	if tip := lagRow + ", +1:00–+1:05: largest apply lag 41.0 s"; !strings.Contains(b.String(), tip) {
+		t.Errorf("summary lacks the tooltip %q", tip)
+	}
+
+	// Without any batch's production known, the row says so and draws nothing.
+	for i := range d.applied {
+		d.applied[i].producedMS = 0
+	}
+	row = summaryRow(t, summarize(r, d), lagRow)
+	if row.Note != "not recorded" || slices.Max(row.Parts[0].Counts) != 0 {
+		t.Errorf("without production times: note %q, lags %v; want not recorded, none", row.Note, row.Parts[0].Counts)
+	}
+}
+
+// The backlog at a step's end is what the producer had acknowledged by then minus what was
+// applied of its topics by then: a stalled partition's records wait in it until they commit,
+// records never applied stay to the end, and another topic's batches do not count. A run
+// that did not count its acknowledgements has no backlog row.
+func TestReportSummaryBacklog(t *testing.T) {
+	r, d := stallRun()
+	row := summaryRow(t, summarize(r, d), backlogRow)
+	want := make([]int64, 120)
+	want[1] = 5
+	for i := 4; i < 12; i++ {
+		want[i] = 7
+	}
+	for i := 22; i < 120; i++ {
+		want[i] = 9
+	}
+	if got := row.Parts[0].Counts; !slices.Equal(got, want) {
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("step %d: backlog %d, want %d", i, got[i], want[i])
+			}
+		}
+	}
+	if row.Note != "at most 9; 9 at the end" {
+		t.Errorf("note %q, want at most 9; 9 at the end", row.Note)
+	}
+	r.acked = nil
+	for _, row := range summarize(r, d).Rows {
+		if row.Label == backlogRow {
+			t.Error("a run without acknowledgements counted has a backlog row")
+		}
 	}
 }
 
@@ -304,6 +444,9 @@ func reportFromDatabase(t *testing.T, db DB) {
 	applied(t, db, 0, 0, 9, 0, 1, "w1", ms(10))
 	applied(t, db, 0, 10, 19, 0, 2, "w2", ms(40))
 	applied(t, db, 17, 0, 4, 0, 1, "w3", ms(50))
+	if err := db.Exec(ctx, `UPDATE chaos_applied SET produced_ms = $1 WHERE part = 17`, ms(50)-2500); err != nil {
+		t.Fatal(err)
+	}
 	for _, a := range []struct {
 		outcome string
 		zombie  bool
@@ -332,7 +475,7 @@ func reportFromDatabase(t *testing.T, db DB) {
 		t.Error("a committed write is drawn as refused")
 	}
 	sum := read(t, filepath.Join(dir, ReportSummary))
-	for _, want := range []string{"1 refused, 0 aborted, 0 committed", ">25<" /* records applied */, "1 (1 proven)"} {
+	for _, want := range []string{"1 refused, 0 aborted, 0 committed", ">25<" /* records applied */, "1 (1 proven)", "worst 2.50 s; median of steps 2.50 s"} {
 		if !strings.Contains(sum, want) {
 			t.Errorf("summary lacks %q", want)
 		}

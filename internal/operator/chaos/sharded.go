@@ -243,16 +243,17 @@ type appliedRow struct {
 	topic, worker               string
 	part                        int32
 	first, last, era, epoch, at int64
+	produced                    int64 // produced_ms
 }
 
-const appliedCols = `id, topic, part, first_off, last_off, era, epoch, worker, at_ms`
+const appliedCols = `id, topic, part, first_off, last_off, era, epoch, worker, at_ms, produced_ms`
 
 func scanApplied(rows pgx.Rows) ([]appliedRow, error) {
 	defer rows.Close()
 	var out []appliedRow
 	for rows.Next() {
 		var r appliedRow
-		if err := rows.Scan(&r.id, &r.topic, &r.part, &r.first, &r.last, &r.era, &r.epoch, &r.worker, &r.at); err != nil {
+		if err := rows.Scan(&r.id, &r.topic, &r.part, &r.first, &r.last, &r.era, &r.epoch, &r.worker, &r.at, &r.produced); err != nil {
 			return nil, err
 		}
 		out = append(out, r)
@@ -269,18 +270,18 @@ func (h *harness) insertApplied(ctx context.Context, rows []appliedRow) error {
 		topics, workers             []string
 		parts                       []int32
 		firsts, lasts, eras, epochs []int64
-		ats, ords                   []int64
+		ats, produced, ords         []int64
 	)
 	for i, r := range rows {
 		topics, workers, parts = append(topics, r.topic), append(workers, r.worker), append(parts, r.part)
 		firsts, lasts, eras, epochs = append(firsts, r.first), append(lasts, r.last), append(eras, r.era), append(epochs, r.epoch)
-		ats, ords = append(ats, r.at), append(ords, int64(i))
+		ats, produced, ords = append(ats, r.at), append(produced, r.produced), append(ords, int64(i))
 	}
-	return h.db.Exec(ctx, `INSERT INTO chaos_applied (topic, part, first_off, last_off, era, epoch, worker, at_ms)
-SELECT topic, part, first_off, last_off, era, epoch, worker, at_ms
-FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[])
-	AS r(topic, part, first_off, last_off, era, epoch, worker, at_ms, ord)
-ORDER BY ord`, topics, parts, firsts, lasts, eras, epochs, workers, ats, ords)
+	return h.db.Exec(ctx, `INSERT INTO chaos_applied (topic, part, first_off, last_off, era, epoch, worker, at_ms, produced_ms)
+SELECT topic, part, first_off, last_off, era, epoch, worker, at_ms, produced_ms
+FROM unnest($1::text[], $2::int[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[], $7::text[], $8::bigint[], $9::bigint[], $10::bigint[])
+	AS r(topic, part, first_off, last_off, era, epoch, worker, at_ms, produced_ms, ord)
+ORDER BY ord`, topics, parts, firsts, lasts, eras, epochs, workers, ats, produced, ords)
 }
 
 // copyApplied copies shard i's batches not copied yet into the run's chaos_applied. Ids are

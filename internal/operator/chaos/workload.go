@@ -5,7 +5,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -138,13 +140,60 @@ func (w Workload) ProduceRounds(ctx context.Context, cl *kgo.Client, topic strin
 	}
 }
 
+// ackCounter counts the records the harness's producer had acknowledged, per topic and per
+// second since t0: the input the workers had to apply, for the report's backlog. It is the
+// producer's client's hook (kgo.WithHooks).
+type ackCounter struct {
+	t0  time.Time
+	mu  sync.Mutex
+	per map[string][]int64
+}
+
+var _ kgo.HookProduceRecordUnbuffered = (*ackCounter)(nil)
+
+// OnProduceRecordUnbuffered implements kgo.HookProduceRecordUnbuffered: a record the broker
+// acknowledged counts in the second it was acknowledged in; a failed one does not.
+func (a *ackCounter) OnProduceRecordUnbuffered(r *kgo.Record, err error) {
+	if err != nil {
+		return
+	}
+	s := max(int(time.Since(a.t0)/time.Second), 0)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.per == nil {
+		a.per = map[string][]int64{}
+	}
+	c := a.per[r.Topic]
+	if len(c) <= s {
+		c = append(c, make([]int64, s+1-len(c))...)
+	}
+	c[s]++
+	a.per[r.Topic] = c
+}
+
+// counts returns a copy of the counts so far (nil for a nil counter).
+func (a *ackCounter) counts() map[string][]int64 {
+	if a == nil {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[string][]int64, len(a.per))
+	for t, c := range a.per {
+		out[t] = slices.Clone(c)
+	}
+	return out
+}
+
 // Schema returns the workload's tables for a dialect: the per-key state the handler folds the
 // records into, the log of applied batches (one row per committed batch, written in the same
-// transaction), the log of write attempts (written outside it, so refused attempts are seen),
-// the log of injected faults, and what the topic faults (faults_topic.go) changed: each
-// recreation or growth of a source topic with when it happened and when the harness, as the
-// operator, released it (chaos_topic_changes), and the era each partition's new incarnation
-// starts at (chaos_incarnations).
+// transaction: its offsets, token, worker, when it committed, at_ms, and when its oldest
+// record was produced, produced_ms, the record's Kafka timestamp, 0 where unknown), the log
+// of write attempts (written outside it, so refused attempts are seen), the log of injected
+// faults, and what the topic faults (faults_topic.go) changed: each recreation or growth of a
+// source topic with when it happened and when the harness, as the operator, released it
+// (chaos_topic_changes), and the era each partition's new incarnation starts at
+// (chaos_incarnations).
 func Schema(d Dialect) string {
 	id := "BIGSERIAL PRIMARY KEY"
 	if d == SQLite {
@@ -167,7 +216,8 @@ CREATE TABLE IF NOT EXISTS chaos_applied (
 	era BIGINT NOT NULL,
 	epoch BIGINT NOT NULL,
 	worker TEXT NOT NULL,
-	at_ms BIGINT NOT NULL
+	at_ms BIGINT NOT NULL,
+	produced_ms BIGINT NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS chaos_attempts (
 	id ` + id + `,
@@ -213,7 +263,8 @@ CREATE TABLE IF NOT EXISTS chaos_faults (
 );`
 }
 
-// Migrate creates the workload's tables.
+// Migrate creates the workload's tables, and adds to a table an older Migrate created the
+// columns it lacks (chaos_applied's produced_ms).
 func Migrate(ctx context.Context, db DB) error {
 	if db.Dialect() == SQLite {
 		// One statement per Exec: database/sql drivers differ on multi-statement strings.
@@ -222,9 +273,20 @@ func Migrate(ctx context.Context, db DB) error {
 				return fmt.Errorf("chaos: migrate: %w", err)
 			}
 		}
+		// SQLite's ALTER TABLE has no IF NOT EXISTS: look for the column first.
+		var n int
+		if err := db.QueryRow(ctx, `SELECT count(*) FROM pragma_table_info('chaos_applied') WHERE name = 'produced_ms'`).Scan(&n); err != nil {
+			return fmt.Errorf("chaos: migrate: %w", err)
+		}
+		if n == 0 {
+			if err := db.Exec(ctx, `ALTER TABLE chaos_applied ADD COLUMN produced_ms BIGINT NOT NULL DEFAULT 0`); err != nil {
+				return fmt.Errorf("chaos: migrate: %w", err)
+			}
+		}
 		return nil
 	}
-	if err := db.Exec(ctx, Schema(Postgres)); err != nil {
+	if err := db.Exec(ctx, Schema(Postgres)+`
+ALTER TABLE chaos_applied ADD COLUMN IF NOT EXISTS produced_ms BIGINT NOT NULL DEFAULT 0;`); err != nil {
 		return fmt.Errorf("chaos: migrate: %w", err)
 	}
 	return nil
@@ -301,10 +363,28 @@ ON CONFLICT (k) DO UPDATE SET n = excluded.n, last_seq = excluded.last_seq, sum_
 	return nil
 }
 
-// logApplied logs a committed batch in the applied log, in the batch's transaction tx.
+// logApplied logs a committed batch in the applied log, in the batch's transaction tx, with
+// when its oldest record was produced (producedMS).
 func logApplied(ctx context.Context, tx Tx, topic string, part int32, tok fence.Token, worker string, recs []*kgo.Record) error {
-	return tx.Exec(ctx, `INSERT INTO chaos_applied (topic, part, first_off, last_off, era, epoch, worker, at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		topic, part, recs[0].Offset, recs[len(recs)-1].Offset, tok.Era, tok.Epoch, worker, time.Now().UnixMilli())
+	return tx.Exec(ctx, `INSERT INTO chaos_applied (topic, part, first_off, last_off, era, epoch, worker, at_ms, produced_ms) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		topic, part, recs[0].Offset, recs[len(recs)-1].Offset, tok.Era, tok.Epoch, worker, time.Now().UnixMilli(), producedMS(recs))
+}
+
+// producedMS returns when the oldest of recs was produced, in Unix milliseconds: the smallest
+// Kafka timestamp among them (the first record's, as a producer writes a partition in order;
+// the harness's producer stamps each record when it hands it over, CreateTime), 0 if none
+// has one.
+func producedMS(recs []*kgo.Record) int64 {
+	var oldest int64
+	for _, r := range recs {
+		if r.Timestamp.IsZero() {
+			continue
+		}
+		if ms := r.Timestamp.UnixMilli(); ms > 0 && (oldest == 0 || ms < oldest) {
+			oldest = ms
+		}
+	}
+	return oldest
 }
 
 func isNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) || errors.Is(err, sql.ErrNoRows) }

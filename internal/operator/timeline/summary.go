@@ -36,6 +36,9 @@ type Part struct {
 	Name   string // in each bar's tooltip
 	Colour string
 	Counts []int64 // per step; missing steps count 0
+	// Text, if set, says a count in the bars' tooltips, for a count that is not of things (a
+	// duration in milliseconds, say); otherwise a tooltip says "<count> <Name>".
+	Text func(n int64) string
 }
 
 // Step returns a round step that cuts span into at most n steps: a second, a minute or an hour
@@ -114,7 +117,9 @@ func WriteSummary(w io.Writer, s Summary) error {
 			}
 			var tip []string
 			for _, p := range r.Parts {
-				if n := countAt(p, i); n > 0 {
+				if n := countAt(p, i); n > 0 && p.Text != nil {
+					tip = append(tip, p.Text(n))
+				} else if n > 0 {
 					tip = append(tip, fmt.Sprintf("%d %s", n, p.Name))
 				}
 			}

@@ -96,7 +96,8 @@ func TestWriteBandStrip(t *testing.T) {
 }
 
 // The summary draws a bar per step with counts, stacked parts in order, its tooltip naming the
-// row, the step and each part's count, and a fixed width whatever the steps.
+// row, the step and each part's count (in the part's own words when it has them), and a fixed
+// width whatever the steps.
 func TestWriteSummary(t *testing.T) {
 	s := Summary{Title: "run <1>", FromMS: 0, StepMS: 60_000, Steps: 120, Rows: []Row{
 		{Label: "freeze & co", Note: "3 (2 proven)", Heading: "Faults", Parts: []Part{
@@ -104,6 +105,8 @@ func TestWriteSummary(t *testing.T) {
 			{Name: "not proven", Colour: "#999", Counts: []int64{0, 0, 0, 1}},
 		}},
 		{Label: "applied", Height: 40, Parts: []Part{{Name: "records", Colour: "#222", Counts: []int64{5, 0, 10}}}},
+		{Label: "lag", Parts: []Part{{Name: "ms", Colour: "#333", Counts: []int64{0, 0, 0, 0, 1250},
+			Text: func(n int64) string { return fmt.Sprintf("largest %.2f s <", float64(n)/1000) }}}},
 	}}
 	var b strings.Builder
 	if err := WriteSummary(&b, s); err != nil {
@@ -121,13 +124,14 @@ func TestWriteSummary(t *testing.T) {
 	}
 	for _, want := range []string{"run &lt;1&gt;", "freeze &amp; co, +1:00–+2:00: 2 proven</title>", "freeze &amp; co, +3:00–+4:00: 1 not proven</title>",
 		"applied, +0:00–+1:00: 5 records</title>", "applied, +2:00–+3:00: 10 records</title>", ">3 (2 proven)<", ">Faults<",
+		"lag, +4:00–+5:00: largest 1.25 s &lt;</title>",
 		fmt.Sprintf(`width="%d" height="%d"`, SummaryWidth, SummaryHeight(s))} {
 		if !strings.Contains(svg, want) {
 			t.Errorf("summary lacks %q", want)
 		}
 	}
-	if n := strings.Count(svg, "<title>"); n != 4 {
-		t.Errorf("%d bars, want 4 (one per step with a count)", n)
+	if n := strings.Count(svg, "<title>"); n != 5 {
+		t.Errorf("%d bars, want 5 (one per step with a count)", n)
 	}
 	// The largest bar of a row is its full height: 10 records in 40 px, 5 in 20.
 	if !strings.Contains(svg, `height="40.0" fill="#222"`) || !strings.Contains(svg, `height="20.0" fill="#222"`) {
