@@ -325,7 +325,7 @@ func (h *harness) netDBCut(ctx context.Context, f *Fault, p *proc, l *netLink) {
 
 // dbCutMore is how much longer than twice the session timeout net-db-cut waits for the other
 // workers to commit.
-const dbCutMore = 20 * time.Second
+const dbCutMore = time.Minute
 
 // netFlaky makes p's link flaky both ways (impair) for three session timeouts: proven by the
 // packets delayed, lost and duplicated each way, as tc counted them.
