@@ -269,43 +269,63 @@ func (h *harness) netBrokerCut(ctx context.Context, f *Fault, p *proc, l *netLin
 	sleep(ctx, st)
 }
 
-// netDBCut cuts p's link to PostgreSQL for twice the session timeout: the group must keep the
-// member (its heartbeats pass) while it commits nothing (its packets to the database dropped).
+// netDBCut cuts p's link to PostgreSQL for twice the session timeout, and on until the other
+// workers committed while it was cut (at most dbCutMore longer: beside another fault, a broker
+// restarted or the other workers frozen or killed, they may commit nothing for a while): the
+// group must keep the member (its heartbeats pass) while it commits nothing (its packets to
+// the database dropped) and the others do.
 func (h *harness) netDBCut(ctx context.Context, f *Fault, p *proc, l *netLink) {
 	st := h.cfg.SessionTimeout
-	cutAt := time.Now()
+	start := time.Now()
 	if err := h.net.cut(l, h.net.dbPorts); err != nil {
 		f.Detail = err.Error()
 		_ = h.net.heal(l)
 		return
 	}
-	kept, looks := true, 0
-	for end := cutAt.Add(2 * st); time.Now().Before(end) && ctx.Err() == nil; {
-		in, err := h.inGroup(ctx, p.id)
-		if err == nil {
-			looks++
-			kept = kept && in
-		}
-		sleep(ctx, 250*time.Millisecond)
-	}
-	toDB, _ := h.net.dropped(l)
+	// The cut is in place once cut returned: its tc commands take a while on a loaded machine,
+	// and the worker commits meanwhile.
+	cutAt := time.Now()
 	// Counted before the heal, on the harness's own connection (not cut): what committed
 	// while the link was down. A batch logged during the cut (at_ms is the worker's clock when
 	// it wrote the row) may still commit after the heal, when TCP retransmits it: that is no
 	// commit while cut. A batch logged just before the cut may commit just after it, its
 	// packets already past the link: a grace period.
-	healAt := time.Now()
-	from, to := cutAt.Add(500*time.Millisecond).UnixMilli(), healAt.UnixMilli()
+	from := cutAt.Add(500 * time.Millisecond).UnixMilli()
 	var own, others int64
-	_ = h.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE worker = $1), count(*) FILTER (WHERE worker <> $1) FROM chaos_applied WHERE at_ms BETWEEN $2 AND $3`,
-		p.id, from, to).Scan(&own, &others)
+	commits := func(to time.Time) {
+		own, others = -1, -1
+		_ = h.db.QueryRow(ctx, `SELECT count(*) FILTER (WHERE worker = $1), count(*) FILTER (WHERE worker <> $1) FROM chaos_applied WHERE at_ms BETWEEN $2 AND $3`,
+			p.id, from, to.UnixMilli()).Scan(&own, &others)
+	}
+	kept, looks := true, 0
+	for end, bound := cutAt.Add(2*st), cutAt.Add(2*st+dbCutMore); ctx.Err() == nil; {
+		in, err := h.inGroup(ctx, p.id)
+		if err == nil {
+			looks++
+			kept = kept && in
+		}
+		if now := time.Now(); now.After(end) {
+			commits(now)
+			if !kept || own != 0 || (others > 0 && looks > 0) || now.After(bound) {
+				break
+			}
+		}
+		sleep(ctx, 250*time.Millisecond)
+	}
+	toDB, _ := h.net.dropped(l)
+	healAt := time.Now()
+	commits(healAt)
 	_ = h.net.heal(l)
 	f.End = healAt
-	f.Detail = fmt.Sprintf("database ports %v cut for %.1fs: %d packets to the database dropped; member kept in the group (%d looks): %v; commits while cut: %d by it, %d by the others",
-		h.net.dbPorts, healAt.Sub(cutAt).Seconds(), toDB, looks, kept && looks > 0, own, others)
+	f.Detail = fmt.Sprintf("database ports %v cut for %.1fs (in place after %.1fs): %d packets to the database dropped; member kept in the group (%d looks): %v; commits while cut: %d by it, %d by the others",
+		h.net.dbPorts, healAt.Sub(start).Seconds(), cutAt.Sub(start).Seconds(), toDB, looks, kept && looks > 0, own, others)
 	f.Bit = toDB > 0 && kept && looks > 0 && own == 0 && others > 0
 	sleep(ctx, st)
 }
+
+// dbCutMore is how much longer than twice the session timeout net-db-cut waits for the other
+// workers to commit.
+const dbCutMore = time.Minute
 
 // netFlaky makes p's link flaky both ways (impair) for three session timeouts: proven by the
 // packets delayed, lost and duplicated each way, as tc counted them.

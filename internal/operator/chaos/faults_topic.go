@@ -16,6 +16,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/operator/status"
@@ -31,10 +32,10 @@ const (
 	// reset it through baton topics reset's code path and prove the new incarnation applied
 	// from offset 0 on every partition.
 	FaultTopicRecreate FaultKind = "topic-recreate"
-	// Pause the producer, drain, grow the source topic (6 -> 9 partitions; otherwise by half,
-	// at least one); resume producing over the new partitions; prove every partition held
-	// with records waiting on each and nothing applied, then acknowledge through baton topics
-	// ack's code path and prove the new partitions applied.
+	// Pause the producer, drain, grow the source topic (growTo: 6 -> 9 partitions); resume
+	// producing over the new partitions; prove every partition held with records waiting on
+	// each and nothing applied, then acknowledge through baton topics ack's code path and
+	// prove the new partitions applied.
 	FaultTopicGrow FaultKind = "topic-grow"
 )
 
@@ -45,6 +46,44 @@ func isTopicFault(f FaultKind) bool { return slices.Contains(TopicFaults, f) }
 
 func (r *Result) hasTopicFaults() bool {
 	return slices.ContainsFunc(r.Config.Faults, isTopicFault)
+}
+
+// The proofs of the topic faults look for records only on the partitions the workload's keys
+// are produced to: with a handful of keys a partition (a grown topic's above all) may have
+// none, and it never gets a record, a batch or, unless its claim is new, a hold.
+
+// keyedParts returns the partitions of a topic of n partitions that at least one of the
+// workload's keys is produced to: the key's murmur2 hash modulo n, as the harness's producer
+// (franz-go's default partitioner) and Kafka's own place a keyed record.
+func keyedParts(keys int, n int32) map[int32]bool {
+	p := kgo.StickyKeyPartitioner(nil).ForTopic("")
+	out := map[int32]bool{}
+	for k := range keys {
+		out[int32(p.Partition(&kgo.Record{Key: []byte(Key(k))}, int(n)))] = true
+	}
+	return out
+}
+
+// growTo is the partition count topic-grow grows a topic of parts partitions to: by half (6
+// -> 9), at least one, while the topic has fewer partitions than a quarter of the keys, then by
+// one (a long run grows it every few minutes: by half it would soon have thousands), and on
+// past partitions no key is produced to, so that the growth has a new partition with records.
+func growTo(parts int32, keys int) int32 {
+	step := int32(1)
+	if int(parts) < keys/4 {
+		step = max(1, parts/2)
+	}
+	want := parts + step
+	for i := 0; i < 64; i++ {
+		keyed := keyedParts(keys, want)
+		for p := parts; p < want; p++ {
+			if keyed[p] {
+				return want
+			}
+		}
+		want++
+	}
+	return want
 }
 
 // topicLookWait is how long after a growth the harness waits before producing again: the
@@ -161,20 +200,20 @@ func (h *harness) drain(ctx context.Context, topic string, wait time.Duration) e
 	}
 }
 
-// awaitEnds waits until every partition of topic below parts has its end offset above
-// floor's (absent: 0): records wait on each.
-func (h *harness) awaitEnds(ctx context.Context, topic string, parts int32, floor map[int32]int64, wait time.Duration) bool {
+// awaitEnds waits until every partition of topic in parts has its end offset above floor's
+// (absent: 0): records wait on each.
+func (h *harness) awaitEnds(ctx context.Context, topic string, parts map[int32]bool, floor map[int32]int64, wait time.Duration) bool {
 	deadline := time.Now().Add(wait)
 	for {
 		ends, err := h.adm.ListEndOffsets(ctx, topic)
 		if err == nil {
-			n := int32(0)
+			above := map[int32]bool{}
 			ends.Each(func(o kadm.ListedOffset) {
 				if o.Err == nil && o.Offset > floor[o.Partition] {
-					n++
+					above[o.Partition] = true
 				}
 			})
-			if n >= parts {
+			if len(missing(above, parts)) == 0 {
 				return true
 			}
 		}
@@ -251,7 +290,8 @@ func (h *harness) topicRecreate(ctx context.Context, f *Fault) {
 		ev = append(ev, fmt.Sprintf("cannot describe %s: %v", topic, err))
 		return
 	}
-	ev = append(ev, fmt.Sprintf("producer paused, everything applied; %s had ID %s, %d partitions", topic, old.idText(), old.parts))
+	keyed := keyedParts(h.cfg.Workload.Keys, old.parts)
+	ev = append(ev, fmt.Sprintf("producer paused, everything applied; %s had ID %s, %d partitions (keys produced to %d)", topic, old.idText(), old.parts, len(keyed)))
 	marks := h.logMarks()
 
 	changed := time.Now()
@@ -290,13 +330,13 @@ func (h *harness) topicRecreate(ctx context.Context, f *Fault) {
 	h.cl.PurgeTopicsFromClient(topic)
 
 	// The consumers hold every partition of the new incarnation at its claim.
-	held := h.awaitHeld(ctx, marks, topic, "recreated", old.parts, 3*st+30*time.Second)
+	held := h.awaitHeld(ctx, marks, topic, "recreated", partsBelow(0, old.parts), 3*st+30*time.Second)
 	ev = append(ev, fmt.Sprintf("held at their claims: %d of %d partitions", len(held), old.parts))
 	resume()
-	waiting := h.awaitEnds(ctx, topic, old.parts, nil, 30*time.Second)
+	waiting := h.awaitEnds(ctx, topic, keyed, nil, 30*time.Second)
 	sleep(ctx, 2*st) // time for a worker that does not hold to apply them
 	early := h.appliedSince(ctx, topic, changed.UnixMilli())
-	ev = append(ev, fmt.Sprintf("producing resumed: records waiting on every partition %v; batches applied before the reset: %d", waiting, early))
+	ev = append(ev, fmt.Sprintf("producing resumed: records waiting on every partition keys are produced to %v; batches applied before the reset: %d", waiting, early))
 
 	reason := fmt.Sprintf("chaos fault topic-recreate at %s", changed.Format("15:04:05.000"))
 	released := time.Now()
@@ -312,23 +352,23 @@ func (h *harness) topicRecreate(ctx context.Context, f *Fault) {
 		ev = append(ev, fmt.Sprintf("the reset's eras: %v (%v)", eras, err))
 		return
 	}
-	// The new incarnation is applied from its beginning on every partition.
+	// The new incarnation is applied from its beginning on every partition with records.
 	from0 := 0
 	deadline = time.Now().Add(3*st + 60*time.Second)
-	for from0 < int(old.parts) && time.Now().Before(deadline) && ctx.Err() == nil {
+	for from0 < len(keyed) && time.Now().Before(deadline) && ctx.Err() == nil {
 		from0 = 0
 		for p, era := range eras {
 			var n int64
-			if h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_applied WHERE topic = $1 AND part = $2 AND era >= $3 AND first_off = 0`, topic, p, era).Scan(&n) == nil && n > 0 {
+			if keyed[p] && h.db.QueryRow(ctx, `SELECT count(*) FROM chaos_applied WHERE topic = $1 AND part = $2 AND era >= $3 AND first_off = 0`, topic, p, era).Scan(&n) == nil && n > 0 {
 				from0++
 			}
 		}
-		if from0 < int(old.parts) {
+		if from0 < len(keyed) {
 			sleep(ctx, 250*time.Millisecond)
 		}
 	}
-	ev = append(ev, fmt.Sprintf("new incarnation applied from offset 0 on %d of %d partitions", from0, old.parts))
-	f.Bit = recreated && len(held) == int(old.parts) && waiting && early == 0 && from0 == int(old.parts)
+	ev = append(ev, fmt.Sprintf("new incarnation applied from offset 0 on %d of the %d partitions keys are produced to", from0, len(keyed)))
+	f.Bit = recreated && len(held) == int(old.parts) && waiting && early == 0 && from0 == len(keyed)
 	f.End = time.Now()
 }
 
@@ -354,12 +394,22 @@ func (h *harness) topicGrow(ctx context.Context, f *Fault) {
 		ev = append(ev, fmt.Sprintf("cannot describe %s: %v", topic, err))
 		return
 	}
-	want := old.parts + max(1, old.parts/2) // 6 -> 9
+	want := growTo(old.parts, h.cfg.Workload.Keys)
+	keyed, added := keyedParts(h.cfg.Workload.Keys, want), partsBelow(old.parts, want)
+	// Held: every new partition at its claim, every older one with records before its next batch.
+	mustHold := partsBelow(old.parts, want)
+	newKeyed := 0
+	for p := range keyed {
+		mustHold[p] = true
+		if added[p] {
+			newKeyed++
+		}
+	}
 	floor := map[int32]int64{}
 	if ends, err := h.adm.ListEndOffsets(ctx, topic); err == nil {
 		ends.Each(func(o kadm.ListedOffset) { floor[o.Partition] = o.Offset })
 	}
-	ev = append(ev, fmt.Sprintf("producer paused, everything applied; growing %s from %d to %d partitions", topic, old.parts, want))
+	ev = append(ev, fmt.Sprintf("producer paused, everything applied; growing %s from %d to %d partitions (keys produced to %d, %d of them new)", topic, old.parts, want, len(keyed), newKeyed))
 	marks := h.logMarks()
 
 	changed := time.Now()
@@ -378,15 +428,16 @@ func (h *harness) topicGrow(ctx context.Context, f *Fault) {
 
 	// The new partitions are held at their claims; the older ones compare again before their
 	// next batch once a member looked (every 5 s): produce only after that.
-	newHeld := h.awaitHeld(ctx, marks, topic, "grown", want, 3*st+30*time.Second)
+	newHeld := h.awaitHeld(ctx, marks, topic, "grown", added, 3*st+30*time.Second)
 	sleep(ctx, time.Until(changed.Add(topicLookWait)))
 	resume()
-	waiting := h.awaitEnds(ctx, topic, want, floor, 30*time.Second)
-	held := h.awaitHeld(ctx, marks, topic, "grown", want, 3*st+30*time.Second)
+	waiting := h.awaitEnds(ctx, topic, keyed, floor, 30*time.Second)
+	held := h.awaitHeld(ctx, marks, topic, "grown", mustHold, 3*st+30*time.Second)
+	unheld := missing(held, mustHold)
 	sleep(ctx, 2*st) // time for a worker that does not hold to apply them
 	early := h.appliedSince(ctx, topic, changed.UnixMilli())
-	ev = append(ev, fmt.Sprintf("held before producing: %d partitions; producing resumed: records waiting on every partition %v; held: %d of %d partitions; batches applied before the acknowledgement: %d",
-		len(newHeld), waiting, len(held), want, early))
+	ev = append(ev, fmt.Sprintf("held before producing: %d partitions; producing resumed: records waiting on every partition keys are produced to %v; held: %d of %d partitions (not held of the new ones and those keys are produced to: %v); batches applied before the acknowledgement: %d",
+		len(newHeld), waiting, len(held), want, unheld, early))
 
 	released := time.Now()
 	from, to, err := h.release(ctx, topic, true, fmt.Sprintf("chaos fault topic-grow at %s, drained before", changed.Format("15:04:05.000")))
@@ -399,28 +450,49 @@ func (h *harness) topicGrow(ctx context.Context, f *Fault) {
 	// The new partitions are applied after the acknowledgement.
 	var applied int64
 	deadline := time.Now().Add(3*st + 60*time.Second)
-	for applied < int64(want-old.parts) && time.Now().Before(deadline) && ctx.Err() == nil {
+	for applied < int64(newKeyed) && time.Now().Before(deadline) && ctx.Err() == nil {
 		if h.db.QueryRow(ctx, `SELECT count(DISTINCT part) FROM chaos_applied WHERE topic = $1 AND part >= $2 AND at_ms >= $3`, topic, old.parts, released.UnixMilli()).Scan(&applied) != nil {
 			applied = 0
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
-	ev = append(ev, fmt.Sprintf("new partitions applied after it: %d of %d", applied, want-old.parts))
-	f.Bit = grown && waiting && len(held) == int(want) && early == 0 && applied == int64(want-old.parts)
+	ev = append(ev, fmt.Sprintf("new partitions applied after it: %d of the %d keys are produced to", applied, newKeyed))
+	f.Bit = grown && waiting && len(unheld) == 0 && early == 0 && newKeyed > 0 && applied == int64(newKeyed)
 	f.End = time.Now()
 }
 
-// awaitHeld waits until workers logged the hold (why) of n partitions of topic since marks (at
-// most wait) and returns the partitions seen.
-func (h *harness) awaitHeld(ctx context.Context, marks map[string]int64, topic, why string, n int32, wait time.Duration) map[int32]bool {
+// awaitHeld waits until workers logged the hold (why) of every partition of topic in want since
+// marks (at most wait) and returns the partitions seen.
+func (h *harness) awaitHeld(ctx context.Context, marks map[string]int64, topic, why string, want map[int32]bool, wait time.Duration) map[int32]bool {
 	deadline := time.Now().Add(wait)
 	for {
 		got := h.held(marks, topic, why)
-		if int32(len(got)) >= n || time.Now().After(deadline) || ctx.Err() != nil {
+		if len(missing(got, want)) == 0 || time.Now().After(deadline) || ctx.Err() != nil {
 			return got
 		}
 		sleep(ctx, 250*time.Millisecond)
 	}
+}
+
+// partsBelow returns the partitions from through to-1.
+func partsBelow(from, to int32) map[int32]bool {
+	out := map[int32]bool{}
+	for p := from; p < to; p++ {
+		out[p] = true
+	}
+	return out
+}
+
+// missing returns the partitions of want that got lacks, in order.
+func missing(got, want map[int32]bool) []int32 {
+	var out []int32
+	for p := range want {
+		if !got[p] {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // recordChange logs a topic change for the checker: nothing of topic may be applied from

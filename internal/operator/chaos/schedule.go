@@ -46,6 +46,10 @@ const (
 	// HoldWorkerDatabase: one worker and the database (a fault proven by the other workers
 	// committing while that worker cannot).
 	HoldWorkerDatabase
+	// HoldWorkerDatabaseBrokers: one worker, the database and every broker node (a fault
+	// proven by the group keeping that worker and the others committing while it cannot, which
+	// no fault of the brokers may stop meanwhile).
+	HoldWorkerDatabaseBrokers
 )
 
 func (h Hold) String() string {
@@ -62,6 +66,8 @@ func (h Hold) String() string {
 		return "the Redis sink"
 	case HoldWorkerDatabase:
 		return "a worker and the database"
+	case HoldWorkerDatabaseBrokers:
+		return "a worker, the database and the brokers"
 	}
 	return "everything (runs alone)"
 }
@@ -92,7 +98,7 @@ var kindTable = []KindInfo{
 	{FaultTopicGrow, HoldEverything, "fenced mode, the built-in workload"},
 	{FaultDBFailover, HoldDatabase, "a PostgreSQL standby (postgres.sh standby start) and the multi-host URL env prints"},
 	{FaultNetBrokerCut, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
-	{FaultNetDBCut, HoldWorkerDatabase, "root, iproute2, PostgreSQL, a plaintext broker"},
+	{FaultNetDBCut, HoldWorkerDatabaseBrokers, "root, iproute2, PostgreSQL, a plaintext broker"},
 	{FaultNetFlaky, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
 	{FaultNetHealMidTx, HoldWorker, "root, iproute2, PostgreSQL, a plaintext broker"},
 	{FaultRedisRestart, HoldRedisSink, "a Redis sink (consumer/chaos and the tests only)"},
@@ -210,6 +216,12 @@ func holdsOf(k FaultKind, w, node, nodes int) []string {
 		return []string{"redis"}
 	case HoldWorkerDatabase:
 		return []string{worker, "database"}
+	case HoldWorkerDatabaseBrokers:
+		out := []string{worker, "database"}
+		for n := 1; n <= max(nodes, 1); n++ {
+			out = append(out, fmt.Sprintf("broker %d", n))
+		}
+		return out
 	}
 	return []string{"everything"}
 }

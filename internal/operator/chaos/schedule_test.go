@@ -41,13 +41,16 @@ func TestPlanScheduleDeterministic(t *testing.T) {
 		if i > 0 && s.AtMS < a[i-1].AtMS {
 			t.Errorf("fault %d starts at %d ms, before fault %d's %d ms", i+1, s.AtMS, i, a[i-1].AtMS)
 		}
-		want := map[Hold]string{HoldWorker: fmt.Sprintf("worker %d", s.Worker), HoldWorkerDatabase: fmt.Sprintf("worker %d", s.Worker), HoldBroker: fmt.Sprintf("broker %d", s.Node),
+		want := map[Hold]string{HoldWorker: fmt.Sprintf("worker %d", s.Worker), HoldWorkerDatabase: fmt.Sprintf("worker %d", s.Worker), HoldWorkerDatabaseBrokers: fmt.Sprintf("worker %d", s.Worker), HoldBroker: fmt.Sprintf("broker %d", s.Node),
 			HoldDatabase: "database", HoldEverything: "everything", HoldCoordinator: fmt.Sprintf("worker %d", s.Worker)}[holdOf(s.Kind)]
 		if s.Holds[0] != want {
 			t.Errorf("fault %d (%s) holds %v, want %s first", i+1, s.Kind, s.Holds, want)
 		}
 		if holdOf(s.Kind) == HoldCoordinator && !reflect.DeepEqual(s.Holds[1:], []string{"broker 1", "broker 2", "broker 3"}) {
 			t.Errorf("fault %d (%s) holds %v, want every broker node too", i+1, s.Kind, s.Holds)
+		}
+		if holdOf(s.Kind) == HoldWorkerDatabaseBrokers && !reflect.DeepEqual(s.Holds[1:], []string{"database", "broker 1", "broker 2", "broker 3"}) {
+			t.Errorf("fault %d (%s) holds %v, want the database and every broker node too", i+1, s.Kind, s.Holds)
 		}
 	}
 }
