@@ -458,6 +458,7 @@ func (a *Auditor) storesChecks(ctx context.Context, kv *status.KafkaState, now t
 	}
 	held := map[fence.Key]status.Fence{} // the fences judged
 	present := map[fence.Key]bool{}      // every fence row, on any shard, retired or not
+	allRead := true                      // every shard's fence rows are in present
 	inc := &incarnations{recreated: map[string]*RecreatedTopic{}}
 	if kv != nil {
 		inc.broker = kv.TopicID
@@ -470,7 +471,9 @@ func (a *Auditor) storesChecks(ctx context.Context, kv *status.KafkaState, now t
 			count := 0
 			sctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 			scope := shardScope{name: sh.Name, placement: placement, home: i == 0}
-			err = a.storeChecks(sctx, sh.Store, scope, kv, inc, now, &rep, held, present, func(v Violation) { count++; v.Shard = sh.Name; add(v) })
+			read := false
+			err = a.storeChecks(sctx, sh.Store, scope, kv, inc, now, &rep, held, present, &read, func(v Violation) { count++; v.Shard = sh.Name; add(v) })
+			allRead = allRead && read
 			cancel()
 			rep.Queries = sh.Store.Queries() - q0
 			rep.Violations = count
@@ -483,6 +486,9 @@ func (a *Auditor) storesChecks(ctx context.Context, kv *status.KafkaState, now t
 				}
 			}
 		}
+		if sh.Err != nil {
+			allRead = false
+		}
 		if err != nil {
 			rep.Error = err.Error()
 			errs = append(errs, err)
@@ -492,7 +498,7 @@ func (a *Auditor) storesChecks(ctx context.Context, kv *status.KafkaState, now t
 		}
 	}
 	if kv != nil {
-		a.ownershipChecks(held, present, kv, func(topic string) bool { return a.want(topic) }, now, r, add)
+		a.ownershipChecks(held, present, allRead, kv, func(topic string) bool { return a.want(topic) }, now, r, add)
 	}
 	for _, t := range slices.Sorted(maps.Keys(inc.recreated)) {
 		r.Recreated = append(r.Recreated, *inc.recreated[t])
@@ -543,8 +549,9 @@ func (s shardScope) judges(k fence.Key) bool {
 // storeChecks reads one shard's store and judges the checks it feeds: Skipped, Tokens and
 // Liveness against the Kafka state read before it (nil when Kafka could not be read), Outbox,
 // and Inbox. It records in held the fences it judged and in present every fence row it read,
-// and in inc the topics whose fences' positions it did not compare with the log.
-func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shardScope, kv *status.KafkaState, inc *incarnations, now time.Time, rep *ShardReport, held map[fence.Key]status.Fence, present map[fence.Key]bool, add func(Violation)) error {
+// and in inc the topics whose fences' positions it did not compare with the log; it sets
+// fencesRead once every fence row of the shard is in present.
+func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shardScope, kv *status.KafkaState, inc *incarnations, now time.Time, rep *ShardReport, held map[fence.Key]status.Fence, present map[fence.Key]bool, fencesRead *bool, add func(Violation)) error {
 	// The recoveries are read before the fences: a recovery moves its fence and records itself
 	// in one transaction, so every recovery read is already in the fences read after it, and a
 	// fence below one of them went back. The other way round, a recovery made between the two
@@ -671,6 +678,7 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shard
 		}
 		a.parts[k] = cur
 	}
+	*fencesRead = true
 
 	cursors, err := st.OutboxCursors(ctx, a.cfg.Group)
 	if err != nil {
@@ -730,8 +738,12 @@ func (a *Auditor) storeChecks(ctx context.Context, st *status.Store, scope shard
 }
 
 // ownershipChecks judges the Ownership check over the fences read (held) and the Kafka state
-// read before them.
-func (a *Auditor) ownershipChecks(held map[fence.Key]status.Fence, present map[fence.Key]bool, kv *status.KafkaState, want func(string) bool, now time.Time, r *Report, add func(Violation)) {
+// read before them. A committed offset that moved is judged against the fence rows present
+// only when every shard's were read (allRead): a partition missing from a read that failed
+// part of the way has its fence all the same. Until then the offsets last judged stay the
+// ones the next pass compares with (a commit after them still follows its claim, made before
+// the fences are read).
+func (a *Auditor) ownershipChecks(held map[fence.Key]status.Fence, present map[fence.Key]bool, allRead bool, kv *status.KafkaState, want func(string) bool, now time.Time, r *Report, add func(Violation)) {
 	owns := map[fence.Key]*ownState{}
 	for k, fr := range held {
 		owner := kv.Owner[k]
@@ -750,6 +762,9 @@ func (a *Auditor) ownershipChecks(held map[fence.Key]status.Fence, present map[f
 		}
 	}
 	a.owns = owns
+	if !allRead {
+		return
+	}
 	commit := map[fence.Key]int64{}
 	for k, c := range kv.Committed {
 		if present[k] || !want(k.Topic) {

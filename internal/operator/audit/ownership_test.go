@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/batonhq/baton/fence"
@@ -113,4 +114,49 @@ func TestOwnershipCommitWithoutFence(t *testing.T) {
 		commit(t, e, 7)
 		clean(t, a, "claimed, then committed")
 	})
+}
+
+// Passes that cannot read the fence rows (here: the table locked past the auditor's timeout)
+// while a member commits after its claim and apply: the partition's fence is missing from what
+// was read, not from the sink, so a commit that moved between two such passes is no violation.
+func TestOwnershipCommitMovedWhileFencesUnread(t *testing.T) {
+	e := pgEnv(t)
+	e.produce(t, 10)
+	e.claim(t, tok5)
+	e.apply(t, tok5, 0, 2)
+	commit(t, e, 3)
+	a, _ := e.auditor(t, func(c *audit.Config) { c.Timeout = time.Second })
+	clean(t, a, "claimed, applied and committed, first seen")
+	clean(t, a, "unchanged")
+	e.apply(t, tok5, 3, 5)
+
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, e.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+e.fenceTbl+` IN ACCESS EXCLUSIVE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []int64{5, 6} {
+		commit(t, e, at)
+		r, err := a.Pass(ctx)
+		if err == nil {
+			t.Fatal("the pass read the fences through the lock: the test cannot show an unread pass")
+		}
+		for _, v := range r.Violations {
+			if v.Check == audit.Ownership {
+				t.Errorf("a pass that could not read the fences judged a commit (to %d) with no fence row read: %v", at, v)
+			}
+		}
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clean(t, a, "the fences read again")
 }
