@@ -12,24 +12,26 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test test-lane-a test-lane-b test-lane-c gotest-main gotest-consumer gotest-chaos gotest-faults test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test test-lane-a test-lane-b test-lane-c test-lane-d gotest-main gotest-consumer gotest-chaos gotest-faults gotest-sample test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
 
 # test is the README's test command and what .ci/run runs: lint, every test, the safety-critical
 # mutants, the bench's smoke run (every design's fold checked), the KIP-848 run and the
-# outside-module check. It runs in three lanes at once, each against its own services
+# outside-module check. It runs in four lanes at once, each against its own services
 # (deploy/local/lanes.sh): lane B the wait-bound chaos packages (which restart their broker and
 # database) and the mutants, lane C the database failover, network-fault and shard-outage runs
-# (with three shard clusters), the consumer package (wait-bound on its real broker) and the
-# KIP-848 run, lane A everything else.
+# (with three shard clusters) and the consumer package (wait-bound on its real broker), lane D
+# the sample of overlapping faults of every kind (on a three-broker cluster and a primary with a
+# standby of its own), lane A everything else and then the KIP-848 run.
 test:
-	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b test-lane-c
+	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b test-lane-c test-lane-d
 
-test-lane-a: lint gotest-main fuzz bench-smoke outside
+test-lane-a: lint gotest-main fuzz bench-smoke outside test-kip848
 test-lane-b: gotest-chaos mutants-safety
-test-lane-c: gotest-faults gotest-consumer test-kip848
+test-lane-c: gotest-faults gotest-consumer
+test-lane-d: gotest-sample
 
 # ci is an alias of test.
 ci: test
@@ -47,23 +49,33 @@ lint:
 
 # gotest is every test: gotest-chaos runs the wait-bound packages, gotest-main the rest.
 CHAOS_PKGS := ./internal/operator/chaos ./examples/saga
-gotest: gotest-main gotest-consumer gotest-chaos gotest-faults
+gotest: gotest-main gotest-consumer gotest-chaos gotest-faults gotest-sample
 
 # FAULT_TESTS are the chaos package's runs that fail the database over, cut network links (a
-# minority coordinator among them) or stop a shard's database: gotest-faults runs them (lane C),
-# gotest-chaos the rest of the chaos packages (lane B).
-FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*|TestChaosShardOutage|TestChaosMinorityFenced|TestChaosMinorityBaselines|TestChaosMinorityMutant)$$
+# minority coordinator among them) or stop a shard's database: gotest-faults runs them (lane C).
+# SAMPLE_TEST is the sample of overlapping faults of every kind: gotest-sample runs it (lane D).
+# SAMPLED_TESTS run, one kind at a time, kinds the sample runs and proves too: make test leaves
+# them out (run them by name after a change to one kind). gotest-chaos runs the rest of the chaos
+# packages (lane B). After the network runs, netleftovers.sh checks that no namespace, link,
+# iptables chain or cgroup of a run that ended is left.
+FAULT_TESTS := ^(TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*|TestChaosShardOutage|TestChaosMinorityBaselines|TestChaosMinorityMutant)$$
+SAMPLE_TEST := ^TestChaosOverlapEvery$$
+SAMPLED_TESTS := ^(TestChaosNetFenced|TestChaosDBFailover|TestChaosCoordFaults|TestChaosTopicFaults|TestChaosMinorityFenced)$$
 gotest-chaos:
-	@echo "== go test $(CHAOS_PKGS) but the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
-	$(GO) test $(GOTESTFLAGS) -skip '$(FAULT_TESTS)' $(CHAOS_PKGS)
+	@echo "== go test $(CHAOS_PKGS) but the failover, network and overlapping runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
+	$(GO) test $(GOTESTFLAGS) -skip '$(FAULT_TESTS)|$(SAMPLE_TEST)|$(SAMPLED_TESTS)' $(CHAOS_PKGS)
 
 gotest-faults:
 	@echo "== go test ./internal/operator/chaos: the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
-	$(GO) test $(GOTESTFLAGS) -run '$(FAULT_TESTS)' ./internal/operator/chaos
-	@echo "== network namespaces, links, qdiscs and iptables chains the network faults created: none may be left"
-	@left="$$(ip netns list 2>/dev/null | grep '^bn' || true; ip -o link show 2>/dev/null | grep -o ' bn[^:@]*' || true; iptables -w -S 2>/dev/null | grep -e '^-N bn' -e '-j bn' || true; \
-	  for d in $$(awk '{for (i = 1; i < NF; i++) if ($$i == "-" && $$(i+1) == "cgroup2") print $$5}' /proc/self/mountinfo); do ls -d "$$d"/bn* 2>/dev/null || true; done)"; \
-	if [ -n "$$left" ]; then echo "left behind:"; echo "$$left"; exit 1; fi
+	$(GO) test $(GOTESTFLAGS) -run '$(FAULT_TESTS)' -skip '$(SAMPLED_TESTS)' ./internal/operator/chaos
+	@echo "== network namespaces, links, qdiscs, iptables chains and cgroups the network faults created: none may be left"
+	internal/testkit/netleftovers.sh
+
+gotest-sample:
+	@echo "== go test ./internal/operator/chaos: overlapping faults of every kind ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
+	$(GO) test $(GOTESTFLAGS) -run '$(SAMPLE_TEST)' -v ./internal/operator/chaos
+	@echo "== network namespaces, links, qdiscs, iptables chains and cgroups the sample created: none may be left"
+	internal/testkit/netleftovers.sh
 
 gotest-consumer:
 	@echo "== go test ./consumer ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"

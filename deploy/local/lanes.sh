@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
-# lanes.sh LANE_A_TARGET LANE_B_TARGET [LANE_C_TARGET] - run make targets at once, each against
-# its own set of services, and exit non-zero if any failed. 'make test' uses it: most of the
-# suite's time is spent waiting (chaos runs sleeping through their faults, restarts, rebalances,
-# failovers), so the wait-bound tests run in lanes B and C beside the rest in lane A.
+# lanes.sh LANE_A_TARGET LANE_B_TARGET [LANE_C_TARGET [LANE_D_TARGET]] - run make targets at
+# once, each against its own set of services, and exit non-zero if any failed. 'make test' uses
+# it: most of the suite's time is spent waiting (chaos runs sleeping through their faults,
+# restarts, rebalances, failovers), so the wait-bound tests run in lanes B, C and D beside the
+# rest in lane A.
 #
 # Lane A uses the services already up and exported (with-services.sh runs this script). Every
 # other lane gets a set of its own, started and stopped by a with-services.sh of its own: lane B's
-# ports LANES_OFFSET (default 1000) above lane A's, lane C's twice that, their state under
-# $BATON_STATE_DIR/lane-b and lane-c. Their tests may restart their broker and database (the
-# chaos runs do); lane A never sees it. Lane C also gets three PostgreSQL shard clusters
+# ports LANES_OFFSET (default 1000) above lane A's, lane C's twice that, lane D's three times,
+# their state under $BATON_STATE_DIR/lane-b, lane-c and lane-d. Their tests may restart their
+# broker and database (the chaos runs do); lane A never sees it. Lane C also gets three PostgreSQL shard clusters
 # (BATON_PG_SHARDS=3, postgres-shards.sh) for the chaos run with a shard outage. Their output
-# is streamed with a "B| " or "C| " prefix and each lane's is kept whole in
+# is streamed with a "B| ", "C| " or "D| " prefix and each lane's is kept whole in
 # $BATON_STATE_DIR/lane-X.log; when a lane fails, the end of the output repeats its failures
 # (the failing tests' lines) so that a reader of the last lines sees what failed.
-# lanes.sh down - stop lanes B's and C's services (a safety net after a failure; with-services.sh
-# stops them).
+# lanes.sh down - stop lanes B's, C's and D's services (a safety net after a failure;
+# with-services.sh stops them).
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 off="${LANES_OFFSET:-1000}"
@@ -45,11 +46,12 @@ if [[ "${1:-}" == down && $# -eq 1 ]]; then
   rc=0
   (lane_env 1 b; exec "$HERE/down.sh") || rc=$?
   (lane_env 2 c; exec "$HERE/down.sh") || rc=$?
+  (lane_env 3 d; exec "$HERE/down.sh") || rc=$?
   exit $rc
 fi
-[[ $# -eq 2 || $# -eq 3 ]] || { echo "usage: $0 LANE_A_TARGET LANE_B_TARGET [LANE_C_TARGET] | $0 down" >&2; exit 2; }
+[[ $# -ge 2 && $# -le 4 ]] || { echo "usage: $0 LANE_A_TARGET LANE_B_TARGET [LANE_C_TARGET [LANE_D_TARGET]] | $0 down" >&2; exit 2; }
 args=("$@") a_target=$1
-letters=(b c)
+letters=(b c d)
 
 lane() {
   lane_env "$1" "$2"
