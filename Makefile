@@ -12,26 +12,25 @@ GO ?= go
 # fighting over 2 cores; packages still run their own tests in parallel.
 GOTESTFLAGS ?= -race -count=1 -p 1 -timeout 30m
 
-.PHONY: demo test test-lane-a test-lane-b test-lane-c test-lane-d gotest-main gotest-consumer gotest-chaos gotest-faults gotest-sample test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
+.PHONY: demo test test-lane-a test-lane-b test-lane-c gotest-main gotest-consumer gotest-chaos gotest-faults gotest-sample test-kip848 outside ci check lint gotest mutants mutants-safety fuzz up down env reset bench bench-smoke gobench deps help
 
 demo:
 	$(GO) run ./cmd/baton demo
 
 # test is the README's test command and what .ci/run runs: lint, every test, the safety-critical
 # mutants, the bench's smoke run (every design's fold checked), the KIP-848 run and the
-# outside-module check. It runs in four lanes at once, each against its own services
+# outside-module check. It runs in three lanes at once, each against its own services
 # (deploy/local/lanes.sh): lane B the wait-bound chaos packages (which restart their broker and
 # database) and the mutants, lane C the database failover, network-fault and shard-outage runs
-# (with three shard clusters) and the consumer package (wait-bound on its real broker), lane D
-# the sample of overlapping faults of every kind (on a three-broker cluster and a primary with a
-# standby of its own), lane A everything else and then the KIP-848 run.
+# (with three shard clusters), the consumer package (wait-bound on its real broker) and the
+# KIP-848 run, lane A everything else. The sample of overlapping faults of every kind is not in
+# it yet (gotest-sample; docs/verification.md, "Overlapping faults", says what keeps it out).
 test:
-	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b test-lane-c test-lane-d
+	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b test-lane-c
 
-test-lane-a: lint gotest-main fuzz bench-smoke outside test-kip848
+test-lane-a: lint gotest-main fuzz bench-smoke outside
 test-lane-b: gotest-chaos mutants-safety
-test-lane-c: gotest-faults gotest-consumer
-test-lane-d: gotest-sample
+test-lane-c: gotest-faults gotest-consumer test-kip848
 
 # ci is an alias of test.
 ci: test
@@ -49,31 +48,29 @@ lint:
 
 # gotest is every test: gotest-chaos runs the wait-bound packages, gotest-main the rest.
 CHAOS_PKGS := ./internal/operator/chaos ./examples/saga
-gotest: gotest-main gotest-consumer gotest-chaos gotest-faults gotest-sample
+gotest: gotest-main gotest-consumer gotest-chaos gotest-faults
 
 # FAULT_TESTS are the chaos package's runs that fail the database over, cut network links (a
-# minority coordinator among them) or stop a shard's database: gotest-faults runs them (lane C).
-# SAMPLE_TEST is the sample of overlapping faults of every kind: gotest-sample runs it (lane D).
-# SAMPLED_TESTS run, one kind at a time, kinds the sample runs and proves too: make test leaves
-# them out (run them by name after a change to one kind). gotest-chaos runs the rest of the chaos
-# packages (lane B). After the network runs, netleftovers.sh checks that no namespace, link,
-# iptables chain or cgroup of a run that ended is left.
-FAULT_TESTS := ^(TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*|TestChaosShardOutage|TestChaosMinorityBaselines|TestChaosMinorityMutant)$$
+# minority coordinator among them) or stop a shard's database: gotest-faults runs them (lane C),
+# gotest-chaos the rest of the chaos packages (lane B), and then netleftovers.sh checks that no
+# namespace, link, iptables chain or cgroup of a run that ended is left. SAMPLE_TEST is the
+# sample of overlapping faults of every kind (as root, on a three-broker cluster and a primary
+# with a standby it starts): gotest-sample runs it, on services of its own (e.g. a lane's).
+FAULT_TESTS := ^(TestChaosDBFailover|TestAsyncFailoverLoss|TestSyncFailoverWindow|TestChaosNet.*|TestNetLayer.*|TestChaosShardOutage|TestChaosMinorityFenced|TestChaosMinorityBaselines|TestChaosMinorityMutant)$$
 SAMPLE_TEST := ^TestChaosOverlapEvery$$
-SAMPLED_TESTS := ^(TestChaosNetFenced|TestChaosDBFailover|TestChaosCoordFaults|TestChaosTopicFaults|TestChaosMinorityFenced)$$
 gotest-chaos:
 	@echo "== go test $(CHAOS_PKGS) but the failover, network and overlapping runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
-	$(GO) test $(GOTESTFLAGS) -skip '$(FAULT_TESTS)|$(SAMPLE_TEST)|$(SAMPLED_TESTS)' $(CHAOS_PKGS)
+	$(GO) test $(GOTESTFLAGS) -skip '$(FAULT_TESTS)|$(SAMPLE_TEST)' $(CHAOS_PKGS)
 
 gotest-faults:
 	@echo "== go test ./internal/operator/chaos: the failover and network runs ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
-	$(GO) test $(GOTESTFLAGS) -run '$(FAULT_TESTS)' -skip '$(SAMPLED_TESTS)' ./internal/operator/chaos
+	$(GO) test $(GOTESTFLAGS) -run '$(FAULT_TESTS)' ./internal/operator/chaos
 	@echo "== network namespaces, links, qdiscs, iptables chains and cgroups the network faults created: none may be left"
 	internal/testkit/netleftovers.sh
 
 gotest-sample:
 	@echo "== go test ./internal/operator/chaos: overlapping faults of every kind ($${BATON_KAFKA_BROKERS:-no Kafka}, $${BATON_POSTGRES_URL:+a PostgreSQL})"
-	$(GO) test $(GOTESTFLAGS) -run '$(SAMPLE_TEST)' -v ./internal/operator/chaos
+	BATON_CHAOS_OVERLAPPING=1 $(GO) test $(GOTESTFLAGS) -run '$(SAMPLE_TEST)' -v ./internal/operator/chaos
 	@echo "== network namespaces, links, qdiscs, iptables chains and cgroups the sample created: none may be left"
 	internal/testkit/netleftovers.sh
 

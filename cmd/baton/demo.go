@@ -50,12 +50,13 @@ a failing run always keeps its directory, as evidence.
 	fs.IntVar(&o.updates, "updates", 20, "minimum updates per device")
 	fs.IntVar(&o.freezes, "freezes", 2, "owners to freeze past their session timeout (0: none, and the demo fails: nothing was proven)")
 	fs.Int64Var(&o.seed, "seed", 1, "random seed")
+	fs.DurationVar(&o.settle, "settle", time.Minute, "how long the backlog may take to be applied after the last fault before the demo fails (a slow or loaded machine needs more)")
 	fs.StringVar(&o.statusAddr, "status", "", "also serve the live status page of the demo's group on this address (e.g. 127.0.0.1:8080) while it runs")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if o.devices <= 0 || o.updates <= 0 || o.freezes < 0 {
-		return usageError{err: fmt.Errorf("-devices and -updates must be positive and -freezes not negative, got %d, %d and %d", o.devices, o.updates, o.freezes)}
+	if o.devices <= 0 || o.updates <= 0 || o.freezes < 0 || o.settle <= 0 {
+		return usageError{err: fmt.Errorf("-devices, -updates and -settle must be positive and -freezes not negative, got %d, %d, %s and %d", o.devices, o.updates, o.settle, o.freezes)}
 	}
 	if dir != "" {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -95,6 +96,7 @@ type demoOptions struct {
 	statusAddr                string // serve the live status page here ("" none)
 	devices, updates, freezes int
 	seed                      int64
+	settle                    time.Duration
 }
 
 // runDemo runs the demo with its SQLite file and report in dir. Everything it started (Kafka,
@@ -104,7 +106,7 @@ func runDemo(ctx context.Context, dir string, o demoOptions, stdout io.Writer) e
 		Mode: chaos.Fenced, Workers: 3, Partitions: 6,
 		Workload: chaos.Workload{Keys: o.devices, PerKey: o.updates, CommandEvery: 4},
 		Rate:     400, NumFaults: o.freezes, Seed: o.seed,
-		Settle: 60 * time.Second, SessionTimeout: 3 * time.Second, Progress: stdout, LogDir: dir,
+		Settle: o.settle, SessionTimeout: 3 * time.Second, Progress: stdout, LogDir: dir,
 	}
 	if o.freezes > 0 {
 		cfg.Faults = []chaos.FaultKind{chaos.FaultFreeze}

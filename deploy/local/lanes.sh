@@ -2,7 +2,7 @@
 # lanes.sh LANE_A_TARGET LANE_B_TARGET [LANE_C_TARGET [LANE_D_TARGET]] - run make targets at
 # once, each against its own set of services, and exit non-zero if any failed. 'make test' uses
 # it: most of the suite's time is spent waiting (chaos runs sleeping through their faults,
-# restarts, rebalances, failovers), so the wait-bound tests run in lanes B, C and D beside the
+# restarts, rebalances, failovers), so the wait-bound tests run in the other lanes beside the
 # rest in lane A.
 #
 # Lane A uses the services already up and exported (with-services.sh runs this script). Every
