@@ -51,7 +51,8 @@ func TestReportInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	actx, cancelA := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1450, 1000))...)
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1450, 1000),
+		chromedp.Env("TMPDIR="+t.TempDir()))...) // Chromium's own temporary files go with the test
 	defer cancelA()
 	bctx, cancelB := chromedp.NewContext(actx)
 	defer cancelB()

@@ -95,7 +95,8 @@ func TestPageInBrowser(t *testing.T) {
 	base := "http://" + <-addrc
 
 	actx, cancelA := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1500, 1000))...)
+		chromedp.ExecPath(chrome), chromedp.NoSandbox, chromedp.WindowSize(1500, 1000),
+		chromedp.Env("TMPDIR="+t.TempDir()))...) // Chromium's own temporary files go with the test
 	defer cancelA()
 	bctx, cancelB := chromedp.NewContext(actx)
 	defer cancelB()
