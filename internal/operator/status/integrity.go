@@ -2,14 +2,10 @@ package status
 
 import (
 	"context"
-	"encoding/base64"
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/internal/sqlident"
@@ -50,28 +46,17 @@ func (c *Collector) Kafka(ctx context.Context, extraTopics []string) (*KafkaStat
 	return &KafkaState{State: v.state, Members: v.members, Owner: maps.Clone(v.owner), Committed: v.committed, HighWatermark: v.hwm, LogStart: v.start, TopicID: ids}, nil
 }
 
-// topicIDs reads the IDs of topics from the brokers with a metadata request of its own: the
-// client's cached metadata (kadm's) may be older than the offsets read before.
+// topicIDs reads the IDs of topics from the brokers (brokerTopics: not the client's cached
+// metadata, which may be older than the offsets read before).
 func (c *Collector) topicIDs(ctx context.Context, names []string) (map[string]string, error) {
-	ids := map[string]string{}
-	if len(names) == 0 {
-		return ids, nil
-	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-	defer cancel()
-	req := kmsg.NewPtrMetadataRequest()
-	for _, n := range names {
-		t := kmsg.NewMetadataRequestTopic()
-		t.Topic = kmsg.StringPtr(n)
-		req.Topics = append(req.Topics, t)
-	}
-	resp, err := req.RequestWith(ctx, c.kcl)
+	topics, err := c.brokerTopics(ctx, names)
 	if err != nil {
-		return nil, errorf(ErrUnreachable, "Kafka at %s: describing %s: %v", c.brokers(), strings.Join(names, ","), err)
+		return nil, err
 	}
-	for _, t := range resp.Topics {
-		if t.Topic != nil && t.ErrorCode == 0 && t.TopicID != ([16]byte{}) {
-			ids[*t.Topic] = base64.RawURLEncoding.EncodeToString(t.TopicID[:]) // Kafka's text form
+	ids := map[string]string{}
+	for n, t := range topics {
+		if t.ID != "" {
+			ids[n] = t.ID
 		}
 	}
 	return ids, nil

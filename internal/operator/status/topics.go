@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/batonhq/baton/fence"
 	"github.com/batonhq/baton/fence/pgfence"
 	"github.com/batonhq/baton/fence/sqlitefence"
@@ -44,23 +46,35 @@ func (s *Store) topics() (fence.Topics, error) {
 	return sqlitefence.New(s.sql, sqlitefence.Table(s.tables.Fence))
 }
 
-// brokerTopics describes topics as the brokers see them now.
+// brokerTopics describes topics as the brokers see them now, with a metadata request of its
+// own: the client's cached metadata (kadm's) may be seconds old. A topic the brokers do not
+// know is absent; one without an ID (a broker without topic IDs) has ID "".
 func (c *Collector) brokerTopics(ctx context.Context, names []string) (map[string]fence.Topic, error) {
+	out := map[string]fence.Topic{}
+	if len(names) == 0 {
+		return out, nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	td, err := c.adm.ListTopics(ctx, names...)
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, t)
+	}
+	resp, err := req.RequestWith(ctx, c.kcl)
 	if err != nil {
 		return nil, errorf(ErrUnreachable, "Kafka at %s: describing %s: %v", c.brokers(), strings.Join(names, ","), err)
 	}
-	out := map[string]fence.Topic{}
-	for name, d := range td {
-		if d.Err == nil {
-			var id string
-			if d.ID != ([16]byte{}) {
-				id = base64.RawURLEncoding.EncodeToString(d.ID[:]) // Kafka's text form
-			}
-			out[name] = fence.Topic{ID: id, Partitions: int32(len(d.Partitions))}
+	for _, t := range resp.Topics {
+		if t.Topic == nil || t.ErrorCode != 0 {
+			continue
 		}
+		var id string
+		if t.TopicID != ([16]byte{}) {
+			id = base64.RawURLEncoding.EncodeToString(t.TopicID[:]) // Kafka's text form
+		}
+		out[*t.Topic] = fence.Topic{ID: id, Partitions: int32(len(t.Partitions))}
 	}
 	return out, nil
 }
