@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"slices"
@@ -397,7 +398,7 @@ func (h *harness) topicGrow(ctx context.Context, f *Fault) {
 	want := growTo(old.parts, h.cfg.Workload.Keys)
 	keyed, added := keyedParts(h.cfg.Workload.Keys, want), partsBelow(old.parts, want)
 	// Held: every new partition at its claim, every older one with records before its next batch.
-	mustHold := partsBelow(old.parts, want)
+	mustHold := maps.Clone(added)
 	newKeyed := 0
 	for p := range keyed {
 		mustHold[p] = true
