@@ -49,7 +49,6 @@ func ExamplePerPartition() {
 	if _, err := store.DB().Exec(`CREATE TABLE twins (device TEXT PRIMARY KEY, reading TEXT)`); err != nil {
 		panic(err)
 	}
-	applied := make(chan int, 16)
 	c, err := consumer.New("twins", []string{"readings"}, store, nil,
 		consumer.PerPartition(func(_ context.Context, _ fence.Key, _ fence.Token) (consumer.Handler[*sql.Tx], error) {
 			// State here belongs to this partition's goroutine alone: no locks.
@@ -60,7 +59,6 @@ func ExamplePerPartition() {
 						return err
 					}
 				}
-				applied <- len(b.Records)
 				return nil
 			}, nil
 		}),
@@ -73,7 +71,14 @@ func ExamplePerPartition() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	for n := 0; n < 5; n += <-applied {
+	for committed := int64(0); committed < 5; { // until the five records are committed: the positions the fence rows keep
+		time.Sleep(10 * time.Millisecond)
+		committed = 0
+		for p := int32(0); p < 2; p++ {
+			if st, err := store.Load(ctx, fence.Key{Group: "twins", Topic: "readings", Partition: p}); err == nil {
+				committed += st.Position + 1 // the next offset; NoPosition (-1) before the first
+			}
+		}
 	}
 	cancel()
 	fmt.Println("Run:", <-done)

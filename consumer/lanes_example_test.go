@@ -62,7 +62,6 @@ func ExampleLanes() {
 	if _, err := store.DB().Exec(`CREATE TABLE twins (device TEXT PRIMARY KEY, reading TEXT)`); err != nil {
 		panic(err)
 	}
-	applied := make(chan int, 16)
 	c, err := consumer.New("twins", []string{"readings"}, store,
 		func(ctx context.Context, tx *sql.Tx, b *consumer.Batch) error {
 			for i, r := range b.Records { // the handler writes the results in the fenced transaction, in offset order
@@ -71,7 +70,6 @@ func ExampleLanes() {
 					return err
 				}
 			}
-			applied <- len(b.Records)
 			return nil
 		},
 		consumer.Lanes(8, calibrate),
@@ -84,7 +82,11 @@ func ExampleLanes() {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	for n := 0; n < 4; n += <-applied {
+	for { // until the last record (offset 3) is committed: the position its fence row keeps
+		if st, err := store.Load(ctx, fence.Key{Group: "twins", Topic: "readings", Partition: 0}); err == nil && st.Position >= 3 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	cancel()
 	fmt.Println("Run:", <-done)
