@@ -72,7 +72,8 @@ var EveryFault = append(append(append([]FaultKind(nil), AllFaults...), CoordFaul
 
 // ParseFaults parses a comma-separated list of kinds ("all" for the worker, broker and
 // database kinds, "every" for those, the coordinator and static-membership kinds and the topic
-// faults; the network kinds, NetFaults and MinorityFaults, are named one by one).
+// faults; the network kinds, NetFaults and MinorityFaults, are named one by one). A kind
+// followed by "*N" counts N times ("freeze*30"): the schedule draws it N times as often.
 func ParseFaults(s string) ([]FaultKind, error) {
 	if s == "" || s == "all" {
 		return append([]FaultKind(nil), AllFaults...), nil
@@ -82,7 +83,15 @@ func ParseFaults(s string) ([]FaultKind, error) {
 	}
 	var out []FaultKind
 	for _, f := range strings.Split(s, ",") {
-		k := FaultKind(strings.TrimSpace(f))
+		name, weight := strings.TrimSpace(f), 1
+		if n, w, found := strings.Cut(name, "*"); found {
+			var err error
+			if weight, err = strconv.Atoi(strings.TrimSpace(w)); err != nil || weight < 1 || weight > maxFaultWeight {
+				return nil, fmt.Errorf("chaos: fault %q: the weight after '*' must be a whole number from 1 to %d", f, maxFaultWeight)
+			}
+			name = strings.TrimSpace(n)
+		}
+		k := FaultKind(name)
 		ok := false
 		for _, a := range EveryFault {
 			ok = ok || a == k
@@ -91,10 +100,15 @@ func ParseFaults(s string) ([]FaultKind, error) {
 		if !ok {
 			return nil, fmt.Errorf("chaos: unknown fault %q", f)
 		}
-		out = append(out, k)
+		for range weight {
+			out = append(out, k)
+		}
 	}
 	return out, nil
 }
+
+// maxFaultWeight bounds a kind's weight in a fault list ("freeze*30").
+const maxFaultWeight = 1000
 
 // Config configures a chaos run.
 type Config struct {

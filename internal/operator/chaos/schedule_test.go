@@ -286,3 +286,24 @@ func TestEveryFor(t *testing.T) {
 		t.Errorf("%d kinds and %d skipped", len(kinds), len(skipped))
 	}
 }
+
+func TestParseFaultsWeights(t *testing.T) {
+	got, err := ParseFaults("freeze*3, kill ,storm*1")
+	want := []FaultKind{FaultFreeze, FaultFreeze, FaultFreeze, FaultKill, FaultStorm}
+	if err != nil || !slices.Equal(got, want) {
+		t.Fatalf("ParseFaults = %v, %v; want %v", got, err, want)
+	}
+	for _, bad := range []string{"freeze*0", "freeze*-2", "freeze*x", "freeze*", "freeze*1001", "bogus*2"} {
+		if _, err := ParseFaults(bad); err == nil {
+			t.Errorf("ParseFaults(%q) accepted", bad)
+		}
+	}
+	sched := planSchedule(5, got, 200, 2, 3, 1, time.Second)
+	n := map[FaultKind]int{}
+	for _, f := range sched {
+		n[f.Kind]++
+	}
+	if n[FaultFreeze] < 2*n[FaultKill] || n[FaultStorm] == 0 {
+		t.Errorf("200 faults drawn from freeze*3,kill,storm: %v; want freeze about three times as often as kill, storm at least once", n)
+	}
+}
