@@ -81,7 +81,11 @@ func ParseFaults(s string) ([]FaultKind, error) {
 	if s == "every" {
 		return append([]FaultKind(nil), EveryFault...), nil
 	}
-	var out []FaultKind
+	var (
+		out     []FaultKind
+		named   []FaultKind
+		weights []int
+	)
 	for _, f := range strings.Split(s, ",") {
 		name, weight := strings.TrimSpace(f), 1
 		if n, w, found := strings.Cut(name, "*"); found {
@@ -100,11 +104,27 @@ func ParseFaults(s string) ([]FaultKind, error) {
 		if !ok {
 			return nil, fmt.Errorf("chaos: unknown fault %q", f)
 		}
-		for range weight {
-			out = append(out, k)
+		named = append(named, k)
+		weights = append(weights, weight)
+	}
+	// Round r holds every kind weighted above r, in the order named: each kind comes once
+	// before any comes again, and the schedule's first pass (the list in order) mixes them.
+	for r := 0; len(out) < sumWeights(weights); r++ {
+		for i, k := range named {
+			if weights[i] > r {
+				out = append(out, k)
+			}
 		}
 	}
 	return out, nil
+}
+
+func sumWeights(w []int) int {
+	n := 0
+	for _, v := range w {
+		n += v
+	}
+	return n
 }
 
 // maxFaultWeight bounds a kind's weight in a fault list ("freeze*30").

@@ -288,8 +288,8 @@ func TestEveryFor(t *testing.T) {
 }
 
 func TestParseFaultsWeights(t *testing.T) {
-	got, err := ParseFaults("freeze*3, kill ,storm*1")
-	want := []FaultKind{FaultFreeze, FaultFreeze, FaultFreeze, FaultKill, FaultStorm}
+	got, err := ParseFaults("freeze*3, kill ,storm*1,delay*2")
+	want := []FaultKind{FaultFreeze, FaultKill, FaultStorm, FaultDelay, FaultFreeze, FaultDelay, FaultFreeze}
 	if err != nil || !slices.Equal(got, want) {
 		t.Fatalf("ParseFaults = %v, %v; want %v", got, err, want)
 	}
@@ -304,6 +304,6 @@ func TestParseFaultsWeights(t *testing.T) {
 		n[f.Kind]++
 	}
 	if n[FaultFreeze] < 2*n[FaultKill] || n[FaultStorm] == 0 {
-		t.Errorf("200 faults drawn from freeze*3,kill,storm: %v; want freeze about three times as often as kill, storm at least once", n)
+		t.Errorf("200 faults drawn from freeze*3,kill,storm,delay*2: %v; want freeze about three times as often as kill, storm at least once", n)
 	}
 }
