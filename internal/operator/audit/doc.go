@@ -34,7 +34,9 @@
 // read before the sink's positions, and the output topics' end offsets after the outbox cursors;
 // every one of these only rises (within an era), so what the order shows is real. The brokers'
 // topic IDs are read after their offsets and the stored ones before the fences, so fences still
-// holding an older incarnation than the offsets' always show two IDs. Judgements
+// holding an older incarnation than the offsets' always show two IDs. A partition's end is
+// asked of its leader at the highest leader epoch any broker reports, with that epoch, so a
+// broker cut off from the others that still believes it leads answers for no partition. Judgements
 // that compare two observations (Tokens' decrease, Inbox, Liveness, Ownership, the position past
 // the log end, a copy's sequence against the cursor read after it) need a second pass: 'baton audit
 // -once' judges only what one look can show.

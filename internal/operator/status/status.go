@@ -320,16 +320,15 @@ func (c *Collector) readKafka(ctx context.Context, extraTopics []string) (*kafka
 	for t := range topics {
 		names = append(names, t)
 	}
-	ends, err := c.adm.ListEndOffsets(ctx, names...)
+	slices.Sort(names)
+	ends, err := c.endOffsets(ctx, names)
 	if err != nil {
-		return nil, errorf(ErrUnreachable, "Kafka at %s: listing the end offsets of %s: %v", c.brokers(), strings.Join(names, ","), err)
+		return nil, err
 	}
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err == nil {
-			v.topics[o.Topic] = true
-			v.hwm[fence.Key{Group: c.cfg.Group, Topic: o.Topic, Partition: o.Partition}] = o.Offset
-		}
-	})
+	for p, o := range ends {
+		v.topics[p.topic] = true
+		v.hwm[fence.Key{Group: c.cfg.Group, Topic: p.topic, Partition: p.partition}] = o
+	}
 	starts, err := c.adm.ListStartOffsets(ctx, names...)
 	if err != nil {
 		return nil, errorf(ErrUnreachable, "Kafka at %s: listing the start offsets of %s: %v", c.brokers(), strings.Join(names, ","), err)

@@ -1,0 +1,139 @@
+package status
+
+import (
+	"context"
+	"strings"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// A partition's end offset, read so that a deposed leader cannot answer for it.
+//
+// A broker cut off from the others (or from the controller) can go on believing it leads
+// partitions whose leadership has moved: asked for their end offsets, it answers with its own,
+// older high watermarks, below what the new leader has already served to the group. The
+// client's cached metadata may still point at it. So the end offsets are read in two steps:
+// every reachable broker is asked for the topics' metadata, and each partition is taken at the
+// highest leader epoch any broker reports, with that epoch's leader; then each leader is asked
+// for the end offsets with that epoch as the current leader epoch (KIP-320), which a broker
+// that is no longer the leader at that epoch refuses (FENCED_LEADER_EPOCH, NOT_LEADER). A
+// partition no broker answers for at its highest known epoch is left out: unknown, not guessed.
+
+// tp names a topic partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// leaderAt is a partition's leader at a leader epoch.
+type leaderAt struct {
+	leader, epoch int32
+}
+
+// endOffsets reads the high watermark of every partition of topics (see above).
+func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int64, error) {
+	meta := kmsg.NewPtrMetadataRequest()
+	for _, n := range topics {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(n)
+		meta.Topics = append(meta.Topics, t)
+	}
+	first, err := meta.RequestWith(ctx, c.kcl)
+	if err != nil {
+		return nil, errorf(ErrUnreachable, "Kafka at %s: describing %s: %v", c.brokers(), strings.Join(topics, ","), err)
+	}
+	views := []*kmsg.MetadataResponse{first}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for _, b := range first.Brokers {
+		wg.Add(1)
+		go func(node int32) {
+			defer wg.Done()
+			resp, err := c.kcl.Broker(int(node)).Request(ctx, meta)
+			if err != nil {
+				return // unreachable: the others' views decide
+			}
+			mu.Lock()
+			views = append(views, resp.(*kmsg.MetadataResponse))
+			mu.Unlock()
+		}(b.NodeID)
+	}
+	wg.Wait()
+	leaders := highestLeaders(views)
+
+	byLeader := map[int32]*kmsg.ListOffsetsRequest{}
+	for p, l := range leaders {
+		req := byLeader[l.leader]
+		if req == nil {
+			req = kmsg.NewPtrListOffsetsRequest()
+			req.ReplicaID = -1
+			byLeader[l.leader] = req
+		}
+		var rt *kmsg.ListOffsetsRequestTopic
+		for i := range req.Topics {
+			if req.Topics[i].Topic == p.topic {
+				rt = &req.Topics[i]
+			}
+		}
+		if rt == nil {
+			req.Topics = append(req.Topics, kmsg.NewListOffsetsRequestTopic())
+			rt = &req.Topics[len(req.Topics)-1]
+			rt.Topic = p.topic
+		}
+		rp := kmsg.NewListOffsetsRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.Timestamp = p.partition, l.epoch, -1 // -1: the end
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	out := map[tp]int64{}
+	for leader, req := range byLeader {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := c.kcl.Broker(int(leader)).Request(ctx, req)
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, t := range resp.(*kmsg.ListOffsetsResponse).Topics {
+				for _, p := range t.Partitions {
+					if kerr.ErrorForCode(p.ErrorCode) == nil {
+						out[tp{t.Topic, p.Partition}] = p.Offset
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+// highestLeaders takes each partition at the highest leader epoch among the brokers' views,
+// with the leader that view names; partitions without a leader in that view are left out.
+func highestLeaders(views []*kmsg.MetadataResponse) map[tp]leaderAt {
+	out := map[tp]leaderAt{}
+	for _, v := range views {
+		for _, t := range v.Topics {
+			if t.Topic == nil || t.ErrorCode != 0 {
+				continue
+			}
+			for _, p := range t.Partitions {
+				k := tp{*t.Topic, p.Partition}
+				if cur, ok := out[k]; ok && cur.epoch >= p.LeaderEpoch {
+					continue
+				}
+				out[k] = leaderAt{leader: p.Leader, epoch: p.LeaderEpoch}
+			}
+		}
+	}
+	for k, l := range out {
+		if l.leader < 0 {
+			delete(out, k)
+		}
+	}
+	return out
+}
