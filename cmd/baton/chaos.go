@@ -48,7 +48,7 @@ fault kinds (-faults):
 	fs.IntVar(&perKey, "per-key", 100, "records per key")
 	fs.IntVar(&cfg.Rate, "rate", 500, "records produced per second")
 	fs.IntVar(&cfg.Workload.CommandEvery, "command-every", 4, "fenced mode: send a device command through the outbox for every Nth update (0: none)")
-	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated, or 'all' (the worker, broker and database kinds) or 'every' (every kind these services can run: coordinator-kill with -kafka-nodes, db-failover with a -postgres URL naming a standby, the network kinds as root; net-minority-coordinator with -kafka-nodes 3 and iptables, named one by one; the topic kinds in fenced mode; shard-outage with -shards)")
+	fs.StringVar(&faults, "faults", "all", "fault kinds, comma-separated (kind*N: drawn N times as often), or 'all' (the worker, broker and database kinds) or 'every' (every kind these services can run: coordinator-kill with -kafka-nodes, db-failover with a -postgres URL naming a standby, the network kinds as root; net-minority-coordinator with -kafka-nodes 3 and iptables, named one by one; the topic kinds in fenced mode; shard-outage with -shards)")
 	fs.IntVar(&cfg.Overlap, "overlap", 0, "faults in flight at once, on disjoint targets (0 or 1: one after another)")
 	fs.StringVar(&replay, "replay", "", "run this schedule file (a run's <mode>-schedule.jsonl) instead of drawing one from -seed; -faults and -num-faults are the file's")
 	fs.IntVar(&cfg.NumFaults, "num-faults", 0, "faults to inject (default: 3 per kind)")
