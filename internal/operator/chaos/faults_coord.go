@@ -653,6 +653,7 @@ func (h *harness) staticReplace(ctx context.Context, f *Fault) {
 			f.Bit = a.proven
 			break
 		}
+		sleep(ctx, 2*h.cfg.SessionTimeout) // the group settles after the interfering rebalance
 	}
 	f.Target = strings.Join(targets, ",")
 	f.Detail = strings.Join(ev, " | ")
