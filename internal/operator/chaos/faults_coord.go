@@ -639,26 +639,52 @@ func (l *brokerLog) scan() []*loadLine {
 // a zombie's), then stopped. Proven by the group's member ids (the instance's changed, no
 // other member's did) and by the replacement's commit on that partition; the detail says
 // whether it carried the held generation (the equal-token race: when the partition was
-// assigned at the group's current generation).
+// assigned at the group's current generation). Up to maxMoveAttempts attempts, each replacing
+// a writer (replaceOnce).
 func (h *harness) staticReplace(ctx context.Context, f *Fault) {
+	var targets, ev []string
+	for attempt := 1; attempt <= maxMoveAttempts && ctx.Err() == nil; attempt++ {
+		a := h.replaceOnce(ctx)
+		if a.target != "" {
+			targets = append(targets, a.target)
+		}
+		ev = append(ev, fmt.Sprintf("attempt %d/%d: %s", attempt, maxMoveAttempts, a.detail))
+		if a.proven || a.stop {
+			f.Bit = a.proven
+			break
+		}
+		sleep(ctx, 2*h.cfg.SessionTimeout) // the group settles after the interfering rebalance
+	}
+	f.Target = strings.Join(targets, ",")
+	f.Detail = strings.Join(ev, " | ")
+	f.End = time.Now()
+	sleep(ctx, h.cfg.SessionTimeout)
+}
+
+// replaceOnce is one attempt of staticReplace: proven when the replacement committed on the
+// held partition while no other member's id changed. A rebalance meanwhile (another member
+// rejoining under load, a session expiring) can move the held partition elsewhere and changes
+// the others' ids: the attempt then proves nothing, and another is made.
+func (h *harness) replaceOnce(ctx context.Context) (a moveAttempt) {
 	st := h.cfg.SessionTimeout
 	p := h.pickWriter(ctx)
 	if p == nil || p.instance == "" {
-		f.Detail = "no static worker alive"
-		return
+		a.detail, a.stop = "no static worker alive", true
+		return a
 	}
-	f.Target = p.id
+	a.target = p.id
 	membersBefore := h.members(ctx)
 	w, err := h.holdWrite(ctx, p, syscall.SIGUSR1, OutcomeFrozen)
 	if err != nil {
-		f.Detail = err.Error()
-		return
+		_ = p.cmd.Process.Signal(syscall.SIGCONT)
+		a.detail = err.Error()
+		return a
 	}
 	defer func() { _ = p.cmd.Process.Signal(syscall.SIGCONT) }()
 	r, err := h.startAs(ctx, p.instance)
 	if err != nil {
-		f.Detail = err.Error()
-		return
+		a.detail, a.stop = err.Error(), true
+		return a
 	}
 	ev := []string{w.String(), fmt.Sprintf("replaced by %s as instance %s", r.id, p.instance)}
 	// The replacement's first commit on the held partition: at the held generation if the group
@@ -679,10 +705,10 @@ func (h *harness) staticReplace(ctx context.Context, f *Fault) {
 	membersAfter := h.members(ctx)
 	changed, others := 0, 0
 	for inst, m := range membersBefore {
-		if a, ok := membersAfter[inst]; ok && a != m {
+		if now, ok := membersAfter[inst]; ok && now != m {
 			if inst == p.instance {
 				changed++
-				ev = append(ev, fmt.Sprintf("member id of %s: %s -> %s", inst, clip(m, 40), clip(a, 40)))
+				ev = append(ev, fmt.Sprintf("member id of %s: %s -> %s", inst, clip(m, 40), clip(now, 40)))
 			} else {
 				others++
 			}
@@ -695,7 +721,7 @@ func (h *harness) staticReplace(ctx context.Context, f *Fault) {
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	sleep(ctx, st)
 	h.stop(p, syscall.SIGTERM, 30*time.Second)
-	f.Bit = took && changed == 1 && others == 0
+	a.proven = took && changed == 1 && others == 0
 	switch {
 	case !took:
 		ev = append(ev, "no commit of the replacement on the held partition seen")
@@ -704,9 +730,8 @@ func (h *harness) staticReplace(ctx context.Context, f *Fault) {
 	default:
 		ev = append(ev, "the held partition was assigned generations before the replacement's (the group had moved on, keeping it): an ordinary takeover")
 	}
-	f.Detail = strings.Join(ev, "; ")
-	f.End = time.Now()
-	sleep(ctx, st)
+	a.detail = strings.Join(ev, "; ")
+	return a
 }
 
 // members returns the group's member ids by group.instance.id.
