@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -40,29 +41,43 @@ func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int
 		t.Topic = kmsg.StringPtr(n)
 		meta.Topics = append(meta.Topics, t)
 	}
-	first, err := meta.RequestWith(ctx, c.kcl)
-	if err != nil {
-		return nil, errorf(ErrUnreachable, "Kafka at %s: describing %s: %v", c.brokers(), strings.Join(topics, ","), err)
+	// Every broker the client knows (the requests before this one taught it the cluster) is
+	// asked; one that does not answer (cut off from this process, paused) is given a third of
+	// the time left, then left out: the others' views decide.
+	brokers := c.kcl.DiscoveredBrokers()
+	if len(brokers) == 0 {
+		brokers = c.kcl.SeedBrokers()
 	}
-	views := []*kmsg.MetadataResponse{first}
+	vctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		vctx, cancel = context.WithTimeout(ctx, time.Until(dl)/3)
+		defer cancel()
+	}
 	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
+		views   []*kmsg.MetadataResponse
+		lastErr error
+		mu      sync.Mutex
+		wg      sync.WaitGroup
 	)
-	for _, b := range first.Brokers {
+	for _, b := range brokers {
 		wg.Add(1)
-		go func(node int32) {
+		go func() {
 			defer wg.Done()
-			resp, err := c.kcl.Broker(int(node)).Request(ctx, meta)
-			if err != nil {
-				return // unreachable: the others' views decide
-			}
+			resp, err := b.Request(vctx, meta)
 			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				lastErr = err
+				return
+			}
 			views = append(views, resp.(*kmsg.MetadataResponse))
-			mu.Unlock()
-		}(b.NodeID)
+		}()
 	}
 	wg.Wait()
+	if len(views) == 0 {
+		return nil, errorf(ErrUnreachable, "Kafka at %s: no broker described %s: %v", c.brokers(), strings.Join(topics, ","), lastErr)
+	}
 	leaders := highestLeaders(views)
 
 	byLeader := map[int32]*kmsg.ListOffsetsRequest{}
@@ -88,12 +103,20 @@ func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int
 		rp.Partition, rp.CurrentLeaderEpoch, rp.Timestamp = p.partition, l.epoch, -1 // -1: the end
 		rt.Partitions = append(rt.Partitions, rp)
 	}
+	// A leader that does not answer is given half the time left (the log starts are read
+	// next): its partitions are left out.
+	lctx := ctx
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		lctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
+		defer cancel()
+	}
 	out := map[tp]int64{}
 	for leader, req := range byLeader {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := c.kcl.Broker(int(leader)).Request(ctx, req)
+			resp, err := c.kcl.Broker(int(leader)).Request(lctx, req)
 			if err != nil {
 				return
 			}

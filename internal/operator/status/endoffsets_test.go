@@ -117,3 +117,65 @@ func TestEndOffsetsNotFromADeposedLeader(t *testing.T) {
 		}
 	}
 }
+
+// TestEndOffsetsPastASilentBroker: a broker that never answers the request for its view of the
+// topic (cut off from the collector, paused) costs a part of the timeout, not the read: the
+// end offsets come from the others. (Only that request goes unanswered: the collector's other
+// requests go to one broker each and would wait for it whole.)
+func TestEndOffsetsPastASilentBroker(t *testing.T) {
+	ctx := context.Background()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(2), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	addrs := cluster.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.DefaultProduceTopic("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for range 7 {
+		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	leader := cluster.LeaderFor("t", 0)
+	path := filepath.Join(t.TempDir(), "f.db")
+	store, err := sqlitefence.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	c, err := status.NewCollector(status.Config{Brokers: []string{addrs[leader]}, Store: path, Group: "g", Timeout: 6 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Kafka(ctx, []string{"t"}); err != nil { // the client learns both brokers
+		t.Fatal(err)
+	}
+	var silent atomic.Int32
+	cluster.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		if cluster.CurrentNode() == leader || len(r.(*kmsg.MetadataRequest).Topics) == 0 {
+			return nil, nil, false // the client's own pings and refreshes are answered
+		}
+		if silent.Add(1) > 1 {
+			return nil, nil, false
+		}
+		return nil, nil, true // the first description of t it is asked for: never answered
+	})
+	start := time.Now()
+	kv, err := c.Kafka(ctx, []string{"t"})
+	if err != nil {
+		t.Fatalf("after %v: %v", time.Since(start), err)
+	}
+	if silent.Load() == 0 {
+		t.Fatal("the silent broker was never asked: nothing was shown")
+	}
+	if got := kv.HighWatermark[fence.Key{Group: "g", Topic: "t", Partition: 0}]; got != 7 {
+		t.Fatalf("high watermark %d, want 7 (the silent broker asked %d times)", got, silent.Load())
+	}
+	t.Logf("read in %v past a broker asked %d times that never answered", time.Since(start).Round(time.Millisecond), silent.Load())
+}
