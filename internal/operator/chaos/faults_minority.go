@@ -192,7 +192,7 @@ func (h *harness) minorityCoordinator(ctx context.Context, f *Fault) {
 		return
 	}
 	links = append(links, pl)
-	var majority []string
+	var majority, majorityMembers []string
 	var majorityLinks []*netLink
 	for _, q := range h.alive() {
 		if q == p {
@@ -205,6 +205,7 @@ func (h *harness) minorityCoordinator(ctx context.Context, f *Fault) {
 				return
 			}
 			majority = append(majority, q.id)
+			majorityMembers = append(majorityMembers, q.memberPrefix())
 			majorityLinks = append(majorityLinks, ql)
 		}
 	}
@@ -262,7 +263,7 @@ func (h *harness) minorityCoordinator(ctx context.Context, f *Fault) {
 	stopProbe()
 	probes.Wait()
 	healAt := time.Now()
-	named, expired, minority := xlog.memberLines(before, p.id, majority)
+	named, expired, minority := xlog.memberLines(before, p.memberPrefix(), majorityMembers)
 	heal()
 	// The broker back: unfenced, listed by the others again.
 	var backIn time.Duration
@@ -422,9 +423,9 @@ func (h *harness) nodeLog(ctx context.Context, node int32) *nodeLogAt {
 }
 
 // memberLines reads the group coordinator's lines of node's log since the fault began: how many
-// name a member of worker id (member ids are the client id, "-", a UUID), how many expire a
-// member of the others, and the last group it stabilized.
-func (l *nodeLogAt) memberLines(node int32, id string, others []string) (named, expired int, stabilized string) {
+// name a member whose id starts with member + "-" (a worker's memberPrefix), how many expire a
+// member of the others', and the last group it stabilized.
+func (l *nodeLogAt) memberLines(node int32, member string, others []string) (named, expired int, stabilized string) {
 	if l == nil {
 		return 0, 0, ""
 	}
@@ -444,7 +445,7 @@ func (l *nodeLogAt) memberLines(node int32, id string, others []string) (named, 
 		if !strings.Contains(line, prefix) {
 			continue
 		}
-		if strings.Contains(line, " "+id+"-") {
+		if strings.Contains(line, " "+member+"-") {
 			named++
 		}
 		for _, o := range others {
@@ -457,6 +458,16 @@ func (l *nodeLogAt) memberLines(node int32, id string, others []string) (named, 
 		}
 	}
 	return named, expired, stabilized
+}
+
+// memberPrefix is how the coordinator's member ids for worker p begin: Kafka names a static
+// member's id after its group.instance.id (a replacement's after its predecessor's), a dynamic
+// one's after its client id (the worker's id), then "-" and a UUID.
+func (p *proc) memberPrefix() string {
+	if p.instance != "" {
+		return p.instance
+	}
+	return p.id
 }
 
 // runGroups returns the groups the workers join.

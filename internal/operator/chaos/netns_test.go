@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -228,5 +229,41 @@ func TestParseFaultsNamesTheNetworkKinds(t *testing.T) {
 	cfg := Config{Faults: got, KafkaNodes: 3, Brokers: []string{"127.0.0.1:9092"}, PostgresURL: "postgres://x", Binary: "baton"}
 	if err := cfg.defaults(); err == nil || !strings.Contains(err.Error(), "DeployDir") {
 		t.Errorf("without DeployDir: %v, want the minority coordinator refused (it reads the cut broker's log through kafka.sh)", err)
+	}
+}
+
+// TestMemberLines: the cut coordinator's lines are matched by member id, which Kafka derives
+// from a static member's group.instance.id (a replacement's from its predecessor's) and from a
+// dynamic member's client id (the worker's id). Lines of the log before the fault, of another
+// node and of another member whose id only begins alike are not counted.
+func TestMemberLines(t *testing.T) {
+	const (
+		pre  = "[2026-12-02 17:02:40,000] INFO [GroupCoordinator id=2 topic=__consumer_offsets partition=0] Member chaos-w100-0 in group g has failed, removing it from the group. (org.apache.kafka.coordinator.group.GroupMetadataManager)\n"
+		cut  = "[2026-12-02 17:02:46,622] INFO [GroupCoordinator id=2 topic=__consumer_offsets partition=0] "
+		tail = " (org.apache.kafka.coordinator.group.GroupMetadataManager)"
+	)
+	lines := []string{
+		cut + "Member chaos-w102-1bcf8f9e-7fc2-4509-bc87-c6457f4a8639 in group g has failed, removing it from the group." + tail,
+		cut + "Preparing to rebalance group g in state PreparingRebalance with old generation 30 (reason: removing member chaos-w102-1bcf8f9e-7fc2-4509-bc87-c6457f4a8639 on heartbeat expiration.)." + tail,
+		cut + "Member chaos-w100-1cd74962-2dee-42a0-b389-8fa59d5969ec in group g has failed, removing it from the group." + tail,
+		cut + "Member chaos-w1000-aaaa in group g has failed, removing it from the group." + tail,
+		cut + "Preparing to rebalance group g in state PreparingRebalance with old generation 7 (reason: removing member w5-2222 on heartbeat expiration.)." + tail,
+		cut + "Member w4-1111 in group g has failed, removing it from the group." + tail,
+		cut + "Stabilized group g generation 32 with 1 members." + tail,
+		"[2026-12-02 17:02:47,000] INFO [GroupCoordinator id=3 topic=__consumer_offsets partition=0] Member chaos-w100-3333 in group g has failed, removing it from the group." + tail,
+	}
+	path := filepath.Join(t.TempDir(), "kafka.out")
+	if err := os.WriteFile(path, []byte(pre+strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := &nodeLogAt{path: path, off: int64(len(pre))}
+	static := &proc{id: "w7", instance: "chaos-w100"} // a replacement keeps its predecessor's instance
+	named, expired, stabilized := l.memberLines(2, static.memberPrefix(), []string{(&proc{id: "w102", instance: "chaos-w102"}).memberPrefix()})
+	if named != 1 || expired != 1 || stabilized != "Stabilized group g generation 32 with 1 members." {
+		t.Errorf("static: named %d, expired %d, stabilized %q; want 1, 1 and the last line of node 2's", named, expired, stabilized)
+	}
+	dynamic := &proc{id: "w4"}
+	if named, expired, _ := l.memberLines(2, dynamic.memberPrefix(), []string{(&proc{id: "w5"}).memberPrefix()}); named != 1 || expired != 1 {
+		t.Errorf("dynamic: named %d, expired %d; want 1 and 1", named, expired)
 	}
 }
