@@ -702,18 +702,30 @@ func (h *harness) replaceOnce(ctx context.Context) (a moveAttempt) {
 		}
 		sleep(ctx, 100*time.Millisecond)
 	}
-	membersAfter := h.members(ctx)
-	changed, others := 0, 0
-	for inst, m := range membersBefore {
-		if now, ok := membersAfter[inst]; ok && now != m {
-			if inst == p.instance {
-				changed++
-				ev = append(ev, fmt.Sprintf("member id of %s: %s -> %s", inst, clip(m, 40), clip(now, 40)))
-			} else {
-				others++
+	// The replacement joins each of the run's groups on its own: it may have committed in one
+	// before it replaced its predecessor in another. Wait (a few session timeouts) until it has
+	// in every group the predecessor was in.
+	var changed, others int
+	var ids []string
+	for end := time.Now().Add(3 * st); ; {
+		membersAfter := h.members(ctx)
+		changed, others, ids = 0, 0, ids[:0]
+		for key, m := range membersBefore {
+			if now, ok := membersAfter[key]; ok && now != m {
+				if key.instance == p.instance {
+					changed++
+					ids = append(ids, fmt.Sprintf("member id of %s in %s: %s -> %s", key.instance, key.group, clip(m, 40), clip(now, 40)))
+				} else {
+					others++
+				}
 			}
 		}
+		if !took || changed == instancesIn(membersBefore, p.instance) || !time.Now().Before(end) || ctx.Err() != nil {
+			break
+		}
+		sleep(ctx, 250*time.Millisecond)
 	}
+	ev = append(ev, ids...)
 	if others > 0 {
 		ev = append(ev, fmt.Sprintf("%d other members changed ids (a rebalance)", others))
 	}
@@ -721,7 +733,7 @@ func (h *harness) replaceOnce(ctx context.Context) (a moveAttempt) {
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	sleep(ctx, st)
 	h.stop(p, syscall.SIGTERM, 30*time.Second)
-	a.proven = took && changed == 1 && others == 0
+	a.proven = took && changed > 0 && changed == instancesIn(membersBefore, p.instance) && others == 0
 	switch {
 	case !took:
 		ev = append(ev, "no commit of the replacement on the held partition seen")
@@ -734,21 +746,38 @@ func (h *harness) replaceOnce(ctx context.Context) (a moveAttempt) {
 	return a
 }
 
-// members returns the group's member ids by group.instance.id.
-func (h *harness) members(ctx context.Context) map[string]string {
+// memberKey names a static member of one of the run's groups.
+type memberKey struct{ group, instance string }
+
+// members returns the member ids of the run's groups' static members.
+func (h *harness) members(ctx context.Context) map[memberKey]string {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out := map[string]string{}
-	gs, err := h.adm.DescribeGroups(ctx, h.cfg.Group)
+	out := map[memberKey]string{}
+	groups := h.runGroups()
+	gs, err := h.adm.DescribeGroups(ctx, groups...)
 	if err != nil {
 		return out
 	}
-	for _, m := range gs[h.cfg.Group].Members {
-		if m.InstanceID != nil {
-			out[*m.InstanceID] = m.MemberID
+	for _, g := range groups {
+		for _, m := range gs[g].Members {
+			if m.InstanceID != nil {
+				out[memberKey{g, *m.InstanceID}] = m.MemberID
+			}
 		}
 	}
 	return out
+}
+
+// instancesIn counts the groups in which instance is a member.
+func instancesIn(members map[memberKey]string, instance string) int {
+	n := 0
+	for k := range members {
+		if k.instance == instance {
+			n++
+		}
+	}
+	return n
 }
 
 // twoTopicInbox is FaultTwoTopicInbox: with the commands routed to two destination topics and
