@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"time"
@@ -42,42 +43,23 @@ func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int
 		meta.Topics = append(meta.Topics, t)
 	}
 	// Every broker the client knows (the requests before this one taught it the cluster) is
-	// asked; one that does not answer (cut off from this process, paused) is given a third of
-	// the time left, then left out: the others' views decide.
+	// asked (viewsOf): the others' views decide past one that does not answer.
 	brokers := c.kcl.DiscoveredBrokers()
 	if len(brokers) == 0 {
 		brokers = c.kcl.SeedBrokers()
 	}
-	vctx := ctx
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		vctx, cancel = context.WithTimeout(ctx, time.Until(dl)/3)
-		defer cancel()
+	requesters := make([]requester, len(brokers))
+	for i, b := range brokers {
+		requesters[i] = b
+	}
+	views, err := viewsOf(ctx, requesters, meta)
+	if err != nil {
+		return nil, errorf(ErrUnreachable, "Kafka at %s: no broker described %s: %v", c.brokers(), strings.Join(topics, ","), err)
 	}
 	var (
-		views   []*kmsg.MetadataResponse
-		lastErr error
-		mu      sync.Mutex
-		wg      sync.WaitGroup
+		mu sync.Mutex
+		wg sync.WaitGroup
 	)
-	for _, b := range brokers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			resp, err := b.Request(vctx, meta)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				lastErr = err
-				return
-			}
-			views = append(views, resp.(*kmsg.MetadataResponse))
-		}()
-	}
-	wg.Wait()
-	if len(views) == 0 {
-		return nil, errorf(ErrUnreachable, "Kafka at %s: no broker described %s: %v", c.brokers(), strings.Join(topics, ","), lastErr)
-	}
 	leaders := highestLeaders(views)
 
 	byLeader := map[int32]*kmsg.ListOffsetsRequest{}
@@ -133,6 +115,47 @@ func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// requester is what a *kgo.Broker does for viewsOf.
+type requester interface {
+	Request(context.Context, kmsg.Request) (kmsg.Response, error)
+}
+
+// viewsOf asks every broker for meta at once; one that does not answer (cut off from this
+// process, paused) is given a third of the time left, then left out. It fails only when none
+// answers.
+func viewsOf(ctx context.Context, brokers []requester, meta *kmsg.MetadataRequest) ([]*kmsg.MetadataResponse, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/3)
+		defer cancel()
+	}
+	var (
+		views   []*kmsg.MetadataResponse
+		lastErr = errors.New("no broker known")
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+	)
+	for _, b := range brokers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := b.Request(ctx, meta)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				lastErr = err
+				return
+			}
+			views = append(views, resp.(*kmsg.MetadataResponse))
+		}()
+	}
+	wg.Wait()
+	if len(views) == 0 {
+		return nil, lastErr
+	}
+	return views, nil
 }
 
 // highestLeaders takes each partition at the highest leader epoch among the brokers' views,
