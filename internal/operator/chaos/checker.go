@@ -322,27 +322,29 @@ func checkLog(ctx context.Context, db DB, v *Verdict) error {
 		v.Recoveries = 0
 	}
 	// A resumed zombie's committed writes, against the other workers' commits before them.
-	takenOver := func(topic string, part int32, worker string, epoch, at int64) bool {
+	// Tokens compare as (era, epoch): an epoch of an earlier era (before a group was
+	// recreated, a topic reset, a recovery) is lower whatever its number.
+	takenOver := func(topic string, part int32, worker string, tok fence.Token, at int64) bool {
 		for _, b := range byPart[lane{topic, part}] {
-			if b.worker != worker && b.tok.Epoch >= epoch && b.at <= at {
+			if b.worker != worker && b.tok.Compare(tok) >= 0 && b.at <= at {
 				return true
 			}
 		}
 		return false
 	}
-	rows, err = db.Query(ctx, `SELECT worker, topic, part, epoch, at_ms FROM chaos_attempts WHERE outcome = $1 AND (zombie OR resumed) ORDER BY id`, OutcomeCommitted)
+	rows, err = db.Query(ctx, `SELECT worker, topic, part, era, epoch, at_ms FROM chaos_attempts WHERE outcome = $1 AND (zombie OR resumed) ORDER BY id`, OutcomeCommitted)
 	if err != nil {
 		return fmt.Errorf("chaos: check zombie attempts: %w", err)
 	}
 	for rows.Next() {
 		var worker, topic string
 		var part int32
-		var epoch, at int64
-		if err := rows.Scan(&worker, &topic, &part, &epoch, &at); err != nil {
+		var era, epoch, at int64
+		if err := rows.Scan(&worker, &topic, &part, &era, &epoch, &at); err != nil {
 			rows.Close()
 			return err
 		}
-		if takenOver(topic, part, worker, epoch, at) {
+		if takenOver(topic, part, worker, fence.Token{Era: era, Epoch: epoch}, at) {
 			v.ZombieOverTaken++
 		}
 	}

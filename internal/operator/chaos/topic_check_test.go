@@ -141,3 +141,36 @@ func TestAttemptSinkKeepsTopics(t *testing.T) {
 		t.Fatal("the wrapped sink hides fence.Topics: workers would never see a recreated or grown topic")
 	}
 }
+
+// A resumed worker's commit counts as a zombie's after its takeover only if another worker had
+// committed on the partition at its token or a later one: tokens compare as (era, epoch), so
+// an earlier era's higher epoch (before a group was recreated, a topic reset) is no takeover.
+func TestZombieOverTakenComparesEras(t *testing.T) {
+	ctx := context.Background()
+	db := topicCheckDB(t)
+	attempt := func(worker string, era, epoch, at int64) {
+		t.Helper()
+		if err := db.Exec(ctx, `INSERT INTO chaos_attempts (worker, topic, part, era, epoch, first_off, last_off, outcome, zombie, resumed, detail, at_ms) VALUES ($1, 't', 0, $2, $3, 0, 0, $4, false, true, '', $5)`,
+			worker, era, epoch, OutcomeCommitted, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func() int64 {
+		t.Helper()
+		v := Verdict{Attempts: map[string]int64{}}
+		if err := checkLog(ctx, db, &v); err != nil {
+			t.Fatal(err)
+		}
+		return v.ZombieOverTaken
+	}
+	applied(t, db, 0, 0, 9, 3, 90, "w1", 1000) // era 3, epoch 90
+	attempt("w2", 5, 62, 2000)                 // a later era: no takeover, whatever the epochs
+	if n := check(); n != 0 {
+		t.Fatalf("%d zombie writes after their takeover, want 0: 3.90 is below 5.62", n)
+	}
+	applied(t, db, 0, 10, 19, 5, 63, "w3", 3000) // taken over at 5.63
+	attempt("w2", 5, 62, 4000)                   // and w2 writes at 5.62 after it
+	if n := check(); n != 1 {
+		t.Fatalf("%d zombie writes after their takeover, want 1 (5.63 committed before w2's 5.62)", n)
+	}
+}
