@@ -36,12 +36,6 @@ type leaderAt struct {
 
 // endOffsets reads the high watermark of every partition of topics (see above).
 func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int64, error) {
-	meta := kmsg.NewPtrMetadataRequest()
-	for _, n := range topics {
-		t := kmsg.NewMetadataRequestTopic()
-		t.Topic = kmsg.StringPtr(n)
-		meta.Topics = append(meta.Topics, t)
-	}
 	// Every broker the client knows (the requests before this one taught it the cluster) is
 	// asked (viewsOf): the others' views decide past one that does not answer.
 	brokers := c.kcl.DiscoveredBrokers()
@@ -52,14 +46,10 @@ func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int
 	for i, b := range brokers {
 		requesters[i] = b
 	}
-	views, err := viewsOf(ctx, requesters, meta)
+	views, err := viewsOf(ctx, requesters, metadataRequest(topics))
 	if err != nil {
 		return nil, errorf(ErrUnreachable, "Kafka at %s: no broker described %s: %v", c.brokers(), strings.Join(topics, ","), err)
 	}
-	var (
-		mu sync.Mutex
-		wg sync.WaitGroup
-	)
 	leaders := highestLeaders(views)
 
 	byLeader := map[int32]*kmsg.ListOffsetsRequest{}
@@ -93,7 +83,11 @@ func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int
 		lctx, cancel = context.WithTimeout(ctx, time.Until(dl)/2)
 		defer cancel()
 	}
-	out := map[tp]int64{}
+	var (
+		out = map[tp]int64{}
+		mu  sync.Mutex
+		wg  sync.WaitGroup
+	)
 	for leader, req := range byLeader {
 		wg.Add(1)
 		go func() {

@@ -56,13 +56,7 @@ func (c *Collector) brokerTopics(ctx context.Context, names []string) (map[strin
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	req := kmsg.NewPtrMetadataRequest()
-	for _, n := range names {
-		t := kmsg.NewMetadataRequestTopic()
-		t.Topic = kmsg.StringPtr(n)
-		req.Topics = append(req.Topics, t)
-	}
-	resp, err := req.RequestWith(ctx, c.kcl)
+	resp, err := metadataRequest(names).RequestWith(ctx, c.kcl)
 	if err != nil {
 		return nil, errorf(ErrUnreachable, "Kafka at %s: describing %s: %v", c.brokers(), strings.Join(names, ","), err)
 	}
@@ -77,6 +71,17 @@ func (c *Collector) brokerTopics(ctx context.Context, names []string) (map[strin
 		out[*t.Topic] = fence.Topic{ID: id, Partitions: int32(len(t.Partitions))}
 	}
 	return out, nil
+}
+
+// metadataRequest asks for the metadata of the topics names.
+func metadataRequest(names []string) *kmsg.MetadataRequest {
+	req := kmsg.NewPtrMetadataRequest()
+	for _, n := range names {
+		t := kmsg.NewMetadataRequestTopic()
+		t.Topic = kmsg.StringPtr(n)
+		req.Topics = append(req.Topics, t)
+	}
+	return req
 }
 
 // Topics compares, for every topic the group has fences for (or the configured topics), the
