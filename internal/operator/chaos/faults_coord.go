@@ -707,6 +707,7 @@ func (h *harness) replaceOnce(ctx context.Context) (a moveAttempt) {
 	// in every group the predecessor was in.
 	var changed, others int
 	var ids []string
+	want := instancesIn(membersBefore, p.instance)
 	for end := time.Now().Add(3 * st); ; {
 		membersAfter := h.members(ctx)
 		changed, others, ids = 0, 0, ids[:0]
@@ -720,7 +721,7 @@ func (h *harness) replaceOnce(ctx context.Context) (a moveAttempt) {
 				}
 			}
 		}
-		if !took || changed == instancesIn(membersBefore, p.instance) || !time.Now().Before(end) || ctx.Err() != nil {
+		if !took || changed == want || !time.Now().Before(end) || ctx.Err() != nil {
 			break
 		}
 		sleep(ctx, 250*time.Millisecond)
@@ -733,7 +734,7 @@ func (h *harness) replaceOnce(ctx context.Context) (a moveAttempt) {
 	_ = p.cmd.Process.Signal(syscall.SIGCONT)
 	sleep(ctx, st)
 	h.stop(p, syscall.SIGTERM, 30*time.Second)
-	a.proven = took && changed > 0 && changed == instancesIn(membersBefore, p.instance) && others == 0
+	a.proven = took && changed > 0 && changed == want && others == 0
 	switch {
 	case !took:
 		ev = append(ev, "no commit of the replacement on the held partition seen")

@@ -109,7 +109,7 @@ func ParseFaults(s string) ([]FaultKind, error) {
 	}
 	// Round r holds every kind weighted above r, in the order named: each kind comes once
 	// before any comes again, and the schedule's first pass (the list in order) mixes them.
-	for r := 0; len(out) < sumWeights(weights); r++ {
+	for r := range slices.Max(weights) {
 		for i, k := range named {
 			if weights[i] > r {
 				out = append(out, k)
@@ -117,14 +117,6 @@ func ParseFaults(s string) ([]FaultKind, error) {
 		}
 	}
 	return out, nil
-}
-
-func sumWeights(w []int) int {
-	n := 0
-	for _, v := range w {
-		n += v
-	}
-	return n
 }
 
 // maxFaultWeight bounds a kind's weight in a fault list ("freeze*30").
