@@ -46,7 +46,7 @@ func (c *Collector) endOffsets(ctx context.Context, topics []string) (map[tp]int
 	for i, b := range brokers {
 		requesters[i] = b
 	}
-	views, err := viewsOf(ctx, requesters, metadataRequest(topics))
+	views, err := viewsOf(ctx, requesters, func() *kmsg.MetadataRequest { return metadataRequest(topics) })
 	if err != nil {
 		return nil, errorf(ErrUnreachable, "Kafka at %s: no broker described %s: %v", c.brokers(), strings.Join(topics, ","), err)
 	}
@@ -116,10 +116,11 @@ type requester interface {
 	Request(context.Context, kmsg.Request) (kmsg.Response, error)
 }
 
-// viewsOf asks every broker for meta at once; one that does not answer (cut off from this
-// process, paused) is given a third of the time left, then left out. It fails only when none
-// answers.
-func viewsOf(ctx context.Context, brokers []requester, meta *kmsg.MetadataRequest) ([]*kmsg.MetadataResponse, error) {
+// viewsOf asks every broker at once for a metadata request of its own (the client sets the
+// version on the request it sends, so one request is never shared between brokers); a broker
+// that does not answer (cut off from this process, paused) is given a third of the time left,
+// then left out. It fails only when none answers.
+func viewsOf(ctx context.Context, brokers []requester, meta func() *kmsg.MetadataRequest) ([]*kmsg.MetadataResponse, error) {
 	if dl, ok := ctx.Deadline(); ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, time.Until(dl)/3)
@@ -135,7 +136,7 @@ func viewsOf(ctx context.Context, brokers []requester, meta *kmsg.MetadataReques
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			resp, err := b.Request(ctx, meta)
+			resp, err := b.Request(ctx, meta())
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

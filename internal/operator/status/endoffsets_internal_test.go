@@ -28,7 +28,7 @@ func TestViewsPastASilentBroker(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	start := time.Now()
-	views, err := viewsOf(ctx, []requester{silent{}, answering{view}, silent{}}, kmsg.NewPtrMetadataRequest())
+	views, err := viewsOf(ctx, []requester{silent{}, answering{view}, silent{}}, kmsg.NewPtrMetadataRequest)
 	took := time.Since(start)
 	if err != nil || len(views) != 1 || views[0] != view {
 		t.Fatalf("views %v, %v; want the answering broker's", views, err)
@@ -38,10 +38,42 @@ func TestViewsPastASilentBroker(t *testing.T) {
 	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel2()
-	if views, err := viewsOf(ctx2, []requester{silent{}}, kmsg.NewPtrMetadataRequest()); err == nil {
+	if views, err := viewsOf(ctx2, []requester{silent{}}, kmsg.NewPtrMetadataRequest); err == nil {
 		t.Errorf("no broker answered, yet %d views and no error", len(views))
 	}
-	if _, err := viewsOf(context.Background(), nil, kmsg.NewPtrMetadataRequest()); err == nil {
+	if _, err := viewsOf(context.Background(), nil, kmsg.NewPtrMetadataRequest); err == nil {
 		t.Error("no broker known, yet no error")
+	}
+}
+
+// recording answers at once and keeps the request it was given.
+type recording struct {
+	view *kmsg.MetadataResponse
+	got  chan kmsg.Request
+}
+
+func (r recording) Request(_ context.Context, req kmsg.Request) (kmsg.Response, error) {
+	r.got <- req
+	return r.view, nil
+}
+
+// TestViewsAskEachBrokerItsOwnRequest: the client writes the version it negotiated into the
+// request it sends, so brokers asked at once must not share one request.
+func TestViewsAskEachBrokerItsOwnRequest(t *testing.T) {
+	got := make(chan kmsg.Request, 3)
+	b := recording{kmsg.NewPtrMetadataResponse(), got}
+	if _, err := viewsOf(context.Background(), []requester{b, b, b}, kmsg.NewPtrMetadataRequest); err != nil {
+		t.Fatal(err)
+	}
+	close(got)
+	seen := map[kmsg.Request]bool{}
+	for req := range got {
+		if seen[req] {
+			t.Fatalf("two brokers were asked with the same request %p", req)
+		}
+		seen[req] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("%d requests sent, want 3", len(seen))
 	}
 }
