@@ -62,6 +62,7 @@ fault kinds (-faults):
 	fs.StringVar(&cfg.RedisAddr, "redis", os.Getenv("BATON_REDIS_ADDR"), "Redis address for -mode lock (default $BATON_REDIS_ADDR)")
 	fs.StringVar(&deployDir, "deploy", "deploy/local", "directory of kafka.sh and postgres.sh, for restart faults")
 	fs.StringVar(&report, "report", "chaos-report", "directory for the verdict, the report and the workers' logs")
+	fs.DurationVar(&cfg.Audit, "audit", 0, "run 'baton audit' beside the workers, one pass per group every this long (0: none); what it finds joins the verdict and fails the run")
 	fs.IntVar(&cfg.KafkaNodes, "kafka-nodes", 0, "brokers of deploy/local's cluster mode (KAFKA_NODES) behind -brokers; needed by coordinator-kill and net-minority-coordinator (3 or more)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -71,6 +72,9 @@ fault kinds (-faults):
 		return usageError{err: err}
 	}
 	cfg.Mode = m
+	if cfg.Audit < 0 {
+		return usageError{err: fmt.Errorf("-audit %v: not negative (0: no auditor)", cfg.Audit)}
+	}
 	if cfg.Faults, err = chaos.ParseFaults(faults); err != nil {
 		return usageError{err: err}
 	}

@@ -190,6 +190,8 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"chaos", "-faults", "freeze,flood"}, 2, "unknown fault"},
 		{[]string{"chaos"}, 2, "needs -brokers and -postgres"},
 		{[]string{"chaos", "-h"}, 0, "shard-outage"},
+		{[]string{"chaos", "-h"}, 0, "-audit"},
+		{[]string{"chaos", "-audit", "-1s"}, 2, "-audit -1s: not negative"},
 		{[]string{"chaos", "-brokers", "k:1", "-postgres", "postgres://h/db", "-shards", "h:1/db"}, 2, "neither NAME=URL nor a postgres:// URL"},
 		{[]string{"worker", "-nope"}, 2, "bad worker command line"},
 		{[]string{"worker", "-id", "w1"}, 2, "exactly one of -postgres and -sqlite"},
