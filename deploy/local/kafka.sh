@@ -485,7 +485,7 @@ if [[ "$KAFKA_NODES" =~ ^[0-9]+$ && "$KAFKA_NODES" -gt 1 ]]; then
   case "${1:-start}" in
     node-start|node-stop|node-kill|node-restart) c="${1#node-}"; [[ "$c" != kill ]] || c=kill; node "$c" "${2:-}" ;;
     logfile) if [[ -n "${2:-}" ]]; then node logfile "$2"; else for i in $(seq 1 "$KAFKA_NODES"); do node logfile "$i"; done; fi ;;
-    install|fetch) KAFKA_NODES=1 "$0" "$1" ;; # the same jars for every node: once
+    install|fetch) "$1" ;; # the same jars for every node: the single-node step, once
     tool) shift; KAFKA_PORT="$(node_port 1)" tool "$@" ;;
     *) cluster "${1:-start}" ;;
   esac
