@@ -9,6 +9,8 @@ TMP="$(mktemp -d "${TMPDIR:-/tmp}/baton-install-test.XXXXXX")"
 chmod 755 "$TMP"
 trap 'rm -rf "$TMP"' EXIT
 fails=0
+# The cases are single-node ones: a cluster exported in the caller's shell is not theirs.
+unset KAFKA_NODES
 
 # pathwithout NAME... prints a directory of links to everything on the system's PATH except NAMEs.
 pathwithout() {
