@@ -440,10 +440,18 @@ print_env() {
 cluster_dir() { echo "$BATON_STATE_DIR/kafka-cluster"; }
 node_port() { echo $((KAFKA_CLUSTER_PORT + 2 * ($1 - 1))); }
 # cluster_id prints the cluster's id, made on first use: 16 random bytes in unpadded URL-safe
-# base64, as 'kafka-storage random-uuid' prints.
+# base64, as 'kafka-storage random-uuid' prints, and like its ids never beginning with '-'
+# (kafka-storage format would take such an id for an option and refuse to format).
 cluster_id() {
+  local id
   mkdir -p "$(cluster_dir)"
-  [[ -s "$(cluster_dir)/cluster.id" ]] || openssl rand 16 | base64 | tr '+/' '-_' | tr -d '=\n' >"$(cluster_dir)/cluster.id"
+  if [[ ! -s "$(cluster_dir)/cluster.id" ]]; then
+    id=-
+    while [[ $id == -* ]]; do
+      id="$(openssl rand 16 | base64 | tr '+/' '-_' | tr -d '=\n')"
+    done
+    printf '%s' "$id" >"$(cluster_dir)/cluster.id"
+  fi
   cat "$(cluster_dir)/cluster.id"
 }
 # node CMD I runs this script's CMD for node I of the cluster.
