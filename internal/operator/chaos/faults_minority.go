@@ -91,20 +91,29 @@ func (h *harness) minorityCoordinator(ctx context.Context, f *Fault) {
 		f.Detail = "no network layer"
 		return
 	}
-	before, err := h.findCoordinator(ctx)
-	if err != nil || before < 0 {
-		f.Detail = fmt.Sprintf("no group coordinator found: %v", err)
-		return
-	}
-	ports, err := h.brokerPorts(ctx)
-	if err != nil {
-		f.Detail = err.Error()
-		return
-	}
-	xPort, ok := ports[before]
-	if !ok || len(ports) < 3 {
-		f.Detail = fmt.Sprintf("coordinator node %d not among the brokers %v (three or more needed)", before, ports)
-		return
+	// A fault beside it (a broker restarted, the coordinator moved) may have a broker out of
+	// the cluster's view for a while: wait up to a minute for the coordinator and three brokers.
+	var (
+		before int32
+		ports  map[int32]int
+		xPort  int
+	)
+	for deadline := time.Now().Add(time.Minute); ; sleep(ctx, time.Second) {
+		var err error
+		before, err = h.findCoordinator(ctx)
+		if err != nil || before < 0 {
+			f.Detail = fmt.Sprintf("no group coordinator found: %v", err)
+		} else if ports, err = h.brokerPorts(ctx); err != nil {
+			f.Detail = err.Error()
+		} else if p, ok := ports[before]; !ok || len(ports) < 3 {
+			f.Detail = fmt.Sprintf("coordinator node %d not among the brokers %v (three or more needed)", before, ports)
+		} else {
+			xPort, f.Detail = p, ""
+			break
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return
+		}
 	}
 	xPid, xListen := listener(xPort)
 	if xPid == 0 {
@@ -135,7 +144,7 @@ func (h *harness) minorityCoordinator(ctx context.Context, f *Fault) {
 	var pl *netLink
 	var held heldWrite
 	var since int64
-	ok = false
+	ok := false
 	for try := 0; try < 3 && !ok && ctx.Err() == nil; try++ {
 		if p = h.pickWriter(ctx); p == nil {
 			f.Detail = "no worker alive"
