@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"sort"
+	"strings"
 
 	"github.com/batonhq/baton/consumer/chaos"
 )
@@ -82,9 +84,10 @@ func (s *Saga) Check(ctx context.Context, env chaos.Env) ([]chaos.Invariant, err
 		n             int64
 		from, to, ev  string
 		worker, token string
+		at            string // the partition the transition's record came from
 	}
 	logs := map[string][]logRow{}
-	rows, err := env.DB.Query(ctx, `SELECT order_id, n, from_state, to_state, event, worker, era, epoch FROM saga_log ORDER BY id`)
+	rows, err := env.DB.Query(ctx, `SELECT order_id, n, from_state, to_state, event, worker, era, epoch, topic, part FROM saga_log ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("saga log: %w", err)
 	}
@@ -92,11 +95,14 @@ func (s *Saga) Check(ctx context.Context, env chaos.Env) ([]chaos.Invariant, err
 		var id string
 		var l logRow
 		var era, epoch int64
-		if err := rows.Scan(&id, &l.n, &l.from, &l.to, &l.ev, &l.worker, &era, &epoch); err != nil {
+		var topic string
+		var part int32
+		if err := rows.Scan(&id, &l.n, &l.from, &l.to, &l.ev, &l.worker, &era, &epoch, &topic, &part); err != nil {
 			rows.Close()
 			return nil, err
 		}
 		l.token = fmt.Sprintf("%d.%d", era, epoch)
+		l.at = fmt.Sprintf("%s/%d", topic, part)
 		logs[id] = append(logs[id], l)
 	}
 	rows.Close()
@@ -132,6 +138,9 @@ func (s *Saga) Check(ctx context.Context, env chaos.Env) ([]chaos.Invariant, err
 			i.Example = fmt.Sprintf(format, args...)
 		}
 	}
+	// Where the orders that did not end stopped: their state and the partition and worker of
+	// their last transition (a stalled partition or relay shows as one place holding many).
+	unended := map[string]int{}
 	produced := s.produced.Load()
 	ids := map[string]bool{}
 	for i := int64(0); i < produced; i++ {
@@ -171,6 +180,12 @@ func (s *Saga) Check(ctx context.Context, env chaos.Env) ([]chaos.Invariant, err
 		}
 		if (st != stateCompleted && st != stateFailed) || terminals != 1 {
 			fail(invOneTerminal, "%s in state %q with %d terminal transitions", id, st, terminals)
+			where := "no transition"
+			if n := len(logs[id]); n > 0 {
+				l := logs[id][n-1]
+				where = fmt.Sprintf("last moved on %s by %s", l.at, l.worker)
+			}
+			unended[fmt.Sprintf("%q, %s", st, where)]++
 		}
 		inv[invCompensations].Checked += e.releases + e.refunds
 		if e.releases > e.reserves || e.refunds > e.charges {
@@ -200,6 +215,24 @@ func (s *Saga) Check(ctx context.Context, env chaos.Env) ([]chaos.Invariant, err
 				fail(invOutcomeEffects, "%s %s: reserved %d released %d, charged %d refunded %d, shipped %d", id, st, e.reserves, e.releases, e.charges, e.refunds, e.shipments)
 			}
 		}
+	}
+	if len(unended) > 0 {
+		places := make([]string, 0, len(unended))
+		for p := range unended {
+			places = append(places, p)
+		}
+		sort.Slice(places, func(i, j int) bool {
+			a, b := places[i], places[j]
+			return unended[a] > unended[b] || unended[a] == unended[b] && a < b
+		})
+		var b strings.Builder
+		for i, p := range places[:min(len(places), 6)] {
+			if i > 0 {
+				b.WriteString("; ")
+			}
+			fmt.Fprintf(&b, "%d in %s", unended[p], p)
+		}
+		inv[invOneTerminal].Example += " (not ended: " + b.String() + ")"
 	}
 	var out []chaos.Invariant
 	for _, i := range inv {

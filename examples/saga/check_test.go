@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/batonhq/baton/consumer/chaos"
@@ -78,6 +79,15 @@ func TestCheckCatches(t *testing.T) {
 			for _, i := range inv {
 				if i.Violations != tc.want[i.Name] {
 					t.Errorf("%s: %d violations, want %d (%s)", i.Name, i.Violations, tc.want[i.Name], i.Example)
+				}
+			}
+			if tc.name == "no terminal state" {
+				// The example says where the orders that did not end stopped.
+				want := `not ended: 1 in "CHARGING", last moved on t/0 by w1`
+				for _, i := range inv {
+					if i.Name == invOneTerminal && !strings.Contains(i.Example, want) {
+						t.Errorf("%s: example %q, want it to say %q", i.Name, i.Example, want)
+					}
 				}
 			}
 		})

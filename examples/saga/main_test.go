@@ -89,6 +89,7 @@ func logWorkers(t *testing.T, dir string) {
 		return
 	}
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+	var tails []string
 	for _, l := range logs {
 		b, err := os.ReadFile(l)
 		if err != nil {
@@ -96,6 +97,12 @@ func logWorkers(t *testing.T, dir string) {
 		}
 		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 		t.Logf("%s (last %d of %d lines):\n%s", filepath.Base(l), min(len(lines), 60), len(lines), strings.Join(lines[max(0, len(lines)-60):], "\n"))
+		tails = append(tails, filepath.Base(l)+": "+strings.Join(lines[max(0, len(lines)-4):], " | "))
+	}
+	// One line per worker last: a reader who keeps only each logged call's first line (CI's
+	// summary of a failed lane) still sees how each worker ended.
+	for _, s := range tails {
+		t.Logf("%s", s)
 	}
 }
 
