@@ -19,8 +19,8 @@ import (
 )
 
 // overlapRuns skips the overlapping runs unless BATON_CHAOS_OVERLAPPING is set (make
-// gotest-sample sets it): they are not in make test's lanes yet (docs/verification.md,
-// "Overlapping faults", says what keeps them out).
+// gotest-faults and gotest-sample set it): each takes minutes of services of its own, more than
+// a developer's go test ./... should spend unasked.
 func overlapRuns(t *testing.T) {
 	t.Helper()
 	if os.Getenv("BATON_CHAOS_OVERLAPPING") == "" {
@@ -159,19 +159,16 @@ func TestSampleKinds(t *testing.T) {
 	}
 }
 
-// TestChaosOverlapEvery is the sample of overlapping faults (make gotest-sample): 40 faults (BATON_CHAOS_FAULTS
-// in a longer run) of every kind the three-broker cluster and a PostgreSQL primary with a
-// synchronous standby can run (the failover, network and minority-coordinator kinds among
+// TestChaosOverlapEvery is the sample of overlapping faults (lane C of make test; make
+// gotest-sample runs it alone): 40 faults (BATON_CHAOS_FAULTS in a longer run) of every kind
+// the three-broker cluster and a PostgreSQL primary with a synchronous standby can run (the failover, network and minority-coordinator kinds among
 // them; sampleKinds says in what order), up to BATON_CHAOS_OVERLAP (default 4) in flight.
 // Every kind must run and be proven at least once, faults must have run at once, the zombies'
 // writes must be refused, every invariant must hold and baton audit beside the run must find
 // nothing. It needs root for the network kinds (CI has it).
 func TestChaosOverlapEvery(t *testing.T) {
 	overlapRuns(t)
-	needNet(t)
-	if why := chaos.MinoritySupported(); why != "" {
-		t.Skip("skipping the overlapping sample: " + why)
-	}
+	needMinority(t)
 	t.Cleanup(func() { noNetLeftovers(t) })
 	brokers, clusterEnv := cluster(t)
 	url, pgEnv := replica(t, "sync")
