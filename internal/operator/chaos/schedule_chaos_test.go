@@ -161,8 +161,9 @@ func TestSampleKinds(t *testing.T) {
 
 // TestChaosOverlapEvery is the sample of overlapping faults (lane C of make test; make
 // gotest-sample runs it alone): 40 faults (BATON_CHAOS_FAULTS in a longer run) of every kind
-// the three-broker cluster and a PostgreSQL primary with a synchronous standby can run (the failover, network and minority-coordinator kinds among
-// them; sampleKinds says in what order), up to BATON_CHAOS_OVERLAP (default 4) in flight.
+// the three-broker cluster and a PostgreSQL primary with a synchronous standby can run (the
+// failover, network and minority-coordinator kinds among them; sampleKinds says in what
+// order), up to BATON_CHAOS_OVERLAP (default 4) in flight.
 // Every kind must run and be proven at least once, faults must have run at once, the zombies'
 // writes must be refused, every invariant must hold and baton audit beside the run must find
 // nothing. It needs root for the network kinds (CI has it).
