@@ -380,12 +380,20 @@ func TestUnusableSinkLeavesMidApply(t *testing.T) {
 	store := newStore(t)
 	fa, fb := newFolder(), newFolder()
 	var leftMidApply atomic.Bool
+	var batches atomic.Int64
 	fb.block = func(ctx context.Context, b *consumer.Batch) error {
+		// The bad member's first batch is held until the member leaves, so that a batch is
+		// in flight when it does, however the scheduler orders the leave; its later batches
+		// (other partitions, or after the hold) take 150ms and commit.
+		hold := 150 * time.Millisecond
+		if batches.Add(1) == 1 {
+			hold = 30 * time.Second
+		}
 		select {
 		case <-ctx.Done():
 			leftMidApply.Store(true)
 			return ctx.Err()
-		case <-time.After(150 * time.Millisecond):
+		case <-time.After(hold):
 			return nil
 		}
 	}
