@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -38,26 +39,66 @@ func StartRedis(t testing.TB, args ...string) *RedisServer {
 		}
 		t.Skip("redis-server is not on PATH: install it (deploy/local/redis.sh install)")
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
 	dir := t.TempDir()
-	s := &RedisServer{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin: bin, args: append([]string{
-		"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir, "--save", "",
-		"--protected-mode", "no", "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"),
-	}, args...)}
+	s := &RedisServer{bin: bin}
 	t.Cleanup(s.Kill) // after TempDir's removal is registered, so it runs first
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
+	// A free port can be taken between the probe and the server's bind (by another test's
+	// server, or by one restarting over its own port): a server that did not get its port is
+	// seen by its process id, and a fresh port is tried.
+	for attempt := 1; ; attempt++ {
+		port := freePort(t)
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		s.args = append([]string{
+			"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir, "--save", "",
+			"--protected-mode", "no", "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"),
+		}, args...)
+		err := s.Start()
+		if err == nil {
+			return s
+		}
+		if !errors.Is(err, errNotOurs) || attempt == 5 {
+			t.Fatal(err)
+		}
 	}
-	return s
 }
 
+// redisPorts are the ports of this process's RedisServers, kept while the test may restart
+// its server over the port: no other server of this process is given one of them.
+var redisPorts = struct {
+	sync.Mutex
+	held map[int]bool
+}{held: map[int]bool{}}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	redisPorts.Lock()
+	defer redisPorts.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !redisPorts.held[port] {
+			redisPorts.held[port] = true
+			t.Cleanup(func() {
+				redisPorts.Lock()
+				delete(redisPorts.held, port)
+				redisPorts.Unlock()
+			})
+			return port
+		}
+	}
+}
+
+// errNotOurs is the error of Start when the server answering on the port is another process:
+// this one did not get its port.
+var errNotOurs = errors.New("another process answers on the server's port")
+
 // Start starts the server (again, after Kill, over the same directory) and waits until it
-// answers.
+// answers, as its own process: a server that could not bind its port (another process took it
+// while this one was down) is an error, never another server taken for it.
 func (s *RedisServer) Start() error {
 	s.cmd = exec.Command(s.bin, s.args...)
 	// Its own process group: Kill takes its forked children (AOF rewrites, snapshots) too.
@@ -69,8 +110,12 @@ func (s *RedisServer) Start() error {
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		err := c.Ping(context.Background()).Err()
+		info, err := c.InfoMap(context.Background(), "server").Result()
 		if err == nil {
+			if pid := info["Server"]["process_id"]; pid != strconv.Itoa(s.cmd.Process.Pid) {
+				s.Kill()
+				return fmt.Errorf("redis-server on %s: %w (process %s, this server's %d)", s.Addr, errNotOurs, pid, s.cmd.Process.Pid)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) {

@@ -1,0 +1,25 @@
+package testenv
+
+import (
+	"errors"
+	"testing"
+)
+
+// A server restarted over a port another server took while it was down does not bind it; its
+// Start is an error naming that, never a success on the other server's answer (a test would
+// then write to, and lose with, a server it does not own).
+func TestRedisStartRefusesAnotherServersPort(t *testing.T) {
+	a := StartRedis(t)
+	b := StartRedis(t)
+	b.Kill()
+	b.Addr = a.Addr
+	for i, arg := range b.args {
+		if arg == "--port" {
+			b.args[i+1] = a.args[i+1]
+		}
+	}
+	if err := b.Start(); !errors.Is(err, errNotOurs) {
+		t.Fatalf("Start on a port another server holds = %v, want errNotOurs", err)
+	}
+	b.Kill()
+}
