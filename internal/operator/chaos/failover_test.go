@@ -360,18 +360,28 @@ func TestSyncFailoverWindow(t *testing.T) {
 	if !errors.Is(err, pgfence.ErrCommitUnknown) {
 		t.Fatalf("a commit waiting for a stopped synchronous standby, cancelled: %v, want pgfence.ErrCommitUnknown (never acknowledged)", err)
 	}
-	st, err := store.Load(ctx, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows, err := box.Pending(ctx, k, tok, 10)
-	if err != nil {
-		t.Fatal(err)
+	// pgx closes the cancelled connection and sends the server its cancel request from
+	// another goroutine; the backend ends its wait for the standby, and its commit becomes
+	// visible, when that request arrives: wait for it (pgx gives the request 15 s).
+	var st fence.State
+	var rows []outbox.Row
+	cancelled := time.Now()
+	for deadline := cancelled.Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if st, err = store.Load(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+		if rows, err = box.Pending(ctx, k, tok, 10); err != nil {
+			t.Fatal(err)
+		}
+		if st.Position == 19 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if st.Position != 19 || len(rows) != 2 || rows[1].Seq != 2 {
 		t.Fatalf("on the primary after the cancelled wait: position %d, pending %+v; want the unacknowledged batch visible (position 19, seq 2 pending)", st.Position, rows)
 	}
-	t.Logf("primary: the unacknowledged batch is visible: position %d, outbox seq %d %q pending for the relay", st.Position, rows[1].Seq, rows[1].Value)
+	t.Logf("primary: the unacknowledged batch is visible (%v after the cancel): position %d, outbox seq %d %q pending for the relay",
+		time.Since(cancelled).Round(time.Millisecond), st.Position, rows[1].Seq, rows[1].Value)
 
 	out := replicaScript(t, "sync", "failover")
 	t.Logf("failover: %s", lastLineOf(out))
