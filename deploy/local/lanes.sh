@@ -60,6 +60,7 @@ lane() {
 }
 
 t0=$SECONDS
+start=$(date +%s)
 mkdir -p "$state"
 pids=() names=()
 for ((i = 1; i < $#; i++)); do
@@ -79,7 +80,9 @@ failed=()
 for i in "${!pids[@]}"; do
   s=0
   wait "${pids[i]}" || s=$?
-  echo "== lane ${names[i]} exited $s after $((SECONDS - t0))s"
+  # The lane's own length: its log's last write (this loop only sees it once lane A is done).
+  own=$(($(stat -c %Y "$state/lane-${letters[i]}.log" 2>/dev/null || date +%s) - start))
+  echo "== lane ${names[i]} exited $s after ${own}s"
   [[ $s -eq 0 ]] || { ok=1; failed+=("${letters[i]}"); }
 done
 wait # the prefixing seds: the last of the lanes' output
