@@ -23,15 +23,15 @@ demo:
 # (deploy/local/lanes.sh): lane B the wait-bound chaos packages (which restart their broker and
 # database) and the mutants, lane C the sample of overlapping faults of every kind and the
 # database failover, network-fault and shard-outage runs (with three shard clusters), lane D
-# the lint, the consumer package (wait-bound on its real broker), the KIP-848 run, the fuzzers
-# and the bench's smoke run, lane A every other package and the outside-module check.
+# the consumer package (wait-bound on its real broker), the KIP-848 run, the fuzzers and the
+# bench's smoke run, lane A the lint, every other package and the outside-module check.
 test:
 	deploy/local/with-services.sh deploy/local/lanes.sh test-lane-a test-lane-b test-lane-c test-lane-d
 
-test-lane-a: gotest-main outside
+test-lane-a: lint gotest-main outside
 test-lane-b: gotest-chaos mutants-safety
 test-lane-c: gotest-faults
-test-lane-d: lint gotest-consumer test-kip848 fuzz bench-smoke
+test-lane-d: gotest-consumer test-kip848 fuzz bench-smoke
 
 # ci is an alias of test.
 ci: test
