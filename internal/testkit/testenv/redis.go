@@ -41,12 +41,15 @@ func StartRedis(t testing.TB, args ...string) *RedisServer {
 	}
 	dir := t.TempDir()
 	s := &RedisServer{bin: bin}
-	t.Cleanup(s.Kill) // after TempDir's removal is registered, so it runs first
+	var ports []int
+	t.Cleanup(func() { releasePorts(ports) }) // once the server is killed
+	t.Cleanup(s.Kill)                         // after TempDir's removal is registered, so it runs first
 	// A free port can be taken between the probe and the server's bind (by another test's
 	// server, or by one restarting over its own port): a server that did not get its port is
 	// seen by its process id, and a fresh port is tried.
 	for attempt := 1; ; attempt++ {
 		port := freePort(t)
+		ports = append(ports, port)
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		s.args = append([]string{
 			"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--dir", dir, "--save", "",
@@ -82,13 +85,16 @@ func freePort(t testing.TB) int {
 		_ = l.Close()
 		if !redisPorts.held[port] {
 			redisPorts.held[port] = true
-			t.Cleanup(func() {
-				redisPorts.Lock()
-				delete(redisPorts.held, port)
-				redisPorts.Unlock()
-			})
 			return port
 		}
+	}
+}
+
+func releasePorts(ports []int) {
+	redisPorts.Lock()
+	defer redisPorts.Unlock()
+	for _, p := range ports {
+		delete(redisPorts.held, p)
 	}
 }
 
