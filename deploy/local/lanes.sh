@@ -59,7 +59,6 @@ lane() {
   exec "$HERE/with-services.sh" "$MAKE" --no-print-directory "$3"
 }
 
-t0=$SECONDS
 start=$(date +%s)
 mkdir -p "$state"
 pids=() names=()
@@ -73,7 +72,7 @@ done
 trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' INT TERM
 a_status=0
 "$MAKE" --no-print-directory "$a_target" > >(tee "$state/lane-a.log") 2>&1 || a_status=$?
-echo "== lane A ($a_target) exited $a_status after $((SECONDS - t0))s; waiting for ${names[*]}"
+echo "== lane A ($a_target) exited $a_status after $(($(date +%s) - start))s; waiting for ${names[*]}"
 ok=$a_status
 failed=()
 [[ $a_status -eq 0 ]] || failed+=(a)

@@ -364,18 +364,18 @@ func TestSyncFailoverWindow(t *testing.T) {
 	// another goroutine; the backend ends its wait for the standby, and its commit becomes
 	// visible, when that request arrives: wait for it (pgx gives the request 15 s).
 	var st fence.State
-	var rows []outbox.Row
 	cancelled := time.Now()
 	for deadline := cancelled.Add(15 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if st, err = store.Load(ctx, k); err != nil {
 			t.Fatal(err)
 		}
-		if rows, err = box.Pending(ctx, k, tok, 10); err != nil {
-			t.Fatal(err)
-		}
 		if st.Position == 19 || time.Now().After(deadline) {
 			break
 		}
+	}
+	rows, err := box.Pending(ctx, k, tok, 10)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if st.Position != 19 || len(rows) != 2 || rows[1].Seq != 2 {
 		t.Fatalf("on the primary after the cancelled wait: position %d, pending %+v; want the unacknowledged batch visible (position 19, seq 2 pending)", st.Position, rows)

@@ -10,16 +10,9 @@ import (
 // then write to, and lose with, a server it does not own).
 func TestRedisStartRefusesAnotherServersPort(t *testing.T) {
 	a := StartRedis(t)
-	b := StartRedis(t)
-	b.Kill()
-	b.Addr = a.Addr
-	for i, arg := range b.args {
-		if arg == "--port" {
-			b.args[i+1] = a.args[i+1]
-		}
-	}
+	b := &RedisServer{Addr: a.Addr, bin: a.bin, args: a.args} // a's port, as a restart over it would use
+	t.Cleanup(b.Kill)
 	if err := b.Start(); !errors.Is(err, errNotOurs) {
 		t.Fatalf("Start on a port another server holds = %v, want errNotOurs", err)
 	}
-	b.Kill()
 }
