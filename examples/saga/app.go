@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 	_ "modernc.org/sqlite" // the PSP's database in the embedded run
 
@@ -236,12 +237,21 @@ CREATE TABLE IF NOT EXISTS psp_ledger (
 // what it did stays done when that transaction rolls back.
 type psp struct{ db chaos.DB }
 
-// openPSP opens the PSP's database: a table of the run's PostgreSQL schema (written over its
-// own connections, never in a handler's transaction), or an SQLite file of its own next to
-// the run's.
+// pspTimeout bounds a call to the PSP, as any call to another service should be: a call that
+// cannot finish fails the batch, which is retried (the idempotency key makes that safe).
+const pspTimeout = 10 * time.Second
+
+// openPSP opens the PSP's database: a table of the run's PostgreSQL schema, reached over a
+// pool of its own (the payment service calls the PSP inside its transaction, which holds one
+// of the run's connections: calls through that same pool could take all of it and wait for
+// each other for good), or an SQLite file of its own next to the run's.
 func openPSP(ctx context.Context, env chaos.Env) (psp, func(), error) {
 	if env.SQLitePath == "" {
-		return psp{env.DB}, func() {}, nil
+		pool, err := pgxpool.New(ctx, env.PostgresURL)
+		if err != nil {
+			return psp{}, nil, fmt.Errorf("saga: the PSP's database: %w", err)
+		}
+		return psp{pgDB{pool}}, pool.Close, nil
 	}
 	abs, err := filepath.Abs(strings.TrimSuffix(env.SQLitePath, ".db") + "-psp.db")
 	if err != nil {
@@ -261,14 +271,33 @@ func openPSP(ctx context.Context, env chaos.Env) (psp, func(), error) {
 	return psp{chaos.SQLDB(db)}, func() { _ = db.Close() }, nil
 }
 
+// pgDB is a pgx pool as a chaos.DB.
+type pgDB struct{ p *pgxpool.Pool }
+
+func (d pgDB) Exec(ctx context.Context, q string, args ...any) error {
+	_, err := d.p.Exec(ctx, q, args...)
+	return err
+}
+
+func (d pgDB) Query(ctx context.Context, q string, args ...any) (chaos.Rows, error) {
+	return d.p.Query(ctx, q, args...)
+}
+
+func (d pgDB) QueryRow(ctx context.Context, q string, args ...any) chaos.Row {
+	return d.p.QueryRow(ctx, q, args...)
+}
+
 // call moves money: kind is "charge" or "refund". With an idempotency key a repeated call is
-// answered from the ledger and moves nothing; without one it moves money again.
+// answered from the ledger and moves nothing; without one it moves money again. The call
+// outlives a cancelled batch (a request already sent is not taken back) but not pspTimeout.
 func (p psp) call(ctx context.Context, orderID, kind string, amount int64, key, worker string) error {
 	var k any
 	if key != "" {
 		k = key
 	}
-	return p.db.Exec(context.WithoutCancel(ctx), `INSERT INTO psp_ledger (order_id, kind, amount, idem_key, worker, at_ms) VALUES ($1, $2, $3, $4, $5, $6)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pspTimeout)
+	defer cancel()
+	return p.db.Exec(ctx, `INSERT INTO psp_ledger (order_id, kind, amount, idem_key, worker, at_ms) VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (idem_key) DO NOTHING`, orderID, kind, amount, k, worker, time.Now().UnixMilli())
 }
 

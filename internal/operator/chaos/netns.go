@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -438,4 +439,15 @@ func mapLoopback(host, addr string) string {
 		return net.JoinHostPort(host, port)
 	}
 	return addr
+}
+
+// mapLoopbackURL is mapLoopback for the host of a URL (a PostgreSQL URL given to a worker's
+// application, which may open connections of its own); anything else is returned unchanged.
+func mapLoopbackURL(host, raw string) string {
+	u, err := url.Parse(raw)
+	if host == "" || err != nil || u.Host == "" {
+		return raw
+	}
+	u.Host = mapLoopback(host, u.Host)
+	return u.String()
 }

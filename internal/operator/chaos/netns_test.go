@@ -197,6 +197,15 @@ func TestMapLoopback(t *testing.T) {
 	if got := mapLoopback("", "127.0.0.1:1"); got != "127.0.0.1:1" {
 		t.Errorf("without a host: %q", got)
 	}
+	for _, c := range []struct{ in, want string }{
+		{"postgres://u:p@127.0.0.1:5432/db?search_path=s", "postgres://u:p@10.1.2.1:5432/db?search_path=s"},
+		{"postgres://u@db.example:5432/db", "postgres://u@db.example:5432/db"},
+		{"host=127.0.0.1 port=5432", "host=127.0.0.1 port=5432"}, // not a URL: left as given
+	} {
+		if got := mapLoopbackURL("10.1.2.1", c.in); got != c.want {
+			t.Errorf("mapLoopbackURL(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
 }
 
 func TestParseFaultsNamesTheNetworkKinds(t *testing.T) {

@@ -217,7 +217,8 @@ func RunWorker(ctx context.Context, args []string, apps ...App) error {
 	}
 	defer pool.Close()
 	db := PgDB(pool)
-	env := AppEnv{Mode: cfg.Mode, DB: db, PostgresURL: a.PostgresURL, Worker: cfg.ID, base: cfg.Topic}
+	// An application's own connections reach the database as the worker's do (netHost).
+	env := AppEnv{Mode: cfg.Mode, DB: db, PostgresURL: mapLoopbackURL(netHost, a.PostgresURL), Worker: cfg.ID, base: cfg.Topic}
 	if a.RedisSink != "" {
 		return runRedisSink(ctx, cfg, env, a.RedisSink)
 	}
