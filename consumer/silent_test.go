@@ -105,6 +105,66 @@ func TestLastingSinkFailureLogsError(t *testing.T) {
 	}
 }
 
+// blockingSink holds every Apply until release is closed, as a database call waiting for a
+// connection its own pool will never free would.
+type blockingSink struct {
+	fence.Sink[*memfence.Tx]
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (s *blockingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(context.Context, *memfence.Tx) error) error {
+	s.once.Do(func() { close(s.entered) })
+	<-s.release // not even the partition's context ends this wait, as context.WithoutCancel would not
+	return s.Sink.Apply(ctx, k, t, first, last, fn)
+}
+
+// A step that does not return is logged at ERROR once it has waited longer than the bound,
+// naming the step, while it still waits: a partition stalled by a call that never returns is
+// not silent. The member applies everything once the call returns.
+func TestStepThatNeverReturnsLogsError(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	store := newStore(t)
+	s := &blockingSink{Sink: store, entered: make(chan struct{}), release: make(chan struct{})}
+	var book logBook
+	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](s), nil, consumer.PerPartition(newFolder().factory),
+		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(&book)),
+		consumer.RetryBackoff(20*time.Millisecond, 50*time.Millisecond), consumer.StalledAfter(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, c)
+	released := false
+	defer func() {
+		if !released {
+			close(s.release)
+		}
+	}()
+	produce(t, brokers, "orders", 2, 3)
+	select {
+	case <-s.entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no batch reached the sink")
+	}
+	waitFor(t, "an ERROR for the step that has not returned", 5*time.Second, func() bool {
+		return len(book.find(slog.LevelError, "has not returned")) > 0
+	})
+	e := book.find(slog.LevelError, "has not returned")[0]
+	if e.attrs["op"] != "apply" || e.attrs["attempt"] != "1" {
+		t.Errorf("the ERROR does not name the step and its attempt: %v", e.attrs)
+	}
+	if len(book.find(slog.LevelWarn, "transient failure")) > 0 {
+		t.Error("a step that is still waiting was logged as a failure")
+	}
+	close(s.release)
+	released = true
+	waitFor(t, "everything applied once the call returned", 30*time.Second, allApplied(store, 2, 3))
+	if err := m.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A missing fence table says what to run.
 func TestMissingFenceTableNamesMigrate(t *testing.T) {
 	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))

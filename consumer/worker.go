@@ -674,6 +674,9 @@ func (w *worker[Tx]) deadLetter(r *kgo.Record, cause error) bool {
 // retried with bounded exponential backoff, the same work again.
 //
 // Retries are logged at WARN, at ERROR once the step has been failing for stalledAfter (30s).
+// A single call of once that has not returned after stalledAfter is logged at ERROR too, once
+// (a handler or a database call waiting for good, on a lock or on a connection pool its own
+// transaction holds, would otherwise stall the partition without a word).
 // In the claim steps (load, claim, recover), errors that say this member cannot use the sink
 // (unusable) for longer than unusableAfter, with nothing else in between, end the Run
 // (run.fail): the member leaves the group and its partitions move to one that can claim them.
@@ -682,7 +685,13 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 	var unusableSince time.Time // the start of a run of unusable errors in a claim step
 	start := time.Now()
 	for n := 1; ; n++ {
+		called := time.Now()
+		slow := time.AfterFunc(w.r.c.cfg.stalledAfter, func() {
+			w.r.c.log.Error("partition stalled: a step has not returned for longer than the bound; still waiting",
+				append(w.log(), "op", what, "attempt", n, "waiting_for", time.Since(called).Round(time.Millisecond), "bound", w.r.c.cfg.stalledAfter)...)
+		})
 		err := once()
+		slow.Stop()
 		if err == nil || sinkVerdict(err) != nil || IsPermanent(err) || sinkMoved(err) || w.ctx.Err() != nil {
 			return err
 		}
