@@ -83,10 +83,15 @@ func runTest(t *testing.T, args ...string) (*chaos.Result, string, string) {
 }
 
 // logWorkers writes the end of each worker's log into the test's output when the test failed,
-// so that a run which broke or stalled in CI says what its workers were doing.
+// so that a run which broke or stalled in CI says what its workers were doing, and keeps the
+// whole report (every log, with the goroutine stacks a stalled run's workers end with, and
+// stall.txt) in $BATON_TEST_ARTIFACTS (default: the temporary directory's baton-test-artifacts).
 func logWorkers(t *testing.T, dir string) {
 	if !t.Failed() {
 		return
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "stall.txt")); err == nil {
+		t.Logf("stall.txt:\n%s", b)
 	}
 	logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
 	var tails []string
@@ -95,7 +100,8 @@ func logWorkers(t *testing.T, dir string) {
 		if err != nil {
 			continue
 		}
-		lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+		text, _, _ := strings.Cut(string(b), "\nSIGQUIT: quit") // the stacks stay in the kept report
+		lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
 		t.Logf("%s (last %d of %d lines):\n%s", filepath.Base(l), min(len(lines), 60), len(lines), strings.Join(lines[max(0, len(lines)-60):], "\n"))
 		tails = append(tails, filepath.Base(l)+": "+strings.Join(lines[max(0, len(lines)-4):], " | "))
 	}
@@ -104,6 +110,16 @@ func logWorkers(t *testing.T, dir string) {
 	for _, s := range tails {
 		t.Logf("%s", s)
 	}
+	keep := os.Getenv("BATON_TEST_ARTIFACTS")
+	if keep == "" {
+		keep = filepath.Join(os.TempDir(), "baton-test-artifacts")
+	}
+	keep = filepath.Join(keep, fmt.Sprintf("%s-%s", t.Name(), time.Now().UTC().Format("20060102T150405")))
+	if err := os.CopyFS(keep, os.DirFS(dir)); err != nil {
+		t.Logf("keeping the report: %v", err)
+		return
+	}
+	t.Logf("report kept in %s", keep)
 }
 
 // count reads a count from the verdict table's line that starts with name.

@@ -91,6 +91,9 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	res.Settled = h.waitSettled(ctx, topics, settleStart.Add(cfg.Settle))
 	res.SettleIn = time.Since(settleStart)
 	res.Audit = finishAudit()
+	if !res.Settled {
+		h.reportStall(ctx, topics)
+	}
 	h.stopAll()
 	res.Faults = h.faults
 	res.acked = h.acks.counts()
