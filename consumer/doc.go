@@ -69,8 +69,8 @@
 //     that, not franz-go's 5s auto-commit interval. A replayed batch is skipped; a partly applied one is applied from the sink's position on. Other
 //     errors are transient: the same batch is retried with bounded exponential backoff
 //     ([RetryBackoff]; the retries metric, WARN logs, ERROR once a step has kept failing for
-//     30s or one call of it has not returned for 30s, and a hint naming baton migrate when a table of the fence store is missing),
-//     never reordered or skipped.
+//     30s or one call of it has not returned for 30s, and a hint naming baton migrate when a
+//     table of the fence store is missing), never reordered or skipped.
 //     The handler's writes need not be batched by hand: pgfence's transaction (and pgbulk's)
 //     queues each Exec and sends the queued statements in one round trip at the next read or
 //     before the commit, so their errors surface there, naming the statement (see package

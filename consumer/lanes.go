@@ -174,12 +174,15 @@ func (l *laneRun[Tx]) lane(jobs <-chan laneJob) {
 
 // prepare calls Prepare for one record, retrying transient failures with bounded exponential
 // backoff on this lane (the key's later records, and the other keys of this lane, wait behind
-// it, as a partition waits behind a retried batch).
+// it, as a partition waits behind a retried batch). A call that has not returned after
+// stalledAfter is logged at ERROR, as a step's is (slowCall).
 func (l *laneRun[Tx]) prepare(j laneJob) (any, error) {
 	w := l.w
 	backoff := w.r.c.cfg.retryMin
 	for n := 1; ; n++ {
+		slow := w.slowCall("prepare", n, "offset", j.e.rec.Offset)
 		val, err := j.p.Prepare(l.ctx, j.e.rec)
+		slow.Stop()
 		if err == nil || IsPermanent(err) || l.ctx.Err() != nil {
 			return val, err
 		}

@@ -89,12 +89,12 @@ func TestLastingSinkFailureLogsError(t *testing.T) {
 	m := start(t, c)
 	produce(t, brokers, "orders", 2, 3)
 	waitFor(t, "an ERROR for the stalled partition", 30*time.Second, func() bool {
-		return len(book.find(slog.LevelError, "partition stalled")) > 0
+		return len(book.find(slog.LevelError, "kept failing")) > 0
 	})
 	if len(book.find(slog.LevelWarn, "transient failure")) == 0 {
 		t.Error("no WARN before the bound")
 	}
-	e := book.find(slog.LevelError, "partition stalled")[0]
+	e := book.find(slog.LevelError, "kept failing")[0]
 	if !strings.Contains(e.attrs["err"], "connection refused") || e.attrs["op"] != "apply" {
 		t.Errorf("the ERROR does not name the step and the cause: %v", e.attrs)
 	}
@@ -160,6 +160,52 @@ func TestStepThatNeverReturnsLogsError(t *testing.T) {
 	close(s.release)
 	released = true
 	waitFor(t, "everything applied once the call returned", 30*time.Second, allApplied(store, 2, 3))
+	if err := m.stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Prepare call that does not return is logged at ERROR the same way, naming the record.
+func TestPrepareThatNeverReturnsLogsError(t *testing.T) {
+	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+	store := newStore(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	prepare := func(ctx context.Context, _ fence.Key, _ fence.Token, r *kgo.Record) (any, error) {
+		once.Do(func() { close(entered) })
+		<-release
+		return nil, nil
+	}
+	var book logBook
+	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(newFolder().factory),
+		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(&book)), consumer.Lanes(2, prepare),
+		consumer.RetryBackoff(20*time.Millisecond, 50*time.Millisecond), consumer.StalledAfter(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := start(t, c)
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	produce(t, brokers, "orders", 2, 3)
+	select {
+	case <-entered:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no record reached Prepare")
+	}
+	waitFor(t, "an ERROR for the Prepare call that has not returned", 5*time.Second, func() bool {
+		return len(book.find(slog.LevelError, "has not returned")) > 0
+	})
+	e := book.find(slog.LevelError, "has not returned")[0]
+	if e.attrs["op"] != "prepare" || e.attrs["offset"] == "" {
+		t.Errorf("the ERROR does not name the step and the record: %v", e.attrs)
+	}
+	close(release)
+	released = true
+	waitFor(t, "everything applied once Prepare returned", 30*time.Second, allApplied(store, 2, 3))
 	if err := m.stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -263,9 +263,9 @@ func TestRealDatabaseOutageKeepsMember(t *testing.T) {
 	}
 	m := start(t, c)
 	waitFor(t, "an ERROR for the stalled claim", time.Minute, func() bool {
-		return len(book.find(slog.LevelError, "partition stalled")) > 0
+		return len(book.find(slog.LevelError, "kept failing")) > 0
 	})
-	e := book.find(slog.LevelError, "partition stalled")[0]
+	e := book.find(slog.LevelError, "kept failing")[0]
 	t.Logf("%s: op %s: %s", e.msg, e.attrs["op"], e.attrs["err"])
 	select {
 	case err := <-m.done:

@@ -685,11 +685,7 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 	var unusableSince time.Time // the start of a run of unusable errors in a claim step
 	start := time.Now()
 	for n := 1; ; n++ {
-		called := time.Now()
-		slow := time.AfterFunc(w.r.c.cfg.stalledAfter, func() {
-			w.r.c.log.Error("partition stalled: a step has not returned for longer than the bound; still waiting",
-				append(w.log(), "op", what, "attempt", n, "waiting_for", time.Since(called).Round(time.Millisecond), "bound", w.r.c.cfg.stalledAfter)...)
-		})
+		slow := w.slowCall(what, n)
 		err := once()
 		slow.Stop()
 		if err == nil || sinkVerdict(err) != nil || IsPermanent(err) || sinkMoved(err) || w.ctx.Err() != nil {
@@ -733,6 +729,17 @@ func (w *worker[Tx]) attempt(what string, once func() error) error {
 		}
 		backoff = min(2*backoff, w.r.c.cfg.retryMax)
 	}
+}
+
+// slowCall arms the timer of one call of a step: if the call has not returned after
+// stalledAfter, it is logged at ERROR, once, with args. The caller stops the timer when the
+// call returns.
+func (w *worker[Tx]) slowCall(what string, n int, args ...any) *time.Timer {
+	called := time.Now()
+	return time.AfterFunc(w.r.c.cfg.stalledAfter, func() {
+		w.r.c.log.Error("partition stalled: a step has not returned for longer than the bound; still waiting",
+			append(append(w.log(), args...), "op", what, "attempt", n, "waiting_for", time.Since(called).Round(time.Millisecond), "bound", w.r.c.cfg.stalledAfter)...)
+	})
 }
 
 // settle runs the claim decision (decideClaim) from in until it says proceed (true: w.token

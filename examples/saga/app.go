@@ -238,7 +238,9 @@ CREATE TABLE IF NOT EXISTS psp_ledger (
 type psp struct{ db chaos.DB }
 
 // pspTimeout bounds a call to the PSP, as any call to another service should be: a call that
-// cannot finish fails the batch, which is retried (the idempotency key makes that safe).
+// cannot finish fails the batch, which is retried (the idempotency key makes that safe). The
+// chaos workers' PostgreSQL ends a transaction idle for twice the session timeout (4-6 s in the
+// tests' runs), which fails such a batch first; the deadline is for runs without that bound.
 const pspTimeout = 10 * time.Second
 
 // openPSP opens the PSP's database: a table of the run's PostgreSQL schema, reached over a

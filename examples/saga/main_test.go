@@ -114,7 +114,15 @@ func logWorkers(t *testing.T, dir string) {
 	if keep == "" {
 		keep = filepath.Join(os.TempDir(), "baton-test-artifacts")
 	}
-	keep = filepath.Join(keep, fmt.Sprintf("%s-%s", t.Name(), time.Now().UTC().Format("20060102T150405")))
+	if err := os.MkdirAll(keep, 0o755); err != nil {
+		t.Logf("keeping the report: %v", err)
+		return
+	}
+	keep, err := os.MkdirTemp(keep, strings.ReplaceAll(t.Name(), "/", "_")+"-"+time.Now().UTC().Format("20060102T150405")+"-*")
+	if err != nil {
+		t.Logf("keeping the report: %v", err)
+		return
+	}
 	if err := os.CopyFS(keep, os.DirFS(dir)); err != nil {
 		t.Logf("keeping the report: %v", err)
 		return

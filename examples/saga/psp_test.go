@@ -17,8 +17,8 @@ import (
 // PostgreSQL: a handler's transaction holds a connection of the run's pool and calls the PSP.
 // The run's pool here has one connection, held by the transaction; the call must still
 // complete, over connections of the PSP's own. Through the run's pool it would wait for the
-// transaction that waits for it (with four payment partitions on a worker's pool of four,
-// every connection, which stalled whole chaos runs).
+// transaction that waits for it (four payment partitions on a worker's pool of four: every
+// connection, and the worker's other partitions stall behind them).
 func TestPSPCallInsideATransactionOwnConnections(t *testing.T) {
 	base := os.Getenv("BATON_POSTGRES_URL")
 	if base == "" {
@@ -33,12 +33,16 @@ func TestPSPCallInsideATransactionOwnConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer admin.Close()
+	t.Cleanup(admin.Close) // after the schema's drop: cleanups run last registered first
 	schema := fmt.Sprintf("saga_psp_%d", time.Now().UnixNano())
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("dropping the test's schema: %v", err)
+		}
+	})
 
 	sep := "?"
 	if strings.Contains(base, "?") {

@@ -840,21 +840,42 @@ func lastLine(b []byte) string {
 // caughtUp reports whether the applied log reaches every listed partition's end offset (in
 // the topic's current incarnation: batches under its latest reset's era or above).
 func (h *harness) caughtUp(ctx context.Context, ends kadm.ListedOffsets) bool {
-	type tp = incKey
+	got, err := h.appliedEnds(ctx)
+	if err != nil {
+		return false
+	}
+	done := true
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Err != nil {
+			done = false
+			return
+		}
+		if last, ok := got[incKey{o.Topic, o.Partition}]; o.Offset > 0 && (!ok || last < o.Offset-1) {
+			done = false
+		}
+	})
+	return done
+}
+
+// appliedEnds returns, per partition, the last offset the applied log holds in the topic's
+// current incarnation (batches under its latest reset's era or above); a partition with
+// nothing applied there is absent.
+func (h *harness) appliedEnds(ctx context.Context) (map[incKey]int64, error) {
 	incs, err := incarnations(ctx, h.db)
 	if err != nil {
-		return false
+		return nil, err
 	}
-	got := map[tp]int64{}
 	rows, err := h.db.Query(ctx, `SELECT topic, part, era, max(last_off) FROM chaos_applied GROUP BY topic, part, era`)
 	if err != nil {
-		return false
+		return nil, err
 	}
+	defer rows.Close()
+	got := map[incKey]int64{}
 	for rows.Next() {
-		var k tp
+		var k incKey
 		var era, o int64
-		if rows.Scan(&k.topic, &k.part, &era, &o) != nil {
-			continue
+		if err := rows.Scan(&k.topic, &k.part, &era, &o); err != nil {
+			return nil, err
 		}
 		if eras := incs[k]; len(eras) > 0 && era < slices.Max(eras) {
 			continue // an earlier incarnation's
@@ -863,18 +884,7 @@ func (h *harness) caughtUp(ctx context.Context, ends kadm.ListedOffsets) bool {
 			got[k] = o
 		}
 	}
-	rows.Close()
-	done := true
-	ends.Each(func(o kadm.ListedOffset) {
-		if o.Err != nil {
-			done = false
-			return
-		}
-		if last, ok := got[tp{o.Topic, o.Partition}]; o.Offset > 0 && (!ok || last < o.Offset-1) {
-			done = false
-		}
-	})
-	return done
+	return got, rows.Err()
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -91,7 +91,7 @@ func (h *harness) runApp(ctx context.Context, cl *kgo.Client) (*Result, error) {
 	res.Settled = h.waitSettled(ctx, topics, settleStart.Add(cfg.Settle))
 	res.SettleIn = time.Since(settleStart)
 	res.Audit = finishAudit()
-	if !res.Settled {
+	if !res.Settled && ctx.Err() == nil { // not a run cancelled while it settled
 		h.reportStall(ctx, topics)
 	}
 	h.stopAll()

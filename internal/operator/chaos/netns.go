@@ -441,13 +441,23 @@ func mapLoopback(host, addr string) string {
 	return addr
 }
 
-// mapLoopbackURL is mapLoopback for the host of a URL (a PostgreSQL URL given to a worker's
-// application, which may open connections of its own); anything else is returned unchanged.
+// mapLoopbackURL is mapLoopback for the hosts of a PostgreSQL URL given to a worker's
+// application, which may open connections of its own: every host of the URL's host list,
+// with or without a port. A keyword/value connection string is returned unchanged (the
+// harness passes URLs: it appends search_path as a query parameter).
 func mapLoopbackURL(host, raw string) string {
 	u, err := url.Parse(raw)
 	if host == "" || err != nil || u.Host == "" {
 		return raw
 	}
-	u.Host = mapLoopback(host, u.Host)
+	hosts := strings.Split(u.Host, ",")
+	for i, h := range hosts {
+		if _, _, err := net.SplitHostPort(h); err == nil {
+			hosts[i] = mapLoopback(host, h)
+		} else if name := strings.Trim(h, "[]"); name == "localhost" || net.ParseIP(name) != nil && net.ParseIP(name).IsLoopback() {
+			hosts[i] = host
+		}
+	}
+	u.Host = strings.Join(hosts, ",")
 	return u.String()
 }

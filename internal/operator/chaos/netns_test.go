@@ -200,7 +200,10 @@ func TestMapLoopback(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{"postgres://u:p@127.0.0.1:5432/db?search_path=s", "postgres://u:p@10.1.2.1:5432/db?search_path=s"},
 		{"postgres://u@db.example:5432/db", "postgres://u@db.example:5432/db"},
-		{"host=127.0.0.1 port=5432", "host=127.0.0.1 port=5432"}, // not a URL: left as given
+		{"postgres://u@localhost/db", "postgres://u@10.1.2.1/db"},
+		{"postgres://u@127.0.0.1:5432,127.0.0.1:5433/db?target_session_attrs=read-write", "postgres://u@10.1.2.1:5432,10.1.2.1:5433/db?target_session_attrs=read-write"},
+		{"postgres://u%40x:p%2Fw@[::1]:5432/db", "postgres://u%40x:p%2Fw@10.1.2.1:5432/db"},
+		{"host=127.0.0.1 port=5432", "host=127.0.0.1 port=5432"}, // not a URL: the harness never passes one
 	} {
 		if got := mapLoopbackURL("10.1.2.1", c.in); got != c.want {
 			t.Errorf("mapLoopbackURL(%q) = %q, want %q", c.in, got, c.want)
