@@ -167,15 +167,26 @@ func admissionScope(name string, src fence.Key, topic string, partition int32) s
 }
 
 // entityID maps a record key to a keyed-fence id, which must be UTF-8 without NUL and at most
-// fencecheck.MaxIdentifierLen bytes. The prefixes keep the three forms from colliding.
+// fencecheck.MaxIdentifierLen bytes: "k:" and the key itself (UTF-8 without NUL, up to 512
+// bytes), "x:" and its hex (other keys up to maxHexKey bytes, whose hex fits), or "h:" and
+// the hex of its SHA-256 (longer keys). The prefixes keep the three forms from colliding.
 func entityID(key []byte) string {
 	switch {
 	case len(key) > 512:
-		sum := sha256.Sum256(key)
-		return "h:" + hex.EncodeToString(sum[:])
+		return hashedID(key)
 	case utf8.Valid(key) && bytes.IndexByte(key, 0) < 0:
 		return "k:" + string(key)
+	case len(key) > maxHexKey:
+		return hashedID(key)
 	default:
 		return "x:" + hex.EncodeToString(key)
 	}
+}
+
+// maxHexKey is the longest key whose "x:" form fits in an id.
+const maxHexKey = (fencecheck.MaxIdentifierLen - len("x:")) / 2
+
+func hashedID(key []byte) string {
+	sum := sha256.Sum256(key)
+	return "h:" + hex.EncodeToString(sum[:])
 }

@@ -32,8 +32,34 @@ func TestParseSource(t *testing.T) {
 	}
 }
 
+// Every key up to the hashed form's threshold and past it maps to a valid id, at each
+// boundary of the three forms, and the forms of the keys below the boundaries are the ones
+// stored ids already hold (an id that changed would admit a record twice across an upgrade).
+func TestEntityIDOfEveryKeyLengthIsValid(t *testing.T) {
+	for _, n := range []int{1, 510, 511, 512, 513, 1022, 1023, 1024, 4096} {
+		for _, c := range []struct {
+			name string
+			key  []byte
+			form string
+		}{
+			{"text", bytes.Repeat([]byte("a"), n), map[bool]string{true: "k:", false: "h:"}[n <= 512]},
+			{"binary", bytes.Repeat([]byte{0xff}, n), map[bool]string{true: "x:", false: "h:"}[n <= 511]},
+			{"with NUL", bytes.Repeat([]byte{0}, n), map[bool]string{true: "x:", false: "h:"}[n <= 511]},
+		} {
+			id := entityID(c.key)
+			if err := fencecheck.ValidateIdentifier("id", id); err != nil {
+				t.Errorf("%s key of %d bytes: id %.20q... invalid: %v", c.name, n, id, err)
+			}
+			if !strings.HasPrefix(id, c.form) {
+				t.Errorf("%s key of %d bytes: id %.20q..., want the %q form", c.name, n, id, c.form)
+			}
+		}
+	}
+}
+
 func TestEntityIDsDoNotCollide(t *testing.T) {
-	keys := [][]byte{[]byte("x:00"), {0}, []byte("k:a"), []byte("a"), bytes.Repeat([]byte("a"), 600), bytes.Repeat([]byte("a"), 601)}
+	keys := [][]byte{[]byte("x:00"), {0}, []byte("k:a"), []byte("a"), bytes.Repeat([]byte("a"), 600), bytes.Repeat([]byte("a"), 601),
+		bytes.Repeat([]byte{0xff}, 511), bytes.Repeat([]byte{0xff}, 512), bytes.Repeat([]byte{0xff}, 513)}
 	seen := map[string]bool{}
 	for _, k := range keys {
 		id := entityID(k)
