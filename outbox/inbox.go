@@ -183,8 +183,12 @@ func entityID(key []byte) string {
 	}
 }
 
-// maxHexKey is the longest key whose "x:" form fits in an id.
-const maxHexKey = (fencecheck.MaxIdentifierLen - len("x:")) / 2
+// maxHexKey is the longest key whose "x:" form fits in an id. It is part of the ids' stored
+// format: fixed, not derived from the limit (a lower limit must not move keys between forms).
+const maxHexKey = 511
+
+// The "x:" form of the longest hex key fits in an id (a compile-time check).
+var _ [fencecheck.MaxIdentifierLen - len("x:") - 2*maxHexKey]struct{}
 
 func hashedID(key []byte) string {
 	sum := sha256.Sum256(key)

@@ -2,6 +2,8 @@ package outbox
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -53,6 +55,28 @@ func TestEntityIDOfEveryKeyLengthIsValid(t *testing.T) {
 			if !strings.HasPrefix(id, c.form) {
 				t.Errorf("%s key of %d bytes: id %.20q..., want the %q form", c.name, n, id, c.form)
 			}
+		}
+	}
+}
+
+// The ids of each form are exactly the ones stored before (the admissions of records already
+// applied are found again).
+func TestEntityIDForms(t *testing.T) {
+	long := bytes.Repeat([]byte("a"), 600)
+	sum := sha256.Sum256(long)
+	for _, c := range []struct {
+		key  []byte
+		want string
+	}{
+		{[]byte("a"), "k:a"},
+		{[]byte("h:abc"), "k:h:abc"},
+		{[]byte{0xff}, "x:ff"},
+		{[]byte{'a', 0}, "x:6100"},
+		{bytes.Repeat([]byte{0xff}, 511), "x:" + strings.Repeat("ff", 511)},
+		{long, "h:" + hex.EncodeToString(sum[:])},
+	} {
+		if got := entityID(c.key); got != c.want {
+			t.Errorf("entityID(%.20q) = %.40q, want %.40q", c.key, got, c.want)
 		}
 	}
 }
