@@ -105,109 +105,84 @@ func TestLastingSinkFailureLogsError(t *testing.T) {
 	}
 }
 
-// blockingSink holds every Apply until release is closed, as a database call waiting for a
-// connection its own pool will never free would.
+// gate holds every call that passes it until release is closed, as a call waiting for a
+// connection its own pool will never free would; entered is closed at the first.
+type gate struct {
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (g *gate) hold() {
+	g.once.Do(func() { close(g.entered) })
+	<-g.release // not even the partition's context ends this wait, as context.WithoutCancel would not
+}
+
+// blockingSink holds every Apply at its gate.
 type blockingSink struct {
 	fence.Sink[*memfence.Tx]
-	entered chan struct{}
-	release chan struct{}
-	once    sync.Once
+	g *gate
 }
 
 func (s *blockingSink) Apply(ctx context.Context, k fence.Key, t fence.Token, first, last int64, fn func(context.Context, *memfence.Tx) error) error {
-	s.once.Do(func() { close(s.entered) })
-	<-s.release // not even the partition's context ends this wait, as context.WithoutCancel would not
+	s.g.hold()
 	return s.Sink.Apply(ctx, k, t, first, last, fn)
 }
 
-// A step that does not return is logged at ERROR once it has waited longer than the bound,
-// naming the step, while it still waits: a partition stalled by a call that never returns is
-// not silent. The member applies everything once the call returns.
-func TestStepThatNeverReturnsLogsError(t *testing.T) {
-	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
-	store := newStore(t)
-	s := &blockingSink{Sink: store, entered: make(chan struct{}), release: make(chan struct{})}
-	var book logBook
-	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](s), nil, consumer.PerPartition(newFolder().factory),
-		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(&book)),
-		consumer.RetryBackoff(20*time.Millisecond, 50*time.Millisecond), consumer.StalledAfter(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, c)
-	released := false
-	defer func() {
-		if !released {
-			close(s.release)
-		}
-	}()
-	produce(t, brokers, "orders", 2, 3)
-	select {
-	case <-s.entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no batch reached the sink")
-	}
-	waitFor(t, "an ERROR for the step that has not returned", 5*time.Second, func() bool {
-		return len(book.find(slog.LevelError, "has not returned")) > 0
-	})
-	e := book.find(slog.LevelError, "has not returned")[0]
-	if e.attrs["op"] != "apply" || e.attrs["attempt"] != "1" {
-		t.Errorf("the ERROR does not name the step and its attempt: %v", e.attrs)
-	}
-	if len(book.find(slog.LevelWarn, "transient failure")) > 0 {
-		t.Error("a step that is still waiting was logged as a failure")
-	}
-	close(s.release)
-	released = true
-	waitFor(t, "everything applied once the call returned", 30*time.Second, allApplied(store, 2, 3))
-	if err := m.stop(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// A Prepare call that does not return is logged at ERROR the same way, naming the record.
-func TestPrepareThatNeverReturnsLogsError(t *testing.T) {
-	brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
-	store := newStore(t)
-	entered, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	prepare := func(ctx context.Context, _ fence.Key, _ fence.Token, r *kgo.Record) (any, error) {
-		once.Do(func() { close(entered) })
-		<-release
-		return nil, nil
-	}
-	var book logBook
-	c, err := consumer.New("g", []string{"orders"}, fence.Sink[*memfence.Tx](store), nil, consumer.PerPartition(newFolder().factory),
-		consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(&book)), consumer.Lanes(2, prepare),
-		consumer.RetryBackoff(20*time.Millisecond, 50*time.Millisecond), consumer.StalledAfter(300*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, c)
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
-	produce(t, brokers, "orders", 2, 3)
-	select {
-	case <-entered:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no record reached Prepare")
-	}
-	waitFor(t, "an ERROR for the Prepare call that has not returned", 5*time.Second, func() bool {
-		return len(book.find(slog.LevelError, "has not returned")) > 0
-	})
-	e := book.find(slog.LevelError, "has not returned")[0]
-	if e.attrs["op"] != "prepare" || e.attrs["offset"] == "" {
-		t.Errorf("the ERROR does not name the step and the record: %v", e.attrs)
-	}
-	close(release)
-	released = true
-	waitFor(t, "everything applied once Prepare returned", 30*time.Second, allApplied(store, 2, 3))
-	if err := m.stop(); err != nil {
-		t.Fatal(err)
+// A call that does not return (a batch's apply, a lane's Prepare) is logged at ERROR once it
+// has waited longer than the bound, naming the step, while it still waits: a partition stalled
+// by a call that never returns is not silent. The member applies everything once the call
+// returns.
+func TestCallThatNeverReturnsLogsError(t *testing.T) {
+	for _, op := range []string{"apply", "prepare"} {
+		t.Run(op, func(t *testing.T) {
+			brokers := fakeKafka(t, kfake.SeedTopics(1, "orders"))
+			store := newStore(t)
+			g := &gate{entered: make(chan struct{}), release: make(chan struct{})}
+			sink, opts := fence.Sink[*memfence.Tx](&blockingSink{Sink: store, g: g}), []consumer.Option(nil)
+			if op == "prepare" {
+				sink = store
+				opts = append(opts, consumer.Lanes(2, func(context.Context, fence.Key, fence.Token, *kgo.Record) (any, error) {
+					g.hold()
+					return nil, nil
+				}))
+			}
+			var book logBook
+			c, err := consumer.New("g", []string{"orders"}, sink, nil, append(opts, consumer.PerPartition(newFolder().factory),
+				consumer.Kafka(fastKafka(brokers)...), consumer.Logger(slog.New(&book)),
+				consumer.RetryBackoff(20*time.Millisecond, 50*time.Millisecond), consumer.StalledAfter(300*time.Millisecond))...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := start(t, c)
+			released := false
+			defer func() {
+				if !released {
+					close(g.release)
+				}
+			}()
+			produce(t, brokers, "orders", 2, 3)
+			select {
+			case <-g.entered:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no call reached the %s step", op)
+			}
+			waitFor(t, "an ERROR for the call that has not returned", 5*time.Second, func() bool {
+				return len(book.find(slog.LevelError, "has not returned")) > 0
+			})
+			e := book.find(slog.LevelError, "has not returned")[0]
+			if e.attrs["op"] != op || e.attrs["attempt"] != "1" || op == "prepare" && e.attrs["offset"] == "" {
+				t.Errorf("the ERROR does not name the step, its attempt (and the record of a Prepare): %v", e.attrs)
+			}
+			if len(book.find(slog.LevelWarn, "transient failure")) > 0 {
+				t.Error("a call that is still waiting was logged as a failure")
+			}
+			close(g.release)
+			released = true
+			waitFor(t, "everything applied once the call returned", 30*time.Second, allApplied(store, 2, 3))
+			if err := m.stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
